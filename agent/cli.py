@@ -1,0 +1,88 @@
+"""The one `edgegrove` entry point.
+
+Subcommands are looked up in a table and imported lazily, so `edgegrove agent` on a
+Raspberry Pi never imports the dashboard or the simulator (which may not be installed).
+Each command module exposes ``add_arguments(parser)`` and ``run(args) -> int``; a command
+with subcommands of its own (``bench``, ``analyze``) exposes ``SUBCOMMANDS``, a table like
+``COMMANDS`` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "topology": Command("agent.commands.topology", "print the allreduce tree with its backup links"),
+    "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation, fault cost)"),
+    "train-local": Command("agent.commands.train_local", "train the model on this machine alone (the baseline)"),
+    "agent": Command("agent.commands.agent", "run one edge agent against an MQTT broker"),
+    "broker": Command("simulate.broker_cli", "run a broker: mosquitto from broker-config/, or the embedded one"),
+    "dashboard": Command("dashboard.cli", "serve the live fleet dashboard"),
+    "simulate": Command("simulate.cli", "run a whole fleet with faults, the dashboard and a report"),
+    "bench": Command("simulate.bench.cli", "benchmarks that print figures (model, agent, allreduce, ...)"),
+}
+
+
+def dispatch(prog: str, description: str, table: dict[str, Command], argv: Sequence[str]) -> int:
+    """Parse ``argv`` against a table of lazily imported subcommands and run the chosen one."""
+    argv = list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_overview(prog, description, table))
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in table:
+        print(f"{prog}: unknown command {name!r}\n\n{_overview(prog, description, table)}", file=sys.stderr)
+        return 2
+    command = table[name]
+    try:
+        module = importlib.import_module(command.module)
+    except ModuleNotFoundError as exc:
+        print(
+            f"{prog} {name}: needs the Python module {exc.name!r}, which is not installed.\n"
+            "Install the matching extra, e.g. `pip install 'edgegrove[dashboard,simulate,litert]'`.",
+            file=sys.stderr,
+        )
+        return 2
+    subcommands = getattr(module, "SUBCOMMANDS", None)
+    if subcommands is not None:
+        return dispatch(f"{prog} {name}", command.summary, subcommands, rest)
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} {name}",
+        description=getattr(module, "DESCRIPTION", command.summary),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    return int(module.run(args) or 0)
+
+
+def _overview(prog: str, description: str, table: dict[str, Command]) -> str:
+    width = max(len(n) for n in table)
+    lines = [f"usage: {prog} <command> [options]", "", description, "", "commands:"]
+    lines += [f"  {n.ljust(width)}  {c.summary}" for n, c in table.items()]
+    lines += ["", f"`{prog} <command> --help` explains each command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(
+        "edgegrove",
+        "Edgegrove: train one model on a fleet of unreliable edge devices.",
+        COMMANDS,
+        sys.argv[1:] if argv is None else argv,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The JSON messages of a job (status, view, telemetry, control), as frozen dataclasses.
+
+Binary allreduce frames live in wire.py. ``decode`` of untrusted bytes raises
+``MessageError`` (and nothing else) with a short reason, so that receivers can count it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal, TypeVar, get_args
+
+MAX_MESSAGE_BYTES = 256 * 1024
+
+NodeState = Literal["online", "joining", "offline"]
+LinkState = Literal["ok", "suspected", "failed", "rerouted"]
+ControlAction = Literal[
+    "cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency", "isolate", "rejoin"
+]
+
+
+class MessageError(ValueError):
+    """A JSON message that is not what its topic promises. ``reason`` is short and countable."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+T = TypeVar("T", bound="_JsonMessage")
+
+
+@dataclass(frozen=True)
+class _JsonMessage:
+    """encode/decode shared by every JSON message; unknown fields are rejected."""
+
+    KIND: ClassVar[str] = ""
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls: type[T], data: bytes) -> T:
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise MessageError("too_large", f"{len(data)} bytes")
+        try:
+            obj = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise MessageError("bad_json", str(exc)) from None
+        if not isinstance(obj, dict):
+            raise MessageError("bad_json", "not an object")
+        names = {f.name for f in fields(cls)}
+        unknown = set(obj) - names
+        if unknown:
+            raise MessageError("unknown_field", ",".join(sorted(unknown))[:100])
+        try:
+            msg = cls(**obj)
+            msg.validate()
+        except MessageError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise MessageError("bad_field", str(exc)[:200]) from None
+        return msg
+
+    def validate(self) -> None:
+        """Type and range checks; raise ValueError/TypeError."""
+
+
+def _check_int(name: str, value: Any, lo: int = 0, hi: int = 2**53) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _check_ids(name: str, ids: Any) -> None:
+    if not isinstance(ids, (list, tuple)):
+        raise ValueError(f"{name} must be a list of node ids")
+    for i in ids:
+        _check_int(name, i, 0, 1023)
+
+
+@dataclass(frozen=True)
+class Status(_JsonMessage):
+    """Retained on ``status/<id>``; the Last Will publishes ``state="offline"``."""
+
+    node: int
+    state: NodeState
+    round: int = 0
+    pid: int = 0
+    incarnation: int = 0
+
+    def validate(self) -> None:
+        _check_int("node", self.node, 0, 1023)
+        if self.state not in get_args(NodeState):
+            raise ValueError(f"unknown state {self.state!r}")
+        _check_int("round", self.round)
+        _check_int("incarnation", self.incarnation)
+
+
+@dataclass(frozen=True)
+class View(_JsonMessage):
+    """Retained on ``view``, published by the coordinator (lowest live id).
+
+    Every member adopts it at the start of round ``from_round`` so that all agree on the
+    tree of a round without a consensus protocol.
+    """
+
+    epoch: int
+    members: list[int]
+    arity: int
+    coordinator: int
+    from_round: int
+
+    def validate(self) -> None:
+        _check_int("epoch", self.epoch)
+        _check_ids("members", self.members)
+        if list(self.members) != sorted(set(self.members)):
+            raise ValueError("members must be sorted and unique")
+        _check_int("arity", self.arity, 2, 16)
+        _check_int("coordinator", self.coordinator, 0, 1023)
+        _check_int("from_round", self.from_round)
+
+
+@dataclass(frozen=True)
+class Telemetry(_JsonMessage):
+    """One agent's report of one round, on ``telemetry/<id>``.
+
+    ``links`` maps a peer id (as a string, JSON keys) to the link state this node saw;
+    ``events`` are short records like {"kind": "reroute", "peer": 3, "detail": "via 4"}.
+    """
+
+    node: int
+    round: int
+    epoch: int
+    algorithm: str
+    wall_time: float
+    loss: float | None = None
+    accuracy: float | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    contributors: int = 0
+    members: int = 0
+    reroutes: int = 0
+    timeouts: int = 0
+    nacks: int = 0
+    pulls: int = 0
+    degraded: bool = False
+    missing_chunks: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    model_hash: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def validate(self) -> None:
+        _check_int("node", self.node, 0, 1023)
+        _check_int("round", self.round)
+        _check_int("epoch", self.epoch)
+        for name in ("bytes_sent", "bytes_received", "contributors", "members", "reroutes",
+                     "timeouts", "nacks", "pulls", "missing_chunks"):
+            _check_int(name, getattr(self, name))
+        if not isinstance(self.degraded, bool):
+            raise ValueError("degraded must be a boolean")
+        for name in ("loss", "accuracy"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number or null")
+        if not isinstance(self.links, dict) or not all(
+            isinstance(v, str) and v in get_args(LinkState) for v in self.links.values()
+        ):
+            raise ValueError("links must map peer ids to ok/suspected/failed/rerouted")
+        if not isinstance(self.rejected, dict) or not all(
+            isinstance(v, int) for v in self.rejected.values()
+        ):
+            raise ValueError("rejected must map reasons to counts")
+        if not isinstance(self.phase_seconds, dict) or not isinstance(self.events, list):
+            raise ValueError("phase_seconds must be an object and events a list")
+
+
+@dataclass(frozen=True)
+class Control(_JsonMessage):
+    """A fault-injection command on ``control`` (simulator and the dashboard's admin only).
+
+    ``node``/``peer`` name the target (a link is node->peer, both directions unless
+    ``one_way``); ``value`` is the loss probability or the added latency in seconds.
+    """
+
+    action: ControlAction
+    node: int
+    peer: int | None = None
+    value: float | None = None
+    one_way: bool = False
+
+    def validate(self) -> None:
+        if self.action not in get_args(ControlAction):
+            raise ValueError(f"unknown action {self.action!r}")
+        _check_int("node", self.node, 0, 1023)
+        if self.peer is not None:
+            _check_int("peer", self.peer, 0, 1023)
+        if self.action in ("cut", "heal") and self.peer is None:
+            raise ValueError(f"{self.action} needs a peer")
+        if self.action in ("loss", "latency") and not isinstance(self.value, (int, float)):
+            raise ValueError(f"{self.action} needs a numeric value")

@@ -1,0 +1,79 @@
+"""Every MQTT topic of a job, in one place. Prefix default: ``edgegrove/<job>``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_JOB_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_NODE_ID = 1023
+
+
+def validate_job(job: str) -> str:
+    if not _JOB_RE.match(job):
+        raise ValueError(
+            f"job name {job!r} is not valid: use 1-64 letters, digits, '.', '_' or '-'"
+        )
+    return job
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names for one job. ``prefix`` defaults to ``edgegrove/<job>``."""
+
+    job: str
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        validate_job(self.job)
+        if not self.prefix:
+            object.__setattr__(self, "prefix", f"edgegrove/{self.job}")
+
+    def link(self, src: int, dst: int) -> str:
+        return f"{self.prefix}/link/{src}/{dst}"
+
+    def links_to(self, dst: int) -> str:
+        """Subscription filter for every frame addressed to ``dst``."""
+        return f"{self.prefix}/link/+/{dst}"
+
+    def status(self, node: int) -> str:
+        return f"{self.prefix}/status/{node}"
+
+    def all_status(self) -> str:
+        return f"{self.prefix}/status/+"
+
+    @property
+    def view(self) -> str:
+        return f"{self.prefix}/view"
+
+    def telemetry(self, node: int) -> str:
+        return f"{self.prefix}/telemetry/{node}"
+
+    def all_telemetry(self) -> str:
+        return f"{self.prefix}/telemetry/+"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}/control"
+
+    def parse_link(self, topic: str) -> tuple[int, int] | None:
+        """(src, dst) of a link topic of this job, None for anything else."""
+        return self._ints(topic, "link", 2)  # type: ignore[return-value]
+
+    def parse_status(self, topic: str) -> int | None:
+        ids = self._ints(topic, "status", 1)
+        return None if ids is None else ids[0]
+
+    def parse_telemetry(self, topic: str) -> int | None:
+        ids = self._ints(topic, "telemetry", 1)
+        return None if ids is None else ids[0]
+
+    def _ints(self, topic: str, kind: str, count: int) -> tuple[int, ...] | None:
+        head = f"{self.prefix}/{kind}/"
+        if not topic.startswith(head):
+            return None
+        parts = topic[len(head):].split("/")
+        if len(parts) != count or not all(p.isdigit() and len(p) <= 4 for p in parts):
+            return None
+        ids = tuple(int(p) for p in parts)
+        return ids if all(i <= MAX_NODE_ID for i in ids) else None

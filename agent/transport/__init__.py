@@ -1,0 +1,3 @@
+from agent.transport.base import Message, Transport, TransportError, Will
+
+__all__ = ["Message", "Transport", "TransportError", "Will"]

