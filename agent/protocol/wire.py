@@ -1,0 +1,247 @@
+"""Binary frames of the allreduce, on ``link/<src>/<dst>`` topics.
+
+Layout (little endian): a fixed header, the contributor bitmap (bit i = node i), the payload
+and a CRC32 of everything before it. ``decode`` never raises on bad input: it returns a
+``Rejection`` with a typed reason, which receivers count.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+MAGIC = b"EGRV"
+VERSION = 1
+MAX_NODE_ID = 1023
+MAX_BITMAP_BYTES = (MAX_NODE_ID + 1) // 8
+MAX_VALUES = 1 << 22
+MAX_CHUNKS = 1 << 16
+NO_NODE = 0xFFFF
+
+# magic, version, kind, flags, dtype, job_hash, round, chunk_index, chunk_count,
+# sender, origin, target, model_hash, scale, n_values, bitmap_len
+_HEADER = struct.Struct("<4sBBBBIIIIHHHIfIH")
+HEADER_SIZE = _HEADER.size
+_CRC = struct.Struct("<I")
+
+
+class Kind(enum.IntEnum):
+    DATA = 1  # a subtree mean going up (reduce) or the result going down (BROADCAST flag)
+    ACK = 2  # chunk received; carries the contributor set it acknowledges
+    NACK = 3  # payload: u32 indices of chunks the receiver is missing
+    RELAY = 4  # DATA forwarded unmerged by a backup link towards ``target``
+    PULL = 5  # ask for broadcast chunks (payload: u32 indices; empty = all)
+    MODEL_PULL = 6  # a (re)joining node asks for the full training state
+    MODEL = 7  # one chunk of the full training state
+
+
+class Flag(enum.IntFlag):
+    NONE = 0
+    BROADCAST = 1  # DATA/RELAY/ACK of the broadcast phase
+    FINAL = 2  # the chunk's value is final (root result), not a partial mean
+
+
+class DType(enum.IntEnum):
+    F32 = 0
+    F16 = 1
+    I8 = 2  # value = int8 * scale, one scale per chunk
+    U32 = 3  # indices (NACK, PULL)
+
+
+_ITEM = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
+         DType.U32: np.dtype("<u4")}
+
+
+class RejectReason(enum.StrEnum):
+    TOO_SHORT = "too_short"
+    BAD_MAGIC = "bad_magic"
+    BAD_VERSION = "bad_version"
+    BAD_KIND = "bad_kind"
+    BAD_DTYPE = "bad_dtype"
+    BAD_FLAGS = "bad_flags"
+    ABSURD_SIZE = "absurd_size"
+    TRUNCATED = "truncated"
+    TRAILING_BYTES = "trailing_bytes"
+    BAD_CRC = "bad_crc"
+    BAD_ID = "bad_id"
+    BAD_VALUES = "bad_values"
+    FORGED_SENDER = "forged_sender"
+    FOREIGN_JOB = "foreign_job"
+    STALE_ROUND = "stale_round"  # decided by the receiver's round logic, not by decode
+    NOT_MEMBER = "not_member"  # decided by the receiver's view
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: RejectReason
+    detail: str = ""
+
+
+def job_hash(job: str) -> int:
+    return zlib.crc32(job.encode())
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: Kind
+    job: int  # job_hash of the job name
+    round: int
+    sender: int
+    chunk_index: int = 0
+    chunk_count: int = 1
+    flags: Flag = Flag.NONE
+    origin: int = NO_NODE  # RELAY: whose contribution this is; else the sender
+    target: int = NO_NODE  # RELAY: final destination
+    model_hash: int = 0  # BROADCAST: hash of the root's model at the round's start
+    contributors: frozenset[int] = frozenset()
+    dtype: DType = DType.F32
+    scale: float = 1.0
+    payload: bytes = b""
+
+    def __post_init__(self) -> None:
+        # Normalized here so that decode(encode(f)) == f.
+        if self.origin == NO_NODE:
+            object.__setattr__(self, "origin", self.sender)
+        object.__setattr__(self, "scale", float(np.float32(self.scale)))
+        object.__setattr__(self, "contributors", frozenset(self.contributors))
+
+    @property
+    def n_values(self) -> int:
+        return len(self.payload) // _ITEM[self.dtype].itemsize
+
+    @property
+    def is_broadcast(self) -> bool:
+        return bool(self.flags & Flag.BROADCAST)
+
+    def values(self) -> np.ndarray:
+        """The payload as float32 (dequantized)."""
+        raw = np.frombuffer(self.payload, dtype=_ITEM[self.dtype])
+        if self.dtype == DType.I8:
+            return raw.astype(np.float32) * np.float32(self.scale)
+        return raw.astype(np.float32)
+
+    def indices(self) -> list[int]:
+        """The u32 payload of NACK and PULL frames."""
+        return [int(i) for i in np.frombuffer(self.payload, dtype=_ITEM[DType.U32])]
+
+    def with_values(self, values: np.ndarray, dtype: DType = DType.F32) -> Frame:
+        payload, scale = quantize(values, dtype)
+        return replace(self, dtype=dtype, scale=scale, payload=payload)
+
+    def with_indices(self, indices: list[int]) -> Frame:
+        payload = np.asarray(indices, dtype=_ITEM[DType.U32]).tobytes()
+        return replace(self, dtype=DType.U32, scale=1.0, payload=payload)
+
+
+def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
+    """Encode float values in a wire dtype; returns (payload, scale)."""
+    v = np.asarray(values, dtype=np.float32)
+    if dtype == DType.F32:
+        return v.astype("<f4").tobytes(), 1.0
+    if dtype == DType.F16:
+        limit = float(np.finfo(np.float16).max)
+        return np.clip(v, -limit, limit).astype("<f2").tobytes(), 1.0
+    if dtype == DType.I8:
+        peak = float(np.max(np.abs(v))) if v.size else 0.0
+        scale = peak / 127.0 if peak > 0 else 1.0
+        q = np.clip(np.rint(v / np.float32(scale)), -127, 127).astype(np.int8)
+        return q.tobytes(), float(np.float32(scale))
+    raise ValueError(f"values cannot travel as {dtype!r}")
+
+
+def _bitmap(ids: frozenset[int]) -> bytes:
+    if not ids:
+        return b""
+    top = max(ids)
+    if min(ids) < 0 or top > MAX_NODE_ID:
+        raise ValueError(f"contributor ids must be in 0..{MAX_NODE_ID}")
+    bits = np.zeros((top // 8 + 1) * 8, dtype=np.uint8)
+    bits[list(ids)] = 1
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def _ids(bitmap: bytes) -> frozenset[int]:
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return frozenset(int(i) for i in np.flatnonzero(bits))
+
+
+def encode(frame: Frame) -> bytes:
+    bitmap = _bitmap(frame.contributors)
+    header = _HEADER.pack(
+        MAGIC, VERSION, int(frame.kind), int(frame.flags), int(frame.dtype), frame.job,
+        frame.round, frame.chunk_index, frame.chunk_count, frame.sender, frame.origin, frame.target,
+        frame.model_hash, frame.scale, frame.n_values, len(bitmap),
+    )
+    body = header + bitmap + frame.payload
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def decode(
+    data: bytes, *, expected_sender: int | None = None, job: int | None = None
+) -> Frame | Rejection:
+    """Parse one frame. ``expected_sender`` is the ``src`` of the topic it came on."""
+    if len(data) < HEADER_SIZE + _CRC.size:
+        return Rejection(RejectReason.TOO_SHORT, f"{len(data)} bytes")
+    (magic, version, kind, flags, dtype, job_h, rnd, index, count, sender, origin, target,
+     model_hash, scale, n_values, bitmap_len) = _HEADER.unpack_from(data)
+    problem = _check_header(magic, version, kind, flags, dtype, index, count, n_values,
+                            bitmap_len, (sender, origin, target))
+    if problem is not None:
+        return problem
+    size = HEADER_SIZE + bitmap_len + n_values * _ITEM[DType(dtype)].itemsize + _CRC.size
+    if len(data) < size:
+        return Rejection(RejectReason.TRUNCATED, f"{len(data)} of {size} bytes")
+    if len(data) > size:
+        return Rejection(RejectReason.TRAILING_BYTES, f"{len(data)} for {size} bytes")
+    (crc,) = _CRC.unpack_from(data, size - _CRC.size)
+    if crc != zlib.crc32(memoryview(data)[: size - _CRC.size]):
+        return Rejection(RejectReason.BAD_CRC)
+    if expected_sender is not None and sender != expected_sender:
+        return Rejection(RejectReason.FORGED_SENDER, f"header says {sender}, topic {expected_sender}")
+    if job is not None and job_h != job:
+        return Rejection(RejectReason.FOREIGN_JOB)
+    start = HEADER_SIZE + bitmap_len
+    frame = Frame(
+        kind=Kind(kind), job=job_h, round=rnd, sender=sender, chunk_index=index,
+        chunk_count=count, flags=Flag(flags), origin=origin, target=target,
+        model_hash=model_hash, contributors=_ids(data[HEADER_SIZE:start]), dtype=DType(dtype),
+        scale=scale, payload=bytes(data[start : size - _CRC.size]),
+    )
+    return _check_values(frame)
+
+
+def _check_header(
+    magic: bytes, version: int, kind: int, flags: int, dtype: int, index: int, count: int,
+    n_values: int, bitmap_len: int, ids: tuple[int, int, int],
+) -> Rejection | None:
+    if magic != MAGIC:
+        return Rejection(RejectReason.BAD_MAGIC)
+    if version != VERSION:
+        return Rejection(RejectReason.BAD_VERSION, str(version))
+    if kind not in Kind._value2member_map_:
+        return Rejection(RejectReason.BAD_KIND, str(kind))
+    if dtype not in DType._value2member_map_:
+        return Rejection(RejectReason.BAD_DTYPE, str(dtype))
+    if flags & ~int(Flag.BROADCAST | Flag.FINAL):
+        return Rejection(RejectReason.BAD_FLAGS, str(flags))
+    if not (0 < count <= MAX_CHUNKS and index < count and n_values <= MAX_VALUES
+            and bitmap_len <= MAX_BITMAP_BYTES):
+        return Rejection(RejectReason.ABSURD_SIZE, f"chunk {index}/{count}, {n_values} values")
+    sender, origin, target = ids
+    if sender > MAX_NODE_ID or origin > MAX_NODE_ID or (target != NO_NODE and target > MAX_NODE_ID):
+        return Rejection(RejectReason.BAD_ID, f"{sender}/{origin}/{target}")
+    return None
+
+
+def _check_values(frame: Frame) -> Frame | Rejection:
+    if frame.dtype == DType.U32:
+        return frame
+    if frame.dtype == DType.I8 and not (np.isfinite(frame.scale) and frame.scale > 0):
+        return Rejection(RejectReason.BAD_VALUES, "int8 scale")
+    if frame.dtype != DType.I8 and not np.all(np.isfinite(frame.values())):
+        return Rejection(RejectReason.BAD_VALUES, "non-finite value")
+    return frame
