@@ -1,0 +1,342 @@
+"""The Transport over MQTT (paho-mqtt 2.x, callback API version 2), QoS 0 only.
+
+Threads: paho's network loop runs in its own thread (``loop_start``). Its callbacks do nothing
+but bookkeeping: ``on_message`` puts a ``Message`` into a bounded queue (a full queue drops and
+counts, it never blocks paho), ``on_connect`` (re)subscribes and republishes the birth message,
+so that a reconnect after a broker restart restores everything by itself. The runtime thread
+publishes (paced by a token bucket) and drains the queue with ``receive``.
+
+Every paho, ssl or socket error is turned into ``TransportError`` right where it enters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+
+from agent.transport.base import Message, TransportError, Will
+
+ProtocolName = Literal["3.1.1", "5"]
+_PROTOCOLS: dict[str, MQTTProtocolVersion] = {
+    "3.1.1": MQTTProtocolVersion.MQTTv311,
+    "5": MQTTProtocolVersion.MQTTv5,
+}
+_DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    tls: bool
+
+    @property
+    def url(self) -> str:
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+
+def parse_broker_url(url: str) -> BrokerAddress:
+    """``mqtt://host[:1883]`` or ``mqtts://host[:8883]`` -> BrokerAddress; ValueError otherwise."""
+    hint = "use mqtt://HOST:PORT (plain) or mqtts://HOST:PORT (TLS), e.g. mqtt://127.0.0.1:1883"
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"broker URL {url!r} is not valid ({exc}): {hint}") from None
+    if parts.scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"broker URL {url!r} has scheme {parts.scheme!r}: {hint}")
+    if not parts.hostname:
+        raise ValueError(f"broker URL {url!r} names no host: {hint}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ValueError(
+            f"broker URL {url!r} has a path, query or user part; credentials go in their own "
+            f"options: {hint}"
+        )
+    return BrokerAddress(
+        parts.hostname, port if port is not None else _DEFAULT_PORTS[parts.scheme],
+        parts.scheme == "mqtts",
+    )
+
+
+class TokenBucket:
+    """Byte-rate pacing. ``reserve`` returns how long the caller must wait before sending.
+
+    The bucket may go into debt so that a message larger than ``burst`` still passes (after
+    the wait its size costs at ``rate``). Pure: the caller passes ``now``.
+    """
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        if rate <= 0 or burst <= 0:
+            raise ValueError("token bucket rate and burst must be positive")
+        self.rate = rate
+        self.burst = burst
+        self._tokens = burst
+        self._last = now
+
+    def reserve(self, nbytes: int, now: float) -> float:
+        self._tokens = min(self.burst, self._tokens + max(0.0, now - self._last) * self.rate)
+        self._last = now
+        self._tokens -= nbytes
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+
+@dataclass(frozen=True)
+class TransportStats:
+    """Counters for telemetry (payload bytes, not MQTT framing)."""
+
+    bytes_sent: int
+    bytes_received: int
+    messages_sent: int
+    messages_received: int
+    dropped: int
+    unsent: int
+    connects: int
+    paced_seconds: float
+
+
+class MqttTransport:
+    """``Transport`` over one MQTT connection. See the module docstring for the threading."""
+
+    def __init__(
+        self,
+        client_id: str,
+        url: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tls_ca: str | None = None,
+        tls_insecure: bool = False,
+        protocol: ProtocolName = "3.1.1",
+        queue_size: int = 10000,
+        max_publish_bytes_per_s: float | None = None,
+        publish_burst_bytes: int = 1 << 20,
+        keepalive: int = 10,
+        connect_timeout: float = 10.0,
+        reconnect_min_s: float = 0.2,
+        reconnect_max_s: float = 5.0,
+    ) -> None:
+        if protocol not in _PROTOCOLS:
+            raise ValueError(f"MQTT protocol {protocol!r} is not supported: use '3.1.1' or '5'")
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        self.address = parse_broker_url(url)
+        self.client_id = client_id
+        self._protocol = _PROTOCOLS[protocol]
+        self._keepalive = keepalive
+        self._connect_timeout = connect_timeout
+        self._queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
+        self._subscriptions: list[str] = []
+        self._birth: Message | None = None
+        self._connected = threading.Event()
+        self._first_connack = threading.Event()
+        self._refusal: str | None = None
+        self._closed = False
+        self._started = False
+        self._publish_lock = threading.Lock()
+        self._bucket = (
+            TokenBucket(max_publish_bytes_per_s, publish_burst_bytes, time.monotonic())
+            if max_publish_bytes_per_s else None
+        )
+        self._counts = {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0,
+                        "messages_received": 0, "dropped": 0, "unsent": 0, "connects": 0}
+        self._paced_seconds = 0.0
+        self._client = self._make_client(username, password, tls_ca, tls_insecure,
+                                         reconnect_min_s, reconnect_max_s)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _make_client(
+        self, username: str | None, password: str | None, tls_ca: str | None,
+        tls_insecure: bool, reconnect_min_s: float, reconnect_max_s: float,
+    ) -> paho.Client:
+        client = paho.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=self._protocol,
+            clean_session=True if self._protocol != MQTTProtocolVersion.MQTTv5 else None,
+        )
+        if username is not None:
+            client.username_pw_set(username, password)
+        if self.address.tls:
+            try:
+                client.tls_set(ca_certs=tls_ca, cert_reqs=ssl.CERT_REQUIRED)
+                client.tls_insecure_set(tls_insecure)
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                raise TransportError(f"cannot set up TLS with CA file {tls_ca!r}: {exc}") from None
+        elif tls_ca is not None:
+            raise TransportError(f"a TLS CA file was given but {self.address.url} is not mqtts://")
+        # paho takes ints here but computes with whatever it gets; floats give fast retries.
+        client.reconnect_delay_set(reconnect_min_s, reconnect_max_s)  # type: ignore[arg-type]
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_socket_open = self._on_socket_open
+        return client
+
+    def connect(
+        self, subscriptions: list[str], will: Will | None = None, birth: Message | None = None
+    ) -> None:
+        """Connect, wait for CONNACK, subscribe to ``subscriptions`` (again on every reconnect).
+
+        ``birth`` (typically the retained ``online`` status) is published after every
+        successful (re)connect: a broker that lost its retained messages or published our
+        Will during an outage learns again that we are alive.
+        """
+        if self._started:
+            raise TransportError("connect() was already called on this transport")
+        self._started = True
+        self._subscriptions = list(subscriptions)
+        self._birth = birth
+        try:
+            if will is not None:
+                self._client.will_set(will.topic, will.payload, qos=0, retain=will.retain)
+            self._client.connect(self.address.host, self.address.port, self._keepalive)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"cannot reach the MQTT broker at {self.address.url}: {exc}. "
+                                 "Is it running, and are host, port and TLS setting right?"
+                                 ) from None
+        self._client.loop_start()
+        if not self._first_connack.wait(self._connect_timeout):
+            self._shutdown()
+            raise TransportError(f"no answer (CONNACK) from the MQTT broker at {self.address.url} "
+                                 f"within {self._connect_timeout:.0f} s")
+        if self._refusal is not None:
+            self._shutdown()
+            raise TransportError(f"the MQTT broker at {self.address.url} refused client "
+                                 f"{self.client_id!r}: {self._refusal}. Check username/password "
+                                 "(credentials.json of the broker) and the ACL.")
+
+    # -- paho callbacks (paho's thread: bookkeeping only) ---------------------------------
+
+    def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        # paho leaves Nagle on: a small frame (an ACK) would wait ~40 ms for delayed ACKs.
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
+                    properties: Any) -> None:
+        if reason_code.is_failure:
+            if not self._first_connack.is_set():
+                self._refusal = str(reason_code)
+                self._first_connack.set()
+            return
+        self._counts["connects"] += 1
+        if self._subscriptions:
+            client.subscribe([(topic, 0) for topic in self._subscriptions])
+        if self._birth is not None:
+            client.publish(self._birth.topic, self._birth.payload, qos=0,
+                           retain=self._birth.retained)
+        self._connected.set()
+        self._first_connack.set()
+
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
+                       properties: Any) -> None:
+        self._connected.clear()
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        payload = bytes(msg.payload)
+        self._counts["messages_received"] += 1
+        self._counts["bytes_received"] += len(payload)
+        try:
+            self._queue.put_nowait(Message(msg.topic, payload, bool(msg.retain)))
+        except queue.Full:
+            self._counts["dropped"] += 1
+
+    # -- Transport ------------------------------------------------------------------------
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        """QoS 0. While reconnecting the message is lost and counted in ``stats().unsent``."""
+        if self._closed or not self._started:
+            raise TransportError(f"publish on {topic!r}: the transport is "
+                                 f"{'closed' if self._closed else 'not connected yet'}")
+        self._pace(len(payload))
+        try:
+            info = self._client.publish(topic, payload, qos=0, retain=retain)
+        except (ValueError, TypeError, OSError) as exc:
+            raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
+            with self._publish_lock:
+                self._counts["messages_sent"] += 1
+                self._counts["bytes_sent"] += len(payload)
+        else:
+            with self._publish_lock:
+                self._counts["unsent"] += 1
+
+    def _pace(self, nbytes: int) -> None:
+        if self._bucket is None:
+            return
+        with self._publish_lock:
+            delay = self._bucket.reserve(nbytes, time.monotonic())
+            self._paced_seconds += delay
+        if delay > 0:
+            time.sleep(delay)
+
+    def receive(self, timeout: float) -> list[Message]:
+        out: list[Message] = []
+        try:
+            out.append(self._queue.get(timeout=timeout) if timeout > 0
+                       else self._queue.get_nowait())
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def dropped(self) -> int:
+        return self._counts["dropped"]
+
+    def close(self) -> None:
+        """Flush what was published, DISCONNECT cleanly (no Will), stop paho's thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            self._client.disconnect()
+        with contextlib.suppress(RuntimeError):
+            self._client.loop_stop()
+        self._connected.clear()
+
+    # -- helpers for the runtime ----------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        """True once connected (again); False after ``timeout`` seconds without."""
+        return self._connected.wait(timeout)
+
+    def stats(self) -> TransportStats:
+        c = self._counts
+        return TransportStats(
+            bytes_sent=c["bytes_sent"], bytes_received=c["bytes_received"],
+            messages_sent=c["messages_sent"], messages_received=c["messages_received"],
+            dropped=c["dropped"], unsent=c["unsent"], connects=c["connects"],
+            paced_seconds=self._paced_seconds,
+        )
+
+    def tcp_nodelay(self) -> bool:
+        """Whether Nagle is off on the current socket (False when not connected)."""
+        sock = self._client.socket()
+        if sock is None:
+            return False
+        try:
+            return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        except OSError:
+            return False
