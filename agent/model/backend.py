@@ -1,0 +1,118 @@
+"""The small interface the agent runtime trains through, and its numpy implementation.
+
+A backend owns the parameters and the optimizer state. ``state()`` is params followed by the
+optimizer's ``state_vector()`` (step count + slots) as one flat float32 vector: a rejoining
+agent loads a peer's state and continues byte-identical with it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.model import mlp
+from agent.model.optim import SGD, Adam, make_optimizer
+
+F32 = npt.NDArray[np.float32]
+BACKENDS = ("numpy", "litert")
+
+
+class Backend(Protocol):
+    name: str
+
+    def params(self) -> F32: ...
+
+    def set_params(self, flat: F32) -> None: ...
+
+    def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]:
+        """(mean loss, flat gradient) on one batch; the parameters do not change."""
+        ...
+
+    def apply(self, grad: F32) -> None:
+        """One optimizer step with the (averaged) gradient."""
+        ...
+
+    def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
+        """(mean loss, accuracy)."""
+        ...
+
+    def state(self) -> F32: ...
+
+    def load_state(self, state: F32) -> None: ...
+
+    def model_hash(self) -> int: ...
+
+
+def params_hash(params: F32) -> int:
+    """Stable 32-bit hash of the parameter bytes (little-endian float32)."""
+    return zlib.crc32(np.ascontiguousarray(params, dtype="<f4").tobytes())
+
+
+def check_flat(flat: npt.ArrayLike, length: int, what: str) -> F32:
+    array = np.asarray(flat, dtype=np.float32)
+    if array.shape != (length,):
+        raise ValueError(f"{what} must be a flat float32 vector of {length}, got {array.shape}")
+    return array
+
+
+class NumpyBackend:
+    """The reference backend: ``agent.model.mlp`` + an optimizer from ``agent.model.optim``."""
+
+    name = "numpy"
+
+    def __init__(self, params: F32, optimizer: SGD | Adam) -> None:
+        self._params = check_flat(params, mlp.PARAM_COUNT, "params").copy()
+        self.optimizer = optimizer
+        optimizer.init_slots(mlp.PARAM_COUNT)
+        self.state_size = mlp.PARAM_COUNT + optimizer.state_size(mlp.PARAM_COUNT)
+
+    def params(self) -> F32:
+        return self._params.copy()
+
+    def set_params(self, flat: F32) -> None:
+        self._params = check_flat(flat, mlp.PARAM_COUNT, "params").copy()
+
+    def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]:
+        loss, grad = mlp.loss_and_grad(self._params, x, y)
+        return loss, grad.astype(np.float32, copy=False)
+
+    def apply(self, grad: F32) -> None:
+        grad = check_flat(grad, mlp.PARAM_COUNT, "gradient")
+        self._params = self.optimizer.step(self._params, grad).astype(np.float32, copy=False)
+
+    def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
+        logits = mlp.forward(self._params, x)
+        return mlp.cross_entropy(logits, y), float(np.mean(np.argmax(logits, axis=1) == y))
+
+    def state(self) -> F32:
+        return np.concatenate([self._params, self.optimizer.state_vector()]).astype(np.float32)
+
+    def load_state(self, state: F32) -> None:
+        state = check_flat(state, self.state_size, "state")
+        self._params = state[: mlp.PARAM_COUNT].copy()
+        self.optimizer.load_state_vector(state[mlp.PARAM_COUNT :])
+
+    def model_hash(self) -> int:
+        return params_hash(self._params)
+
+
+def make_backend(
+    name: str,
+    rng: np.random.Generator,
+    optimizer: str = "adam",
+    lr: float | None = None,
+    momentum: float = 0.9,
+) -> Backend:
+    """A fresh backend with parameters drawn from ``rng`` (same rng -> same weights)."""
+    params = mlp.init_params(rng)
+    opt = make_optimizer(optimizer, lr, momentum)
+    if name == "numpy":
+        return NumpyBackend(params, opt)
+    if name == "litert":
+        from agent.model.litert_backend import LitertBackend  # lazy: optional dependency
+
+        return LitertBackend(params, opt)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,134 @@
+"""Optimizers as small state objects over the flat parameter vector.
+
+``state_vector()`` is [step count, slot vectors...] as ONE flat float32 array, so that a
+rejoining agent can copy the full training state from a peer and continue byte-identical.
+The arithmetic (float32, operation order) is mirrored by the LiteRT ``apply`` signature.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+OPTIMIZERS = ("sgd", "adam")
+
+
+class Optimizer(Protocol):
+    name: str
+    lr: float
+
+    def step(self, params: F32, grad: F32) -> F32:
+        """The new parameters after one step with gradient ``grad``."""
+        ...
+
+    def init_slots(self, param_count: int) -> None:
+        """Allocate zeroed slots now, so that ``state_vector()`` has its final length."""
+        ...
+
+    def state_vector(self) -> F32: ...
+
+    def load_state_vector(self, state: F32) -> None: ...
+
+    def state_size(self, param_count: int) -> int:
+        """Length of ``state_vector()`` for a model of ``param_count`` parameters."""
+        ...
+
+
+def _as_state(state: F32, name: str, slots: int) -> tuple[int, list[F32]]:
+    """Split [step, slot_1..., slot_k...] into the step count and ``slots`` equal vectors."""
+    state = np.asarray(state, dtype=np.float32)
+    if state.ndim != 1 or state.size < 1 or (state.size - 1) % slots:
+        raise ValueError(
+            f"{name} state must be a flat float32 vector [step, {slots} equal slot vectors]"
+        )
+    n = (state.size - 1) // slots
+    return int(state[0]), [state[1 + i * n : 1 + (i + 1) * n].copy() for i in range(slots)]
+
+
+class SGD:
+    """SGD with (heavy-ball) momentum: v = momentum*v + g; p = p - lr*v."""
+
+    name = "sgd"
+
+    def __init__(self, lr: float = 0.01, momentum: float = 0.0) -> None:
+        self.lr = float(lr)
+        self.momentum = float(momentum)
+        self.steps = 0
+        self.velocity: F32 | None = None
+
+    def init_slots(self, param_count: int) -> None:
+        self.velocity = np.zeros(param_count, dtype=np.float32)
+
+    def step(self, params: F32, grad: F32) -> F32:
+        if self.velocity is None:
+            self.init_slots(params.size)
+        assert self.velocity is not None
+        self.velocity *= np.float32(self.momentum)
+        self.velocity += grad
+        self.steps += 1
+        return params - np.float32(self.lr) * self.velocity
+
+    def state_size(self, param_count: int) -> int:
+        return 1 + param_count
+
+    def state_vector(self) -> F32:
+        velocity = self.velocity if self.velocity is not None else np.zeros(0, np.float32)
+        return np.concatenate([np.float32([self.steps]), velocity]).astype(np.float32)
+
+    def load_state_vector(self, state: F32) -> None:
+        self.steps, (velocity,) = _as_state(state, "SGD", 1)
+        self.velocity = velocity if velocity.size else None
+
+
+class Adam:
+    """Adam (Kingma & Ba) with bias correction, float32 throughout."""
+
+    name = "adam"
+
+    def __init__(
+        self, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-7
+    ) -> None:
+        self.lr, self.b1, self.b2, self.eps = float(lr), float(b1), float(b2), float(eps)
+        self.steps = 0
+        self.m: F32 | None = None
+        self.v: F32 | None = None
+
+    def init_slots(self, param_count: int) -> None:
+        self.m = np.zeros(param_count, dtype=np.float32)
+        self.v = np.zeros(param_count, dtype=np.float32)
+
+    def step(self, params: F32, grad: F32) -> F32:
+        if self.m is None or self.v is None:
+            self.init_slots(params.size)
+        assert self.m is not None and self.v is not None
+        self.steps += 1
+        t = np.float32(self.steps)
+        f32 = np.float32
+        self.m = f32(self.b1) * self.m + f32(1.0 - self.b1) * grad
+        self.v = f32(self.b2) * self.v + f32(1.0 - self.b2) * (grad * grad)
+        m_hat = self.m / (f32(1.0) - f32(self.b1) ** t)
+        v_hat = self.v / (f32(1.0) - f32(self.b2) ** t)
+        return params - (f32(self.lr) * m_hat) / (np.sqrt(v_hat) + f32(self.eps))
+
+    def state_size(self, param_count: int) -> int:
+        return 1 + 2 * param_count
+
+    def state_vector(self) -> F32:
+        slots = [s for s in (self.m, self.v) if s is not None]
+        return np.concatenate([np.float32([self.steps]), *slots]).astype(np.float32)
+
+    def load_state_vector(self, state: F32) -> None:
+        self.steps, (m, v) = _as_state(state, "Adam", 2)
+        self.m, self.v = (m, v) if m.size else (None, None)
+
+
+def make_optimizer(name: str, lr: float | None = None, momentum: float = 0.9) -> SGD | Adam:
+    """``sgd`` (default lr 0.01, momentum 0.9) or ``adam`` (default lr 1e-3)."""
+    if name == "sgd":
+        return SGD(lr=0.01 if lr is None else lr, momentum=momentum)
+    if name == "adam":
+        return Adam(lr=1e-3 if lr is None else lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
