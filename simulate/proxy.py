@@ -1,0 +1,177 @@
+"""A user-space TCP proxy between one agent and the broker, to add latency and limit bandwidth.
+
+This kernel has no netem, so delay and rate limits are applied here: every chunk of bytes read
+from one side is written to the other side no earlier than ``latency`` seconds later, and no
+faster than ``bytes_per_second`` (a token bucket per direction, FIFO preserved). Limits can be
+changed while connections are open. The proxy runs its own asyncio loop in a daemon thread;
+``stop()`` closes the listener and every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+READ_SIZE = 64 * 1024
+
+
+@dataclass
+class Shaping:
+    """Current limits; read by the pumps for every chunk, so changes apply at once."""
+
+    latency: float = 0.0
+    bytes_per_second: float | None = None
+
+
+class _Pump:
+    """One direction of one connection: read, stamp a due time, write when due."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 shaping: Shaping, counter: list[int]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.shaping = shaping
+        self.counter = counter
+        self.queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        self.last_due = 0.0
+
+    async def read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while data := await self.reader.read(READ_SIZE):
+                now = loop.time()
+                due = max(now + self.shaping.latency, self.last_due)
+                rate = self.shaping.bytes_per_second
+                if rate:
+                    # Serialisation delay: the chunk occupies the link for len/rate seconds.
+                    due = max(due, self.last_due) + len(data) / rate
+                self.last_due = due
+                await self.queue.put((due, data))
+        finally:
+            await self.queue.put((0.0, b""))
+
+    async def write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due, data = await self.queue.get()
+            if not data:
+                break
+            wait = due - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.writer.write(data)
+            await self.writer.drain()
+            self.counter[0] += len(data)
+        with contextlib.suppress(OSError):
+            self.writer.close()
+
+
+class TcpProxy:
+    """Listen on ``listen_host``:port (0 = any free port), forward to ``target``."""
+
+    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1",
+                 listen_port: int = 0, name: str = "proxy") -> None:
+        self.target = (target_host, target_port)
+        self.listen = (listen_host, listen_port)
+        self.name = name
+        self.shaping_up = Shaping()  # agent -> broker
+        self.shaping_down = Shaping()  # broker -> agent
+        self.bytes_up = [0]
+        self.bytes_down = [0]
+        self.connections = 0
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self, timeout: float = 10.0) -> int:
+        """Start listening; return the bound port once the socket is open."""
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._handle, *self.listen)
+                )
+                self.port = self._server.sockets[0].getsockname()[1]
+            except OSError as exc:
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name=self.name, daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout) or errors:
+            raise OSError(f"{self.name}: cannot listen on {self.listen}: {errors[0] if errors else 'timeout'}")
+        return self.port
+
+    def set_latency(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"latency must be >= 0, got {seconds}")
+        self.shaping_up.latency = self.shaping_down.latency = seconds
+
+    def set_bandwidth(self, bytes_per_second: float | None) -> None:
+        if bytes_per_second is not None and bytes_per_second <= 0:
+            raise ValueError(f"bandwidth must be > 0 bytes/s, got {bytes_per_second}")
+        self.shaping_up.bytes_per_second = self.shaping_down.bytes_per_second = bytes_per_second
+
+    def clear(self) -> None:
+        self.set_latency(0.0)
+        self.set_bandwidth(None)
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _handle(self, client_reader: asyncio.StreamReader,
+                      client_writer: asyncio.StreamWriter) -> None:
+        try:
+            broker_reader, broker_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_writer.close()
+            return
+        self.connections += 1
+        up = _Pump(client_reader, broker_writer, self.shaping_up, self.bytes_up)
+        down = _Pump(broker_reader, client_writer, self.shaping_down, self.bytes_down)
+        tasks = [self._spawn(p.read_loop()) for p in (up, down)]
+        tasks += [self._spawn(p.write_loop()) for p in (up, down)]
+        try:
+            await asyncio.gather(*tasks)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            for writer in (client_writer, broker_writer):
+                with contextlib.suppress(OSError, RuntimeError):
+                    writer.close()

@@ -1,0 +1,393 @@
+"""Scenario files: a fleet, the agents' options and the faults to inject, in TOML.
+
+A scenario is validated completely (pydantic, unknown keys rejected) before anything starts;
+``load_scenario`` raises ``ScenarioError`` whose message names the file, the offending entry
+and what to write instead. Rounds are the agents' round numbers (the ones in telemetry and on
+the dashboard). A fault is in effect from the start of ``at_round`` until the start of its
+``heal_round`` (``restart_round`` for a crash, ``resume_round`` for a hang); without one it
+lasts to the end of the run.
+
+Example::
+
+    name = "thesis-1-fault"
+    description = "one tree link cut between iterations 5 and 10"
+
+    [fleet]
+    nodes = 7
+    rounds = 15
+
+    [agent]                      # any `edgegrove agent` option (its config-file keys)
+    timeout_mode = "fixed"
+    timeout = 0.5
+
+    [[faults]]
+    kind = "link"                # link | loss | latency | bandwidth | crash | hang | isolate
+    nodes = [1, 3]               # the link's two ends
+    at_round = 5
+    heal_round = 10
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+DEFAULT_SCENARIO = "default"
+
+Phase = Literal["start", "mid"]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message says where and what to change."""
+
+
+class _Fault(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_round: int = Field(ge=0, description="round at whose start the fault begins")
+    phase: Phase = Field(
+        "start",
+        description="'start': when the fleet enters at_round; 'mid': half a round later "
+        "(during that round's allreduce)",
+    )
+
+    @property
+    def end_round(self) -> int | None:
+        """Round at whose start the fault is undone; None = lasts to the end of the run."""
+        return None
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        """Node ids the fault names (checked against the fleet size)."""
+        raise NotImplementedError
+
+    def _check_end(self, end: int | None, name: str) -> None:
+        if end is not None and end <= self.at_round:
+            raise ValueError(f"{name} ({end}) must come after at_round ({self.at_round})")
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class LinkFault(_Fault):
+    """Cut the link between two nodes: at the broker (dynamic security) or agent-side drop."""
+
+    kind: Literal["link"]
+    nodes: tuple[int, int]
+    heal_round: int | None = None
+    via: Literal["auto", "broker", "agent"] = Field(
+        "auto", description="broker = dynsec revoke (mosquitto only); agent = agents drop frames"
+    )
+    one_way: bool = Field(False, description="cut only nodes[0] -> nodes[1]")
+
+    @model_validator(mode="after")
+    def _check(self) -> LinkFault:
+        if self.nodes[0] == self.nodes[1]:
+            raise ValueError(f"a link needs two different nodes, got {list(self.nodes)}")
+        self._check_end(self.heal_round, "heal_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.heal_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return self.nodes
+
+    def describe(self) -> str:
+        arrow = "->" if self.one_way else "<->"
+        return f"link {self.nodes[0]}{arrow}{self.nodes[1]} cut"
+
+
+class LossFault(_Fault):
+    """Each link frame the node sends or receives is dropped with probability p."""
+
+    kind: Literal["loss"]
+    node: int
+    p: float = Field(gt=0.0, le=1.0)
+    heal_round: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> LossFault:
+        self._check_end(self.heal_round, "heal_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.heal_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} loses frames with p={self.p:g}"
+
+
+class LatencyFault(_Fault):
+    """Extra one-way delay on the node's traffic: through its TCP proxy or agent-side."""
+
+    kind: Literal["latency"]
+    node: int
+    seconds: float = Field(gt=0.0, le=30.0)
+    heal_round: int | None = None
+    via: Literal["auto", "proxy", "agent"] = Field(
+        "auto", description="proxy = user-space TCP proxy (auto); agent = agent holds frames"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LatencyFault:
+        self._check_end(self.heal_round, "heal_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.heal_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} +{self.seconds * 1000:g} ms latency"
+
+
+class BandwidthFault(_Fault):
+    """Limit the node's traffic (each direction) through its TCP proxy."""
+
+    kind: Literal["bandwidth"]
+    node: int
+    bytes_per_second: float = Field(ge=1000.0)
+    heal_round: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> BandwidthFault:
+        self._check_end(self.heal_round, "heal_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.heal_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} limited to {self.bytes_per_second / 1e6:g} MB/s"
+
+
+class CrashFault(_Fault):
+    """SIGKILL the node's process; respawn it (same checkpoint dir) at restart_round."""
+
+    kind: Literal["crash"]
+    node: int
+    restart_round: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> CrashFault:
+        self._check_end(self.restart_round, "restart_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.restart_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} crashed (SIGKILL)"
+
+
+class HangFault(_Fault):
+    """SIGSTOP the node's process (socket open, silent); SIGCONT at resume_round."""
+
+    kind: Literal["hang"]
+    node: int
+    resume_round: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> HangFault:
+        self._check_end(self.resume_round, "resume_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.resume_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} hung (SIGSTOP)"
+
+
+class IsolateFault(_Fault):
+    """Drop all of the node's packets with iptables in its network namespace (root only)."""
+
+    kind: Literal["isolate"]
+    node: int
+    heal_round: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> IsolateFault:
+        self._check_end(self.heal_round, "heal_round")
+        return self
+
+    @property
+    def end_round(self) -> int | None:
+        return self.heal_round
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
+
+    def describe(self) -> str:
+        return f"node {self.node} isolated (netns + iptables)"
+
+
+Fault = Annotated[
+    LinkFault | LossFault | LatencyFault | BandwidthFault | CrashFault | HangFault | IsolateFault,
+    Field(discriminator="kind"),
+]
+FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "crash", "hang", "isolate")
+_FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
+
+
+class FleetSection(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: int = Field(7, ge=1, le=256, description="agents in the fleet")
+    rounds: int = Field(30, ge=1, description="rounds to train")
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    fleet: FleetSection = FleetSection()
+    agent: dict[str, Any] = Field(
+        default_factory=dict, description="options for every agent (`edgegrove agent` config keys)"
+    )
+    faults: list[Fault] = Field(default_factory=list)
+
+    def with_fleet(self, nodes: int | None, rounds: int | None) -> Scenario:
+        """The scenario with the command line's --nodes/--rounds, re-checked."""
+        fleet = self.fleet.model_copy(
+            update={k: v for k, v in (("nodes", nodes), ("rounds", rounds)) if v is not None}
+        )
+        scenario = self.model_copy(update={"fleet": fleet})
+        scenario.check_fleet()
+        return scenario
+
+    def check_fleet(self) -> None:
+        """Every node id exists and every fault happens within the run."""
+        n, rounds = self.fleet.nodes, self.fleet.rounds
+        for index, fault in enumerate(self.faults):
+            where = f"faults[{index}] ({fault.kind})"
+            bad = [t for t in fault.targets if not 0 <= t < n]
+            if bad:
+                raise ScenarioError(
+                    f"{where}: node id {bad[0]} is out of range: this fleet has {n} nodes "
+                    f"(ids 0..{n - 1}); use a smaller id or --nodes {max(bad) + 1}"
+                )
+            if fault.at_round >= rounds:
+                raise ScenarioError(
+                    f"{where}: at_round {fault.at_round} is past the end of the run "
+                    f"({rounds} rounds, 0..{rounds - 1}); use --rounds {fault.at_round + 1} or more"
+                )
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "scenario"
+        msg = err["msg"]
+        if err["type"] == "union_tag_invalid":
+            msg = f"unknown fault kind {err.get('input', {}).get('kind')!r}; use one of: " + ", ".join(FAULT_KINDS)
+        elif err["type"] == "union_tag_not_found":
+            msg = "a fault needs `kind = ...`, one of: " + ", ".join(FAULT_KINDS)
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see the scenario format in README.md)"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    """Parse and validate TOML text. Raises ScenarioError with a readable message."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"scenario {source} is not valid TOML: {exc}") from None
+    data.setdefault("name", Path(source).stem)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"scenario {source} is not valid:\n{_format_errors(exc)}") from None
+    _check_agent_options(scenario.agent, source)
+    try:
+        scenario.check_fleet()
+    except ScenarioError as exc:
+        raise ScenarioError(f"scenario {source}: {exc}") from None
+    return scenario
+
+
+# Options the simulator sets itself for every agent: a scenario may not override them.
+RESERVED_AGENT_OPTIONS = frozenset(
+    {"id", "job", "broker", "username", "password", "credentials", "fleet_size", "rounds",
+     "checkpoint_dir", "tls_ca"}
+)
+
+
+def _check_agent_options(options: dict[str, Any], source: str) -> None:
+    from agent.config import AgentConfig
+
+    reserved = sorted(set(options) & RESERVED_AGENT_OPTIONS)
+    if reserved:
+        raise ScenarioError(
+            f"scenario {source}: [agent] may not set {', '.join(reserved)}: the simulator sets "
+            "them (use [fleet] nodes/rounds or the command's flags)"
+        )
+    try:
+        AgentConfig(id=0, **options)
+    except ValidationError as exc:
+        raise ScenarioError(f"scenario {source}: [agent] is not valid:\n{_format_errors(exc)}") from None
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in _builtin_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def _builtin_dir() -> Any:
+    return resources.files("simulate") / "scenarios"
+
+
+def load_scenario(name_or_path: str | Path | None) -> Scenario:
+    """A scenario from a file path, or a built-in one by name (default: 'default')."""
+    name = str(name_or_path) if name_or_path is not None else DEFAULT_SCENARIO
+    path = Path(name)
+    if path.suffix == ".toml" or path.exists():
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ScenarioError(
+                f"scenario file {path} does not exist; built-in scenarios: {', '.join(builtin_names())}"
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"scenario file {path} cannot be read: {exc}") from None
+        return parse_scenario(text, str(path))
+    if name not in builtin_names():
+        raise ScenarioError(
+            f"no scenario named {name!r}: give a .toml file or one of: {', '.join(builtin_names())}"
+        )
+    text = (_builtin_dir() / f"{name}.toml").read_text()
+    return parse_scenario(text, f"{name}.toml")
