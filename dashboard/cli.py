@@ -1,0 +1,119 @@
+"""`edgegrove dashboard`: serve the live fleet dashboard of one job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dashboard.settings import DashboardSettings
+
+DESCRIPTION = (
+    "Serve the live dashboard of one Edgegrove job: it subscribes to the job's status, view "
+    "and telemetry topics on the broker and serves the page, a REST API (/api/fleet, "
+    "/api/rounds, /api/events, docs at /docs) and a WebSocket. Fault controls are enabled only "
+    "with --control-token."
+)
+TOKEN_ENV = "EDGEGROVE_CONTROL_TOKEN"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", default="mqtt://127.0.0.1:1883",
+                        help="MQTT broker URL, mqtt://HOST:PORT (mqtts:// for TLS)")
+    parser.add_argument("--job", default="default", help="the job whose topics to follow")
+    parser.add_argument("--topic-prefix", default="",
+                        help="topic prefix, if the job does not use edgegrove/<job>")
+    parser.add_argument("--username", help="MQTT user name (with --password)")
+    parser.add_argument("--password", help="MQTT password (prefer --credentials FILE)")
+    parser.add_argument("--credentials", type=Path, metavar="FILE",
+                        help="file with the MQTT credentials: JSON {\"username\": ..., "
+                             "\"password\": ...} or one line USER:PASSWORD")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; 0.0.0.0 exposes the dashboard to the network")
+    parser.add_argument("--port", type=int, default=8080, help="HTTP port; 0 picks a free one")
+    parser.add_argument("--control-token", default=None,
+                        help=f"enable fault controls for clients sending this bearer token "
+                             f"(at least 8 characters; default: ${TOKEN_ENV}, else disabled)")
+    parser.add_argument("--event-log", type=Path, metavar="PATH",
+                        help="append every event of the timeline to this JSON-lines file")
+    parser.add_argument("--max-rounds", type=int, default=2000,
+                        help="rounds kept in memory for the charts and /api/rounds")
+    parser.add_argument("--max-events", type=int, default=2000,
+                        help="events kept in memory for the timeline and /api/events")
+    parser.add_argument("--hung-after", type=float, default=15.0,
+                        help="seconds without telemetry, while the fleet moves on, before a node "
+                             "is shown as hung (suspected after a third of it)")
+    parser.add_argument("--url-file", type=Path, metavar="PATH",
+                        help="also write the dashboard's URL to this file once it listens")
+
+
+def read_credentials(path: Path) -> tuple[str, str]:
+    """USER:PASSWORD or JSON {"username", "password"}; ValueError says what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the credentials file {path}: {exc.strerror}") from None
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+            return str(data["username"]), str(data["password"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(
+                f"{path}: expected JSON with \"username\" and \"password\" keys"
+            ) from None
+    user, sep, password = text.partition(":")
+    if not sep or not user:
+        raise ValueError(f"{path}: expected one line USER:PASSWORD (or a JSON object)")
+    return user, password
+
+
+def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
+    from dashboard.settings import DashboardSettings
+
+    username, password = args.username, args.password
+    if args.credentials is not None:
+        username, password = read_credentials(args.credentials)
+    if password is not None and username is None:
+        raise ValueError("--password needs --username")
+    token = args.control_token or os.environ.get(TOKEN_ENV) or None
+    return DashboardSettings(
+        broker_url=args.broker,
+        job=args.job,
+        topic_prefix=args.topic_prefix,
+        username=username,
+        password=password,
+        host=args.host,
+        port=args.port,
+        control_token=token,
+        event_log=args.event_log,
+        max_rounds=args.max_rounds,
+        max_events=args.max_events,
+        hung_after=args.hung_after,
+        suspect_after=args.hung_after / 3,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        print(f"edgegrove dashboard: {exc}", file=sys.stderr)
+        return 2
+    from dashboard.server import bind_socket, make_server, url_of
+
+    try:
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as exc:
+        print(f"edgegrove dashboard: {exc}", file=sys.stderr)
+        return 2
+    url = url_of(settings.host, sock.getsockname()[1])
+    print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
+          f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
+    if args.url_file is not None:
+        args.url_file.write_text(url + "\n", encoding="utf-8")
+    make_server(settings).run(sockets=[sock])
+    return 0

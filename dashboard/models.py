@@ -1,0 +1,233 @@
+"""Pydantic response models (they make /docs accurate) and their construction from FleetState."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agent.protocol.topology import Tree
+from dashboard.state import FleetEvent, FleetState, LinkInfo, NodeInfo, RoundSummary
+
+
+class ViewModel(BaseModel):
+    epoch: int
+    members: list[int]
+    arity: int
+    coordinator: int
+    from_round: int
+
+
+class NodeModel(BaseModel):
+    node: int
+    state: Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
+    status: str = Field(description="last status message: online, joining, offline or unknown")
+    incarnation: int
+    pid: int
+    in_view: bool
+    parent: int | None = Field(description="tree parent in the current view (None: root/outside)")
+    depth: int | None
+    backup: int | None
+    last_round: int | None
+    seconds_silent: float | None = Field(description="seconds since its last telemetry")
+    loss: float | None
+    accuracy: float | None
+    degraded: bool
+    model_hash: str
+    bytes_sent: int
+    bytes_received: int
+    reroutes: int
+
+
+class LinkModel(BaseModel):
+    a: int
+    b: int
+    kind: Literal["tree", "backup", "extra"]
+    state: Literal["ok", "suspected", "failed", "rerouted", "unknown"]
+
+
+class CountersModel(BaseModel):
+    messages: dict[str, int]
+    malformed: dict[str, int] = Field(description="messages ignored, by reason")
+    malformed_total: int
+    rejected_frames: dict[str, int] = Field(description="frames agents rejected, by reason")
+    rejected_total: int
+    rounds: int
+    latest_round: int | None
+    bytes_sent: int
+    reroutes: int
+    timeouts: int
+    degraded_rounds: int
+    late_telemetry: int
+    events: int
+
+
+class BrokerModel(BaseModel):
+    url: str | None
+    connected: bool
+    last_error: str
+    connects: int
+
+
+class FleetModel(BaseModel):
+    job: str
+    version: int
+    controls_enabled: bool
+    broker: BrokerModel
+    view: ViewModel | None
+    nodes: list[NodeModel]
+    links: list[LinkModel]
+    counters: CountersModel
+
+
+class RoundModel(BaseModel):
+    round: int
+    epoch: int
+    algorithm: str
+    version: int
+    reports: int
+    members: int
+    loss: float | None
+    accuracy: float | None
+    round_seconds: float
+    bytes_sent: int
+    reroutes: int
+    timeouts: int
+    nacks: int
+    pulls: int
+    degraded: bool
+    degraded_nodes: int
+    missing_chunks: int
+    contributors: int
+    event_kinds: list[str]
+
+
+class EventModel(BaseModel):
+    seq: int
+    time: float = Field(description="Unix time (seconds) when the dashboard saw it")
+    kind: str
+    node: int | None
+    peer: int | None
+    round: int | None
+    detail: str
+
+
+class HealthModel(BaseModel):
+    ok: bool
+    broker_connected: bool
+    version: int
+
+
+class ConfigModel(BaseModel):
+    job: str
+    controls_enabled: bool
+    push_interval: float
+
+
+class ControlRequest(BaseModel):
+    action: Literal["cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency",
+                    "isolate", "rejoin"]
+    node: int = Field(ge=0, le=1023)
+    peer: int | None = Field(default=None, ge=0, le=1023)
+    value: float | None = None
+    one_way: bool = False
+
+
+class ControlResponse(BaseModel):
+    published: bool
+    topic: str
+
+
+class SnapshotMessage(BaseModel):
+    """What the WebSocket sends: the fleet, plus rounds and events changed since the last one."""
+
+    type: Literal["snapshot"] = "snapshot"
+    full: bool = Field(description="True: rounds/events are the whole history, not a delta")
+    fleet: FleetModel
+    rounds: list[RoundModel]
+    events: list[EventModel]
+
+
+def node_model(info: NodeInfo, tree: Tree | None, now: float) -> NodeModel:
+    in_view = tree is not None and info.node in tree
+    return NodeModel(
+        node=info.node,
+        state=info.display,
+        status=info.status,
+        incarnation=info.incarnation,
+        pid=info.pid,
+        in_view=in_view,
+        parent=tree.parent(info.node) if tree is not None and in_view else None,
+        depth=tree.depth(info.node) if tree is not None and in_view else None,
+        backup=tree.backup(info.node) if tree is not None and in_view else None,
+        last_round=info.last_round,
+        seconds_silent=None if info.last_seen is None else round(max(0.0, now - info.last_seen), 2),
+        loss=info.loss,
+        accuracy=info.accuracy,
+        degraded=info.degraded,
+        model_hash=info.model_hash,
+        bytes_sent=info.bytes_sent,
+        bytes_received=info.bytes_received,
+        reroutes=info.reroutes,
+    )
+
+
+def link_model(link: LinkInfo) -> LinkModel:
+    return LinkModel(a=link.a, b=link.b, kind=link.kind, state=link.state)
+
+
+def counters_model(state: FleetState) -> CountersModel:
+    c = state.counters
+    return CountersModel(
+        messages=dict(c.messages),
+        malformed=dict(c.malformed),
+        malformed_total=sum(c.malformed.values()),
+        rejected_frames=dict(c.rejected_frames),
+        rejected_total=sum(c.rejected_frames.values()),
+        rounds=c.rounds,
+        latest_round=state.latest_round,
+        bytes_sent=c.bytes_sent,
+        reroutes=c.reroutes,
+        timeouts=c.timeouts,
+        degraded_rounds=c.degraded_rounds,
+        late_telemetry=c.late_telemetry,
+        events=state.next_seq - 1,
+    )
+
+
+def fleet_model(
+    state: FleetState, job: str, broker: BrokerModel, controls: bool, now: float
+) -> FleetModel:
+    tree = state.tree
+    view = state.view
+    return FleetModel(
+        job=job,
+        version=state.version,
+        controls_enabled=controls,
+        broker=broker,
+        view=None if view is None else ViewModel(
+            epoch=view.epoch, members=list(view.members), arity=view.arity,
+            coordinator=view.coordinator, from_round=view.from_round,
+        ),
+        nodes=[node_model(state.nodes[n], tree, now) for n in sorted(state.nodes)],
+        links=[link_model(link) for link in state.links.values()],
+        counters=counters_model(state),
+    )
+
+
+def round_model(s: RoundSummary) -> RoundModel:
+    return RoundModel(
+        round=s.round, epoch=s.epoch, algorithm=s.algorithm, version=s.version,
+        reports=s.reports, members=s.members, loss=s.loss, accuracy=s.accuracy,
+        round_seconds=s.round_seconds, bytes_sent=s.bytes_sent, reroutes=s.reroutes,
+        timeouts=s.timeouts, nacks=s.nacks, pulls=s.pulls, degraded=s.degraded,
+        degraded_nodes=s.degraded_nodes, missing_chunks=s.missing_chunks,
+        contributors=s.contributors, event_kinds=list(s.event_kinds),
+    )
+
+
+def event_model(e: FleetEvent, wall_offset: float) -> EventModel:
+    return EventModel(
+        seq=e.seq, time=round(e.time + wall_offset, 3), kind=e.kind, node=e.node, peer=e.peer,
+        round=e.round, detail=e.detail,
+    )

@@ -1,0 +1,85 @@
+"""Run the dashboard: in the foreground (the CLI) or in a thread (the simulator, tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import uvicorn
+
+from dashboard.app import create_app
+from dashboard.settings import DashboardSettings
+
+STARTUP_TIMEOUT = 20.0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind first, so that ``port=0`` gets a free port we know before uvicorn starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port} ({exc}); choose another --port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def make_server(settings: DashboardSettings) -> uvicorn.Server:
+    config = uvicorn.Config(
+        create_app(settings),
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        ws_ping_interval=10,
+        lifespan="on",
+    )
+    return uvicorn.Server(config)
+
+
+@dataclass
+class DashboardHandle:
+    """A dashboard serving in a background thread. ``stop()`` is idempotent."""
+
+    url: str
+    port: int
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    def __enter__(self) -> DashboardHandle:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def run_in_thread(settings: DashboardSettings) -> DashboardHandle:
+    """Start serving (``settings.port`` may be 0) and return once the server accepts requests."""
+    sock = bind_socket(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    server = make_server(settings)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="edgegrove-dashboard", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the dashboard server stopped during startup (see its log)")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the dashboard did not start within {STARTUP_TIMEOUT:.0f} s")
+        time.sleep(0.05)
+    return DashboardHandle(url_of(settings.host, port), port, server, thread)

@@ -1,0 +1,72 @@
+"""What one dashboard server needs to know, parsed once by the CLI (or built by the simulator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from agent.protocol.topics import Topics, validate_job
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    tls: bool = False
+
+
+def parse_broker_url(url: str) -> BrokerAddress:
+    """``mqtt://host:port`` (or ``mqtts://``, or a bare ``host:port``) -> address.
+
+    Raises ValueError with a message that says what a valid URL looks like.
+    """
+    text = url if "://" in url else f"mqtt://{url}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
+        raise ValueError(f"broker URL {url!r} is not valid: use mqtt://HOST:PORT")
+    tls = parts.scheme in ("mqtts", "ssl")
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError:
+        raise ValueError(f"broker URL {url!r} has a bad port: use mqtt://HOST:PORT") from None
+    return BrokerAddress(parts.hostname, port, tls)
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """Everything ``create_app`` needs. ``broker_url=None`` serves an empty fleet (tests)."""
+
+    broker_url: str | None = None
+    job: str = "default"
+    username: str | None = None
+    password: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    control_token: str | None = None
+    event_log: Path | None = None
+    topic_prefix: str = ""
+    # Memory bounds: the last rounds and events kept for the page and the REST API.
+    max_rounds: int = 2000
+    max_events: int = 2000
+    # A node that stays silent this long while the fleet moves on is suspected, then hung.
+    suspect_after: float = 5.0
+    hung_after: float = 15.0
+    # The WebSocket sends at most one snapshot per this many seconds.
+    push_interval: float = 0.2
+    client_id: str = ""
+
+    def __post_init__(self) -> None:
+        validate_job(self.job)
+        if self.broker_url is not None:
+            parse_broker_url(self.broker_url)
+        if self.control_token is not None and len(self.control_token) < 8:
+            raise ValueError("the control token must have at least 8 characters")
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.job, self.topic_prefix)
+
+    @property
+    def controls_enabled(self) -> bool:
+        return bool(self.control_token)

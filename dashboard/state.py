@@ -1,0 +1,489 @@
+"""The fleet as the dashboard sees it: a PURE reducer over status, view and telemetry messages.
+
+Every ``apply_*`` function takes the current ``FleetState``, one decoded message and the
+time ``now`` (injected: seconds on any monotonic scale) and returns ``(new_state, events)``.
+Nothing here does IO or reads a clock, so recorded message sequences replay exactly in
+tests. Memory is bounded: rounds and events are ring buffers (``max_rounds``,
+``max_events``); node ids are bounded by the message validation (0..1023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from agent.protocol.messages import Status, Telemetry, View
+from agent.protocol.topology import Tree
+
+NodeDisplay = Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
+LinkDisplay = Literal["ok", "suspected", "failed", "rerouted", "unknown"]
+LinkKind = Literal["tree", "backup", "extra"]
+Silence = Literal["", "suspected", "hung"]
+
+# Worst wins when the two ends of a link disagree: a link is as bad as its worst report.
+_LINK_SEVERITY: dict[str, int] = {"unknown": 0, "ok": 1, "suspected": 2, "rerouted": 3, "failed": 4}
+_LINK_EVENT: dict[str, str] = {
+    "suspected": "link_suspected",
+    "rerouted": "link_rerouted",
+    "failed": "link_failed",
+    "ok": "link_ok",
+}
+_MAX_TEXT = 200
+
+
+def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """One line of the timeline. ``seq`` grows by one per event, for ``?since=``."""
+
+    seq: int
+    time: float
+    kind: str
+    node: int | None = None
+    peer: int | None = None
+    round: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node: int
+    status: str = "unknown"  # the last Status.state, "unknown" before any status
+    incarnation: int = 0
+    pid: int = 0
+    rejoining: bool = False  # came back (after offline or as a new incarnation), not yet online
+    silence: Silence = ""  # from tick(): no telemetry for a while although the fleet moved on
+    last_round: int | None = None
+    last_seen: float | None = None  # `now` of its last telemetry
+    epoch: int | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    degraded: bool = False
+    model_hash: str = ""
+    bytes_sent: int = 0  # totals over every round it reported
+    bytes_received: int = 0
+    reroutes: int = 0
+    links: Mapping[int, str] = field(default_factory=lambda: _frozen({}))
+
+    @property
+    def display(self) -> NodeDisplay:
+        if self.status == "offline":
+            return "offline"
+        if self.silence:
+            return self.silence
+        if self.rejoining:
+            return "rejoining"
+        if self.status in ("online", "joining"):
+            return self.status  # type: ignore[return-value]
+        return "online" if self.last_seen is not None else "unknown"
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    a: int  # a < b: links are undirected on the page
+    b: int
+    kind: LinkKind
+    state: LinkDisplay
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """What the nodes reported about one round, merged as their telemetry arrives."""
+
+    round: int
+    epoch: int
+    algorithm: str
+    first_seen: float
+    version: int  # FleetState.version of its last update (WebSocket deltas)
+    reports: int = 0
+    members: int = 0
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    accuracy_sum: float = 0.0
+    accuracy_count: int = 0
+    round_seconds: float = 0.0  # the slowest node's phase_seconds["total"]
+    bytes_sent: int = 0
+    reroutes: int = 0
+    timeouts: int = 0
+    nacks: int = 0
+    pulls: int = 0
+    degraded_nodes: int = 0
+    missing_chunks: int = 0
+    contributors: int = 0
+    event_kinds: tuple[str, ...] = ()
+
+    @property
+    def loss(self) -> float | None:
+        return self.loss_sum / self.loss_count if self.loss_count else None
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.accuracy_sum / self.accuracy_count if self.accuracy_count else None
+
+    @property
+    def degraded(self) -> bool:
+        return self.degraded_nodes > 0
+
+
+@dataclass(frozen=True)
+class Counters:
+    messages: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
+    malformed: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
+    rejected_frames: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
+    rounds: int = 0  # distinct rounds seen
+    bytes_sent: int = 0
+    reroutes: int = 0
+    timeouts: int = 0
+    degraded_rounds: int = 0
+    late_telemetry: int = 0  # telemetry for a round already dropped from the ring buffer
+
+
+@dataclass(frozen=True)
+class FleetState:
+    max_rounds: int = 2000
+    max_events: int = 2000
+    suspect_after: float = 5.0
+    hung_after: float = 15.0
+    version: int = 0
+    nodes: Mapping[int, NodeInfo] = field(default_factory=lambda: _frozen({}))
+    view: View | None = None
+    links: Mapping[tuple[int, int], LinkInfo] = field(default_factory=lambda: _frozen({}))
+    rounds: Mapping[int, RoundSummary] = field(default_factory=lambda: _frozen({}))
+    events: tuple[FleetEvent, ...] = ()
+    next_seq: int = 1
+    counters: Counters = field(default_factory=Counters)
+
+    @property
+    def latest_round(self) -> int | None:
+        return max(self.rounds) if self.rounds else None
+
+    @property
+    def tree(self) -> Tree | None:
+        if self.view is None or not self.view.members:
+            return None
+        return Tree.of(self.view.members, self.view.arity)
+
+
+Result = tuple[FleetState, tuple[FleetEvent, ...]]
+
+
+# ---------------------------------------------------------------- public reducer functions
+
+
+def apply_status(state: FleetState, msg: Status, now: float) -> Result:
+    old = state.nodes.get(msg.node)
+    node = old or NodeInfo(msg.node)
+    drafts: list[_Draft] = []
+    returning = old is not None and old.status != "unknown" and (
+        (old.status == "offline" and msg.state != "offline") or msg.incarnation > old.incarnation
+    )
+    if msg.state == "offline" and old is not None and old.status in ("online", "joining"):
+        in_view = state.view is not None and msg.node in state.view.members
+        kind = "crash" if in_view else "offline"
+        drafts.append(_Draft(kind, msg.node, None, msg.round, "status offline (Last Will or exit)"))
+    elif returning:
+        detail = f"incarnation {msg.incarnation}, {msg.state}"
+        drafts.append(_Draft("rejoin", msg.node, None, msg.round, detail))
+    elif (old is None or old.status == "unknown") and msg.state != "offline":
+        drafts.append(_Draft("join", msg.node, None, msg.round, msg.state))
+    rejoining = (returning or node.rejoining) and msg.state == "joining"
+    node = replace(
+        node,
+        status=msg.state,
+        incarnation=msg.incarnation,
+        pid=msg.pid,
+        rejoining=rejoining,
+        silence="" if returning else node.silence,
+    )
+    state = _with_node(state, node)
+    state = _count(state, "status")
+    return _finish(state, drafts, now)
+
+
+def apply_view(state: FleetState, msg: View, now: float) -> Result:
+    drafts: list[_Draft] = []
+    old = state.view
+    if old is None or (old.epoch, old.members, old.arity) != (msg.epoch, msg.members, msg.arity):
+        drafts.append(_Draft("view_change", msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
+    state = replace(state, view=msg)
+    for member in msg.members:
+        if member not in state.nodes:
+            state = _with_node(state, NodeInfo(member))
+    state = _count(state, "view")
+    return _finish(state, drafts, now)
+
+
+def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
+    drafts = [_telemetry_event(msg, e) for e in msg.events if isinstance(e, dict)]
+    if msg.degraded and _round_degraded_count(state, msg.round) == 0:
+        detail = f"{msg.missing_chunks} chunks missing at node {msg.node}"
+        drafts.append(_Draft("degraded", msg.node, None, msg.round, detail))
+    node = state.nodes.get(msg.node) or NodeInfo(msg.node)
+    if node.silence:
+        drafts.append(_Draft("recovered", msg.node, None, msg.round, f"was {node.silence}"))
+    state = _with_node(state, _node_with_telemetry(node, msg, now))
+    state = _merge_round(state, msg, now, [d.kind for d in drafts])
+    state = _count(state, "telemetry")
+    return _finish(state, drafts, now)
+
+
+def apply_malformed(state: FleetState, reason: str, now: float) -> Result:
+    """A message that failed to decode (or came on a wrong topic): count it by reason."""
+    malformed = dict(state.counters.malformed)
+    malformed[reason] = malformed.get(reason, 0) + 1
+    counters = replace(state.counters, malformed=_frozen(malformed))
+    return replace(state, counters=counters, version=state.version + 1), ()
+
+
+def tick(state: FleetState, now: float) -> Result:
+    """Re-judge silent nodes: suspected, then hung, when the fleet moved on without them."""
+    latest = state.latest_round
+    drafts: list[_Draft] = []
+    for node in list(state.nodes.values()):
+        silence = _silence(state, node, latest, now)
+        if silence != node.silence:
+            state = _with_node(state, replace(node, silence=silence))
+            if silence:
+                quiet = now - (node.last_seen or now)
+                drafts.append(_Draft(silence, node.node, None, node.last_round, f"silent {quiet:.1f} s"))
+    if not drafts:
+        return state, ()
+    return _finish(state, drafts, now)
+
+
+def rounds_since(state: FleetState, since: int | None) -> list[RoundSummary]:
+    keys = sorted(r for r in state.rounds if since is None or r > since)
+    return [state.rounds[r] for r in keys]
+
+
+def events_since(state: FleetState, since: int | None) -> list[FleetEvent]:
+    return [e for e in state.events if since is None or e.seq > since]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """An event before it gets its sequence number and time."""
+
+    kind: str
+    node: int | None
+    peer: int | None
+    round: int | None
+    detail: str
+
+
+def _finish(state: FleetState, drafts: Iterable[_Draft], now: float) -> Result:
+    """Bump the version, re-derive links (adding link events), number and store events."""
+    state = replace(state, version=state.version + 1)
+    links = derive_links(state)
+    all_drafts = [*drafts, *_link_changes(state.links, links, state.latest_round)]
+    state = replace(state, links=_frozen(links))
+    seq = state.next_seq
+    events = tuple(
+        FleetEvent(seq + i, now, d.kind, d.node, d.peer, d.round, d.detail)
+        for i, d in enumerate(all_drafts)
+    )
+    if events:
+        kept = (*state.events, *events)[-state.max_events :]
+        state = replace(state, events=kept, next_seq=seq + len(events))
+    return state, events
+
+
+def _with_node(state: FleetState, node: NodeInfo) -> FleetState:
+    nodes = dict(state.nodes)
+    nodes[node.node] = node
+    return replace(state, nodes=_frozen(nodes))
+
+
+def _count(state: FleetState, kind: str) -> FleetState:
+    messages = dict(state.counters.messages)
+    messages[kind] = messages.get(kind, 0) + 1
+    return replace(state, counters=replace(state.counters, messages=_frozen(messages)))
+
+
+def _view_detail(old: View | None, new: View) -> str:
+    text = f"epoch {new.epoch}: {len(new.members)} members, arity {new.arity}"
+    if old is not None:
+        gone = sorted(set(old.members) - set(new.members))
+        came = sorted(set(new.members) - set(old.members))
+        text += "".join([f", left {gone}" if gone else "", f", joined {came}" if came else ""])
+    return text
+
+
+def _telemetry_event(msg: Telemetry, raw: Mapping[str, Any]) -> _Draft:
+    peer = raw.get("peer")
+    valid_peer = isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer <= 1023
+    return _Draft(
+        str(raw.get("kind", "unknown"))[:32],
+        msg.node,
+        peer if valid_peer else None,
+        msg.round,
+        str(raw.get("detail", ""))[:_MAX_TEXT],
+    )
+
+
+def _parse_links(raw: Mapping[str, str]) -> dict[int, str]:
+    links: dict[int, str] = {}
+    for key, value in raw.items():
+        if key.isdigit() and int(key) <= 1023:
+            links[int(key)] = value
+    return links
+
+
+def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo:
+    totals = replace(
+        node,
+        bytes_sent=node.bytes_sent + msg.bytes_sent,
+        bytes_received=node.bytes_received + msg.bytes_received,
+        reroutes=node.reroutes + msg.reroutes,
+        last_seen=now,
+        silence="",
+    )
+    if node.last_round is not None and msg.round < node.last_round:
+        return totals  # a late report: counts, but does not roll the node's state back
+    return replace(
+        totals,
+        last_round=msg.round,
+        epoch=msg.epoch,
+        loss=msg.loss if msg.loss is not None else totals.loss,
+        accuracy=msg.accuracy if msg.accuracy is not None else totals.accuracy,
+        degraded=msg.degraded,
+        model_hash=msg.model_hash[:64],
+        links=_frozen(_parse_links(msg.links)),
+    )
+
+
+def _round_degraded_count(state: FleetState, round_no: int) -> int:
+    summary = state.rounds.get(round_no)
+    return 0 if summary is None else summary.degraded_nodes
+
+
+def _merge_round(state: FleetState, msg: Telemetry, now: float, kinds: list[str]) -> FleetState:
+    rounds = dict(state.rounds)
+    counters = state.counters
+    summary = rounds.get(msg.round)
+    if summary is None:
+        if len(rounds) >= state.max_rounds and msg.round < min(rounds):
+            late = replace(counters, late_telemetry=counters.late_telemetry + 1)
+            return replace(state, counters=_add_totals(late, msg, new_degraded=False))
+        summary = RoundSummary(msg.round, msg.epoch, msg.algorithm[:32], now, state.version)
+        counters = replace(counters, rounds=counters.rounds + 1)
+    new_degraded = msg.degraded and summary.degraded_nodes == 0
+    rounds[msg.round] = _summary_with(summary, msg, kinds, state.version + 1)
+    while len(rounds) > state.max_rounds:
+        del rounds[min(rounds)]
+    counters = _add_totals(counters, msg, new_degraded)
+    return replace(state, rounds=_frozen(rounds), counters=counters)
+
+
+def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: int) -> RoundSummary:
+    total = msg.phase_seconds.get("total", 0.0)
+    total = float(total) if isinstance(total, (int, float)) else 0.0
+    new_kinds = tuple(k for k in dict.fromkeys(kinds) if k not in s.event_kinds)
+    return replace(
+        s,
+        version=version,
+        reports=s.reports + 1,
+        members=max(s.members, msg.members),
+        loss_sum=s.loss_sum + (msg.loss if msg.loss is not None else 0.0),
+        loss_count=s.loss_count + (msg.loss is not None),
+        accuracy_sum=s.accuracy_sum + (msg.accuracy if msg.accuracy is not None else 0.0),
+        accuracy_count=s.accuracy_count + (msg.accuracy is not None),
+        round_seconds=max(s.round_seconds, total),
+        bytes_sent=s.bytes_sent + msg.bytes_sent,
+        reroutes=s.reroutes + msg.reroutes,
+        timeouts=s.timeouts + msg.timeouts,
+        nacks=s.nacks + msg.nacks,
+        pulls=s.pulls + msg.pulls,
+        degraded_nodes=s.degraded_nodes + msg.degraded,
+        missing_chunks=s.missing_chunks + msg.missing_chunks,
+        contributors=max(s.contributors, msg.contributors),
+        event_kinds=(*s.event_kinds, *new_kinds)[:16],
+    )
+
+
+def _add_totals(c: Counters, msg: Telemetry, new_degraded: bool) -> Counters:
+    rejected = dict(c.rejected_frames)
+    for reason, count in list(msg.rejected.items())[:32]:
+        key = str(reason)[:32]
+        rejected[key] = rejected.get(key, 0) + max(0, count)
+    return replace(
+        c,
+        rejected_frames=_frozen(rejected),
+        bytes_sent=c.bytes_sent + msg.bytes_sent,
+        reroutes=c.reroutes + msg.reroutes,
+        timeouts=c.timeouts + msg.timeouts,
+        degraded_rounds=c.degraded_rounds + new_degraded,
+    )
+
+
+def _silence(state: FleetState, node: NodeInfo, latest: int | None, now: float) -> Silence:
+    if node.status == "offline" or node.last_seen is None or node.last_round is None:
+        return ""
+    if latest is None or latest <= node.last_round:
+        return ""  # nobody moved on: a finished or paused job is not a hung fleet
+    quiet = now - node.last_seen
+    if quiet > state.hung_after:
+        return "hung"
+    if quiet > state.suspect_after:
+        return "suspected"
+    return ""
+
+
+def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
+    """Links of the current tree (tree + backup) and any other link reported as not ok.
+
+    A link's state is the worst report of its two ends (from each end's latest round);
+    a link to an offline node is failed, whatever was last reported.
+    """
+    kinds: dict[tuple[int, int], LinkKind] = {}
+    tree = state.tree
+    if tree is not None:
+        kinds.update(dict.fromkeys(tree.backup_links(), "backup"))
+        kinds.update(dict.fromkeys(tree.tree_links(), "tree"))
+    reports: dict[tuple[int, int], str] = {}
+    for node in state.nodes.values():
+        for peer, seen in node.links.items():
+            key = (min(node.node, peer), max(node.node, peer))
+            if _LINK_SEVERITY.get(seen, 0) > _LINK_SEVERITY.get(reports.get(key, "unknown"), 0):
+                reports[key] = seen
+    for key, seen in reports.items():
+        if key not in kinds and seen != "ok":
+            kinds[key] = "extra"
+    links: dict[tuple[int, int], LinkInfo] = {}
+    for (a, b), kind in sorted(kinds.items()):
+        seen = reports.get((a, b), "unknown")
+        if any(_is_offline(state, n) for n in (a, b)):
+            seen = "failed"
+        links[(a, b)] = LinkInfo(a, b, kind, seen)  # type: ignore[arg-type]
+    return links
+
+
+def _is_offline(state: FleetState, node: int) -> bool:
+    info = state.nodes.get(node)
+    return info is not None and info.status == "offline"
+
+
+def _link_changes(
+    old: Mapping[tuple[int, int], LinkInfo],
+    new: Mapping[tuple[int, int], LinkInfo],
+    round_no: int | None,
+) -> list[_Draft]:
+    drafts: list[_Draft] = []
+    for key, link in new.items():
+        before = old.get(key)
+        previous = before.state if before is not None else "unknown"
+        if link.state == previous or link.state == "unknown":
+            continue
+        if link.state == "ok" and previous == "unknown":
+            continue  # a link seen for the first time, working: not news
+        detail = f"{link.kind} link {link.a}-{link.b}: {previous} -> {link.state}"
+        drafts.append(_Draft(_LINK_EVENT[link.state], link.a, link.b, round_no, detail))
+    return drafts

@@ -1,0 +1,120 @@
+"""Holds the current FleetState: decodes raw MQTT messages, runs the reducer, logs events.
+
+The only mutable object between the MQTT listener and the web handlers. Everything runs on
+the server's event loop, so no lock is needed; ``changed`` wakes WebSocket pushers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO
+
+from agent.protocol.messages import MessageError, Status, Telemetry, View
+from agent.protocol.topics import Topics
+from dashboard.state import (
+    FleetEvent,
+    FleetState,
+    Result,
+    apply_malformed,
+    apply_status,
+    apply_telemetry,
+    apply_view,
+    tick,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FleetStore:
+    def __init__(
+        self,
+        topics: Topics,
+        initial: FleetState,
+        clock: Callable[[], float],
+        event_log: Path | None = None,
+    ) -> None:
+        self.topics = topics
+        self.state = initial
+        self._clock = clock
+        self._log_path = event_log
+        self._log_file: IO[str] | None = None
+        self._waiters: set[asyncio.Event] = set()
+
+    def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
+        """One raw MQTT message. Anything malformed is counted by reason, never raised."""
+        now = self._clock()
+        try:
+            result = self._reduce(topic, payload, now)
+        except MessageError as exc:
+            result = apply_malformed(self.state, exc.reason, now)
+        return self._commit(result)
+
+    def count_malformed(self, reason: str) -> None:
+        """A message dropped before decoding (too large, queue overflow, internal error)."""
+        self._commit(apply_malformed(self.state, reason, self._clock()))
+
+    def tick(self) -> tuple[FleetEvent, ...]:
+        return self._commit(tick(self.state, self._clock()))
+
+    def subscribe(self) -> asyncio.Event:
+        """An Event set on every change; the caller clears it after reading the state."""
+        event = asyncio.Event()
+        self._waiters.add(event)
+        return event
+
+    def unsubscribe(self, event: asyncio.Event) -> None:
+        self._waiters.discard(event)
+
+    def close(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def _reduce(self, topic: str, payload: bytes, now: float) -> Result:
+        if topic == self.topics.view:
+            return apply_view(self.state, View.decode(payload), now)
+        node = self.topics.parse_status(topic)
+        if node is not None:
+            status = Status.decode(payload)
+            _check_sender(node, status.node)
+            return apply_status(self.state, status, now)
+        node = self.topics.parse_telemetry(topic)
+        if node is not None:
+            telemetry = Telemetry.decode(payload)
+            _check_sender(node, telemetry.node)
+            return apply_telemetry(self.state, telemetry, now)
+        raise MessageError("unknown_topic", topic[:100])
+
+    def _commit(self, result: Result) -> tuple[FleetEvent, ...]:
+        previous = self.state.version
+        self.state, events = result
+        if events:
+            self._append_log(events)
+        if self.state.version != previous:
+            for waiter in self._waiters:
+                waiter.set()
+        return events
+
+    def _append_log(self, events: tuple[FleetEvent, ...]) -> None:
+        if self._log_path is None:
+            return
+        try:
+            if self._log_file is None:
+                self._log_path.parent.mkdir(parents=True, exist_ok=True)
+                self._log_file = self._log_path.open("a", encoding="utf-8")
+            for event in events:
+                self._log_file.write(json.dumps(asdict(event), separators=(",", ":")) + "\n")
+            self._log_file.flush()
+        except OSError as exc:
+            log.error("event log %s not writable (%s); logging to it stops", self._log_path, exc)
+            self._log_path = None
+
+
+def _check_sender(topic_node: int, message_node: int) -> None:
+    if topic_node != message_node:
+        raise MessageError("node_mismatch", f"topic says {topic_node}, message {message_node}")
