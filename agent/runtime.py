@@ -1,0 +1,482 @@
+"""The one loop: model + protocol + transport + clock.
+
+Everything the loop decides is delegated to the pure core (agent/protocol): the round state
+machine, the view keeper, state transfer. The loop only computes gradients, moves bytes and
+time, and reports. Paho's thread never runs any of this: the transport hands messages over a
+bounded queue that ``receive`` drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent import checkpoint
+from agent.clock import Clock, MonotonicClock
+from agent.config import AgentConfig
+from agent.protocol.allreduce import (
+    AllreduceConfig,
+    LinkEstimators,
+    Note,
+    RoundResult,
+    Send,
+    new_round,
+)
+from agent.protocol.coordinator import ViewKeeper
+from agent.protocol.messages import Control, MessageError, Status, Telemetry, View
+from agent.protocol.model_sync import StateAssembler, pull_frame, state_frames
+from agent.protocol.topics import Topics
+from agent.protocol.topology import Tree
+from agent.protocol.wire import (
+    DType,
+    Frame,
+    Kind,
+    Rejection,
+    RejectReason,
+    decode,
+    encode,
+    job_hash,
+)
+from agent.transport.base import Message, Transport, TransportError, Will
+
+log = logging.getLogger("edgegrove.agent")
+
+_WIRE_DTYPES = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
+# Frames of rounds not yet started are kept (bounded) until the round starts.
+FUTURE_ROUNDS = 2
+MAX_BUFFERED_FRAMES = 4096
+POLL_SECONDS = 0.05
+STATE_PULL_TIMEOUT = 3.0
+
+
+@dataclass
+class RoundReport:
+    round: int
+    epoch: int
+    loss: float
+    result: RoundResult
+    phase_seconds: dict[str, float]
+    notes: list[Note]
+    accuracy: float | None = None
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+@dataclass
+class _Counters:
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+def allreduce_config(config: AgentConfig) -> AllreduceConfig:
+    return AllreduceConfig(
+        algorithm=config.algorithm,
+        chunk_size=config.chunk_size,
+        wire_dtype=_WIRE_DTYPES[config.wire_dtype],
+        timeout_mode=config.timeout_mode,
+        fixed_timeout=config.timeout,
+        min_timeout=config.min_timeout,
+        max_timeout=config.max_timeout,
+        initial_timeout=config.timeout,
+        round_deadline=config.round_deadline,
+    )
+
+
+class AgentRuntime:
+    """One agent. ``batches`` yields (x, y); ``test_set`` is (x, y) for evaluation."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        backend: Any,
+        batches: Iterator[tuple[np.ndarray, np.ndarray]],
+        test_set: tuple[np.ndarray, np.ndarray],
+        transport: Transport,
+        clock: Clock | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        on_round: Callable[[RoundReport], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.batches = batches
+        self.test_set = test_set
+        self.transport = transport
+        self.clock = clock or MonotonicClock()
+        self.should_stop = should_stop
+        self.on_round = on_round
+        self.topics = Topics(config.job)
+        self.job = job_hash(config.job)
+        self.id = config.id
+        self.ar_config = allreduce_config(config)
+        self.links = LinkEstimators(self.ar_config)
+        self.keeper = ViewKeeper(config.id, config.arity, config.expected_members,
+                                 config.join_grace, self.clock.now())
+        self.round = 0
+        self.joining = False
+        self.machine: Any = None
+        self.previous: Any = None
+        self.future: list[Frame] = []
+        self.counters = _Counters()
+        self.assembler = StateAssembler(int(backend.state().size))
+        self.received_state: tuple[int, np.ndarray] | None = None
+        self.pending_pulls: dict[int, int] = {}  # puller -> round it asked for
+        self.pull_sent_at: float | None = None
+        self.notes: list[Note] = []
+        self.incarnation = int(time.time())
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._connect()
+        try:
+            while not self.should_stop() and not self._done():
+                view = self._await_view()
+                if view is None:
+                    break
+                self._run_round(view)
+        finally:
+            self._shutdown()
+        return 0
+
+    def _done(self) -> bool:
+        return self.config.rounds > 0 and self.round >= self.config.rounds
+
+    def _status(self, state: str) -> Status:
+        return Status(node=self.id, state=state, round=self.round, pid=os.getpid(),  # type: ignore[arg-type]
+                      incarnation=self.incarnation)
+
+    def _connect(self) -> None:
+        subscriptions = [self.topics.links_to(self.id), self.topics.all_status(),
+                         self.topics.view, self.topics.control]
+        will = Will(self.topics.status(self.id), Status(node=self.id, state="offline").encode())
+        self.transport.connect(subscriptions, will)
+        resumed = self._resume()
+        # Our own retained status comes back after every retained message we subscribed to:
+        # once it does we know whether a view (a running fleet) exists.
+        birth = self._status("online")
+        self.transport.publish(self.topics.status(self.id), birth.encode(), retain=True)
+        deadline = self.clock.now() + 10.0
+        while self.keeper.statuses.get(self.id) is None and self.clock.now() < deadline:
+            self._pump(0.1)
+        latest = self.keeper.latest
+        fresh_fleet = latest is None or (
+            self.id in latest.members and latest.from_round == self.round == 0 and not resumed)
+        if not fresh_fleet:
+            self.joining = True
+            self.transport.publish(self.topics.status(self.id), self._status("joining").encode(), retain=True)
+            log.info("a fleet is running (view epoch %d): joining it", latest.epoch if latest else 0)
+
+    def _resume(self) -> bool:
+        if self.config.checkpoint_dir is None:
+            return False
+        saved = checkpoint.load(self.config.checkpoint_dir)
+        if saved is None:
+            return False
+        self.backend.load_state(saved.state)
+        self.round = saved.round
+        log.info("resumed from checkpoint at round %d", saved.round)
+        return True
+
+    def _shutdown(self) -> None:
+        self._publish(self.topics.status(self.id),
+                      Status(node=self.id, state="offline", round=self.round).encode(), retain=True)
+        self.transport.close()
+
+    # -- membership ---------------------------------------------------------------------------
+
+    def _await_view(self) -> View | None:
+        """Block (pumping messages) until a view that includes us applies to our round."""
+        while not self.should_stop():
+            self._coordinate()
+            latest = self.keeper.latest
+            if self.joining and latest is not None and self.id in latest.members:
+                if self.round != latest.from_round and self.received_state is None:
+                    self.round = max(self.round, latest.from_round)
+                if not self._ensure_state():
+                    continue
+            view = self.keeper.view_for(self.round)
+            if view is not None and self.id in view.members and not self.joining:
+                return view
+            self._pump(POLL_SECONDS)
+        return None
+
+    def _coordinate(self) -> None:
+        view = self.keeper.propose(self.clock.now(), self.round)
+        if view is not None:
+            log.info("coordinator: view epoch %d members %s from round %d",
+                     view.epoch, view.members, view.from_round)
+            self._publish(self.topics.view, view.encode(), retain=True)
+
+    def _ensure_state(self) -> bool:
+        """A joiner pulls the fleet's state for its first round; True once installed."""
+        if self.received_state is not None:
+            rnd, state = self.received_state
+            self.received_state = None
+            if rnd >= self.round:
+                self.backend.load_state(state)
+                self.round = rnd
+                self.joining = False
+                self._publish(self.topics.status(self.id), self._status("online").encode(), retain=True)
+                self.notes.append(Note("rejoin", None, f"state of round {rnd}"))
+                log.info("joined with the fleet's state at round %d", rnd)
+                return True
+        now = self.clock.now()
+        if self.pull_sent_at is None or now - self.pull_sent_at > STATE_PULL_TIMEOUT:
+            peers = [m for m in self.keeper.live() if m != self.id and self.keeper.statuses.get(m) == "online"]
+            if peers:
+                peer = peers[int(now) % len(peers)] if self.pull_sent_at is not None else peers[0]
+                self._send(peer, pull_frame(self.job, self.id, self.round))
+                self.pull_sent_at = now
+        self._pump(POLL_SECONDS)
+        return False
+
+    # -- one round ----------------------------------------------------------------------------
+
+    def _run_round(self, view: View) -> None:
+        tree = Tree.of(view.members, view.arity)
+        t0 = self.clock.now()
+        self._serve_pulls()
+        x, y = next(self.batches)
+        loss, grad = self.backend.gradients(x, y)
+        t1 = self.clock.now()
+        own_hash = self.backend.model_hash()
+        self.previous, self.machine = self.machine, new_round(
+            self.ar_config, tree, self.id, self.round, grad, own_hash, self.links, t1)
+        sent_before, received_before = self.counters.bytes_sent, self.counters.bytes_received
+        self._execute(self.machine.start(t1))
+        for frame in self._take_future():
+            self._execute(self.machine.on_frame(frame, self.clock.now()))
+        while self.machine.result is None:
+            if self.should_stop():
+                return
+            self._tick()
+        result: RoundResult = self.machine.result
+        t2 = self.clock.now()
+        self._finish_round(result, own_hash)
+        t3 = self.clock.now()
+        report = RoundReport(
+            round=self.round, epoch=view.epoch, loss=float(loss), result=result,
+            phase_seconds={"compute": t1 - t0, "allreduce": t2 - t1, "apply": t3 - t2, "total": t3 - t0},
+            notes=self.notes, bytes_sent=self.counters.bytes_sent - sent_before,
+            bytes_received=self.counters.bytes_received - received_before,
+        )
+        self.notes = []
+        self.round += 1
+        report.accuracy = self._maybe_evaluate()
+        self._maybe_checkpoint(view)
+        self._report(report, view)
+
+    def _tick(self) -> None:
+        now = self.clock.now()
+        wake = self.machine.next_timer()
+        wait = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - now))
+        self._pump(wait)
+        now = self.clock.now()
+        wake = self.machine.next_timer()
+        if wake is not None and now >= wake:
+            self._execute(self.machine.on_timer(now))
+
+    def _finish_round(self, result: RoundResult, own_hash: int) -> None:
+        if self.received_state is not None and self.received_state[0] == self.round:
+            # A resync: the peer's state at this round's start, then this round's update.
+            self.backend.load_state(self.received_state[1])
+            self.notes.append(Note("resync", None, f"state of round {self.round}"))
+            self.received_state = None
+        elif result.root_model_hash is not None and result.root_model_hash != own_hash:
+            self.notes.append(Note("drift", None, f"{own_hash:08x} != root {result.root_model_hash:08x}"))
+            root = Tree.of(self.keeper.active.members if self.keeper.active else [self.id]).root
+            if root != self.id:
+                self._send(root, pull_frame(self.job, self.id, self.round + 1))
+        self.backend.apply(result.values)
+
+    def _maybe_evaluate(self) -> float | None:
+        every = self.config.eval_every
+        if every <= 0 or (self.round % every != 0 and not self._done()):
+            return None
+        x, y = self.test_set
+        n = self.config.eval_samples
+        _, acc = self.backend.evaluate(x[:n], y[:n])
+        return float(acc)
+
+    def _maybe_checkpoint(self, view: View) -> None:
+        if self.config.checkpoint_dir is None:
+            return
+        if self.round % self.config.checkpoint_every == 0 or self._done():
+            checkpoint.save(self.config.checkpoint_dir, checkpoint.Checkpoint(
+                round=self.round, epoch=view.epoch, state=self.backend.state(),
+                meta={"job": self.config.job, "node": self.id}))
+
+    def _report(self, report: RoundReport, view: View) -> None:
+        result = report.result
+        stats = result.stats
+        if self.on_round is not None:
+            self.on_round(report)
+        if not self.config.telemetry:
+            return
+        contributors = set().union(*result.contributors) if result.contributors else set()
+        telemetry = Telemetry(
+            node=self.id, round=report.round, epoch=report.epoch, algorithm=self.config.algorithm,
+            wall_time=time.time(), loss=report.loss, accuracy=report.accuracy,
+            phase_seconds={k: round(v, 6) for k, v in report.phase_seconds.items()},
+            bytes_sent=report.bytes_sent, bytes_received=report.bytes_received,
+            contributors=len(contributors), members=len(view.members),
+            reroutes=int(getattr(stats, "reroutes", 0)), timeouts=int(getattr(stats, "timeouts", 0)),
+            nacks=int(getattr(stats, "nacks", 0)), pulls=int(getattr(stats, "pulls", 0)),
+            degraded=bool(result.degraded), missing_chunks=len(result.missing_chunks),
+            rejected=dict(self.counters.rejected),
+            links={str(k): v for k, v in result.link_states.items()},
+            model_hash=f"{self.backend.model_hash():08x}",
+            events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
+        )
+        self._publish(self.topics.telemetry(self.id), telemetry.encode())
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _pump(self, timeout: float) -> None:
+        for message in self.transport.receive(timeout):
+            self._handle(message)
+
+    def _handle(self, message: Message) -> None:
+        link = self.topics.parse_link(message.topic)
+        if link is not None:
+            self._handle_frame(link[0], message.payload)
+            return
+        try:
+            if self.topics.parse_status(message.topic) is not None:
+                self.keeper.on_status(Status.decode(message.payload))
+            elif message.topic == self.topics.view:
+                self.keeper.on_view(View.decode(message.payload))
+            elif message.topic == self.topics.control:
+                self._handle_control(Control.decode(message.payload))
+        except MessageError as exc:
+            self.counters.rejected[f"json_{exc.reason}"] += 1
+
+    def _handle_control(self, control: Control) -> None:
+        apply = getattr(self.transport, "apply_control", None)
+        if control.node == self.id and apply is not None and apply(control):
+            self.notes.append(Note("fault_injected", control.peer, control.action))
+
+    def _handle_frame(self, src: int, payload: bytes) -> None:
+        self.counters.bytes_received += len(payload)
+        frame = decode(payload, expected_sender=src, job=self.job)
+        if isinstance(frame, Rejection):
+            self.counters.rejected[frame.reason.value] += 1
+            return
+        if frame.kind == Kind.MODEL_PULL:
+            self.pending_pulls[frame.sender] = frame.round
+            self._serve_pulls()
+        elif frame.kind == Kind.MODEL:
+            done = self.assembler.add(frame)
+            if done is not None and done[0] >= self.round:
+                self.received_state = (done[0], done[2])
+        elif self.machine is not None and frame.round == self.round:
+            self._execute(self.machine.on_frame(frame, self.clock.now()))
+        elif self.previous is not None and frame.round == self.round - 1:
+            self._execute(self.previous.on_frame(frame, self.clock.now()))
+        elif self.machine is not None and self.machine.round == frame.round:
+            # The round we just finished: it still answers pulls and ACKs.
+            self._execute(self.machine.on_frame(frame, self.clock.now()))
+        elif self.round <= frame.round <= self.round + FUTURE_ROUNDS:
+            if len(self.future) < MAX_BUFFERED_FRAMES:
+                self.future.append(frame)
+            else:
+                self.counters.rejected["buffer_full"] += 1
+        else:
+            self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
+
+    def _take_future(self) -> list[Frame]:
+        now_round = [f for f in self.future if f.round == self.round]
+        self.future = [f for f in self.future if f.round > self.round]
+        return now_round
+
+    def _serve_pulls(self) -> None:
+        """Send our state to pullers that asked for a round we are at (or before)."""
+        # Until a round's result is applied our state is that round's start state, so what we
+        # send is always "the state at the start of self.round".
+        for puller, wanted in list(self.pending_pulls.items()):
+            if wanted <= self.round:
+                del self.pending_pulls[puller]
+                if self.joining:
+                    continue
+                for frame in state_frames(self.job, self.id, self.round, self.backend.state(),
+                                          self.backend.model_hash()):
+                    self._send(puller, frame)
+
+    def _execute(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(action.dst, action.frame)
+            elif isinstance(action, Note):
+                self.notes.append(action)
+
+    def _send(self, dst: int, frame: Frame) -> None:
+        data = encode(frame)
+        self.counters.bytes_sent += len(data)
+        self._publish(self.topics.link(self.id, dst), data)
+
+    def _publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        try:
+            self.transport.publish(topic, payload, retain=retain)
+        except TransportError as exc:
+            # The broker is away: the round's timeouts and the deadline deal with the loss.
+            self.counters.rejected["publish_failed"] += 1
+            log.debug("publish on %s failed: %s", topic, exc)
+
+
+# -- process entry ------------------------------------------------------------------------------
+
+
+def run_agent(config: AgentConfig) -> int:
+    """Build everything from the configuration and run until done or signalled."""
+    from agent.model.backend import make_backend
+    from agent.model.data import BatchStream, DataError, load_mnist, shard
+    from agent.transport.faults import FaultyTransport
+    from agent.transport.mqtt import MqttTransport
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: finishing", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        dataset = load_mnist(str(config.data) if config.data else None)
+    except DataError as exc:
+        log.error("%s", exc)
+        return 2
+    part = shard(dataset, config.id % config.fleet_size, config.fleet_size, config.non_iid, config.seed)
+    # Same seed on every agent: the fleet starts from identical weights.
+    backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer, config.lr)
+    batches = BatchStream(part.x_train, part.y_train, config.batch,
+                          np.random.default_rng([config.seed, config.id]))
+    try:
+        mqtt = MqttTransport(
+            f"edgegrove-{config.job}-{config.id}", config.broker,
+            username=config.username, password=config.password,
+            tls_ca=str(config.tls_ca) if config.tls_ca else None, protocol=config.mqtt_version,
+        )
+        transport = FaultyTransport(mqtt, config.id, Topics(config.job),
+                                    np.random.default_rng([config.seed, config.id, 7]))
+        runtime = AgentRuntime(config, backend, batches, (part.x_test, part.y_test), transport,
+                               should_stop=stop.is_set,
+                               on_round=lambda r: log.info(
+                                   "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
+                                   f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
+                                   r.phase_seconds["total"] * 1000,
+                                   " DEGRADED" if r.result.degraded else ""))
+        return runtime.run()
+    except TransportError as exc:
+        log.error("%s", exc)
+        return 3
