@@ -139,6 +139,8 @@ class MqttTransport:
         self._birth: Message | None = None
         self._connected = threading.Event()
         self._first_connack = threading.Event()
+        self._first_suback = threading.Event()
+        self._subscribe_mid: int | None = None
         self._refusal: str | None = None
         self._closed = False
         self._started = False
@@ -180,6 +182,7 @@ class MqttTransport:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
         client.on_socket_open = self._on_socket_open
         return client
 
@@ -215,6 +218,20 @@ class MqttTransport:
             raise TransportError(f"the MQTT broker at {self.address.url} refused client "
                                  f"{self.client_id!r}: {self._refusal}. Check username/password "
                                  "(credentials.json of the broker) and the ACL.")
+        self._await_first_suback()
+
+    def _await_first_suback(self) -> None:
+        """Return once the broker confirmed our subscriptions, so nothing sent later is missed."""
+        if not self._subscriptions:
+            return
+        if not self._first_suback.wait(self._connect_timeout):
+            self._shutdown()
+            raise TransportError(f"the MQTT broker at {self.address.url} did not confirm the "
+                                 f"subscriptions within {self._connect_timeout:.0f} s")
+        if self._refusal is not None:
+            self._shutdown()
+            raise TransportError(f"the MQTT broker at {self.address.url} refused {self._refusal}"
+                                 f" for client {self.client_id!r}: the ACL does not allow it")
 
     # -- paho callbacks (paho's thread: bookkeeping only) ---------------------------------
 
@@ -232,12 +249,22 @@ class MqttTransport:
             return
         self._counts["connects"] += 1
         if self._subscriptions:
-            client.subscribe([(topic, 0) for topic in self._subscriptions])
+            _, self._subscribe_mid = client.subscribe([(t, 0) for t in self._subscriptions])
         if self._birth is not None:
             client.publish(self._birth.topic, self._birth.payload, qos=0,
                            retain=self._birth.retained)
         self._connected.set()
         self._first_connack.set()
+
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, reason_codes: Any,
+                      properties: Any) -> None:
+        if self._first_suback.is_set() or mid != self._subscribe_mid:
+            return
+        refused = [t for t, rc in zip(self._subscriptions, reason_codes, strict=False)
+                   if rc.is_failure]
+        if refused:
+            self._refusal = f"the subscription to {', '.join(refused)}"
+        self._first_suback.set()
 
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                        properties: Any) -> None:
@@ -333,7 +360,7 @@ class MqttTransport:
 
     def tcp_nodelay(self) -> bool:
         """Whether Nagle is off on the current socket (False when not connected)."""
-        sock = self._client.socket()
+        sock: Any = self._client.socket()
         if sock is None:
             return False
         try:
