@@ -1,0 +1,191 @@
+"""A stand-in fleet that drives the dashboard through a real broker, for tests and demos.
+
+Each node is its own MQTT client with a retained ``online`` status and an ``offline`` Last
+Will, the coordinator publishes the retained view, and every round every node sends a small
+probe on ``link/<self>/<peer>`` to each tree and backup neighbour. A node judges a link by
+whether the peer's probe of this round arrived THROUGH THE BROKER, so a link cut at the
+broker (an ACL revoke) shows up exactly as an agent would report it: the tree link
+``rerouted`` when the backup link still works (``failed`` otherwise), with ``timeout`` and
+``reroute`` events. Loss and accuracy follow a plausible MNIST curve. It trains nothing:
+once the real agent runs, the tests swap this class for the fleet launcher.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from agent.protocol.messages import Status, Telemetry, View
+from agent.protocol.topics import Topics
+from agent.protocol.topology import Tree
+from dashboard.settings import parse_broker_url
+
+PROBE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class NodeCredentials:
+    username: str
+    password: str
+
+
+class DemoNode:
+    """One fake agent: its own connection, so the broker's ACL and Last Will apply to it."""
+
+    def __init__(self, node: int, fleet: DemoFleet, creds: NodeCredentials | None) -> None:
+        self.node = node
+        self.fleet = fleet
+        self.received: dict[int, set[int]] = defaultdict(set)  # round -> peers heard
+        self.lock = threading.Lock()
+        self.bytes_sent = 0
+        topics = fleet.topics
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"demo-{fleet.job}-{node}")
+        if creds is not None:
+            self.client.username_pw_set(creds.username, creds.password)
+        self.client.will_set(topics.status(node), Status(node, "offline").encode(), 1, retain=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+
+    def start(self) -> None:
+        address = parse_broker_url(self.fleet.broker_url)
+        self.client.connect(address.host, address.port, keepalive=5)
+        self.client.loop_start()
+
+    def _on_connect(self, client: mqtt.Client, *_args: object) -> None:
+        topics = self.fleet.topics
+        client.subscribe(topics.links_to(self.node), 0)
+        status = Status(self.node, "online", pid=os.getpid(), incarnation=1)
+        client.publish(topics.status(self.node), status.encode(), 1, retain=True)
+
+    def _on_message(self, _c: mqtt.Client, _u: object, message: mqtt.MQTTMessage) -> None:
+        parsed = self.fleet.topics.parse_link(message.topic)
+        if parsed is None:
+            return
+        try:
+            round_no = int(bytes(message.payload[:16]).decode().strip())
+        except ValueError:
+            return
+        with self.lock:
+            self.received[round_no].add(parsed[0])
+
+    def probe(self, round_no: int, peers: Sequence[int]) -> None:
+        payload = str(round_no).encode().ljust(PROBE_BYTES)
+        for peer in peers:
+            self.client.publish(self.fleet.topics.link(self.node, peer), payload, 0)
+            self.bytes_sent += len(payload)
+
+    def heard(self, round_no: int) -> set[int]:
+        with self.lock:
+            heard = self.received.pop(round_no, set())
+            for old in [r for r in self.received if r < round_no]:
+                del self.received[old]
+        return heard
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+class DemoFleet:
+    """``nodes`` fake agents in one process; ``run_rounds`` drives them round by round."""
+
+    def __init__(
+        self,
+        broker_url: str,
+        job: str,
+        nodes: int,
+        arity: int = 2,
+        credentials: dict[int, NodeCredentials] | None = None,
+        round_window: float = 0.3,
+        eval_every: int = 2,
+    ) -> None:
+        self.broker_url = broker_url
+        self.job = job
+        self.topics = Topics(job)
+        self.tree = Tree.of(range(nodes), arity)
+        self.round_window = round_window
+        self.eval_every = eval_every
+        self.round = 0
+        creds = credentials or {}
+        self.nodes = {i: DemoNode(i, self, creds.get(i)) for i in range(nodes)}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start()
+        view = View(1, list(self.tree.members), self.tree.arity, self.tree.root, 0)
+        root = self.nodes[self.tree.root].client
+        root.publish(self.topics.view, view.encode(), 1, retain=True)
+
+    def start_background(self) -> None:
+        self.start()
+        self._thread = threading.Thread(target=self._loop, name="demo-fleet", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        for node in self.nodes.values():
+            node.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_round()
+
+    def run_round(self) -> None:
+        self.round += 1
+        round_no = self.round
+        for node_id, node in self.nodes.items():
+            node.probe(round_no, sorted(self.tree.neighbours(node_id)))
+        self._stop.wait(self.round_window)
+        for node_id, node in self.nodes.items():
+            telemetry = self._telemetry(node_id, round_no, node.heard(round_no))
+            node.client.publish(self.topics.telemetry(node_id), telemetry.encode(), 0)
+
+    def _telemetry(self, node_id: int, round_no: int, heard: set[int]) -> Telemetry:
+        links, events = self._judge_links(node_id, heard)
+        timeouts = sum(1 for e in events if e["kind"] == "timeout")
+        reroutes = sum(1 for e in events if e["kind"] == "reroute")
+        loss = 2.3 * math.exp(-round_no / 12) + 0.06 + 0.02 * math.sin(round_no + node_id)
+        accuracy = None
+        if round_no % self.eval_every == 0:
+            accuracy = min(0.985, 0.1 + 0.88 * (1 - math.exp(-round_no / 10)))
+        total = 0.04 + 0.5 * timeouts
+        return Telemetry(
+            node=node_id, round=round_no, epoch=1, algorithm="ft-tree", wall_time=total,
+            loss=round(loss, 4), accuracy=accuracy,
+            phase_seconds={"compute": 0.02, "reduce": total - 0.03, "broadcast": 0.008,
+                           "apply": 0.002, "total": total},
+            bytes_sent=self.nodes[node_id].bytes_sent, bytes_received=len(heard) * PROBE_BYTES,
+            contributors=len(self.nodes), members=len(self.nodes), reroutes=reroutes,
+            timeouts=timeouts, links=links, events=events,
+            model_hash=f"{round_no * 2654435761 % 2**32:08x}",
+        )
+
+    def _judge_links(self, node_id: int, heard: set[int]) -> tuple[dict[str, str], list[dict[str, object]]]:
+        tree = self.tree
+        tree_peers = {p for p in (tree.parent(node_id), *tree.children(node_id)) if p is not None}
+        backups = set(tree.backups(node_id))
+        links: dict[str, str] = {}
+        events: list[dict[str, object]] = []
+        for peer in sorted(tree.neighbours(node_id)):
+            if peer in heard:
+                links[str(peer)] = "ok"
+                continue
+            events.append({"kind": "timeout", "peer": peer, "detail": "no probe this round"})
+            detour = next((b for b in sorted(backups) if b in heard and b != peer), None)
+            if peer in tree_peers and detour is not None:
+                links[str(peer)] = "rerouted"
+                events.append({"kind": "reroute", "peer": peer, "detail": f"via {detour}"})
+            else:
+                links[str(peer)] = "failed"
+        return links, events

@@ -1,0 +1,194 @@
+"""The dashboard's HTTP and WebSocket API, with messages fed straight into its store (no broker)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from agent.protocol.messages import MAX_MESSAGE_BYTES, Control, Status, Telemetry, View
+from dashboard.app import create_app
+from dashboard.settings import DashboardSettings
+from dashboard.store import FleetStore
+
+TOKEN = "s3cret-token"
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
+
+
+def feed_recording(store: FleetStore, name: str) -> None:
+    for text in (RECORDINGS / name).read_text().splitlines():
+        line = json.loads(text)
+        store.ingest(line["topic"], json.dumps(line["payload"]).encode())
+
+
+@pytest.fixture
+def published() -> list[tuple[str, bytes]]:
+    return []
+
+
+@pytest.fixture
+def client(published: list[tuple[str, bytes]]) -> Iterator[TestClient]:
+    settings = DashboardSettings(job="rec", control_token=TOKEN)
+    app = create_app(settings, publisher=lambda topic, payload: published.append((topic, payload)))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def store_of(client: TestClient) -> FleetStore:
+    return client.app.state.dashboard.store  # type: ignore[attr-defined]
+
+
+def test_fleet_rounds_events_after_a_recording(client: TestClient) -> None:
+    feed_recording(store_of(client), "reroute.jsonl")
+    fleet = client.get("/api/fleet").json()
+    assert [n["node"] for n in fleet["nodes"]] == list(range(7))
+    assert {n["state"] for n in fleet["nodes"]} == {"online"}
+    node3 = next(n for n in fleet["nodes"] if n["node"] == 3)
+    assert (node3["parent"], node3["backup"], node3["depth"]) == (1, 4, 2)
+    assert fleet["counters"]["reroutes"] == 3
+    assert fleet["view"]["members"] == list(range(7))
+    assert {(link["a"], link["b"]) for link in fleet["links"] if link["kind"] == "tree"} == {
+        (0, 1), (0, 2), (1, 3), (1, 4), (2, 5), (2, 6)}
+
+    rounds = client.get("/api/rounds", params={"since": 5}).json()
+    assert [r["round"] for r in rounds] == [6, 7, 8]
+    assert rounds[0]["reroutes"] == 1 and rounds[0]["round_seconds"] == pytest.approx(0.55)
+
+    events = client.get("/api/events").json()
+    assert "link_rerouted" in [e["kind"] for e in events]
+    last_seq = events[-1]["seq"]
+    assert client.get("/api/events", params={"since": last_seq}).json() == []
+    assert [e["seq"] for e in client.get("/api/events", params={"since": last_seq - 2}).json()] == [
+        last_seq - 1, last_seq]
+
+
+def test_healthz_and_docs(client: TestClient) -> None:
+    health = client.get("/healthz").json()
+    assert health["ok"] is True and health["broker_connected"] is False
+    schema = client.get("/openapi.json").json()
+    assert {"/api/fleet", "/api/rounds", "/api/events", "/api/control", "/healthz"} <= set(schema["paths"])
+    assert "FleetModel" in schema["components"]["schemas"]
+
+
+def test_page_and_static_files_are_served(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert "cdn" not in page.text.lower() and "https://" not in page.text
+    for name in ("app.js", "style.css"):
+        assert client.get(f"/static/{name}").status_code == 200
+
+
+MALFORMED = [
+    ("telemetry/1", b"{not json", "bad_json"),
+    ("telemetry/1", b"\xff\xfe\x00", "bad_json"),
+    ("telemetry/1", b"[1, 2]", "bad_json"),
+    ("telemetry/1", json.dumps({"node": 1, "round": 1, "epoch": 1, "algorithm": "ft",
+                                "wall_time": 0.1, "surprise": 1}).encode(), "unknown_field"),
+    ("telemetry/1", json.dumps({"node": 1, "round": -4, "epoch": 1, "algorithm": "ft",
+                                "wall_time": 0.1}).encode(), "bad_field"),
+    ("telemetry/1", b"{" + b" " * (MAX_MESSAGE_BYTES + 10) + b"}", "too_large"),
+    ("telemetry/2", Telemetry(1, 1, 1, "ft", 0.1).encode(), "node_mismatch"),
+    ("status/3", json.dumps({"node": 3, "state": "dancing"}).encode(), "bad_field"),
+    ("view", json.dumps({"epoch": 1, "members": [3, 1], "arity": 2, "coordinator": 1,
+                         "from_round": 0}).encode(), "bad_field"),
+    ("link/1/2", b"frame", "unknown_topic"),
+]
+
+
+def test_malformed_messages_are_ignored_and_counted(client: TestClient) -> None:
+    store = store_of(client)
+    for topic, payload, _reason in MALFORMED:
+        store.ingest(f"edgegrove/rec/{topic}", payload)
+    store.ingest("edgegrove/rec/telemetry/1", Telemetry(1, 1, 1, "ft", 0.1, loss=1.0).encode())
+    fleet = client.get("/api/fleet").json()
+    expected: dict[str, int] = {}
+    for _topic, _payload, reason in MALFORMED:
+        expected[reason] = expected.get(reason, 0) + 1
+    assert fleet["counters"]["malformed"] == expected
+    assert fleet["counters"]["malformed_total"] == len(MALFORMED)
+    assert [n["node"] for n in fleet["nodes"]] == [1]  # the good message still counted
+    assert client.get("/healthz").json()["ok"] is True
+
+
+def test_control_is_refused_without_the_right_token(client: TestClient, published: list) -> None:
+    body = {"action": "cut", "node": 1, "peer": 3}
+    assert client.post("/api/control", json=body).status_code == 403
+    wrong = {"Authorization": "Bearer nope-nope-nope"}
+    assert client.post("/api/control", json=body, headers=wrong).status_code == 403
+    assert client.post("/api/control", json=body, headers={"Authorization": TOKEN}).status_code == 403
+    assert published == []
+
+
+def test_control_with_token_publishes_a_control_message(client: TestClient, published: list) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    response = client.post("/api/control", json={"action": "cut", "node": 1, "peer": 3}, headers=headers)
+    assert response.status_code == 200
+    assert response.json() == {"published": True, "topic": "edgegrove/rec/control"}
+    [(topic, payload)] = published
+    assert topic == "edgegrove/rec/control"
+    assert Control.decode(payload) == Control("cut", 1, 3)
+    bad = client.post("/api/control", json={"action": "cut", "node": 1}, headers=headers)
+    assert bad.status_code == 422  # a cut needs a peer
+    assert len(published) == 1
+
+
+def test_control_disabled_without_a_server_token() -> None:
+    sent: list[tuple[str, bytes]] = []
+    app = create_app(DashboardSettings(job="rec"), publisher=lambda t, p: sent.append((t, p)))
+    with TestClient(app) as client:
+        response = client.post("/api/control", json={"action": "crash", "node": 2},
+                               headers={"Authorization": "Bearer anything-at-all"})
+        assert response.status_code == 403 and "--control-token" in response.json()["detail"]
+        assert client.get("/api/config").json()["controls_enabled"] is False
+        assert client.get("/api/fleet").json()["controls_enabled"] is False
+    assert sent == []
+
+
+def test_control_without_broker_is_503() -> None:
+    app = create_app(DashboardSettings(job="rec", control_token=TOKEN))
+    with TestClient(app) as client:
+        response = client.post("/api/control", json={"action": "crash", "node": 2},
+                               headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status_code == 503
+
+
+def test_websocket_sends_full_snapshot_then_deltas(client: TestClient) -> None:
+    store = store_of(client)
+    store.ingest("edgegrove/rec/view", View(1, [0, 1, 2], 2, 0, 0).encode())
+    store.ingest("edgegrove/rec/status/0", Status(0, "online").encode())
+    store.ingest("edgegrove/rec/telemetry/0", Telemetry(0, 1, 1, "ft", 0.1, loss=2.0).encode())
+    with client.websocket_connect("/ws") as socket:
+        first = socket.receive_json()
+        assert first["full"] is True and first["type"] == "snapshot"
+        assert [r["round"] for r in first["rounds"]] == [1]
+        assert [e["kind"] for e in first["events"]] == ["view_change", "join"]
+        store.ingest("edgegrove/rec/telemetry/0", Telemetry(0, 2, 1, "ft", 0.1, loss=1.5).encode())
+        second = socket.receive_json()
+        assert second["full"] is False
+        assert [r["round"] for r in second["rounds"]] == [2]
+        assert second["events"] == []
+        assert second["fleet"]["counters"]["latest_round"] == 2
+
+
+def test_event_log_file_gets_every_event(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "events.jsonl"
+    app = create_app(DashboardSettings(job="rec", event_log=log))
+    with TestClient(app) as client:
+        feed_recording(store_of(client), "crash.jsonl")
+        total = client.get("/api/fleet").json()["counters"]["events"]
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == total
+    assert [x["seq"] for x in lines] == list(range(1, total + 1))
+    assert any(x["kind"] == "crash" and x["node"] == 4 for x in lines)
+
+
+def test_settings_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match="mqtt://HOST:PORT"):
+        DashboardSettings(broker_url="http://x:1")
+    with pytest.raises(ValueError, match="job name"):
+        DashboardSettings(job="no/slashes")
+    with pytest.raises(ValueError, match="8 characters"):
+        DashboardSettings(control_token="short")
