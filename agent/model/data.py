@@ -17,6 +17,7 @@ import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -107,7 +108,7 @@ def _write_cache(raw: RawArrays, target: Path) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".tmp{os.getpid()}.npz")
-        np.savez(tmp, **raw)
+        np.savez(tmp, **raw)  # type: ignore[arg-type]
         tmp.replace(target)
     except OSError:
         pass
@@ -179,10 +180,10 @@ def _read_pickle(path: Path) -> RawArrays:
         raise DataError(f"{path}: cannot read ({exc}); the file is corrupt. {HOW_TO_GET}") from exc
 
 
-def _as_uint8(array: npt.NDArray[np.generic], name: str) -> U8:
+def _as_uint8(array: npt.NDArray[Any], name: str) -> U8:
     """Pixels as uint8 0..255 (floats are pixel/256 or pixel/255), labels as uint8."""
     if array.dtype == np.uint8:
-        return array
+        return array.astype(np.uint8, copy=False)
     if np.issubdtype(array.dtype, np.integer):
         if array.size and (array.min() < 0 or array.max() > 255):
             raise DataError(f"{name}: integer values outside 0..255; not MNIST")

@@ -76,7 +76,7 @@ class SGD:
 
     def state_vector(self) -> F32:
         velocity = self.velocity if self.velocity is not None else np.zeros(0, np.float32)
-        return np.concatenate([np.float32([self.steps]), velocity]).astype(np.float32)
+        return np.concatenate([np.array([self.steps], dtype=np.float32), velocity]).astype(np.float32)
 
     def load_state_vector(self, state: F32) -> None:
         self.steps, (velocity,) = _as_state(state, "SGD", 1)
@@ -118,7 +118,7 @@ class Adam:
 
     def state_vector(self) -> F32:
         slots = [s for s in (self.m, self.v) if s is not None]
-        return np.concatenate([np.float32([self.steps]), *slots]).astype(np.float32)
+        return np.concatenate([np.array([self.steps], dtype=np.float32), *slots]).astype(np.float32)
 
     def load_state_vector(self, state: F32) -> None:
         self.steps, (m, v) = _as_state(state, "Adam", 2)

@@ -82,7 +82,7 @@ class _ModelParts:
         return self.opcodes.index(builtin)
 
 
-_DTYPES = {np.dtype(np.float32): "FLOAT32", np.dtype(np.int32): "INT32"}
+_DTYPES: dict[np.dtype[Any], str] = {np.dtype(np.float32): "FLOAT32", np.dtype(np.int32): "INT32"}
 
 
 class _Graph:
@@ -110,7 +110,7 @@ class _Graph:
         return len(self.tensors) - 1
 
     def const(self, name: str, value: npt.ArrayLike, dtype: type = np.float32) -> int:
-        array = np.array(value, dtype=dtype, order="C")  # keeps 0-d scalars 0-d
+        array: npt.NDArray[Any] = np.array(value, dtype=dtype, order="C")  # 0-d stays 0-d
         data = array.astype(array.dtype.newbyteorder("<")).tobytes()
         dtype_name = _DTYPES[np.dtype(dtype)]
         return self.tensor(name, list(array.shape), dtype_name, self.parts.buffer(data))
@@ -276,7 +276,7 @@ def _apply(g: _Graph, grad: int, spec: OptimizerSpec) -> int:
     """One optimizer step on the variables; returns the new step count. As ``optim``."""
     n = [mlp.PARAM_COUNT]
     params = g.read("params", n)
-    step = g.binary("ADD", g.read("opt_step", [1]), g.const("one", np.float32([1.0])), "step", [1])
+    step = g.binary("ADD", g.read("opt_step", [1]), g.const("one", [1.0]), "step", [1])
     c = lambda name, v: g.const(name, np.float32(v))  # noqa: E731 - float32 scalar constants
     if spec.name == "sgd":
         velocity = g.binary("ADD", g.binary("MUL", g.read("opt_slot0", n), c("momentum", spec.momentum),

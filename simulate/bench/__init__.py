@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (`edgegrove bench <name>`); each takes --json."""
