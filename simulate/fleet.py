@@ -71,7 +71,7 @@ class Fleet:
     """Start, signal, respawn and stop the agent processes of one run."""
 
     def __init__(self, specs: Sequence[AgentSpec], env: Mapping[str, str] | None = None,
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[str, dict[str, Any]], object] | None = None) -> None:
         self.agents = {s.node: AgentProcess(s) for s in specs}
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("PYTHONUNBUFFERED", "1")

@@ -274,7 +274,7 @@ class Scenario(BaseModel):
 
     name: str
     description: str = ""
-    fleet: FleetSection = FleetSection()
+    fleet: FleetSection = Field(default_factory=lambda: FleetSection(nodes=7, rounds=30))
     agent: dict[str, Any] = Field(
         default_factory=dict, description="options for every agent (`edgegrove agent` config keys)"
     )

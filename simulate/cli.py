@@ -1,0 +1,486 @@
+"""`edgegrove simulate`: a broker, the dashboard and a fleet of agents on this machine, the
+faults of a scenario, and a report.
+
+The scenario is validated before anything starts (a bad one exits with code 2). Readiness is
+awaited by signals: the broker's port, every agent's retained `online` status. Faults fire when
+the fleet enters their round (telemetry tells which round that is). Ctrl-C stops every process
+the simulator started — by handle — and the report is still written. Progress goes to stderr;
+with --json the summary is the one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import signal
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from agent.protocol.messages import Control
+from agent.protocol.topics import Topics
+from simulate.fleet import AgentSpec, Fleet
+from simulate.injector import (
+    Injector,
+    NetNamespace,
+    Plan,
+    isolated_nodes,
+    plan_mechanisms,
+    proxied_nodes,
+)
+from simulate.proxy import TcpProxy
+from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
+from simulate.telemetry import Collector, EventLog, FleetWatch
+
+DESCRIPTION = __doc__
+EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", default=None,
+                        help="scenario: a .toml file or a built-in name (default, thesis-1-fault, "
+                             "thesis-2-parallel, thesis-2-serial, thesis-faults-5-10, loss-sweep, "
+                             "crash-rejoin, flaky-wifi); default: 'default'")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="agents in the fleet (overrides the scenario's; scenario default 7)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds to train (overrides the scenario's)")
+    parser.add_argument("--broker", default="auto",
+                        help="auto (mosquitto from broker-config/ if installed, else embedded), "
+                             "mosquitto, embedded, or mqtt://HOST:PORT of a running broker")
+    parser.add_argument("--credentials", type=Path, default=None,
+                        help="with --broker mqtt://...: credentials.json from broker-config/make-credentials")
+    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<timestamp>)")
+    parser.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
+    parser.add_argument("--dashboard-port", type=int, default=8080,
+                        help="dashboard port on 127.0.0.1 (0 = any free port)")
+    parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one agent option for every agent, e.g. eval_samples=1000 "
+                             "(repeatable; keys as in `edgegrove agent --help`, with underscores)")
+    parser.add_argument("--baseline", choices=["auto", "none"], default="auto",
+                        help="auto: compare with single-machine training (same samples/step, cached)")
+    parser.add_argument("--ready-timeout", type=float, default=180.0,
+                        help="seconds to wait for every agent's online status")
+    parser.add_argument("--stall-timeout", type=float, default=90.0,
+                        help="seconds without any telemetry after which the run counts as halted")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
+
+
+def parse_agent_options(items: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ScenarioError(f"--agent-option {item!r}: write KEY=VALUE, e.g. eval_samples=1000")
+        if key in RESERVED_AGENT_OPTIONS:
+            raise ScenarioError(f"--agent-option {key}: the simulator sets it itself")
+        options[key] = _literal(value.strip())
+    return options
+
+
+def _literal(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_broker_choice(choice: str) -> str:
+    if choice in ("auto", "mosquitto", "embedded") or choice.startswith(("mqtt://", "mqtts://")):
+        return choice
+    raise ScenarioError(f"--broker {choice!r}: use auto, mosquitto, embedded or mqtt://HOST:PORT")
+
+
+@dataclass
+class FaultSlot:
+    index: int
+    fault: Any
+    plan: Plan
+    state: str = "pending"  # pending | armed (mid phase) | active | done | skipped
+    fire_at: float | None = None
+
+
+@dataclass
+class Simulation:
+    scenario: Scenario
+    run_dir: Path
+    broker_choice: str = "auto"
+    credentials: Path | None = None
+    dashboard: bool = True
+    dashboard_port: int = 8080
+    baseline: bool = True
+    ready_timeout: float = 180.0
+    stall_timeout: float = 90.0
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    job: str = ""
+
+    def __post_init__(self) -> None:
+        self.job = self.job or f"sim-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        self.topics = Topics(self.job)
+        self.watch = FleetWatch()
+        self.log: EventLog | None = None
+        self.fleet: Fleet | None = None
+        self.injector: Injector | None = None
+        self.collector: Collector | None = None
+        self.dashboard_url: str | None = None
+        self.halted = False
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = self._config()
+        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+        self.log = EventLog(self.run_dir / "events.jsonl")
+        started = time.monotonic()
+        self.log.add("run", phase="start", job=self.job, scenario=self.scenario.name)
+        error: str | None = None
+        with ExitStack() as stack:
+            try:
+                self._start(stack)
+                self._loop()
+            except (OSError, RuntimeError, ConnectionError, KeyError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                _say(f"simulate: stopping: {error}")
+            finally:
+                self._stop_fleet()
+        self.log.add("run", phase="end", wall_time_s=round(time.monotonic() - started, 3),
+                     halted=self.halted, interrupted=self.stop_event.is_set(), error=error)
+        self.log.close()
+        return self._report(config, error)
+
+    def _config(self) -> dict[str, Any]:
+        return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
+                "dashboard": self.dashboard, "argv": sys.argv}
+
+    def _start(self, stack: ExitStack) -> None:
+        assert self.log is not None
+        scenario = self.scenario
+        broker, url, creds_file, admin = self._start_broker(stack)
+        can_revoke = bool(getattr(broker, "dynsec", False))
+        plans = plan_mechanisms(scenario.faults, can_revoke)
+        self.slots = [FaultSlot(i, f, p) for i, (f, p) in enumerate(zip(scenario.faults, plans, strict=True))]
+        for slot in self.slots:
+            self.log.add("fault", action="plan", index=slot.index, kind=slot.fault.kind,
+                         description=slot.fault.describe(), mechanism=slot.plan.mechanism,
+                         targets=list(slot.fault.targets))
+            if slot.plan.skip:
+                slot.state = "skipped"
+                self.log.add("fault", action="skip", index=slot.index, kind=slot.fault.kind, detail=slot.plan.skip)
+                _say(f"simulate: skipping fault {slot.index} ({slot.fault.describe()}): {slot.plan.skip}")
+        user, password = admin or (None, None)
+        self.collector = Collector(url, self.topics, self.log, self.watch, user, password,
+                                   on_control=self._obey)
+        self.collector.start()
+        stack.callback(self.collector.stop)
+        proxies, namespaces = self._start_network(stack, url, plans)
+        self._start_dashboard(stack, url, admin)
+        log = self.log
+        self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces),
+                           on_event=lambda kind, data: log.add("process", event=kind, **data))
+        self.injector = Injector(self.fleet, self.collector.publish_control, self.log.add,
+                                 broker if can_revoke else None, proxies, namespaces)
+        self.fleet.start_all()
+        self._await_ready()
+
+    def _start_broker(self, stack: ExitStack) -> tuple[Any, str, Path | None, tuple[str, str] | None]:
+        from simulate import brokers
+
+        choice = self.broker_choice
+        if choice == "auto":
+            choice = "mosquitto" if brokers.mosquitto_available() else "embedded"
+            if choice == "embedded":
+                _say("simulate: mosquitto is not installed: using the embedded broker (amqtt); "
+                     "link cuts become agent-side drops")
+        assert self.log is not None
+        if choice == "mosquitto":
+            mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
+                                           nodes=self.scenario.fleet.nodes, dynsec=True)
+            stack.callback(mosq.stop)
+            creds = mosq.admin_credentials
+            self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid)
+            return mosq, mosq.url, mosq.credentials_path, (creds.username, creds.password)
+        if choice == "embedded":
+            embedded = brokers.start_embedded(log_path=self.run_dir / "broker.log")
+            stack.callback(embedded.stop)
+            self.log.add("broker", kind="embedded", url=embedded.url, pid=embedded.pid)
+            return embedded, embedded.url, None, None
+        admin: tuple[str, str] | None = None
+        if self.credentials is not None:
+            table = json.loads(self.credentials.read_text())
+            admin = (table["admin"]["username"], table["admin"]["password"])
+        self.log.add("broker", kind="external", url=choice)
+        return None, choice, self.credentials, admin
+
+    def _start_network(self, stack: ExitStack, url: str, plans: list[Plan]
+                       ) -> tuple[dict[int, TcpProxy], dict[int, NetNamespace]]:
+        from dashboard.settings import parse_broker_url
+
+        address = parse_broker_url(url)
+        faults = self.scenario.faults
+        isolated = isolated_nodes(faults, plans)
+        proxies: dict[int, TcpProxy] = {}
+        namespaces: dict[int, NetNamespace] = {}
+        tag = secrets.token_hex(2)
+        for node in sorted(proxied_nodes(faults, plans)):
+            listen = "127.0.0.1"
+            if node in isolated:
+                ns = NetNamespace(f"eg{tag}n{node}", slot=(node % 200) + 1)
+                stack.callback(ns.remove)
+                ns.create()
+                namespaces[node] = ns
+                listen = ns.host_ip
+            proxy = TcpProxy(address.host, address.port, listen_host=listen, name=f"proxy-{node}")
+            proxy.start()
+            stack.callback(proxy.stop)
+            proxies[node] = proxy
+        return proxies, namespaces
+
+    def _start_dashboard(self, stack: ExitStack, url: str, admin: tuple[str, str] | None) -> None:
+        if not self.dashboard:
+            return
+        try:
+            from dashboard.server import run_in_thread
+            from dashboard.settings import DashboardSettings
+        except ImportError as exc:
+            _say(f"simulate: the dashboard is not available ({exc}); install edgegrove[dashboard]")
+            return
+        token = secrets.token_urlsafe(12)
+        settings = DashboardSettings(
+            broker_url=url, job=self.job, username=admin[0] if admin else None,
+            password=admin[1] if admin else None, port=self.dashboard_port, control_token=token,
+            event_log=self.run_dir / "dashboard-events.jsonl")
+        handle = run_in_thread(settings)
+        stack.callback(handle.stop)
+        self.dashboard_url = handle.url
+        assert self.log is not None
+        self.log.add("dashboard", url=handle.url)
+        _say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
+
+    def _specs(self, url: str, creds_file: Path | None, proxies: dict[int, TcpProxy],
+               namespaces: dict[int, NetNamespace]) -> list[AgentSpec]:
+        fleet = self.scenario.fleet
+        options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds,
+                                   **self.scenario.agent}
+        if creds_file is not None:
+            options["credentials"] = str(creds_file)
+        specs = []
+        for node in range(fleet.nodes):
+            node_url = url
+            if node in proxies:
+                proxy = proxies[node]
+                node_url = f"mqtt://{proxy.listen[0]}:{proxy.port}"
+            prefix = namespaces[node].prefix() if node in namespaces else ()
+            specs.append(AgentSpec(node, node_url, options, self.run_dir / "checkpoints" / str(node),
+                                   self.run_dir / "agents" / f"agent-{node}.log", prefix))
+        return specs
+
+    def _await_ready(self) -> None:
+        n = self.scenario.fleet.nodes
+        _say(f"simulate: waiting for {n} agents to come online (job {self.job})")
+        ok = self.watch.wait_for(
+            lambda: len(self.watch.online()) >= n or self.watch.fleet_round > 0 or self.stop_event.is_set(),
+            self.ready_timeout)
+        if self.stop_event.is_set():
+            return
+        if not ok:
+            online = sorted(self.watch.online())
+            raise RuntimeError(f"only {len(online)} of {n} agents came online within "
+                               f"{self.ready_timeout:.0f} s ({online}); see {self.run_dir / 'agents'}")
+        assert self.log is not None
+        self.log.add("run", phase="ready", online=sorted(self.watch.online()))
+
+    def _loop(self) -> None:
+        assert self.fleet is not None and self.log is not None
+        rounds = self.scenario.fleet.rounds
+        bar = tqdm(total=rounds, desc="rounds", file=sys.stderr, unit="round", dynamic_ncols=True)
+        try:
+            while not self.stop_event.is_set():
+                fleet_round = self.watch.fleet_round
+                self._fire_faults(fleet_round)
+                self._progress(bar, fleet_round)
+                for node, code in self.fleet.poll_exits():
+                    if code != 0:
+                        _say(f"simulate: agent {node} exited with code {code}; see agents/agent-{node}.log")
+                if self._finished():
+                    break
+                if time.monotonic() - self.watch.last_telemetry_at > self.stall_timeout:
+                    self.halted = True
+                    _say(f"simulate: no telemetry for {self.stall_timeout:.0f} s: the fleet halted")
+                    break
+                self.watch.wait_for(lambda r=fleet_round: self.watch.fleet_round != r  # type: ignore[misc]
+                                    or self.stop_event.is_set(), self._next_wait())
+        finally:
+            bar.close()
+
+    def _next_wait(self) -> float:
+        armed = [s.fire_at for s in self.slots if s.state == "armed" and s.fire_at is not None]
+        wait = 0.5
+        if armed:
+            wait = min(wait, max(0.0, min(armed) - time.monotonic()))
+        return wait
+
+    def _finished(self) -> bool:
+        assert self.fleet is not None
+        if self.fleet.running_nodes():
+            hung = [n for n in self.fleet.running_nodes() if self.fleet.agents[n].stopped]
+            done = self.watch.fleet_round >= self.scenario.fleet.rounds
+            return done and len(hung) == len(self.fleet.running_nodes())
+        pending_restart = any(s.state == "active" and s.fault.kind == "crash" and s.fault.end_round is not None
+                              and s.fault.end_round < self.scenario.fleet.rounds for s in self.slots)
+        return not pending_restart or self.watch.fleet_round >= self.scenario.fleet.rounds
+
+    def _fire_faults(self, fleet_round: int) -> None:
+        assert self.injector is not None and self.log is not None
+        now = time.monotonic()
+        for slot in self.slots:
+            fault = slot.fault
+            if slot.state == "pending" and fleet_round >= fault.at_round:
+                if fault.phase == "mid":
+                    median = self.watch.median_round_seconds() or 0.2
+                    slot.state, slot.fire_at = "armed", now + 0.5 * median
+                else:
+                    self._apply(slot, fleet_round)
+            if slot.state == "armed" and slot.fire_at is not None and now >= slot.fire_at:
+                self._apply(slot, fleet_round)
+            end = fault.end_round
+            if slot.state == "active" and end is not None and fleet_round >= end:
+                self.injector.undo(fault, slot.plan)
+                slot.state = "done"
+                self.log.add("fault", action="heal", index=slot.index, kind=fault.kind, round=fleet_round)
+                _say(f"simulate: round {fleet_round}: undone fault {slot.index} ({fault.describe()})")
+
+    def _apply(self, slot: FaultSlot, fleet_round: int) -> None:
+        assert self.injector is not None and self.log is not None
+        try:
+            self.injector.inject(slot.fault, slot.plan)
+        except (OSError, RuntimeError, KeyError) as exc:
+            slot.state = "skipped"
+            self.log.add("fault", action="skip", index=slot.index, kind=slot.fault.kind, detail=str(exc))
+            _say(f"simulate: fault {slot.index} could not be injected: {exc}")
+            return
+        slot.state = "active"
+        self.log.add("fault", action="inject", index=slot.index, kind=slot.fault.kind, round=fleet_round,
+                     description=slot.fault.describe(), mechanism=slot.plan.mechanism,
+                     targets=list(slot.fault.targets))
+        _say(f"simulate: round {fleet_round}: injected fault {slot.index} ({slot.fault.describe()}, "
+             f"{slot.plan.mechanism})")
+
+    def _progress(self, bar: Any, fleet_round: int) -> None:
+        bar.n = min(fleet_round, bar.total)
+        latest = list(self.watch.latest.values())
+        losses = [t.loss for t in latest if t.loss is not None]
+        accs = [(t.round, t.accuracy) for t in latest if t.accuracy is not None]
+        injected = sum(1 for s in self.slots if s.state in ("active", "done"))
+        bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}" if losses else "-",
+                        acc=f"{max(accs)[1]:.3f}" if accs else "-",
+                        faults=f"{injected}/{len(self.slots)}", refresh=False)
+        bar.refresh()
+
+    def _obey(self, control: Control) -> None:
+        """A Control from the dashboard: crash/restart/hang/resume are ours to carry out."""
+        if self.injector is None or self.log is None:
+            return
+        try:
+            outcome = self.injector.obey(control)
+        except (OSError, RuntimeError) as exc:
+            outcome = f"failed: {exc}"
+        self.log.add("dashboard_control", action=control.action, node=control.node, outcome=outcome)
+
+    def _stop_fleet(self) -> None:
+        if self.fleet is None:
+            return
+        forced = self.fleet.stop_all(grace=10.0)
+        if forced and self.log is not None:
+            self.log.add("process", event="forced_kill", pids=forced)
+
+    def _report(self, config: dict[str, Any], error: str | None) -> dict[str, Any]:
+        from simulate import report
+
+        assert self.log is not None
+        records = self.log.snapshot()
+        baseline = None
+        if self.baseline and not self.stop_event.is_set():
+            baseline = self._baseline()
+        summary = report.write_report(self.run_dir, records, config, baseline)
+        summary["run_dir"] = str(self.run_dir)
+        summary["dashboard_url"] = self.dashboard_url
+        summary["error"] = error
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _baseline(self) -> dict[str, Any] | None:
+        from simulate.baseline import baseline_params, single_machine
+
+        fleet = self.scenario.fleet
+        _say("simulate: single-machine baseline (same samples per step; cached after the first run)")
+        try:
+            result = single_machine(baseline_params(self.scenario.agent, fleet.nodes, fleet.rounds))
+        except Exception as exc:  # a baseline problem must not lose the run's report
+            _say(f"simulate: no baseline: {exc}")
+            return None
+        (self.run_dir / "baseline.json").write_text(json.dumps(result) + "\n")
+        return result
+
+
+def _say(text: str) -> None:
+    tqdm.write(text, file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        scenario = load_scenario(args.scenario).with_fleet(args.nodes, args.rounds)
+        extra = parse_agent_options(args.agent_option)
+        if extra:
+            from simulate.scenario import _check_agent_options
+
+            merged = {**scenario.agent, **extra}
+            _check_agent_options(merged, "--agent-option")
+            scenario = scenario.model_copy(update={"agent": merged})
+        check_broker_choice(args.broker)
+    except ScenarioError as exc:
+        print(f"edgegrove simulate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = args.out or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
+                     args.dashboard_port, args.baseline == "auto", args.ready_timeout, args.stall_timeout)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")
+        sim.stop_event.set()
+        sim.watch.poke()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = sim.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _say(_human_summary(summary))
+    if args.json:
+        print(json.dumps(summary))
+    if sim.stop_event.is_set():
+        return EXIT_INTERRUPTED
+    return EXIT_HALTED if summary.get("halted") or summary.get("error") else EXIT_OK
+
+
+def _human_summary(s: dict[str, Any]) -> str:
+    acc = s.get("final_test_accuracy")
+    return (f"simulate: {s['rounds']} rounds, final test accuracy "
+            f"{'n/a' if acc is None else f'{acc:.4f}'}, faults {s['faults_injected']} injected / "
+            f"{s['faults_detected']} detected, degraded rounds {s['degraded_rounds']}, "
+            f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s\n"
+            f"simulate: report in {s['run_dir']}/report.md")

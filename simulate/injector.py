@@ -1,0 +1,253 @@
+"""Fault injection: turns a scenario's faults into actions on the broker, the agents and the OS.
+
+| fault     | how                                                                        |
+|-----------|----------------------------------------------------------------------------|
+| link      | mosquitto dynamic security revokes link/a/b and link/b/a (a silent cut),   |
+|           | or a Control ``cut`` that agent a applies (drops frames to and from b)     |
+| loss      | Control ``loss`` p to the agent (it drops sent and received link frames)   |
+| latency   | the agent's TCP proxy delays its traffic, or Control ``latency``           |
+| bandwidth | the agent's TCP proxy paces its traffic                                    |
+| crash     | SIGKILL; respawned with the same checkpoint dir at restart_round           |
+| hang      | SIGSTOP; SIGCONT at resume_round                                           |
+| isolate   | iptables DROP inside the agent's network namespace (root only)            |
+
+``plan_mechanisms`` decides up front how each fault will be done (and which must be skipped,
+with the reason), so the run starts the proxies and namespaces it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.protocol.messages import Control
+from simulate.fleet import Fleet
+from simulate.proxy import TcpProxy
+from simulate.scenario import (
+    BandwidthFault,
+    CrashFault,
+    HangFault,
+    IsolateFault,
+    LatencyFault,
+    LinkFault,
+    LossFault,
+)
+
+
+class LinkRevoker(Protocol):
+    def revoke_link(self, src: int, dst: int) -> None: ...
+    def restore_link(self, src: int, dst: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one fault will be injected, or why it is skipped (``skip`` non-empty)."""
+
+    mechanism: str
+    skip: str = ""
+
+
+def netns_supported() -> str:
+    """'' when network namespaces + iptables can be used here, else the reason why not."""
+    if os.geteuid() != 0:
+        return "network isolation needs root (ip netns + iptables); run the simulator as root"
+    missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
+    if missing:
+        return f"network isolation needs {' and '.join(missing)} (apt-get install iproute2 iptables)"
+    return ""
+
+
+def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool) -> list[Plan]:
+    plans = []
+    netns_problem = netns_supported()
+    for fault in faults:
+        if isinstance(fault, LinkFault):
+            via = fault.via
+            if via == "broker" and not broker_can_revoke:
+                plans.append(Plan("broker-dynsec", "this broker cannot revoke topics (needs "
+                                  "mosquitto with dynamic security); use via = \"agent\" or \"auto\""))
+                continue
+            use_broker = via == "broker" or (via == "auto" and broker_can_revoke)
+            plans.append(Plan("broker-dynsec" if use_broker else "agent-drop"))
+        elif isinstance(fault, LossFault):
+            plans.append(Plan("agent-loss"))
+        elif isinstance(fault, LatencyFault):
+            plans.append(Plan("agent-latency" if fault.via == "agent" else "proxy"))
+        elif isinstance(fault, BandwidthFault):
+            plans.append(Plan("proxy"))
+        elif isinstance(fault, CrashFault):
+            plans.append(Plan("sigkill"))
+        elif isinstance(fault, HangFault):
+            plans.append(Plan("sigstop"))
+        elif isinstance(fault, IsolateFault):
+            plans.append(Plan("netns-iptables", netns_problem))
+        else:
+            plans.append(Plan("unknown", f"no injector for {type(fault).__name__}"))
+    return plans
+
+
+def proxied_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
+    """Nodes that must reach the broker through a TCP proxy (shaping or netns isolation)."""
+    nodes: set[int] = set()
+    for fault, plan in zip(faults, plans, strict=True):
+        if not plan.skip and plan.mechanism in ("proxy", "netns-iptables"):
+            nodes.add(fault.node)
+    return nodes
+
+
+def isolated_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
+    return {f.node for f, p in zip(faults, plans, strict=True)
+            if not p.skip and p.mechanism == "netns-iptables"}
+
+
+class NetNamespace:
+    """A network namespace joined to the host by a veth pair (10.201.<slot>.0/30).
+
+    The agent runs inside (``ip netns exec``) and reaches the broker through a TCP proxy bound
+    to the host end. ``isolate`` drops every packet in the namespace with iptables; ``heal``
+    removes the rules. ``remove`` deletes the namespace (and so the veth pair).
+    """
+
+    def __init__(self, name: str, slot: int) -> None:
+        if not 0 <= slot < 250:
+            raise ValueError(f"slot {slot} out of range")
+        self.name = name
+        self.host_if = f"{name[:11]}h"
+        self.ns_if = f"{name[:11]}n"
+        self.host_ip = f"10.201.{slot}.1"
+        self.ns_ip = f"10.201.{slot}.2"
+        self.created = False
+
+    def create(self) -> None:
+        run = _run
+        run("ip", "netns", "add", self.name)
+        self.created = True
+        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        run("ip", "link", "set", self.ns_if, "netns", self.name)
+        run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        run("ip", "link", "set", self.host_if, "up")
+        self.exec_run("ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
+        self.exec_run("ip", "link", "set", self.ns_if, "up")
+        self.exec_run("ip", "link", "set", "lo", "up")
+
+    def prefix(self) -> tuple[str, ...]:
+        return ("ip", "netns", "exec", self.name)
+
+    def exec_run(self, *args: str) -> None:
+        _run(*self.prefix(), *args)
+
+    def isolate(self) -> None:
+        self.exec_run("iptables", "-A", "INPUT", "-i", self.ns_if, "-j", "DROP")
+        self.exec_run("iptables", "-A", "OUTPUT", "-o", self.ns_if, "-j", "DROP")
+
+    def heal(self) -> None:
+        self.exec_run("iptables", "-F")
+
+    def remove(self) -> None:
+        if not self.created:
+            return
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
+        self.created = False
+
+
+def _run(*args: str) -> None:
+    done = subprocess.run(list(args), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.returncode}")
+
+
+class Injector:
+    """Applies and undoes faults; every action is recorded by ``record`` (the event log)."""
+
+    def __init__(self, fleet: Fleet, publish_control: Callable[[Control], None],
+                 record: Callable[..., Any], broker: LinkRevoker | None = None,
+                 proxies: dict[int, TcpProxy] | None = None,
+                 namespaces: dict[int, NetNamespace] | None = None) -> None:
+        self.fleet = fleet
+        self.publish_control = publish_control
+        self.record = record
+        self.broker = broker
+        self.proxies = proxies or {}
+        self.namespaces = namespaces or {}
+
+    def inject(self, fault: Any, plan: Plan) -> None:
+        self._act(fault, plan, undo=False)
+
+    def undo(self, fault: Any, plan: Plan) -> None:
+        self._act(fault, plan, undo=True)
+
+    def _act(self, fault: Any, plan: Plan, undo: bool) -> None:
+        mech = plan.mechanism
+        if isinstance(fault, LinkFault):
+            self._link(fault, mech, undo)
+        elif isinstance(fault, LossFault):
+            self.publish_control(Control("loss", fault.node, value=0.0 if undo else fault.p))
+        elif isinstance(fault, LatencyFault):
+            if mech == "proxy":
+                self.proxies[fault.node].set_latency(0.0 if undo else fault.seconds)
+            else:
+                self.publish_control(Control("latency", fault.node, value=0.0 if undo else fault.seconds))
+        elif isinstance(fault, BandwidthFault):
+            self.proxies[fault.node].set_bandwidth(None if undo else fault.bytes_per_second)
+        elif isinstance(fault, CrashFault):
+            if undo:
+                self.fleet.spawn(fault.node)
+            else:
+                self.fleet.kill(fault.node)
+        elif isinstance(fault, HangFault):
+            if undo:
+                self.fleet.resume(fault.node)
+            else:
+                self.fleet.pause(fault.node)
+        elif isinstance(fault, IsolateFault):
+            ns = self.namespaces[fault.node]
+            if undo:
+                ns.heal()
+            else:
+                ns.isolate()
+        else:
+            raise ValueError(f"no injector for {type(fault).__name__}")
+
+    def _link(self, fault: LinkFault, mechanism: str, undo: bool) -> None:
+        a, b = fault.nodes
+        directions = [(a, b)] if fault.one_way else [(a, b), (b, a)]
+        if mechanism == "broker-dynsec":
+            assert self.broker is not None
+            for src, dst in directions:
+                if undo:
+                    self.broker.restore_link(src, dst)
+                else:
+                    self.broker.revoke_link(src, dst)
+        else:
+            action = "heal" if undo else "cut"
+            self.publish_control(Control(action, a, peer=b, one_way=fault.one_way))  # type: ignore[arg-type]
+
+    # -- commands from the dashboard's fault controls -----------------------------------------
+
+    def obey(self, control: Control) -> str:
+        """Carry out a process-level Control from outside (the dashboard); agent-side ones
+        (cut, heal, loss, latency) are applied by the agents themselves. Returns what was done."""
+        node = control.node
+        if node not in self.fleet.agents:
+            return f"ignored: node {node} is not in this fleet"
+        action = control.action
+        if action == "crash":
+            self.fleet.kill(node)
+        elif action in ("restart", "rejoin"):
+            if self.fleet.agents[node].running():
+                self.fleet.kill(node)
+            self.fleet.spawn(node)
+        elif action == "hang":
+            self.fleet.pause(node)
+        elif action == "resume":
+            self.fleet.resume(node)
+        elif action == "isolate" and node in self.namespaces:
+            self.namespaces[node].isolate()
+        else:
+            return f"left to the agents: {action}"
+        return f"done: {action} node {node}"

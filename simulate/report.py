@@ -1,0 +1,322 @@
+"""The run directory's report, computed from the event log alone.
+
+``analyze(records)`` is pure: it turns the event log (status, view, telemetry, fault and
+process records) into per-round rows, per-fault detection verdicts and the summary, so the
+report's numbers can always be recomputed from ``events.jsonl`` (a test does exactly that).
+``write_report`` then writes rounds.csv, summary.json, report.md and the PNG plots.
+
+A fault counts as *detected* when the fleet's own signals show it — never from what the
+simulator knows it did:
+  link      an end of the link reports a link_dead/reroute/timeout event naming the other
+            end, or sees that link failed/rerouted/suspected
+  crash     the broker publishes the node's ``offline`` status (its Last Will)
+  hang      another agent reports a timeout/link_dead/reroute/pull naming the node, or sees its
+            link to the node failed/rerouted/suspected, or a round degrades
+  isolate   as a crash or a hang (offline status, or peers reporting it silent)
+  loss      the node or a peer reports NACKs, missing chunks, timeouts, reroutes or a degraded
+            round while the loss is on
+  latency / bandwidth  timeouts/reroutes/events naming the node, or the median allreduce time
+            of the fault's rounds at least 1.5x the median before it
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+Record = dict[str, Any]
+LINK_EVENT_KINDS = frozenset({"link_dead", "reroute", "timeout", "pull", "relay", "escalate"})
+BAD_LINK_STATES = frozenset({"failed", "rerouted", "suspected"})
+ROUND_COLUMNS = (
+    "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
+    "round_s_max", "bytes_sent", "bytes_received", "reroutes", "timeouts", "nacks",
+    "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active",
+)
+
+
+@dataclass
+class RoundRow:
+    round: int
+    reporters: int = 0
+    members: int = 0
+    loss: float | None = None
+    accuracy: float | None = None
+    allreduce_s_max: float = 0.0
+    allreduce_s_median: float = 0.0
+    round_s_max: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    reroutes: int = 0
+    timeouts: int = 0
+    nacks: int = 0
+    missing_chunks: int = 0
+    degraded_nodes: int = 0
+    distinct_hashes: int = 0
+    faults_active: str = ""
+
+
+@dataclass
+class FaultOutcome:
+    index: int
+    kind: str
+    description: str
+    mechanism: str
+    status: str  # injected | skipped | not_reached
+    at_round: int | None = None
+    end_round: int | None = None  # the round at which it was undone (None: lasted to the end)
+    injected_t: float | None = None
+    detected: bool = False
+    evidence: str = ""
+    targets: list[int] = field(default_factory=list)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(statistics.fmean(values)) if values else None
+
+
+def rounds_table(records: Iterable[Record], faults: Sequence[FaultOutcome] = ()) -> list[RoundRow]:
+    """One row per round from the telemetry records (every agent's report of that round)."""
+    by_round: dict[int, list[Record]] = defaultdict(list)
+    for rec in records:
+        if rec.get("type") == "telemetry":
+            by_round[int(rec["round"])].append(rec)
+    rows = []
+    for rnd in sorted(by_round):
+        tels = by_round[rnd]
+        allreduce = [float(t.get("phase_seconds", {}).get("allreduce", 0.0)) for t in tels]
+        totals = [float(t.get("phase_seconds", {}).get("total", 0.0)) for t in tels]
+        losses = [float(t["loss"]) for t in tels if t.get("loss") is not None]
+        accs = [float(t["accuracy"]) for t in tels if t.get("accuracy") is not None]
+        active = [str(f.index) for f in faults if _active_at(f, rnd)]
+        rows.append(RoundRow(
+            round=rnd, reporters=len(tels), members=max(int(t.get("members", 0)) for t in tels),
+            loss=_mean(losses), accuracy=_mean(accs),
+            allreduce_s_max=max(allreduce), allreduce_s_median=_median(allreduce) or 0.0,
+            round_s_max=max(totals),
+            bytes_sent=sum(int(t.get("bytes_sent", 0)) for t in tels),
+            bytes_received=sum(int(t.get("bytes_received", 0)) for t in tels),
+            reroutes=sum(int(t.get("reroutes", 0)) for t in tels),
+            timeouts=sum(int(t.get("timeouts", 0)) for t in tels),
+            nacks=sum(int(t.get("nacks", 0)) for t in tels),
+            missing_chunks=sum(int(t.get("missing_chunks", 0)) for t in tels),
+            degraded_nodes=sum(1 for t in tels if t.get("degraded")),
+            distinct_hashes=len({t.get("model_hash", "") for t in tels}),
+            faults_active=" ".join(active),
+        ))
+    return rows
+
+
+def _active_at(fault: FaultOutcome, rnd: int) -> bool:
+    if fault.status != "injected" or fault.at_round is None:
+        return False
+    return fault.at_round <= rnd and (fault.end_round is None or rnd < fault.end_round)
+
+
+def fault_outcomes(records: Sequence[Record]) -> list[FaultOutcome]:
+    """The faults as the event log tells them: injected when, undone when, detected or not."""
+    outcomes: dict[int, FaultOutcome] = {}
+    for rec in records:
+        if rec.get("type") != "fault":
+            continue
+        idx = int(rec["index"])
+        action = rec["action"]
+        if action in ("inject", "skip", "plan"):
+            outcome = outcomes.get(idx) or FaultOutcome(
+                index=idx, kind=rec["kind"], description=rec.get("description", ""),
+                mechanism=rec.get("mechanism", ""), status="not_reached",
+                targets=list(rec.get("targets", [])))
+            if action == "inject":
+                outcome.status, outcome.at_round, outcome.injected_t = "injected", rec.get("round"), rec["t"]
+                outcome.mechanism = rec.get("mechanism", outcome.mechanism)
+            elif action == "skip":
+                outcome.status, outcome.evidence = "skipped", rec.get("detail", "")
+            outcomes[idx] = outcome
+        elif action == "heal" and idx in outcomes:
+            outcomes[idx].end_round = rec.get("round")
+    result = [outcomes[i] for i in sorted(outcomes)]
+    for outcome in result:
+        if outcome.status == "injected":
+            outcome.detected, outcome.evidence = detect(outcome, records)
+    return result
+
+
+def _in_window(fault: FaultOutcome, rec: Record, slack: int = 2) -> bool:
+    """A telemetry record of a round the fault could have touched."""
+    start = (fault.at_round or 0) - 1
+    end = fault.end_round + slack if fault.end_round is not None else 1 << 30
+    return start <= int(rec["round"]) <= end
+
+
+def _names_peer(rec: Record, peer: int) -> str:
+    """Why this telemetry shows trouble with ``peer`` ('' if it does not)."""
+    for event in rec.get("events", []) or []:
+        if event.get("kind") in LINK_EVENT_KINDS and event.get("peer") == peer:
+            return f"{event['kind']} {rec['node']}->{peer}"
+    state = (rec.get("links") or {}).get(str(peer))
+    if state in BAD_LINK_STATES:
+        return f"node {rec['node']} sees link to {peer} {state}"
+    return ""
+
+
+def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
+    """(detected, evidence) for one injected fault, from the fleet's own reports."""
+    t0 = fault.injected_t or 0.0
+    tels = [r for r in records if r.get("type") == "telemetry" and _in_window(fault, r)]
+    statuses = [r for r in records if r.get("type") == "status" and r["t"] >= t0]
+    targets = fault.targets
+    if fault.kind == "link" and len(targets) == 2:
+        a, b = targets
+        for rec in tels:
+            why = _names_peer(rec, b) if rec["node"] == a else _names_peer(rec, a) if rec["node"] == b else ""
+            if why:
+                return True, f"round {rec['round']}: {why}"
+        return False, "no end of the link reported it"
+    node = targets[0] if targets else -1
+    if fault.kind in ("crash", "isolate"):
+        for rec in statuses:
+            if rec["node"] == node and rec["state"] == "offline":
+                return True, f"status/{node} offline at t={rec['t']:.2f}s"
+    if fault.kind in ("hang", "isolate", "latency", "bandwidth"):
+        for rec in tels:
+            if rec["node"] != node and (why := _names_peer(rec, node)):
+                return True, f"round {rec['round']}: {why}"
+        degraded = [r for r in tels if r.get("degraded")]
+        if fault.kind in ("hang", "isolate") and degraded:
+            return True, f"round {degraded[0]['round']}: degraded"
+    if fault.kind == "loss":
+        for rec in tels:
+            signs = {k: rec.get(k, 0) for k in ("nacks", "missing_chunks", "timeouts", "reroutes") if rec.get(k)}
+            if rec.get("degraded"):
+                signs["degraded"] = 1
+            if signs:
+                return True, f"round {rec['round']} node {rec['node']}: {signs}"
+    if fault.kind in ("latency", "bandwidth"):
+        return _slowdown(fault, records)
+    return False, "no sign of it in telemetry or status"
+
+
+def _slowdown(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
+    rows = rounds_table(records)
+    start = fault.at_round or 0
+    before = [r.allreduce_s_max for r in rows if r.round < start]
+    during = [r.allreduce_s_max for r in rows if _active_at(fault, r.round)]
+    b, d = _median(before), _median(during)
+    if b is not None and d is not None and d >= 1.5 * b:
+        return True, f"median allreduce {d:.3f}s during vs {b:.3f}s before"
+    return False, f"allreduce median {d} s during vs {b} s before: no clear slowdown"
+
+
+def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
+              baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's summary: every number here is recomputable from ``records``."""
+    faults = fault_outcomes(records)
+    rows = rounds_table(records, faults)
+    runs = [r for r in records if r.get("type") == "run"]
+    wall = next((r.get("wall_time_s") for r in reversed(runs) if r.get("phase") == "end"), None)
+    accs = [r for r in rows if r.accuracy is not None]
+    final = accs[-1] if accs else None
+    last = rows[-1] if rows else None
+    allreduce = [r.allreduce_s_max for r in rows]
+    fault_free = [r.allreduce_s_max for r in rows if not r.faults_active]
+    in_faults = [r.allreduce_s_max for r in rows if r.faults_active]
+    injected = [f for f in faults if f.status == "injected"]
+    end = next((r for r in reversed(runs) if r.get("phase") == "end"), {})
+    return {
+        "scenario": (config or {}).get("scenario", {}).get("name"),
+        "nodes": (config or {}).get("scenario", {}).get("fleet", {}).get("nodes"),
+        "rounds_planned": (config or {}).get("scenario", {}).get("fleet", {}).get("rounds"),
+        "rounds": (last.round + 1) if last else 0,
+        "final_test_accuracy": final.accuracy if final else None,
+        "final_accuracy_round": final.round if final else None,
+        "final_loss": last.loss if last else None,
+        "faults_planned": len(faults),
+        "faults_injected": len(injected),
+        "faults_detected": sum(1 for f in injected if f.detected),
+        "faults_skipped": sum(1 for f in faults if f.status == "skipped"),
+        "degraded_rounds": sum(1 for r in rows if r.degraded_nodes),
+        "reroutes": sum(r.reroutes for r in rows),
+        "wall_time_s": wall,
+        "round_time_median_s": _median(allreduce),
+        "round_time_fault_free_median_s": _median(fault_free),
+        "round_time_fault_window_median_s": _median(in_faults),
+        "bytes_per_round_median": _median([float(r.bytes_sent) for r in rows]),
+        "models_identical_at_end": bool(last and last.distinct_hashes == 1),
+        "halted": bool(end.get("halted", False)),
+        "interrupted": bool(end.get("interrupted", False)),
+        "baseline_final_accuracy": (baseline or {}).get("final_accuracy"),
+        "faults": [asdict(f) for f in faults],
+    }
+
+
+# -- files --------------------------------------------------------------------------------
+
+
+def write_rounds_csv(rows: Sequence[RoundRow], path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(ROUND_COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in asdict(row).items()})
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
+    s = summary
+    lines = [
+        f"# Edgegrove simulation: {s.get('scenario')}",
+        "",
+        f"- nodes: {s.get('nodes')}, rounds completed: {s['rounds']} of {s.get('rounds_planned')}",
+        f"- final test accuracy: {_fmt(s['final_test_accuracy'], '.4f')} (round {s['final_accuracy_round']})"
+        f"; single-machine baseline: {_fmt(s['baseline_final_accuracy'], '.4f')}",
+        f"- faults: {s['faults_injected']} injected, {s['faults_detected']} detected, "
+        f"{s['faults_skipped']} skipped; degraded rounds: {s['degraded_rounds']}; reroutes: {s['reroutes']}",
+        f"- allreduce time per round (slowest agent), median: {_fmt(s['round_time_median_s'])} s; "
+        f"fault-free rounds: {_fmt(s['round_time_fault_free_median_s'])} s; "
+        f"rounds with a fault active: {_fmt(s['round_time_fault_window_median_s'])} s",
+        f"- wall time: {_fmt(s['wall_time_s'], '.1f')} s; models identical at the end: "
+        f"{s['models_identical_at_end']}; halted: {s['halted']}; interrupted: {s['interrupted']}",
+        "",
+        "## Faults",
+        "",
+        "| # | fault | mechanism | status | rounds | detected | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in s["faults"]:
+        span = f"{f['at_round']}..{f['end_round'] if f['end_round'] is not None else 'end'}"
+        lines.append(f"| {f['index']} | {f['description']} | {f['mechanism']} | {f['status']} | "
+                     f"{span if f['status'] == 'injected' else ''} | "
+                     f"{'yes' if f['detected'] else 'no'} | {f['evidence'].replace('|', '/')} |")
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p}]({p})" for p in plots]
+    lines += ["", "Files: `config.json`, `events.jsonl` (every message and fault, one JSON per line), "
+              "`rounds.csv`, `summary.json`, `agents/` (agent logs).", ""]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: Path, records: Sequence[Record], config: dict[str, Any],
+                 baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write rounds.csv, summary.json, the plots and report.md; return the summary."""
+    from simulate import plots
+
+    summary = summarize(records, config, baseline)
+    faults = fault_outcomes(records)
+    rows = rounds_table(records, faults)
+    write_rounds_csv(rows, run_dir / "rounds.csv")
+    written = plots.write_all(run_dir, rows, faults, baseline)
+    summary["plots"] = written
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / "report.md").write_text(render_markdown(summary, written))
+    return summary
