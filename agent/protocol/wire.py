@@ -11,6 +11,7 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ NO_NODE = 0xFFFF
 _HEADER = struct.Struct("<4sBBBBIIIIHHHIfIH")
 HEADER_SIZE = _HEADER.size
 _CRC = struct.Struct("<I")
+_SMALLEST_F32 = float(np.nextafter(np.float32(0), np.float32(1)))
 
 
 class Kind(enum.IntEnum):
@@ -52,7 +54,7 @@ class DType(enum.IntEnum):
     U32 = 3  # indices (NACK, PULL)
 
 
-_ITEM = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
+_ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
          DType.U32: np.dtype("<u4")}
 
 
@@ -144,10 +146,17 @@ def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
         return v.astype("<f4").tobytes(), 1.0
     if dtype == DType.F16:
         limit = float(np.finfo(np.float16).max)
-        return np.clip(v, -limit, limit).astype("<f2").tobytes(), 1.0
+        # Saturate large finite values; inf/NaN stay as they are so receivers reject them.
+        saturated = np.where(np.isfinite(v), np.clip(v, -limit, limit), v)
+        return saturated.astype("<f2").tobytes(), 1.0
     if dtype == DType.I8:
+        if not np.all(np.isfinite(v)):
+            # int8 cannot say NaN/inf: a NaN scale makes receivers reject the frame
+            # (bad_values), as they reject non-finite f32/f16 values.
+            return np.zeros(v.size, dtype=np.int8).tobytes(), float("nan")
         peak = float(np.max(np.abs(v))) if v.size else 0.0
-        scale = peak / 127.0 if peak > 0 else 1.0
+        # At least the smallest float32: a tiny peak must not give a zero (rejected) scale.
+        scale = max(peak / 127.0, _SMALLEST_F32) if peak > 0 else 1.0
         q = np.clip(np.rint(v / np.float32(scale)), -127, 127).astype(np.int8)
         return q.tobytes(), float(np.float32(scale))
     raise ValueError(f"values cannot travel as {dtype!r}")
@@ -238,9 +247,11 @@ def _check_header(
 
 
 def _check_values(frame: Frame) -> Frame | Rejection:
+    if not np.isfinite(frame.scale):
+        return Rejection(RejectReason.BAD_VALUES, "non-finite scale")
     if frame.dtype == DType.U32:
         return frame
-    if frame.dtype == DType.I8 and not (np.isfinite(frame.scale) and frame.scale > 0):
+    if frame.dtype == DType.I8 and not frame.scale > 0:
         return Rejection(RejectReason.BAD_VALUES, "int8 scale")
     if frame.dtype != DType.I8 and not np.all(np.isfinite(frame.values())):
         return Rejection(RejectReason.BAD_VALUES, "non-finite value")
