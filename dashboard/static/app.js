@@ -9,7 +9,7 @@ const COLORS = {
 // Events that mark the charts' time axis, and the colour of their marker.
 const MARKERS = {
   crash: "#d63b3b", offline: "#d63b3b", link_failed: "#d63b3b", hung: "#e46a17",
-  link_rerouted: "#7b4fd6", reroute: "#7b4fd6", degraded: "#e0a100",
+  link_rerouted: "#7b4fd6", degraded: "#e0a100",
   rejoin: "#13a3b5", view_change: "#3a7bd5",
 };
 const MARKER_GROUPS = [
@@ -154,7 +154,7 @@ function treeLayout(fleet, width, height) {
   const outside = fleet.nodes.filter((n) => !inView.includes(n.node)).map((n) => n.node);
   let levels = 0;
   for (let count = 0, width_ = 1; count < inView.length; count += width_, width_ *= k) levels += 1;
-  const bottom = outside.length ? height - 70 : height - 30;
+  const bottom = outside.length ? height - 80 : height - 40;
   const levelGap = levels > 1 ? (bottom - 34) / (levels - 1) : 0;
   let start = 0;
   for (let d = 0, slots = 1; start < inView.length; d += 1, slots *= k) {
@@ -228,23 +228,49 @@ function renderTree(fleet) {
   }
 }
 
+function groupEvents(events) {
+  // A link that stays cut repeats the same timeout/reroute every round: show it once, with a
+  // count and the round range, instead of flooding the timeline.
+  const groups = [];
+  for (const e of events) {
+    const key = `${e.kind}|${e.node}|${e.peer}|${e.detail}`;
+    let merged = false;
+    for (let i = groups.length - 1; i >= Math.max(0, groups.length - 16); i -= 1) {
+      const g = groups[i];
+      if (g.key === key && e.round !== null && g.last.round !== null && e.round - g.last.round <= 2) {
+        g.count += 1;
+        g.last = e;
+        groups.splice(i, 1);
+        groups.push(g);
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) groups.push({ key, first: e, last: e, count: 1 });
+  }
+  return groups;
+}
+
 function renderEvents() {
   const list = document.getElementById("events");
-  const shown = model.events.slice(-MAX_EVENTS_SHOWN).reverse();
+  const groups = groupEvents(model.events).slice(-MAX_EVENTS_SHOWN).reverse();
   document.getElementById("event-count").textContent =
     model.fleet ? `${model.fleet.counters.events} events` : "";
-  list.replaceChildren(...shown.map((e) => {
+  list.replaceChildren(...groups.map((g) => {
+    const e = g.last;
     const li = document.createElement("li");
     li.dataset.kind = e.kind;
     const when = new Date(e.time * 1000).toLocaleTimeString([], { hour12: false });
     const badge = COLORS[EVENT_BADGE[e.kind]] || COLORS.unknown;
-    const who = [e.round !== null ? `r${e.round}` : "", e.node !== null ? `node ${e.node}` : "",
+    const rounds = g.count > 1 && g.first.round !== e.round ? `r${g.first.round}–${e.round}` : `r${e.round}`;
+    const who = [e.round !== null ? rounds : "", e.node !== null ? `node ${e.node}` : "",
       e.peer !== null ? `→ ${e.peer}` : ""].filter(Boolean).join(" ");
+    const times = g.count > 1 ? ` (×${g.count})` : "";
     li.innerHTML = `<span class="when"></span><span><span class="badge"></span></span><span class="what"></span>`;
     li.children[0].textContent = when;
     li.children[1].firstChild.textContent = e.kind.replace(/_/g, " ");
     li.children[1].firstChild.style.background = badge;
-    li.children[2].textContent = `${who}${who && e.detail ? " · " : ""}${e.detail}`;
+    li.children[2].textContent = `${who}${who && e.detail ? " · " : ""}${e.detail}${times}`;
     return li;
   }));
 }
