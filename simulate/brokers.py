@@ -208,6 +208,10 @@ class MosquittoBroker:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def __enter__(self) -> MosquittoBroker:
         return self
 
@@ -401,6 +405,10 @@ class EmbeddedBroker:
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         if self._proc is not None:

@@ -1,0 +1,108 @@
+"""``edgegrove broker``: run an MQTT broker for a job until Ctrl-C / SIGTERM.
+
+mosquitto is rendered from broker-config/ (per-agent credentials, ACL, queue limits, dynamic
+security) into a work directory; without mosquitto, the embedded amqtt broker (MQTT 3.1.1,
+no authentication) is started instead. Both listen on 127.0.0.1 unless --bind says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from simulate.brokers import (
+    BrokerError,
+    EmbeddedBroker,
+    MosquittoBroker,
+    mosquitto_available,
+    start_embedded,
+    start_mosquitto,
+)
+
+DESCRIPTION = (
+    "Run an MQTT broker for a job until Ctrl-C / SIGTERM: mosquitto from broker-config/ with "
+    "per-agent credentials, ACL and dynamic security, or (without mosquitto) the embedded "
+    "amqtt broker. Prints the URL and where the credentials are."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kind", choices=["auto", "mosquitto", "embedded"], default="auto",
+                        help="auto: mosquitto when installed, else the embedded amqtt broker")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")
+    parser.add_argument("--bind", default="127.0.0.1",
+                        help="listen address; 0.0.0.0 to serve devices on the network")
+    parser.add_argument("--nodes", type=int, default=7,
+                        help="agents to create credentials for (ids 0..N-1; mosquitto only)")
+    parser.add_argument("--job", default="default", help="job name (topic prefix edgegrove/JOB)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where configs, credentials.json and the log go (default: a new "
+                             "temporary directory, kept after exit)")
+    parser.add_argument("--no-dynsec", action="store_true",
+                        help="mosquitto: passwd/acl files instead of the dynamic-security plugin")
+    parser.add_argument("--tls", action="store_true",
+                        help="mosquitto: TLS listener with a throw-away CA (implies --no-dynsec)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document (url, kind, credentials path) on stdout")
+
+
+def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker:
+    kind = args.kind
+    if kind == "auto":
+        kind = "mosquitto" if mosquitto_available() else "embedded"
+    if kind == "embedded":
+        if args.tls:
+            raise BrokerError("the embedded broker has no TLS here: use --kind mosquitto")
+        return start_embedded(port=args.port or None, host=args.bind)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgegrove-broker-"))
+    return start_mosquitto(workdir, job=args.job, nodes=args.nodes, port=args.port or None,
+                           dynsec=not (args.no_dynsec or args.tls), tls=args.tls, bind=args.bind)
+
+
+def describe(broker: MosquittoBroker | EmbeddedBroker) -> dict[str, Any]:
+    if isinstance(broker, EmbeddedBroker):
+        return {"kind": "embedded", "url": broker.url, "credentials": None, "pid": broker.pid}
+    return {"kind": "mosquitto", "url": broker.url, "credentials": str(broker.credentials_path),
+            "ca_file": broker.ca_file, "dynsec": broker.dynsec, "log": str(broker.log_path),
+            "job": broker.job, "pid": broker.pid}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.nodes < 1:
+        print("edgegrove broker: --nodes must be at least 1", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        broker = _start(args)
+    except (BrokerError, ValueError, OSError) as exc:
+        print(f"edgegrove broker: {exc}", file=sys.stderr)
+        return 1
+    with broker:
+        info = describe(broker)
+        if args.json:
+            print(json.dumps(info), flush=True)
+        else:
+            print(f"broker ({info['kind']}) listening at {info['url']}", flush=True)
+            if info["credentials"]:
+                print(f"credentials (agents, dashboard, admin): {info['credentials']}", flush=True)
+            else:
+                print("no authentication: keep it on 127.0.0.1 or a trusted network", flush=True)
+        print("Ctrl-C or SIGTERM stops it", file=sys.stderr)
+        while not stop.wait(0.5):
+            if not broker.is_running:
+                print("edgegrove broker: the broker process exited; see its log", file=sys.stderr)
+                return 1
+    return 0
