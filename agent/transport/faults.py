@@ -107,8 +107,13 @@ class FaultyTransport:
 
     # -- Transport --------------------------------------------------------------------------
 
-    def connect(self, subscriptions: list[str], will: Will | None = None) -> None:
-        self.inner.connect(subscriptions, will)
+    def connect(self, subscriptions: list[str], will: Will | None = None,
+                birth: Message | None = None) -> None:
+        """Delegates; ``birth`` is passed on to transports that take one (MqttTransport)."""
+        if birth is None:
+            self.inner.connect(subscriptions, will)
+        else:
+            self.inner.connect(subscriptions, will, birth=birth)  # type: ignore[call-arg]
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         link = self.topics.parse_link(topic)

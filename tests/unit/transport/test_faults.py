@@ -30,8 +30,10 @@ class FakeInner:
         self.inbox: list[Message] = []
         self.connected_with: tuple[list[str], Will | None] | None = None
 
-    def connect(self, subscriptions: list[str], will: Will | None = None) -> None:
+    def connect(self, subscriptions: list[str], will: Will | None = None,
+                birth: Message | None = None) -> None:
         self.connected_with = (subscriptions, will)
+        self.birth: Message | None = birth
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         self.published.append(Message(topic, payload, retain))
@@ -153,4 +155,7 @@ def test_connect_dropped_and_close_delegate() -> None:
     will = Will(TOPICS.status(1), b"off")
     ft.connect(["a"], will)
     assert inner.connected_with == (["a"], will)
+    birth = Message(TOPICS.status(1), b"on", True)
+    ft.connect(["b"], will, birth=birth)
+    assert inner.birth == birth
     assert ft.dropped() == 7
