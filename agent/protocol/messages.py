@@ -45,7 +45,7 @@ class _JsonMessage:
             raise MessageError("too_large", f"{len(data)} bytes")
         try:
             obj = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise MessageError("bad_json", str(exc)) from None
         if not isinstance(obj, dict):
             raise MessageError("bad_json", "not an object")
@@ -71,6 +71,13 @@ def _check_int(name: str, value: Any, lo: int = 0, hi: int = 2**53) -> None:
         raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
+def _check_number(name: str, value: Any, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number{' or null' if optional else ''}, got {value!r}")
+
+
 def _check_ids(name: str, ids: Any) -> None:
     if not isinstance(ids, (list, tuple)):
         raise ValueError(f"{name} must be a list of node ids")
@@ -93,6 +100,7 @@ class Status(_JsonMessage):
         if self.state not in get_args(NodeState):
             raise ValueError(f"unknown state {self.state!r}")
         _check_int("round", self.round)
+        _check_int("pid", self.pid)
         _check_int("incarnation", self.incarnation)
 
 
@@ -160,20 +168,25 @@ class Telemetry(_JsonMessage):
             _check_int(name, getattr(self, name))
         if not isinstance(self.degraded, bool):
             raise ValueError("degraded must be a boolean")
-        for name in ("loss", "accuracy"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, (int, float)):
-                raise ValueError(f"{name} must be a number or null")
+        if not isinstance(self.algorithm, str) or not isinstance(self.model_hash, str):
+            raise ValueError("algorithm and model_hash must be strings")
+        _check_number("wall_time", self.wall_time)
+        _check_number("loss", self.loss, optional=True)
+        _check_number("accuracy", self.accuracy, optional=True)
         if not isinstance(self.links, dict) or not all(
             isinstance(v, str) and v in get_args(LinkState) for v in self.links.values()
         ):
             raise ValueError("links must map peer ids to ok/suspected/failed/rerouted")
-        if not isinstance(self.rejected, dict) or not all(
-            isinstance(v, int) for v in self.rejected.values()
-        ):
+        if not isinstance(self.rejected, dict):
             raise ValueError("rejected must map reasons to counts")
-        if not isinstance(self.phase_seconds, dict) or not isinstance(self.events, list):
-            raise ValueError("phase_seconds must be an object and events a list")
+        for reason, count in self.rejected.items():
+            _check_int(f"rejected[{reason}]", count)
+        if not isinstance(self.phase_seconds, dict):
+            raise ValueError("phase_seconds must be an object")
+        for phase, seconds in self.phase_seconds.items():
+            _check_number(f"phase_seconds[{phase}]", seconds)
+        if not isinstance(self.events, list) or not all(isinstance(e, dict) for e in self.events):
+            raise ValueError("events must be a list of objects")
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,9 @@ class Control(_JsonMessage):
         _check_int("node", self.node, 0, 1023)
         if self.peer is not None:
             _check_int("peer", self.peer, 0, 1023)
+        _check_number("value", self.value, optional=True)
+        if not isinstance(self.one_way, bool):
+            raise ValueError("one_way must be a boolean")
         if self.action in ("cut", "heal") and self.peer is None:
             raise ValueError(f"{self.action} needs a peer")
         if self.action in ("loss", "latency") and not isinstance(self.value, (int, float)):

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_NODE_ID = 1023
+_ID_RE = re.compile(r"0|[1-9][0-9]{0,3}")  # ASCII digits, canonical (no leading zeros)
 
 
 def validate_job(job: str) -> str:
-    if not _JOB_RE.match(job):
+    if not isinstance(job, str) or not _JOB_RE.fullmatch(job):
         raise ValueError(
             f"job name {job!r} is not valid: use 1-64 letters, digits, '.', '_' or '-'"
         )
@@ -28,6 +29,10 @@ class Topics:
         validate_job(self.job)
         if not self.prefix:
             object.__setattr__(self, "prefix", f"edgegrove/{self.job}")
+        if any(c in self.prefix for c in "+#\0") or self.prefix.endswith("/"):
+            raise ValueError(
+                f"topic prefix {self.prefix!r} is not valid: no '+', '#', NUL or trailing '/'"
+            )
 
     def link(self, src: int, dst: int) -> str:
         return f"{self.prefix}/link/{src}/{dst}"
@@ -73,7 +78,7 @@ class Topics:
         if not topic.startswith(head):
             return None
         parts = topic[len(head):].split("/")
-        if len(parts) != count or not all(p.isdigit() and len(p) <= 4 for p in parts):
+        if len(parts) != count or not all(_ID_RE.fullmatch(p) for p in parts):
             return None
         ids = tuple(int(p) for p in parts)
         return ids if all(i <= MAX_NODE_ID for i in ids) else None
