@@ -1,0 +1,144 @@
+"""The simulator's network tools on real sockets: the TCP proxy and netns isolation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from simulate.injector import NetNamespace, netns_supported
+from simulate.proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def echo_server() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=_echo, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield port
+    stop.set()
+    thread.join(2)
+    server.close()
+
+
+def _echo(conn: socket.socket) -> None:
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+
+
+def _roundtrip(port: int, payload: bytes, host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(payload)
+        got = b""
+        while len(got) < len(payload):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def test_proxy_forwards_bytes_intact_both_ways(echo_server: int) -> None:
+    proxy = TcpProxy("127.0.0.1", echo_server)
+    port = proxy.start()
+    try:
+        payload = os.urandom(1_000_000)
+        assert _roundtrip(port, payload) == payload
+        assert proxy.bytes_up[0] == len(payload) and proxy.bytes_down[0] == len(payload)
+        assert proxy.connections == 1
+    finally:
+        proxy.stop()
+
+
+def test_proxy_latency_and_bandwidth_hold_data_back(echo_server: int) -> None:
+    proxy = TcpProxy("127.0.0.1", echo_server)
+    port = proxy.start()
+    try:
+        proxy.set_latency(0.2)
+        started = time.monotonic()
+        assert _roundtrip(port, b"ping") == b"ping"
+        with_latency = time.monotonic() - started
+        proxy.set_latency(0.0)
+        proxy.set_bandwidth(1_000_000)
+        payload = os.urandom(300_000)
+        started = time.monotonic()
+        assert _roundtrip(port, payload) == payload
+        with_limit = time.monotonic() - started
+        proxy.clear()
+        # Lower bounds only (a busy machine can only add time): the proxy delays each
+        # direction by 0.2 s, and 300 kB at 1 MB/s take 0.3 s (the two directions overlap).
+        print(f"proxy: 0.2 s latency -> echo {with_latency:.3f} s; 1 MB/s -> 300 kB echo {with_limit:.3f} s")
+        assert with_latency >= 0.4
+        assert with_limit >= 0.3
+    finally:
+        proxy.stop()
+
+
+def test_proxy_rejects_nonsense_limits() -> None:
+    proxy = TcpProxy("127.0.0.1", 1)
+    with pytest.raises(ValueError):
+        proxy.set_latency(-1)
+    with pytest.raises(ValueError):
+        proxy.set_bandwidth(0)
+
+
+_CLIENT = """
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    with socket.create_connection((host, port), timeout=1.5) as s:
+        s.sendall(b"hello")
+        print(s.recv(16).decode())
+except OSError as exc:
+    print("blocked", type(exc).__name__)
+"""
+
+
+@pytest.mark.skipif(bool(netns_supported()), reason="needs root, ip and iptables")
+def test_netns_isolation_cuts_the_agent_off_and_heals(echo_server: int) -> None:
+    ns = NetNamespace(f"egt{os.getpid() % 10000}", slot=240)
+    proxy: TcpProxy | None = None
+    try:
+        ns.create()
+        proxy = TcpProxy("127.0.0.1", echo_server, listen_host=ns.host_ip)
+        port = proxy.start()
+
+        def client() -> str:
+            done = subprocess.run([*ns.prefix(), sys.executable, "-c", _CLIENT, ns.host_ip, str(port)],
+                                  capture_output=True, text=True, timeout=30, check=True)
+            return done.stdout.strip()
+
+        assert client() == "hello"
+        ns.isolate()
+        assert client().startswith("blocked")
+        ns.heal()
+        assert client() == "hello"
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        ns.remove()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert ns.name not in listed
+    assert shutil.which("ip")

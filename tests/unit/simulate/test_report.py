@@ -1,0 +1,141 @@
+"""The report from a synthetic event log: rows, fault detection, summary, files and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from simulate import report
+
+NODES = 7
+
+
+def _telemetry(node: int, rnd: int, *, allreduce: float = 0.05, events: list[dict[str, Any]] | None = None,
+               links: dict[str, str] | None = None, degraded: bool = False, accuracy: float | None = None,
+               model_hash: str = "abcd0123") -> dict[str, Any]:
+    return {"type": "telemetry", "t": 1.0 + rnd, "node": node, "round": rnd, "epoch": 1,
+            "algorithm": "ft-tree", "wall_time": 1e9 + rnd, "loss": 2.0 / (rnd + 1), "accuracy": accuracy,
+            "phase_seconds": {"compute": 0.01, "allreduce": allreduce, "total": allreduce + 0.02},
+            "bytes_sent": 1_600_000, "bytes_received": 1_600_000, "contributors": NODES,
+            "members": NODES, "reroutes": len(events or []), "timeouts": 0, "nacks": 0, "pulls": 0,
+            "degraded": degraded, "missing_chunks": 0, "rejected": {}, "links": links or {},
+            "model_hash": model_hash, "events": events or []}
+
+
+def _fault(action: str, index: int, kind: str, targets: list[int], rnd: int, t: float) -> dict[str, Any]:
+    rec = {"type": "fault", "t": t, "action": action, "index": index, "kind": kind, "round": rnd,
+           "targets": targets, "description": f"{kind} {targets}", "mechanism": "test"}
+    return rec
+
+
+def serial_faults_log(detect_second: bool = True) -> list[dict[str, Any]]:
+    """15 rounds; links 0-1 and 1-3 cut in rounds 5..9; a crash of node 6 at round 12."""
+    records: list[dict[str, Any]] = [{"type": "run", "t": 0.0, "phase": "start"}]
+    records += [_fault("plan", i, k, tg, 0, 0.0) for i, k, tg in
+                ((0, "link", [0, 1]), (1, "link", [1, 3]), (2, "crash", [6]), (3, "loss", [2]))]
+    records.append(_fault("skip", 3, "loss", [2], 0, 0.0) | {"detail": "not here"})
+    for rnd in range(15):
+        if rnd == 5:
+            records += [_fault("inject", 0, "link", [0, 1], 5, 5.5), _fault("inject", 1, "link", [1, 3], 5, 5.5)]
+        if rnd == 10:
+            records += [_fault("heal", 0, "link", [0, 1], 10, 10.5), _fault("heal", 1, "link", [1, 3], 10, 10.5)]
+        if rnd == 12:
+            records.append(_fault("inject", 2, "crash", [6], 12, 12.5))
+            records.append({"type": "status", "t": 12.7, "node": 6, "state": "offline", "round": 0,
+                            "pid": 0, "incarnation": 1})
+        in_fault = 5 <= rnd < 10
+        for node in range(NODES):
+            if rnd >= 12 and node == 6:
+                continue
+            events: list[dict[str, Any]] = []
+            if in_fault and node == 1:
+                events.append({"kind": "reroute", "peer": 0, "detail": "via 2"})
+            if in_fault and node == 3 and detect_second:
+                events.append({"kind": "link_dead", "peer": 1, "detail": ""})
+            records.append(_telemetry(node, rnd, allreduce=1.4 if in_fault else 0.05, events=events,
+                                      accuracy=0.5 + rnd / 40 if rnd % 5 == 4 else None,
+                                      degraded=(rnd == 7 and node == 4)))
+    records.append({"type": "run", "t": 16.0, "phase": "end", "wall_time_s": 16.0, "halted": False,
+                    "interrupted": False})
+    return records
+
+
+def test_rounds_table_aggregates_every_agent() -> None:
+    faults = report.fault_outcomes(serial_faults_log())
+    rows = report.rounds_table(serial_faults_log(), faults)
+    assert [r.round for r in rows] == list(range(15))
+    assert rows[0].reporters == NODES and rows[14].reporters == NODES - 1
+    assert rows[6].allreduce_s_max == 1.4 and rows[6].faults_active == "0 1"
+    assert rows[7].degraded_nodes == 1
+    assert rows[12].faults_active == "2"
+    assert rows[0].bytes_sent == NODES * 1_600_000
+
+
+def test_every_injected_fault_is_detected_from_telemetry_and_status() -> None:
+    faults = report.fault_outcomes(serial_faults_log())
+    assert [(f.index, f.status, f.detected) for f in faults] == [
+        (0, "injected", True), (1, "injected", True), (2, "injected", True), (3, "skipped", False)]
+    assert "reroute 1->0" in faults[0].evidence
+    assert "link_dead 3->1" in faults[1].evidence
+    assert "offline" in faults[2].evidence
+    assert faults[0].end_round == 10 and faults[2].end_round is None
+
+
+def test_a_fault_nobody_reported_is_not_detected() -> None:
+    faults = report.fault_outcomes(serial_faults_log(detect_second=False))
+    assert faults[1].detected is False
+    summary = report.summarize(serial_faults_log(detect_second=False))
+    assert summary["faults_injected"] == 3 and summary["faults_detected"] == 2
+
+
+def test_link_state_alone_counts_as_detection() -> None:
+    records = [_fault("plan", 0, "link", [2, 5], 0, 0.0), _fault("inject", 0, "link", [2, 5], 3, 3.0),
+               _telemetry(5, 3, links={"2": "failed"}), _telemetry(2, 3)]
+    assert report.fault_outcomes(records)[0].detected
+
+
+def test_hang_is_detected_by_the_peers() -> None:
+    records = [_fault("plan", 0, "hang", [4], 0, 0.0), _fault("inject", 0, "hang", [4], 3, 3.0),
+               _telemetry(1, 3, events=[{"kind": "timeout", "peer": 4, "detail": ""}])]
+    outcome = report.fault_outcomes(records)[0]
+    assert outcome.detected and "timeout 1->4" in outcome.evidence
+
+
+def test_summary_numbers() -> None:
+    summary = report.summarize(serial_faults_log(), {"scenario": {"name": "s", "fleet": {"nodes": 7, "rounds": 15}}},
+                               {"final_accuracy": 0.9})
+    assert summary["rounds"] == 15
+    assert summary["faults_injected"] == summary["faults_detected"] == 3
+    assert summary["faults_skipped"] == 1
+    assert summary["degraded_rounds"] == 1
+    assert summary["final_test_accuracy"] == 0.5 + 14 / 40
+    assert summary["round_time_fault_window_median_s"] == 1.4
+    assert summary["round_time_fault_free_median_s"] == 0.05
+    assert summary["wall_time_s"] == 16.0
+    assert summary["models_identical_at_end"] is True
+    assert summary["baseline_final_accuracy"] == 0.9
+    assert summary["halted"] is False
+
+
+def test_write_report_writes_every_file(tmp_path: Path) -> None:
+    baseline = {"rounds": list(range(15)), "loss": [2.0 / (r + 1) for r in range(15)],
+                "eval_rounds": [4, 9, 14], "accuracy": [0.6, 0.7, 0.8], "final_accuracy": 0.8}
+    summary = report.write_report(tmp_path, serial_faults_log(), {"scenario": {"name": "s"}}, baseline)
+    for name in ("rounds.csv", "summary.json", "report.md", "round_time.png", "loss_accuracy.png", "bytes.png"):
+        assert (tmp_path / name).is_file(), name
+    for png in summary["plots"]:
+        data = (tmp_path / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, png
+    with open(tmp_path / "rounds.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 15
+    assert json.loads((tmp_path / "summary.json").read_text())["faults_detected"] == 3
+    md = (tmp_path / "report.md").read_text()
+    assert "3 injected, 3 detected" in md and "![round_time.png](round_time.png)" in md
+
+
+def test_an_empty_log_still_gives_a_report(tmp_path: Path) -> None:
+    summary = report.write_report(tmp_path, [], {})
+    assert summary["rounds"] == 0 and summary["final_test_accuracy"] is None
+    assert (tmp_path / "report.md").is_file()
