@@ -269,6 +269,11 @@ class MqttTransport:
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                        properties: Any) -> None:
         self._connected.clear()
+        if not self._first_connack.is_set():
+            # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
+            self._refusal = (f"the connection was closed before CONNACK ({reason_code}); "
+                             "is it the right port, TLS setting and protocol version?")
+            self._first_connack.set()
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         payload = bytes(msg.payload)
