@@ -179,6 +179,9 @@ def _ids(bitmap: bytes) -> frozenset[int]:
 
 
 def encode(frame: Frame) -> bytes:
+    if len(frame.payload) % _ITEM[frame.dtype].itemsize:
+        # The header counts values: a ragged payload would leave as an undecodable frame.
+        raise ValueError(f"payload of {len(frame.payload)} bytes is not whole {frame.dtype.name} values")
     bitmap = _bitmap(frame.contributors)
     header = _HEADER.pack(
         MAGIC, VERSION, int(frame.kind), int(frame.flags), int(frame.dtype), frame.job,

@@ -118,6 +118,12 @@ def test_round_trip_of_every_kind_dtype_flag_combination(kind: Kind, dtype: DTyp
         np.testing.assert_allclose(decoded.values(), [-1.5, 0.0, 0.25, 3.0], atol=3.0 / 254)
 
 
+def test_encode_refuses_a_ragged_payload() -> None:
+    frame = Frame(kind=Kind.DATA, job=JOB, round=1, sender=1, dtype=DType.F16, payload=b"abc")
+    with pytest.raises(ValueError, match="whole F16 values"):
+        encode(frame)
+
+
 def test_origin_defaults_to_the_sender_and_empty_frames_work() -> None:
     frame = Frame(kind=Kind.ACK, job=JOB, round=0, sender=4)
     assert frame.origin == 4
