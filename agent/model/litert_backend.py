@@ -47,7 +47,8 @@ class LitertBackend:
 
     name = "litert"
 
-    def __init__(self, params: F32, optimizer: SGD | Adam, num_threads: int | None = None) -> None:
+    def __init__(self, params: F32, optimizer: SGD | Adam, num_threads: int | None = 1) -> None:
+        """``num_threads=1``: a fleet runs several agents per core; XNNPACK is fast on one."""
         params = check_flat(params, mlp.PARAM_COUNT, "params")
         self.spec = optimizer_spec(optimizer)
         self.model_bytes = build_model(params, self.spec)

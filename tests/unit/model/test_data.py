@@ -47,7 +47,7 @@ def test_the_real_mnist_from_the_package(mnist: Dataset) -> None:
 
 
 def test_second_load_comes_from_the_cache_and_is_identical(tmp_path: Path, mnist: Dataset) -> None:
-    np.savez(tmp_path / data.CACHE_FILE, **_raw(mnist))
+    np.savez(tmp_path / data.CACHE_FILE, **_raw(mnist))  # type: ignore[arg-type]
     cached = load_mnist(cache_dir=tmp_path)
     assert cached.source == str(tmp_path / data.CACHE_FILE)
     assert cached.x_train.tobytes() == mnist.x_train.tobytes()
@@ -113,7 +113,7 @@ def test_missing_arrays_are_refused(tmp_path: Path) -> None:
 def test_a_changed_pixel_fails_the_checksum(tmp_path: Path, mnist: Dataset) -> None:
     raw = _raw(mnist)
     raw["x_test"][123, 400] ^= 1
-    np.savez(tmp_path / "tampered.npz", **raw)
+    np.savez(tmp_path / "tampered.npz", **raw)  # type: ignore[arg-type]
     with pytest.raises(DataError, match="checksum"):
         load_mnist(tmp_path / "tampered.npz")
     assert load_mnist(tmp_path / "tampered.npz", verify=False).x_test.shape == (10000, 784)
