@@ -289,24 +289,32 @@ class Simulation:
         return specs
 
     def _await_ready(self) -> None:
+        assert self.fleet is not None and self.log is not None
         n = self.scenario.fleet.nodes
         _say(f"simulate: waiting for {n} agents to come online (job {self.job})")
-        ok = self.watch.wait_for(
-            lambda: len(self.watch.online()) >= n or self.watch.fleet_round > 0 or self.stop_event.is_set(),
-            self.ready_timeout)
-        if self.stop_event.is_set():
-            return
-        if not ok:
-            online = sorted(self.watch.online())
-            raise RuntimeError(f"only {len(online)} of {n} agents came online within "
-                               f"{self.ready_timeout:.0f} s ({online}); see {self.run_dir / 'agents'}")
-        assert self.log is not None
-        self.log.add("run", phase="ready", online=sorted(self.watch.online()))
+        deadline = time.monotonic() + self.ready_timeout
+        while not self.stop_event.is_set():
+            if self.watch.wait_for(lambda: len(self.watch.online()) >= n or self.watch.fleet_round > 0
+                                   or self.stop_event.is_set(), 1.0):
+                break
+            failed = [(node, code) for node, code in self.fleet.poll_exits() if code != 0]
+            if failed:
+                node, code = failed[0]
+                log = self.fleet.agents[node].spec.log_path
+                raise RuntimeError(f"agent {node} exited with code {code} while starting:\n"
+                                   f"{_tail(log)}\n(full log: {log})")
+            if time.monotonic() > deadline:
+                online = sorted(self.watch.online())
+                raise RuntimeError(f"only {len(online)} of {n} agents came online within "
+                                   f"{self.ready_timeout:.0f} s ({online}); see {self.run_dir / 'agents'}")
+        if not self.stop_event.is_set():
+            self.log.add("run", phase="ready", online=sorted(self.watch.online()))
 
     def _loop(self) -> None:
         assert self.fleet is not None and self.log is not None
         rounds = self.scenario.fleet.rounds
-        bar = tqdm(total=rounds, desc="rounds", file=sys.stderr, unit="round", dynamic_ncols=True)
+        bar = tqdm(total=rounds, desc="rounds", file=sys.stderr, unit="round", dynamic_ncols=True,
+                   mininterval=0.5)
         try:
             while not self.stop_event.is_set():
                 fleet_round = self.watch.fleet_round
@@ -434,6 +442,13 @@ class Simulation:
             return None
         (self.run_dir / "baseline.json").write_text(json.dumps(result) + "\n")
         return result
+
+
+def _tail(path: Path, lines: int = 6) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _say(text: str) -> None:
