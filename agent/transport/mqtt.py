@@ -118,6 +118,7 @@ class MqttTransport:
         tls_insecure: bool = False,
         protocol: ProtocolName = "3.1.1",
         queue_size: int = 10000,
+        queue_bytes: int = 32 << 20,
         max_publish_bytes_per_s: float | None = None,
         publish_burst_bytes: int = 1 << 20,
         keepalive: int = 10,
@@ -135,6 +136,10 @@ class MqttTransport:
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
         self._queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
+        # Bytes bound too: 10,000 queued 64 KB frames would blow a Raspberry Pi's memory.
+        self._queue_bytes_max = queue_bytes
+        self._queued_bytes = 0
+        self._queue_lock = threading.Lock()
         self._subscriptions: list[str] = []
         self._birth: Message | None = None
         self._connected = threading.Event()
@@ -279,10 +284,16 @@ class MqttTransport:
         payload = bytes(msg.payload)
         self._counts["messages_received"] += 1
         self._counts["bytes_received"] += len(payload)
-        try:
-            self._queue.put_nowait(Message(msg.topic, payload, bool(msg.retain)))
-        except queue.Full:
-            self._counts["dropped"] += 1
+        with self._queue_lock:
+            if self._queued_bytes + len(payload) > self._queue_bytes_max:
+                self._counts["dropped"] += 1
+                return
+            try:
+                self._queue.put_nowait(Message(msg.topic, payload, bool(msg.retain)))
+            except queue.Full:
+                self._counts["dropped"] += 1
+                return
+            self._queued_bytes += len(payload)
 
     # -- Transport ------------------------------------------------------------------------
 
@@ -324,7 +335,10 @@ class MqttTransport:
             try:
                 out.append(self._queue.get_nowait())
             except queue.Empty:
-                return out
+                break
+        with self._queue_lock:
+            self._queued_bytes -= sum(len(m.payload) for m in out)
+        return out
 
     def dropped(self) -> int:
         return self._counts["dropped"]

@@ -61,6 +61,15 @@ def test_full_receive_queue_drops_and_counts_instead_of_blocking(
     wait_until(lambda: a0.stats().messages_received == 10, what="10 messages at agent 0")
     assert [m.payload for m in a0.receive(0.0)] == [b"\x00", b"\x01", b"\x02"]
     assert a0.dropped() == 7
+    # The byte bound works the same way: 3 frames of 40 KB do not fit into 100 KB.
+    a2 = transport_factory(mosquitto_broker, 2, [TOPICS.links_to(2)], queue_bytes=100_000)
+    for i in range(3):
+        a1.publish(TOPICS.link(1, 2), bytes([i]) * 40_000)
+    wait_until(lambda: a2.stats().messages_received == 3, what="3 messages at agent 2")
+    assert [m.payload[0] for m in a2.receive(0.0)] == [0, 1]
+    assert a2.dropped() == 1
+    a1.publish(TOPICS.link(1, 2), b"room again")  # draining freed the space
+    assert collect(a2, lambda ms: len(ms) >= 1)[0].payload == b"room again"
 
 
 _HOLDER = """
