@@ -36,6 +36,7 @@ BUFFER_ALIGNMENT = 16  # constant data aligned like the TF converter does
 
 def _schema() -> Any:
     try:
+        import flatbuffers  # noqa: F401 - checked here so that the message below covers it
         from ai_edge_litert import schema_py_generated as schema
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise ImportError(
@@ -372,14 +373,14 @@ def _signature_graphs(parts: _ModelParts, spec: OptimizerSpec, init_index: int) 
 
 def build_model(params: F32, spec: OptimizerSpec) -> bytes:
     """The ``.tflite`` flatbuffer (deterministic: same inputs -> same bytes)."""
-    import flatbuffers
-
     params = np.ascontiguousarray(params, dtype=np.float32)
     if params.shape != (mlp.PARAM_COUNT,):
         raise ValueError(f"params must be a flat vector of {mlp.PARAM_COUNT}, got {params.shape}")
     if spec.name not in ("sgd", "adam"):
         raise ValueError(f"unknown optimizer {spec.name!r} (sgd or adam)")
     schema = _schema()
+    import flatbuffers  # present: _schema() checked it
+
     parts = _ModelParts(schema)
     signature_graphs = _signature_graphs(parts, spec, init_index=8)
     graphs = [*signature_graphs, _init_graph(parts, params, spec)]

@@ -76,3 +76,14 @@ def test_unknown_backend_or_optimizer_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown optimizer"):
         make_backend("numpy", np.random.default_rng(0), "lbfgs")
     assert isinstance(make_backend("numpy", np.random.default_rng(0)), NumpyBackend)
+
+
+def test_litert_without_ai_edge_litert_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for module in ("ai_edge_litert", "ai_edge_litert.schema_py_generated",
+                   "ai_edge_litert.interpreter", "tflite_runtime", "tflite_runtime.interpreter"):
+        monkeypatch.setitem(sys.modules, module, None)  # None in sys.modules: import fails
+    with pytest.raises(ImportError, match=r"pip install 'edgegrove\[litert\]'"):
+        make_backend("litert", np.random.default_rng(0))
+    assert make_backend("numpy", np.random.default_rng(0)).name == "numpy"  # numpy still works
