@@ -64,7 +64,12 @@ def dispatch(prog: str, description: str, table: dict[str, Command], argv: Seque
     )
     module.add_arguments(parser)
     args = parser.parse_args(rest)
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:
+        # `edgegrove ... | head`: the reader left; that is not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 def _overview(prog: str, description: str, table: dict[str, Command]) -> str:

@@ -326,7 +326,7 @@ class AgentRuntime:
         contributors = set().union(*result.contributors) if result.contributors else set()
         telemetry = Telemetry(
             node=self.id, round=report.round, epoch=report.epoch, algorithm=self.config.algorithm,
-            wall_time=time.time(), loss=report.loss, accuracy=report.accuracy,
+            wall_time=time.time(), loss=_finite(report.loss), accuracy=report.accuracy,
             phase_seconds={k: round(v, 6) for k, v in report.phase_seconds.items()},
             bytes_sent=report.bytes_sent, bytes_received=report.bytes_received,
             contributors=len(contributors), members=len(view.members),
@@ -431,6 +431,11 @@ class AgentRuntime:
             # The broker is away: the round's timeouts and the deadline deal with the loss.
             self.counters.rejected["publish_failed"] += 1
             log.debug("publish on %s failed: %s", topic, exc)
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: a diverged loss travels as null."""
+    return value if np.isfinite(value) else None
 
 
 # -- process entry ------------------------------------------------------------------------------

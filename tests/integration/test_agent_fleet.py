@@ -1,0 +1,175 @@
+"""Issue 4: real agent processes on a real mosquitto (from broker-config/), real MNIST."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.protocol.topics import Topics
+from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
+from simulate.brokers import MosquittoBroker, start_embedded, start_mosquitto
+from tests.integration.fleet_harness import FleetListener, agent_logs, start_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+JOB = "itest"
+NODES = 7
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    with start_mosquitto(tmp_path / "broker", job=JOB, nodes=NODES) as b:
+        yield b
+
+
+def _listener(broker: MosquittoBroker) -> FleetListener:
+    creds = broker.dashboard_credentials
+    return FleetListener(broker.url, JOB, creds.username, creds.password)
+
+
+def _stop(fleet, listener, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    forced = fleet.stop_all(grace=10)
+    listener.close()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        print(agent_logs(tmp_path))
+    assert forced == [], f"agents did not exit on SIGTERM: {forced}\n{agent_logs(tmp_path)}"
+
+
+def test_seven_agents_train_to_identical_models_and_reject_garbage(
+    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    listener = _listener(broker)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 30})
+    try:
+        listener.wait_for(lambda: listener.reached([1], 5), 90, "round 5 at node 1")
+        _publish_garbage(broker, tmp_path)
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), 29), 120, "30 rounds everywhere")
+        hashes = listener.hashes_at(29)
+        assert len(set(hashes.values())) == 1, f"models differ after round 29: {hashes}"
+        losses = [t.loss for t in listener.telemetry[0]]
+        assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3, losses
+        rejected = listener.last(1).rejected
+        for reason in ("bad_magic", "truncated", "forged_sender", "foreign_job", "stale_round"):
+            assert rejected.get(reason, 0) >= 1, f"{reason} not counted: {rejected}"
+    finally:
+        _stop(fleet, listener, tmp_path, request)
+    codes = {n: a.exit_codes for n, a in fleet.agents.items()}
+    assert all(c == [0] for c in codes.values()), f"exit codes {codes}\n{agent_logs(tmp_path)}"
+
+
+def _publish_garbage(broker: MosquittoBroker, tmp_path: Path) -> None:
+    """Agent 2's credentials, onto link/2/1: what a broken or hostile device might send."""
+    topics = Topics(JOB)
+    creds = broker.credentials_for(2)
+    valid = Frame(Kind.DATA, job_hash(JOB), 3, 2, contributors=frozenset({2})).with_values(
+        np.ones(16, np.float32), DType.F32)
+    rng = random.Random(4)
+    payloads = {
+        "random": bytes(rng.getrandbits(8) for _ in range(200)),
+        "truncated": encode(valid)[:-7],
+        "forged": encode(Frame(Kind.DATA, job_hash(JOB), 3, 4).with_values(np.ones(4, np.float32))),
+        "foreign": encode(Frame(Kind.DATA, job_hash("other-job"), 3, 2).with_values(np.ones(4, np.float32))),
+        "stale": encode(Frame(Kind.DATA, job_hash(JOB), 0, 2, contributors=frozenset({2})).with_values(
+            np.full(16, 1e6, np.float32))),
+    }
+    for name, payload in payloads.items():
+        path = tmp_path / f"garbage-{name}.bin"
+        path.write_bytes(payload)
+        subprocess.run(
+            ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-u", creds.username,
+             "-P", creds.password, "-t", topics.link(2, 1), "-f", str(path)],
+            check=True, timeout=10,
+        )
+
+
+def test_link_revoked_at_the_broker_is_rerouted(
+    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    listener = _listener(broker)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 25, "timeout_mode": "fixed"})
+    try:
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), 4), 90, "round 4")
+        broker.revoke_link(3, 1)
+        broker.revoke_link(1, 3)
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), 24), 120, "25 rounds")
+        hashes = listener.hashes_at(24)
+        assert len(set(hashes.values())) == 1, f"models differ: {hashes}"
+        rerouted = listener.events(3, "reroute") + listener.events(1, "reroute")
+        assert rerouted, "no reroute reported by node 3 or 1"
+        states = {t.links.get("1") for t in listener.telemetry[3][6:]}
+        assert states & {"failed", "rerouted"}, f"node 3 never saw link 3-1 fail: {states}"
+    finally:
+        _stop(fleet, listener, tmp_path, request)
+
+
+def test_crash_is_announced_and_the_restarted_agent_rejoins(
+    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    listener = _listener(broker)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 0})
+    others = [n for n in range(NODES) if n != 5]
+    try:
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), 6), 90, "round 6")
+        fleet.kill(5)
+        listener.wait_for(lambda: listener.status.get(5) is not None
+                          and listener.status[5].state == "offline", 15, "Last Will of node 5")
+        listener.wait_for(lambda: bool(listener.views) and 5 not in listener.views[-1].members,
+                          30, "a view without node 5")
+        crashed_at = max(listener.last_rounds().values())
+        listener.wait_for(lambda: listener.reached(others, crashed_at + 5), 60, "progress without 5")
+        fleet.spawn(5)
+        listener.wait_for(lambda: bool(listener.views) and 5 in listener.views[-1].members,
+                          60, "a view with node 5 again")
+        rejoined = listener.views[-1].from_round
+
+        def same_hash() -> bool:
+            for r in range(rejoined, rejoined + 6):
+                h = listener.hashes_at(r)
+                if 5 in h and len(h) == NODES and len(set(h.values())) == 1:
+                    return True
+            return False
+
+        listener.wait_for(same_hash, 90, "node 5 with the fleet's model hash")
+    finally:
+        _stop(fleet, listener, tmp_path, request)
+
+
+def test_hung_agent_is_survived_and_resyncs(
+    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    listener = _listener(broker)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 0, "timeout_mode": "fixed"})
+    others = [n for n in range(NODES) if n != 4]
+    try:
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), 5), 90, "round 5")
+        fleet.pause(4)
+        stopped_at = max(listener.last_rounds().values())
+        listener.wait_for(lambda: listener.reached(others, stopped_at + 4), 90,
+                          "the others finishing rounds while 4 hangs")
+        fleet.resume(4)
+        resumed_at = max(listener.last_rounds().values())
+
+        def back_in_sync() -> bool:
+            rounds = {t.round for t in listener.telemetry[4] if t.round > resumed_at}
+            return any(len(set((h := listener.hashes_at(r)).values())) == 1 and len(h) == NODES
+                       for r in rounds)
+
+        listener.wait_for(back_in_sync, 120, "node 4 back with the fleet's model hash")
+    finally:
+        _stop(fleet, listener, tmp_path, request)
+
+
+def test_same_fleet_on_the_embedded_broker(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    with start_embedded() as broker:
+        listener = FleetListener(broker.url, JOB)
+        fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 12, "job": JOB})
+        try:
+            listener.wait_for(lambda: listener.reached(list(range(NODES)), 11), 180, "12 rounds")
+            hashes = listener.hashes_at(11)
+            assert len(set(hashes.values())) == 1, f"models differ: {hashes}"
+        finally:
+            _stop(fleet, listener, tmp_path, request)
