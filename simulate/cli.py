@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8080,
                         help="dashboard port on 127.0.0.1 (0 = any free port)")
+    parser.add_argument("--dashboard-host", default="127.0.0.1",
+                        help="address the dashboard binds to (0.0.0.0 inside a container)")
     parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                         help="override one agent option for every agent, e.g. eval_samples=1000 "
                              "(repeatable; keys as in `edgegrove agent --help`, with underscores)")
@@ -121,6 +123,7 @@ class Simulation:
     credentials: Path | None = None
     dashboard: bool = True
     dashboard_port: int = 8080
+    dashboard_host: str = "127.0.0.1"
     baseline: bool = True
     ready_timeout: float = 180.0
     stall_timeout: float = 90.0
@@ -261,7 +264,7 @@ class Simulation:
         token = secrets.token_urlsafe(12)
         settings = DashboardSettings(
             broker_url=url, job=self.job, username=admin[0] if admin else None,
-            password=admin[1] if admin else None, port=self.dashboard_port, control_token=token,
+            password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
             event_log=self.run_dir / "dashboard-events.jsonl")
         handle = run_in_thread(settings)
         stack.callback(handle.stop)
@@ -471,7 +474,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out = args.out or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
-                     args.dashboard_port, args.baseline == "auto", args.ready_timeout, args.stall_timeout)
+                     args.dashboard_port, args.dashboard_host, args.baseline == "auto",
+                     args.ready_timeout, args.stall_timeout)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")
