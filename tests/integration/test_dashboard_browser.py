@@ -1,0 +1,168 @@
+"""The dashboard page in real headless Chromium, driven by a fleet on a real mosquitto.
+
+Seven nodes; the link 1-3 is revoked at the broker (dynamic security); the page must show
+every node, turn that link failed/rerouted within a few seconds and plot accuracy. A
+screenshot is saved as a test artifact (tmp_path, and copied to $EDGEGROVE_ARTIFACTS or
+tests/artifacts/).
+
+Two fleets can drive it (FLEETS below):
+  "demo"    dashboard.demo.DemoFleet: seven MQTT clients with the agents' credentials that
+            probe their tree/backup links through the broker every round and report what
+            arrived, with the real status/Last Will/view/telemetry messages. Fast (~15 s).
+  "agents"  seven real `edgegrove agent` processes training MNIST (tests.integration.
+            fleet_harness). Enabled with EDGEGROVE_DASHBOARD_REAL_FLEET=1 until the agent
+            runtime is complete; then it becomes the default.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from dashboard.demo import DemoFleet, NodeCredentials
+from dashboard.server import DashboardHandle, run_in_thread
+from dashboard.settings import DashboardSettings
+from simulate.brokers import MosquittoBroker, start_mosquitto
+from tests.integration.fleet_harness import agent_logs, start_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+JOB = "dashtest"
+NODES = 7
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(os.environ.get("EDGEGROVE_ARTIFACTS",
+                                Path(__file__).resolve().parents[1] / "artifacts"))
+LINK_CHANGE_DEADLINE_MS = 10_000  # "within a few seconds" of the revoke
+FLEETS = ["demo", *(["agents"] if os.environ.get("EDGEGROVE_DASHBOARD_REAL_FLEET") else [])]
+
+
+class AgentFleet:
+    """Real agent processes (the agent runtime of issue 4)."""
+
+    def __init__(self, broker: MosquittoBroker, tmp_path: Path) -> None:
+        self.broker, self.tmp_path = broker, tmp_path
+        self.fleet = None
+
+    def start(self) -> None:
+        self.fleet = start_fleet(self.broker, self.tmp_path, NODES,
+                                 {"rounds": 0, "timeout_mode": "fixed", "eval_every": 2})
+
+    def stop(self) -> None:
+        if self.fleet is not None:
+            forced = self.fleet.stop_all(grace=10)
+            assert forced == [], f"agents did not exit on SIGTERM: {forced}"
+
+    def logs(self) -> str:
+        return agent_logs(self.tmp_path)
+
+
+class DemoDriver:
+    """dashboard.demo.DemoFleet with each node logged in as its agent."""
+
+    def __init__(self, broker: MosquittoBroker) -> None:
+        logins = {n: broker.credentials_for(n) for n in range(NODES)}
+        creds = {n: NodeCredentials(c.username, c.password) for n, c in logins.items()}
+        self.fleet = DemoFleet(broker.url, JOB, NODES, credentials=creds, round_window=0.3)
+
+    def start(self) -> None:
+        self.fleet.start_background()
+
+    def stop(self) -> None:
+        self.fleet.stop()
+
+    def logs(self) -> str:
+        return ""
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    with start_mosquitto(tmp_path / "broker", job=JOB, nodes=NODES) as b:
+        yield b
+
+
+@pytest.fixture
+def served(broker: MosquittoBroker, tmp_path: Path) -> Iterator[DashboardHandle]:
+    creds = broker.dashboard_credentials
+    settings = DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
+                                 password=creds.password, port=0,
+                                 event_log=tmp_path / "events.jsonl")
+    with run_in_thread(settings) as handle:
+        yield handle
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def node_states(page: Page) -> dict[str, str]:
+    return page.eval_on_selector_all(
+        "#tree .node", "els => Object.fromEntries(els.map(e => [e.dataset.node, e.dataset.state]))")
+
+
+def save_screenshot(page: Page, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / f"dashboard-{name}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / shot.name)
+    return shot
+
+
+@pytest.mark.parametrize("fleet_kind", FLEETS)
+def test_page_shows_fleet_link_cut_and_accuracy(
+    fleet_kind: str, broker: MosquittoBroker, served: DashboardHandle, browser: Browser,
+    tmp_path: Path,
+) -> None:
+    fleet = AgentFleet(broker, tmp_path) if fleet_kind == "agents" else DemoDriver(broker)
+    fleet.start()
+    page = browser.new_page(viewport={"width": 1440, "height": 1100})
+    try:
+        page.goto(served.url)
+        # Every node drawn in the tree, online; the first rounds done (agents load MNIST first).
+        page.wait_for_function(
+            f"""() => {{
+                const nodes = [...document.querySelectorAll('#tree .node')];
+                return nodes.length === {NODES} && nodes.every(n => n.dataset.state === 'online');
+            }}""", timeout=120_000)
+        assert sorted(node_states(page), key=int) == [str(n) for n in range(NODES)]
+        page.wait_for_selector("#chart-accuracy circle.point", timeout=60_000)
+        page.wait_for_function(
+            "() => Number(document.querySelector('[data-counter=\"round\"] .value').textContent) >= 4",
+            timeout=60_000)
+        link = '#tree .link[data-a="1"][data-b="3"]'
+        assert page.get_attribute(link, "data-state") == "ok"
+
+        broker.revoke_link(1, 3)
+        broker.revoke_link(3, 1)
+        cut_at = time.monotonic()
+        page.wait_for_selector(f'{link}[data-state="failed"], {link}[data-state="rerouted"]',
+                               timeout=LINK_CHANGE_DEADLINE_MS)
+        print(f"\nlink 1-3 turned {page.get_attribute(link, 'data-state')} on the page "
+              f"{time.monotonic() - cut_at:.2f} s after the revoke")
+
+        page.wait_for_selector('#events li[data-kind="link_rerouted"], '
+                               '#events li[data-kind="link_failed"]', timeout=10_000)
+        accuracy_points = page.locator("#chart-accuracy circle.point").count()
+        assert accuracy_points >= 1
+        assert page.locator("#chart-loss circle.point").count() >= 4
+        page.wait_for_timeout(2000)  # let a few more rounds land for a telling screenshot
+        shot = save_screenshot(page, tmp_path, fleet_kind)
+        print(f"screenshot: {shot} (copied to {ARTIFACTS / shot.name}); "
+              f"{accuracy_points} accuracy points")
+        assert shot.stat().st_size > 10_000
+    except Exception:
+        save_screenshot(page, tmp_path, f"{fleet_kind}-failed")
+        print(fleet.logs())
+        raise
+    finally:
+        page.close()
+        fleet.stop()
