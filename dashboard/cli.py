@@ -30,8 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--username", help="MQTT user name (with --password)")
     parser.add_argument("--password", help="MQTT password (prefer --credentials FILE)")
     parser.add_argument("--credentials", type=Path, metavar="FILE",
-                        help="file with the MQTT credentials: JSON {\"username\": ..., "
-                             "\"password\": ...} or one line USER:PASSWORD")
+                        help="file with the MQTT credentials: the job's credentials.json "
+                             "written by broker-config/make-credentials (its dashboard entry, or "
+                             "its admin entry when controls are on, since only the admin may "
+                             "publish on control), JSON {\"username\": ..., \"password\": ...}, "
+                             "or one line USER:PASSWORD")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; 0.0.0.0 exposes the dashboard to the network")
     parser.add_argument("--port", type=int, default=8080, help="HTTP port; 0 picks a free one")
@@ -51,8 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the dashboard's URL to this file once it listens")
 
 
-def read_credentials(path: Path) -> tuple[str, str]:
-    """USER:PASSWORD or JSON {"username", "password"}; ValueError says what is wrong."""
+def read_credentials(path: Path, role: str = "dashboard") -> tuple[str, str]:
+    """USER:PASSWORD, JSON {"username", "password"}, or a job's credentials.json (``role``).
+
+    Raises ValueError that says what is wrong with the file.
+    """
     try:
         text = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -60,10 +66,12 @@ def read_credentials(path: Path) -> tuple[str, str]:
     if text.startswith("{"):
         try:
             data = json.loads(text)
-            return str(data["username"]), str(data["password"])
+            entry = data[role] if role in data and "username" not in data else data
+            return str(entry["username"]), str(entry["password"])
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ValueError(
-                f"{path}: expected JSON with \"username\" and \"password\" keys"
+                f"{path}: expected JSON with \"username\" and \"password\" keys, or a job's "
+                f"credentials.json with a \"{role}\" entry"
             ) from None
     user, sep, password = text.partition(":")
     if not sep or not user:
@@ -75,11 +83,11 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     from dashboard.settings import DashboardSettings
 
     username, password = args.username, args.password
+    token = args.control_token or os.environ.get(TOKEN_ENV) or None
     if args.credentials is not None:
-        username, password = read_credentials(args.credentials)
+        username, password = read_credentials(args.credentials, "admin" if token else "dashboard")
     if password is not None and username is None:
         raise ValueError("--password needs --username")
-    token = args.control_token or os.environ.get(TOKEN_ENV) or None
     return DashboardSettings(
         broker_url=args.broker,
         job=args.job,
@@ -115,5 +123,8 @@ def run(args: argparse.Namespace) -> int:
           f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
     if args.url_file is not None:
         args.url_file.write_text(url + "\n", encoding="utf-8")
-    make_server(settings).run(sockets=[sock])
+    try:
+        make_server(settings).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
+        return 130
     return 0

@@ -4,9 +4,14 @@ and the listener reconnects by itself after a broker restart."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import paho.mqtt.client as mqtt
 import pytest
 from fastapi.testclient import TestClient
@@ -137,3 +142,31 @@ def test_listener_reconnects_after_a_broker_restart(
         wait_until(lambda: any(n["node"] == 2 for n in fleet(client)["nodes"]), 15,
                    "a status published after the restart")
         assert next(n for n in fleet(client)["nodes"] if n["node"] == 2)["incarnation"] == 3
+
+
+def test_cli_serves_and_prints_its_url(mosquitto_broker: MosquittoBroker, tmp_path: Path) -> None:
+    url_file = tmp_path / "url"
+    command = [sys.executable, "-m", "agent.cli", "dashboard", "--broker", mosquitto_broker.url,
+               "--job", JOB, "--credentials", str(mosquitto_broker.credentials_path),
+               "--port", "0", "--url-file", str(url_file)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: url_file.exists() or proc.poll() is not None, 30, "the URL file")
+        assert proc.poll() is None, proc.communicate()[1]
+        url = url_file.read_text().strip()
+        assert url.startswith("http://127.0.0.1:")
+
+        def healthy() -> bool:
+            try:
+                return bool(httpx.get(url + "healthz", timeout=2).json()["broker_connected"])
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 30, "the dashboard connected to the broker")
+        assert httpx.get(url, timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=15)
+    # uvicorn shuts down gracefully, then re-raises SIGTERM: the conventional exit by signal.
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err
+    assert f"dashboard: {url}" in out

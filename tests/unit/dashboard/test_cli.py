@@ -1,0 +1,80 @@
+"""`edgegrove dashboard` argument handling (the server itself runs in the integration tests)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from dashboard import cli
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_bind_loopback_and_disable_controls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cli.TOKEN_ENV, raising=False)
+    settings = cli.settings_from_args(parse())
+    assert settings.host == "127.0.0.1"
+    assert settings.controls_enabled is False
+    assert settings.broker_url == "mqtt://127.0.0.1:1883"
+
+
+def test_token_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.TOKEN_ENV, "from-the-environment")
+    assert cli.settings_from_args(parse()).control_token == "from-the-environment"
+    assert cli.settings_from_args(parse("--control-token", "from-the-flag")).control_token == "from-the-flag"
+
+
+def test_credentials_file_formats(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("dash:pw:with:colons\n")
+    assert cli.read_credentials(plain) == ("dash", "pw:with:colons")
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps({"username": "u", "password": "p"}))
+    assert cli.read_credentials(single) == ("u", "p")
+    job = tmp_path / "credentials.json"
+    job.write_text(json.dumps({"job": "j", "agents": {},
+                               "dashboard": {"username": "dashboard", "password": "d"},
+                               "admin": {"username": "admin", "password": "a"}}))
+    assert cli.read_credentials(job) == ("dashboard", "d")
+    assert cli.read_credentials(job, "admin") == ("admin", "a")
+    settings = cli.settings_from_args(parse("--credentials", str(job), "--control-token", "t" * 12))
+    assert (settings.username, settings.password) == ("admin", "a")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("no separator", "USER:PASSWORD"),
+    ('{"user": 1}', "username"),
+    ("{broken json", "username"),
+])
+def test_bad_credentials_say_what_is_wrong(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "creds"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        cli.read_credentials(path)
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--broker", "http://nope", "--port", "0"]) == 2
+    assert "mqtt://HOST:PORT" in capsys.readouterr().err
+    assert main(["dashboard", "--credentials", str(tmp_path / "missing")]) == 2
+    assert "cannot read the credentials file" in capsys.readouterr().err
+    assert main(["dashboard", "--control-token", "short"]) == 2
+    assert "8 characters" in capsys.readouterr().err
+
+
+def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboard", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--broker", "--job", "--username", "--password", "--credentials", "--host",
+                   "--port", "--control-token", "--event-log", "--url-file"):
+        assert option in text
