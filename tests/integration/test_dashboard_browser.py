@@ -134,6 +134,7 @@ def test_page_shows_fleet_link_cut_and_accuracy(
                 return nodes.length === {NODES} && nodes.every(n => n.dataset.state === 'online');
             }}""", timeout=120_000)
         assert sorted(node_states(page), key=int) == [str(n) for n in range(NODES)]
+        assert page.locator("#controls").is_hidden()  # started without a control token
         page.wait_for_selector("#chart-accuracy circle.point", timeout=60_000)
         page.wait_for_function(
             "() => Number(document.querySelector('[data-counter=\"round\"] .value').textContent) >= 4",
@@ -163,6 +164,33 @@ def test_page_shows_fleet_link_cut_and_accuracy(
         save_screenshot(page, tmp_path, f"{fleet_kind}-failed")
         print(fleet.logs())
         raise
+    finally:
+        page.close()
+        fleet.stop()
+
+
+def test_page_reconnects_when_the_dashboard_restarts(
+    broker: MosquittoBroker, served: DashboardHandle, browser: Browser
+) -> None:
+    fleet = DemoDriver(broker)
+    fleet.start()
+    page = browser.new_page()
+    try:
+        page.goto(served.url)
+        page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=20_000)
+        page.wait_for_function(f"document.querySelectorAll('#tree .node').length === {NODES}",
+                               timeout=30_000)
+        served.stop()
+        page.wait_for_selector('#ws-pill[data-ok="false"]', timeout=20_000)
+        creds = broker.dashboard_credentials
+        settings = DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
+                                     password=creds.password, port=served.port)
+        with run_in_thread(settings):
+            page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=20_000)
+            # a fresh server learns the fleet again from retained status/view and telemetry
+            page.wait_for_function(
+                f"document.querySelectorAll('#tree .node[data-state=\"online\"]').length "
+                f"=== {NODES}", timeout=30_000)
     finally:
         page.close()
         fleet.stop()
