@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -166,7 +167,7 @@ class FleetState:
     def tree(self) -> Tree | None:
         if self.view is None or not self.view.members:
             return None
-        return Tree.of(self.view.members, self.view.arity)
+        return _tree(tuple(self.view.members), self.view.arity)
 
 
 Result = tuple[FleetState, tuple[FleetEvent, ...]]
@@ -226,10 +227,13 @@ def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
     node = state.nodes.get(msg.node) or NodeInfo(msg.node)
     if node.silence:
         drafts.append(_Draft("recovered", msg.node, None, msg.round, f"was {node.silence}"))
-    state = _with_node(state, _node_with_telemetry(node, msg, now))
+    updated = _node_with_telemetry(node, msg, now)
+    state = _with_node(state, updated)
     state = _merge_round(state, msg, now, [d.kind for d in drafts])
     state = _count(state, "telemetry")
-    return _finish(state, drafts, now)
+    # Re-deriving every link per message is the reducer's main cost on a big fleet; a report
+    # that repeats the node's previous link states cannot change any link.
+    return _finish(state, drafts, now, relink=dict(updated.links) != dict(node.links))
 
 
 def apply_malformed(state: FleetState, reason: str, now: float) -> Result:
@@ -279,12 +283,14 @@ class _Draft:
     detail: str
 
 
-def _finish(state: FleetState, drafts: Iterable[_Draft], now: float) -> Result:
+def _finish(state: FleetState, drafts: Iterable[_Draft], now: float, relink: bool = True) -> Result:
     """Bump the version, re-derive links (adding link events), number and store events."""
     state = replace(state, version=state.version + 1)
-    links = derive_links(state)
-    all_drafts = [*drafts, *_link_changes(state.links, links, state.latest_round)]
-    state = replace(state, links=_frozen(links))
+    all_drafts = list(drafts)
+    if relink:
+        links = derive_links(state)
+        all_drafts += _link_changes(state.links, links, state.latest_round)
+        state = replace(state, links=_frozen(links))
     seq = state.next_seq
     events = tuple(
         FleetEvent(seq + i, now, d.kind, d.node, d.peer, d.round, d.detail)
@@ -443,11 +449,8 @@ def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
     A link's state is the worst report of its two ends (from each end's latest round);
     a link to an offline node is failed, whatever was last reported.
     """
-    kinds: dict[tuple[int, int], LinkKind] = {}
-    tree = state.tree
-    if tree is not None:
-        kinds.update(dict.fromkeys(tree.backup_links(), "backup"))
-        kinds.update(dict.fromkeys(tree.tree_links(), "tree"))
+    view = state.view
+    kinds = dict(_link_kinds(tuple(view.members), view.arity)) if view and view.members else {}
     reports: dict[tuple[int, int], str] = {}
     for node in state.nodes.values():
         for peer, seen in node.links.items():
@@ -464,6 +467,19 @@ def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
             seen = "failed"
         links[(a, b)] = LinkInfo(a, b, kind, seen)  # type: ignore[arg-type]
     return links
+
+
+@lru_cache(maxsize=16)
+def _tree(members: tuple[int, ...], arity: int) -> Tree:
+    return Tree.of(members, arity)
+
+
+@lru_cache(maxsize=16)
+def _link_kinds(members: tuple[int, ...], arity: int) -> Mapping[tuple[int, int], LinkKind]:
+    tree = _tree(members, arity)
+    kinds: dict[tuple[int, int], LinkKind] = dict.fromkeys(tree.backup_links(), "backup")
+    kinds.update(dict.fromkeys(tree.tree_links(), "tree"))
+    return _frozen(kinds)
 
 
 def _is_offline(state: FleetState, node: int) -> bool:
