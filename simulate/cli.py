@@ -327,6 +327,10 @@ class Simulation:
                     if code != 0:
                         _say(f"simulate: agent {node} exited with code {code}; see agents/agent-{node}.log")
                 if self._finished():
+                    if self.watch.fleet_round < rounds:
+                        raise RuntimeError(
+                            f"every agent exited by round {self.watch.fleet_round} of {rounds}; "
+                            f"see {self.run_dir / 'agents'}")
                     break
                 if time.monotonic() - self.watch.last_telemetry_at > self.stall_timeout:
                     self.halted = True
