@@ -443,7 +443,7 @@ def _finite(value: float) -> float | None:
 def run_agent(config: AgentConfig) -> int:
     """Build everything from the configuration and run until done or signalled."""
     from agent.model.backend import make_backend
-    from agent.model.data import BatchStream, DataError, load_mnist, shard
+    from agent.model.data import BatchStream, DataError, load_mnist_shard
     from agent.transport.faults import FaultyTransport
     from agent.transport.mqtt import MqttTransport
 
@@ -456,11 +456,13 @@ def run_agent(config: AgentConfig) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        dataset = load_mnist(str(config.data) if config.data else None)
+        part = load_mnist_shard(config.id % config.fleet_size, config.fleet_size,
+                                str(config.data) if config.data else None,
+                                non_iid=config.non_iid, seed=config.seed,
+                                test_limit=config.eval_samples)
     except DataError as exc:
         log.error("%s", exc)
         return 2
-    part = shard(dataset, config.id % config.fleet_size, config.fleet_size, config.non_iid, config.seed)
     # Same seed on every agent: the fleet starts from identical weights.
     backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer, config.lr)
     batches = BatchStream(part.x_train, part.y_train, config.batch,

@@ -67,6 +67,32 @@ def load_mnist(
     verify: bool = True,
 ) -> Dataset:
     """The real MNIST, from the first source in the loader order that exists."""
+    raw, source = _load_raw(path, cache_dir, verify)
+    return _to_dataset(raw, source)
+
+
+def load_mnist_shard(
+    index: int,
+    count: int,
+    path: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    non_iid: bool = False,
+    seed: int = 0,
+    test_limit: int = N_TEST,
+) -> Dataset:
+    """``shard(load_mnist(...), ...)`` without ever holding all 60,000 images as float32:
+    an agent on a small device converts only its own part (and ``test_limit`` test images)."""
+    raw, source = _load_raw(path, cache_dir, True)
+    part = _shard_indices(raw["y_train"], index, count, non_iid, seed)
+    picked = {"x_train": raw["x_train"][part], "y_train": raw["y_train"][part],
+              "x_test": raw["x_test"][:test_limit], "y_test": raw["y_test"][:test_limit]}
+    del raw
+    return _to_dataset(picked, f"{source} {_shard_name(index, count, non_iid)}")
+
+
+def _load_raw(
+    path: str | os.PathLike[str] | None, cache_dir: str | os.PathLike[str] | None, verify: bool
+) -> tuple[RawArrays, str]:
     if path is not None:
         raw, source = _read_explicit(Path(path)), str(path)
     else:
@@ -75,7 +101,7 @@ def load_mnist(
     _check_shapes(raw, source)
     if verify:
         _check_checksum(raw, source)
-    return _to_dataset(raw, source)
+    return raw, source
 
 
 def _read_cache_or_package(cache: Path) -> tuple[RawArrays, str]:
@@ -245,19 +271,29 @@ def shard(dataset: Dataset, index: int, count: int, non_iid: bool = False, seed:
     IID: a seeded permutation cut into ``count`` near-equal parts. Non-IID: the same
     permutation stably sorted by label, so each agent sees only one or two digits.
     """
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(f"shard index must be in [0, {count}), got {index} of {count}")
-    order = np.random.default_rng(seed).permutation(len(dataset.y_train))
-    if non_iid:
-        order = order[np.argsort(dataset.y_train[order], kind="stable")]
-    part = np.array_split(order, count)[index]
+    part = _shard_indices(dataset.y_train, index, count, non_iid, seed)
     return Dataset(
         x_train=dataset.x_train[part],
         y_train=dataset.y_train[part],
         x_test=dataset.x_test,
         y_test=dataset.y_test,
-        source=f"{dataset.source} shard {index}/{count}{' non-iid' if non_iid else ''}",
+        source=f"{dataset.source} {_shard_name(index, count, non_iid)}",
     )
+
+
+def _shard_indices(
+    labels: npt.NDArray[np.integer[Any]], index: int, count: int, non_iid: bool, seed: int
+) -> npt.NDArray[np.intp]:
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard index must be in [0, {count}), got {index} of {count}")
+    order = np.random.default_rng(seed).permutation(len(labels))
+    if non_iid:
+        order = order[np.argsort(labels[order], kind="stable")]
+    return np.array_split(order, count)[index]
+
+
+def _shard_name(index: int, count: int, non_iid: bool) -> str:
+    return f"shard {index}/{count}{' non-iid' if non_iid else ''}"
 
 
 class BatchStream:

@@ -161,3 +161,13 @@ def test_batch_stream_rejects_bad_input() -> None:
         BatchStream(np.zeros((4, 1), np.float32), np.zeros(4, np.int64), 0, np.random.default_rng())
     with pytest.raises(ValueError, match="equal"):
         BatchStream(np.zeros((4, 1), np.float32), np.zeros(3, np.int64), 2, np.random.default_rng())
+
+
+@pytest.mark.parametrize("non_iid", [False, True])
+def test_an_agents_shard_loads_without_the_whole_float_dataset(mnist: Dataset, non_iid: bool) -> None:
+    whole = shard(mnist, 3, 7, non_iid=non_iid, seed=5)
+    part = data.load_mnist_shard(3, 7, non_iid=non_iid, seed=5, test_limit=1000)
+    assert np.array_equal(part.x_train, whole.x_train)
+    assert np.array_equal(part.y_train, whole.y_train)
+    assert np.array_equal(part.x_test, mnist.x_test[:1000])
+    assert part.x_train.dtype == np.float32 and len(part.x_train) in (8571, 8572)
