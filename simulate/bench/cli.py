@@ -7,4 +7,8 @@ from agent.cli import Command
 SUBCOMMANDS: dict[str, Command] = {
     "model": Command("simulate.bench.model", "ms per training step and peak memory of both model backends"),
     "agent": Command("simulate.bench.agent", "peak resident memory and round time of agents in a small real fleet"),
+    "broker": Command("simulate.bench.broker", "raw broker throughput (MB/s) with plain paho clients: the physical bound"),
+    "isolation": Command("simulate.bench.isolation", "failed links until a node is isolated, vs tree height (thesis Figure 11)"),
+    "gloo": Command("simulate.bench.gloo", "torch.distributed gloo allreduce of the same vector among local processes"),
+    "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }
