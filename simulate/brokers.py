@@ -66,6 +66,11 @@ def _load_make_credentials() -> ModuleType:
 
 
 def mosquitto_binary() -> str | None:
+    """The mosquitto to run; ``EDGEGROVE_MOSQUITTO`` names one, or ``none`` to act as if
+    there were none (to exercise the embedded fallback)."""
+    override = os.environ.get("EDGEGROVE_MOSQUITTO")
+    if override is not None:
+        return None if override.lower() in ("", "none") else shutil.which(override)
     found = shutil.which("mosquitto")
     if found is None and Path("/usr/sbin/mosquitto").exists():
         found = "/usr/sbin/mosquitto"
