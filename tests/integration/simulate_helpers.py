@@ -45,7 +45,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def env_without_mosquitto(tmp: Path) -> dict[str, str]:
-    """PATH with no directory that holds a mosquitto binary."""
+    """PATH with no directory that holds a mosquitto binary (and no fallback to /usr/sbin)."""
     keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
             if d and not (Path(d) / "mosquitto").exists()]
-    return {**os.environ, "PATH": os.pathsep.join(keep)}
+    return {**os.environ, "PATH": os.pathsep.join(keep), "EDGEGROVE_MOSQUITTO": "none"}

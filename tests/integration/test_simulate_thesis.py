@@ -64,7 +64,7 @@ def test_thesis_two_serial_faults_on_mosquitto(tmp_path: Path) -> None:
 
 def test_thesis_two_serial_faults_on_the_embedded_broker(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = run_simulate("--scenario", "thesis-2-serial", "--broker", "embedded", "--out", str(run_dir),
+    done = run_simulate("--scenario", "thesis-2-serial", "--broker", "auto", "--out", str(run_dir),
                         "--json", *FAST, env=env_without_mosquitto(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     _check_run(run_dir, done.stdout, "embedded", "agent-drop")
