@@ -80,6 +80,7 @@ class _Counters:
 
 def allreduce_config(config: AgentConfig) -> AllreduceConfig:
     return AllreduceConfig(
+        job=job_hash(config.job),
         algorithm=config.algorithm,
         chunk_size=config.chunk_size,
         wire_dtype=_WIRE_DTYPES[config.wire_dtype],
@@ -118,7 +119,7 @@ class AgentRuntime:
         self.job = job_hash(config.job)
         self.id = config.id
         self.ar_config = allreduce_config(config)
-        self.links = LinkEstimators(self.ar_config)
+        self.links: LinkEstimators = self.ar_config.new_links()
         self.keeper = ViewKeeper(config.id, config.arity, config.expected_members,
                                  config.join_grace, self.clock.now())
         self.round = 0
@@ -352,13 +353,19 @@ class AgentRuntime:
             return
         try:
             if self.topics.parse_status(message.topic) is not None:
-                self.keeper.on_status(Status.decode(message.payload))
+                self._handle_status(Status.decode(message.payload))
             elif message.topic == self.topics.view:
                 self.keeper.on_view(View.decode(message.payload))
             elif message.topic == self.topics.control:
                 self._handle_control(Control.decode(message.payload))
         except MessageError as exc:
             self.counters.rejected[f"json_{exc.reason}"] += 1
+
+    def _handle_status(self, status: Status) -> None:
+        self.keeper.on_status(status)
+        if status.state == "offline" and self.machine is not None and self.machine.result is None:
+            # The broker's Last Will: no need to wait a timeout for this peer in this round.
+            self._execute(self.machine.peer_down(status.node, self.clock.now()))
 
     def _handle_control(self, control: Control) -> None:
         apply = getattr(self.transport, "apply_control", None)
