@@ -52,8 +52,9 @@ class Dashboard:
             suspect_after=settings.suspect_after,
             hung_after=settings.hung_after,
         )
-        self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log)
         self.wall_offset = time.time() - time.monotonic()
+        self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
+                                self.wall_offset)
         self.listener: MqttListener | None = None
         self._publisher = publisher
 

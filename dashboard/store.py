@@ -37,11 +37,13 @@ class FleetStore:
         initial: FleetState,
         clock: Callable[[], float],
         event_log: Path | None = None,
+        wall_offset: float = 0.0,
     ) -> None:
         self.topics = topics
         self.state = initial
         self._clock = clock
         self._log_path = event_log
+        self._wall_offset = wall_offset  # event log lines carry Unix time, like the API
         self._log_file: IO[str] | None = None
         self._waiters: set[asyncio.Event] = set()
 
@@ -108,7 +110,8 @@ class FleetStore:
                 self._log_path.parent.mkdir(parents=True, exist_ok=True)
                 self._log_file = self._log_path.open("a", encoding="utf-8")
             for event in events:
-                self._log_file.write(json.dumps(asdict(event), separators=(",", ":")) + "\n")
+                line = {**asdict(event), "time": round(event.time + self._wall_offset, 3)}
+                self._log_file.write(json.dumps(line, separators=(",", ":")) + "\n")
             self._log_file.flush()
         except OSError as exc:
             log.error("event log %s not writable (%s); logging to it stops", self._log_path, exc)

@@ -179,8 +179,10 @@ def test_event_log_file_gets_every_event(tmp_path: Path) -> None:
     with TestClient(app) as client:
         feed_recording(store_of(client), "crash.jsonl")
         total = client.get("/api/fleet").json()["counters"]["events"]
+        api_events = client.get("/api/events").json()
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert len(lines) == total
+    assert lines[-1] == api_events[-1]  # same record, Unix time included
     assert [x["seq"] for x in lines] == list(range(1, total + 1))
     assert any(x["kind"] == "crash" and x["node"] == 4 for x in lines)
 
