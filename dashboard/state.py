@@ -289,7 +289,8 @@ def _finish(state: FleetState, drafts: Iterable[_Draft], now: float, relink: boo
     all_drafts = list(drafts)
     if relink:
         links = derive_links(state)
-        all_drafts += _link_changes(state.links, links, state.latest_round)
+        offline = frozenset(n for n, info in state.nodes.items() if info.status == "offline")
+        all_drafts += _link_changes(state.links, links, state.latest_round, offline)
         state = replace(state, links=_frozen(links))
     seq = state.next_seq
     events = tuple(
@@ -491,6 +492,7 @@ def _link_changes(
     old: Mapping[tuple[int, int], LinkInfo],
     new: Mapping[tuple[int, int], LinkInfo],
     round_no: int | None,
+    offline: frozenset[int],
 ) -> list[_Draft]:
     drafts: list[_Draft] = []
     for key, link in new.items():
@@ -498,6 +500,8 @@ def _link_changes(
         previous = before.state if before is not None else "unknown"
         if link.state == previous or link.state == "unknown":
             continue
+        if link.state == "failed" and (link.a in offline or link.b in offline):
+            continue  # the node's crash/offline event already says it
         if link.state == "ok" and previous == "unknown":
             continue  # a link seen for the first time, working: not news
         detail = f"{link.kind} link {link.a}-{link.b}: {previous} -> {link.state}"

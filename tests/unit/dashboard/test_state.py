@@ -74,6 +74,8 @@ def test_crash_marks_node_offline_its_links_failed_then_view_drops_it() -> None:
     state, events = final("crash.jsonl")
     crash = [e for e in events if e.kind == "crash"]
     assert [(e.node, e.kind) for e in crash] == [(4, "crash")]
+    # its links fail with it, without one more timeline line per link
+    assert not [e for e in events if e.kind == "link_failed" and 4 in (e.node, e.peer)]
     view_change = [e for e in events if e.kind == "view_change"]
     assert "left [4]" in view_change[-1].detail
     assert (1, 4) not in state.links  # no longer a link of the tree
