@@ -1,0 +1,407 @@
+"""`edgegrove bench report`: docs/EVALUATION.md and its plots, from the benches' JSON.
+
+Reads docs/results/<bench>.json (written by `edgegrove bench <bench> --out ...`), renders one
+section per bench (tables, plots in docs/img/), says which machine each figure came from,
+and leaves a clearly marked "not yet measured" section, with the command that fills it, for
+every bench whose JSON is missing. A file that cannot be read is reported in its section and
+on stderr; the rest of the document is still written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulate.bench.common import REPO_ROOT, machine_info, markdown_table
+
+DESCRIPTION = __doc__
+
+# The thesis's Tables 1 and 2: allreduce step (s) on a 32-core server.
+THESIS_STEP_S = {
+    0.5: {7: (0.033, 1.449, 1.495, 2.822), 15: (0.062, 1.510, 1.513, 2.890), 31: (0.091, 1.497, 1.494, 2.880)},
+    1.0: {7: (0.034, 2.441, 2.473, 4.839), 15: (0.065, 2.541, 2.498, 4.860), 31: (0.093, 2.509, 2.541, 4.911)},
+}
+THESIS_COLUMNS = ("no faults", "1 fault", "2 parallel faults", "2 serial faults")
+
+
+@dataclass
+class Context:
+    """What renderers share: every loaded document, where images go, what was drawn."""
+
+    docs: dict[str, dict[str, Any]]
+    img_dir: Path
+    img_prefix: str
+    images: list[Path] = field(default_factory=list)
+
+    def image(self, name: str, draw: Callable[[Path], None], alt: str) -> str:
+        """Draw a plot into img_dir/name; the markdown that embeds it (or why it is absent)."""
+        path = self.img_dir / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            draw(path)
+        except ModuleNotFoundError:
+            return f"_(plot {name} not drawn: matplotlib is not installed)_"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"_(plot {name} not drawn: {exc})_"
+        self.images.append(path)
+        return f"![{alt}]({self.img_prefix}{name})"
+
+
+Renderer = Callable[[dict[str, Any], Context], str]
+
+
+@dataclass(frozen=True)
+class Section:
+    bench: str
+    title: str
+    command: str  # how to measure it (and store the JSON where the report looks)
+    why: str
+    render: Renderer | None = None  # None: a generic table of its results
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ---------------------------------------------------------------------------------------
+# Renderers of the benches whose JSON we know
+# ---------------------------------------------------------------------------------------
+
+def render_broker(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.broker import MODEL_VALUES
+
+    ok = [r for r in doc.get("results", []) if "error" not in r]
+    rows = [[r["broker"], r["payload_bytes"], r["subscribers"], r["messages"], r["repeats"],
+             r["delivered_mb_s"]["median"], r["broker_mb_s"]["median"],
+             f"{r['broker_mb_s']['p10']:.0f} – {r['broker_mb_s']['p90']:.0f}", r["lost"]] for r in ok]
+    parts = [markdown_table(["broker", "payload (B)", "subscribers", "messages / repeat", "repeats",
+                             "delivered MB/s (median)", "broker MB/s in+out (median)",
+                             "broker MB/s p10 – p90", "lost"], rows)]
+    parts += [f"- **error** {r['broker']} {r['payload_bytes']} B x{r['subscribers']}: {r['error']}"
+              for r in doc.get("results", []) if "error" in r]
+    if ok:
+        parts.append(ctx.image("broker.png", lambda p: _plot_broker(ok, p), "broker throughput"))
+    bound = doc.get("bound")
+    if bound:
+        parts.append(f"**The physical bound of one fault-free allreduce** ({MODEL_VALUES:,} float32 "
+                     f"values in chunks of 16,384, every chunk ACKed; each tree edge carries the "
+                     f"gradient up once and down once; bytes counted in and out of the broker), at "
+                     f"{bound['throughput_mb_s']} MB/s ({bound['basis']}):")
+        parts.append(markdown_table(["nodes", "MQTT messages", "bytes through the broker", "bound (ms)",
+                                     "thesis, no faults (ms)"],
+                                    [[t["nodes"], t["messages"], f"{t['total_bytes']:,}", t["bound_ms"],
+                                      _thesis_ms(t["nodes"])] for t in bound["trees"]]))
+    return "\n\n".join(parts)
+
+
+def _thesis_ms(nodes: int) -> str:
+    row = THESIS_STEP_S[0.5].get(nodes)
+    return "-" if row is None else f"{1000 * row[0]:.0f}"
+
+
+def _plot_broker(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    labels = [f"{r['broker']}\n{_size_label(r['payload_bytes'])} x{r['subscribers']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["delivered_mb_s"]["median"] for r in rows], 0.4, label="delivered")
+    ax.bar([x + 0.2 for x in xs], [r["broker_mb_s"]["median"] for r in rows], 0.4,
+           label="through the broker (in+out)")
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set(ylabel="MB/s (median)", title="raw broker throughput, paho QoS 0 (payload x subscribers)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _size_label(size: int) -> str:
+    return f"{size / 1e6:.2f} MB" if size >= 1e6 else f"{size / 1024:.0f} KiB"
+
+
+def render_isolation(doc: dict[str, Any], ctx: Context) -> str:
+    from agent.commands.isolation_cmd import write_plot
+    from simulate.bench.isolation import TABLE_HEADERS, results_from, table_rows
+
+    holds = doc["thesis"]["claims_hold"]
+    claims = [f"- [{'agrees' if holds[k] else '**DIFFERS**'}] {text}"
+              for k, text in doc["thesis"]["claims"].items()]
+    plot = ctx.image("isolation.png", lambda p: write_plot(results_from(doc), p),
+                     "Figure 11: failed links until isolation vs tree height")
+    return "\n\n".join([
+        f"{doc['trials']:,} random failure orders per height (seed {doc['seed']}, arity {doc['arity']}); "
+        "exact expectation by enumeration where the graph has at most 21 links.",
+        markdown_table(TABLE_HEADERS, table_rows(doc)), plot,
+        "The thesis shows Figure 11 only as bars (no numbers in its text); its stated trends:",
+        "\n".join(claims)])
+
+
+def render_gloo(doc: dict[str, Any], ctx: Context) -> str:
+    if not doc.get("available"):
+        return f"_Not available when measured: {doc.get('reason', 'torch is not installed')}._"
+    ok = [r for r in doc["results"] if "error" not in r]
+    bound = {t["nodes"]: t["bound_ms"] for t in ctx.docs.get("broker", {}).get("bound", {}).get("trees", [])}
+    rows = [[r["nodes"], r["ms"]["median"], f"{r['ms']['p10']:.1f} – {r['ms']['p90']:.1f}",
+             r["iterations"], bound.get(r["nodes"]), _thesis_ms(r["nodes"])] for r in ok]
+    parts = [f"torch {doc['torch']}, backend gloo, {doc['transport']}, one CPU thread per process; "
+             "an iteration lasts until its slowest rank is done.",
+             markdown_table(["nodes", "gloo median (ms)", "p10 – p90 (ms)", "iterations",
+                             "MQTT broker bound (ms)", "thesis FT-tree, no faults (ms)"], rows)]
+    parts += [f"- **error** at {r['nodes']} nodes: {r['error']}" for r in doc["results"] if "error" in r]
+    if ok:
+        parts.append(ctx.image("gloo.png", lambda p: _plot_gloo(ok, bound, p),
+                               "gloo allreduce vs the MQTT broker bound"))
+    return "\n\n".join(parts)
+
+
+def _plot_gloo(rows: list[dict[str, Any]], bound: dict[int, float], path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    nodes = [r["nodes"] for r in rows]
+    ax.plot(nodes, [r["ms"]["median"] for r in rows], "o-", label="gloo (direct TCP), median")
+    if bound:
+        ns = sorted(n for n in bound if n <= max(nodes) * 2)
+        ax.plot(ns, [bound[n] for n in ns], "s--", label="MQTT broker bound")
+    thesis = sorted(THESIS_STEP_S[0.5].items())
+    ax.plot([n for n, _ in thesis], [1000 * v[0] for _, v in thesis], "^:", label="thesis FT-tree (32 cores)")
+    ax.set(xlabel="nodes", ylabel="ms per allreduce of 1.63 MB", title="allreduce of the thesis model's gradient")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def render_model(doc: dict[str, Any], ctx: Context) -> str:
+    rows = [[r["backend"], "error: " + r["error"]] + [""] * 6 if "error" in r else
+            [r["backend"], r["step_ms_median"], r["step_ms_p90"], r["gradients_ms_median"],
+             r["apply_ms_median"], r["create_ms"], r["peak_rss_mb"], r["rss_increase_mb"]]
+            for r in doc.get("results", [])]
+    first = next((r for r in doc.get("results", []) if "error" not in r), {})
+    return (f"Batch {first.get('batch', '?')}, optimizer {first.get('optimizer', '?')}, "
+            f"{first.get('steps', '?')} timed steps per backend, each backend in its own process.\n\n"
+            + markdown_table(["backend", "step ms (median)", "p90", "gradients ms", "apply ms",
+                              "create ms", "peak RSS MB", "+MB"], rows))
+
+
+def render_agent(doc: dict[str, Any], ctx: Context) -> str:
+    peaks = ", ".join(f"{n}: {v} MB" for n, v in doc.get("peak_rss_mb", {}).items())
+    rows = [[doc.get("nodes"), doc.get("backend"), doc.get("broker"), doc.get("rounds"),
+             doc.get("peak_rss_mb_max"), doc.get("pi_budget_mb"), doc.get("round_seconds_median"),
+             doc.get("round_seconds_p90")]]
+    return (markdown_table(["agents", "backend", "broker", "rounds", "peak RSS max (MB)",
+                            "Pi budget (MB)", "round s (median)", "round s (p90)"], rows)
+            + f"\n\nPeak resident memory per agent: {peaks or '-'}.")
+
+
+def render_allreduce_reference() -> str:
+    rows = [[f"{timeout} s", nodes, *(f"{v:.3f}" for v in values)] for timeout, table in THESIS_STEP_S.items()
+            for nodes, values in table.items()]
+    return ("The thesis's Tables 1 and 2 (allreduce step in seconds, 32-core server), the "
+            "figures to print beside ours:\n\n"
+            + markdown_table(["timeout", "nodes", *THESIS_COLUMNS], rows))
+
+
+def render_generic(doc: dict[str, Any], ctx: Context) -> str:
+    """A bench this generator does not know yet: its scalar fields and results as tables."""
+    scalars = [[k, v] for k, v in doc.items() if k not in ("benchmark", "machine") and _scalar(v)]
+    parts = [markdown_table(["field", "value"], scalars)] if scalars else []
+    results = doc.get("results")
+    if isinstance(results, list) and results and all(isinstance(r, dict) for r in results):
+        keys = [k for k in results[0] if _scalar(results[0][k]) or _has_median(results[0][k])]
+        parts.append(markdown_table(keys, [[_flat(r.get(k)) for k in keys] for r in results]))
+    elif results is not None:
+        parts.append("```json\n" + json.dumps(results, indent=1)[:4000] + "\n```")
+    return "\n\n".join(parts) or "_(the document holds no figures)_"
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _has_median(value: Any) -> bool:
+    return isinstance(value, dict) and "median" in value
+
+
+def _flat(value: Any) -> Any:
+    return value["median"] if _has_median(value) else value
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("broker", "The physical bound: raw broker throughput",
+            "edgegrove bench broker --out docs/results/broker.json",
+            "What mosquitto (and the embedded broker) can move on this machine with plain paho "
+            "clients, for the payloads the allreduce sends; the bound of one allreduce.",
+            render_broker),
+    Section("allreduce", "Allreduce step duration (thesis Tables 1 and 2)",
+            "edgegrove bench allreduce --out docs/results/allreduce.json",
+            "Step time for 7, 15, 31 (63) agents with no fault, 1 fault, 2 parallel and 2 serial "
+            "faults, fixed 0.5 s / 1 s and adaptive timeouts; ratio to the broker bound."),
+    Section("accuracy", "Accuracy and time to accuracy (thesis Figure 13)",
+            "edgegrove bench accuracy --out docs/results/accuracy.json",
+            "MNIST test accuracy for tree, ft-tree and rps and the single-machine baseline."),
+    Section("loss", "Accuracy under chunk loss (the RPS paper's claim)",
+            "edgegrove bench loss --out docs/results/loss.json",
+            "Accuracy after a fixed number of rounds for chunk loss p in {0, 0.05, 0.1, 0.2, 0.3}."),
+    Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
+            "edgegrove bench isolation --out docs/results/isolation.json",
+            "From the protocol core: how many random link failures the FT-tree survives.",
+            render_isolation),
+    Section("gloo", "For scale: torch.distributed gloo allreduce",
+            "edgegrove bench gloo --out docs/results/gloo.json",
+            "A fault-intolerant direct-TCP allreduce of the same 1.63 MB vector among the same "
+            "number of local processes (optional: needs torch).",
+            render_gloo),
+    Section("model", "Model: training step time and memory",
+            "edgegrove bench model --json > docs/results/model.json",
+            "ms per training step of the numpy and litert backends.", render_model),
+    Section("agent", "Agent: memory and round time in a small real fleet",
+            "edgegrove bench agent --json > docs/results/agent.json",
+            "Peak resident memory per agent against the Raspberry Pi budget.", render_agent),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Loading and assembling
+# ---------------------------------------------------------------------------------------
+
+def load_results(results_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Documents by bench name (the file's stem), and the files that could not be read."""
+    docs: dict[str, dict[str, Any]] = {}
+    problems: dict[str, str] = {}
+    for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems[path.stem] = f"{path.name} is not valid JSON ({exc})"
+            continue
+        if not isinstance(doc, dict):
+            problems[path.stem] = f"{path.name} holds a JSON {type(doc).__name__}, not an object"
+            continue
+        docs[path.stem] = doc
+    return docs, problems
+
+
+def machine_line(machine: dict[str, Any] | None) -> str:
+    if not machine:
+        return "machine not recorded in the JSON"
+    return (f"{machine.get('date', '?')} on {machine.get('cpu_model', '?')} "
+            f"({machine.get('cpu_count', '?')} cores), Python {machine.get('python', '?')}, "
+            f"mosquitto {machine.get('mosquitto') or 'absent'}")
+
+
+def render_section(section: Section, ctx: Context, problems: dict[str, str]) -> tuple[str, str]:
+    """(status, markdown) of one bench: measured, missing or unreadable."""
+    head = f"## {section.title}\n\n{section.why}\n\n"
+    if section.bench in problems:
+        return "unreadable", head + (f"> **Could not be read:** {problems[section.bench]}. "
+                                     f"Measure again: `{section.command}`\n")
+    doc = ctx.docs.get(section.bench)
+    if doc is None:
+        extra = "\n\n" + render_allreduce_reference() if section.bench == "allreduce" else ""
+        return "missing", head + (f"> **Not yet measured.** Run `{section.command}`, then "
+                                  f"`edgegrove bench report`.{extra}\n")
+    render = section.render or render_generic
+    try:
+        body = render(doc, ctx)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        body = (f"> **Could not render** its JSON ({type(exc).__name__}: {exc}); raw figures "
+                f"below.\n\n{render_generic(doc, ctx)}")
+    if section.bench == "allreduce":
+        body += "\n\n" + render_allreduce_reference()
+    return "measured", head + f"_Measured {machine_line(doc.get('machine'))}._\n\n{body}\n"
+
+
+def build(results_dir: Path, out: Path, img_dir: Path) -> tuple[str, dict[str, str], list[Path]]:
+    """The markdown, the status of each section, and the images drawn."""
+    docs, problems = load_results(results_dir)
+    prefix = _relative(img_dir, out.parent)
+    ctx = Context(docs, img_dir, prefix)
+    statuses: dict[str, str] = {}
+    bodies = []
+    for section in SECTIONS:
+        statuses[section.bench], text = render_section(section, ctx, problems)
+        bodies.append(text)
+    known = {s.bench for s in SECTIONS}
+    for name in sorted((set(docs) | set(problems)) - known):
+        extra = Section(name, f"Other: {name}", f"edgegrove bench {name} --out docs/results/{name}.json",
+                        f"`{name}.json`, a bench this report has no special layout for.")
+        statuses[name], text = render_section(extra, ctx, problems)
+        bodies.append(text)
+    return _header(statuses, docs) + "\n".join(bodies), statuses, ctx.images
+
+
+def _relative(img_dir: Path, base: Path) -> str:
+    try:
+        return str(img_dir.resolve().relative_to(base.resolve())) + "/"
+    except ValueError:
+        return str(img_dir.resolve()) + "/"
+
+
+def _header(statuses: dict[str, str], docs: dict[str, dict[str, Any]]) -> str:
+    here = machine_info()
+    machines = {machine_line(d.get("machine")) for d in docs.values() if d.get("machine")}
+    rows = [[name, {"measured": "measured", "missing": "**not yet measured**",
+                    "unreadable": "**unreadable**"}[status]] for name, status in statuses.items()]
+    return "\n\n".join([
+        "# Edgegrove — evaluation",
+        "_Generated by `edgegrove bench report` from `docs/results/*.json`; do not edit by hand: "
+        "measure again and regenerate._",
+        f"Report generated {here['date']} on {here['cpu_model']} ({here['cpu_count']} cores, "
+        f"{here['platform']}), Python {here['python']}, mosquitto {here['mosquitto'] or 'absent'}. "
+        "Each section says where its own figures were measured"
+        + (":\n\n" + "\n".join(f"- {m}" for m in sorted(machines)) if machines else "."),
+        "Machine noise: the development machine has 2 shared cores; medians over repeats are "
+        "given with their spread, and figures from different runs are not exactly comparable.",
+        markdown_table(["bench", "status"], rows), ""])
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, default=REPO_ROOT / "docs" / "results",
+                        help="directory of the benches' JSON documents (<bench>.json)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "EVALUATION.md",
+                        help="the markdown file to write")
+    parser.add_argument("--img", type=Path, default=None,
+                        help="directory for the plots (default: img/ beside --out)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document (what was written, each section's status)")
+
+
+def run(args: argparse.Namespace) -> int:
+    img_dir = args.img if args.img is not None else args.out.parent / "img"
+    if not args.results.is_dir():
+        print(f"edgegrove bench report: no results directory {args.results}: run the benches "
+              "with --out docs/results/<bench>.json first (every section will say "
+              "'not yet measured')", file=sys.stderr)
+    text, statuses, images = build(args.results, args.out, img_dir)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    except OSError as exc:
+        print(f"edgegrove bench report: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 2
+    for name, status in statuses.items():
+        if status == "unreadable":
+            print(f"edgegrove bench report: {name}: unreadable JSON in {args.results}",
+                  file=sys.stderr)
+    if args.json:
+        print(json.dumps({"written": str(args.out), "sections": statuses,
+                          "images": [str(p) for p in images]}))
+    else:
+        print(f"wrote {args.out} ({sum(s == 'measured' for s in statuses.values())} measured, "
+              f"{sum(s == 'missing' for s in statuses.values())} not yet measured) and "
+              f"{len(images)} plot(s) in {img_dir}")
+    return 0
