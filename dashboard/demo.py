@@ -44,7 +44,6 @@ class DemoNode:
         self.fleet = fleet
         self.received: dict[int, set[int]] = defaultdict(set)  # round -> peers heard
         self.lock = threading.Lock()
-        self.bytes_sent = 0
         topics = fleet.topics
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"demo-{fleet.job}-{node}")
         if creds is not None:
@@ -79,7 +78,6 @@ class DemoNode:
         payload = str(round_no).encode().ljust(PROBE_BYTES)
         for peer in peers:
             self.client.publish(self.fleet.topics.link(self.node, peer), payload, 0)
-            self.bytes_sent += len(payload)
 
     def heard(self, round_no: int) -> set[int]:
         with self.lock:
@@ -165,7 +163,8 @@ class DemoFleet:
             loss=round(loss, 4), accuracy=accuracy,
             phase_seconds={"compute": 0.02, "reduce": total - 0.03, "broadcast": 0.008,
                            "apply": 0.002, "total": total},
-            bytes_sent=self.nodes[node_id].bytes_sent, bytes_received=len(heard) * PROBE_BYTES,
+            bytes_sent=len(self.tree.neighbours(node_id)) * PROBE_BYTES,  # per round, as agents
+            bytes_received=len(heard) * PROBE_BYTES,
             contributors=len(self.nodes), members=len(self.nodes), reroutes=reroutes,
             timeouts=timeouts, links=links, events=events,
             model_hash=f"{round_no * 2654435761 % 2**32:08x}",

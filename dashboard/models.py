@@ -7,7 +7,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agent.protocol.topology import Tree
-from dashboard.state import FleetEvent, FleetState, LinkInfo, NodeInfo, RoundSummary
+from dashboard.state import (
+    FleetEvent,
+    FleetState,
+    LinkInfo,
+    NodeInfo,
+    RoundSummary,
+    rejected_frames,
+)
 
 
 class ViewModel(BaseModel):
@@ -50,7 +57,8 @@ class CountersModel(BaseModel):
     messages: dict[str, int]
     malformed: dict[str, int] = Field(description="messages ignored, by reason")
     malformed_total: int
-    rejected_frames: dict[str, int] = Field(description="frames agents rejected, by reason")
+    rejected_frames: dict[str, int] = Field(
+        description="frames the agents rejected, by reason (sum of each agent's latest totals)")
     rejected_total: int
     rounds: int
     latest_round: int | None
@@ -178,12 +186,13 @@ def link_model(link: LinkInfo) -> LinkModel:
 
 def counters_model(state: FleetState) -> CountersModel:
     c = state.counters
+    rejected = rejected_frames(state)
     return CountersModel(
         messages=dict(c.messages),
         malformed=dict(c.malformed),
         malformed_total=sum(c.malformed.values()),
-        rejected_frames=dict(c.rejected_frames),
-        rejected_total=sum(c.rejected_frames.values()),
+        rejected_frames=rejected,
+        rejected_total=sum(rejected.values()),
         rounds=c.rounds,
         latest_round=state.latest_round,
         bytes_sent=c.bytes_sent,

@@ -69,6 +69,8 @@ class NodeInfo:
     bytes_sent: int = 0  # totals over every round it reported
     bytes_received: int = 0
     reroutes: int = 0
+    # The agent's rejected-frame counters are totals since it started: keep its latest.
+    rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     links: Mapping[int, str] = field(default_factory=lambda: _frozen({}))
 
     @property
@@ -135,7 +137,6 @@ class RoundSummary:
 class Counters:
     messages: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     malformed: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
-    rejected_frames: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     rounds: int = 0  # distinct rounds seen
     bytes_sent: int = 0
     reroutes: int = 0
@@ -265,6 +266,15 @@ def rounds_since(state: FleetState, since: int | None) -> list[RoundSummary]:
     return [state.rounds[r] for r in keys]
 
 
+def rejected_frames(state: FleetState) -> dict[str, int]:
+    """Frames the agents rejected, by reason: the sum of every node's latest totals."""
+    total: dict[str, int] = {}
+    for node in state.nodes.values():
+        for reason, count in node.rejected.items():
+            total[reason] = total.get(reason, 0) + count
+    return total
+
+
 def events_since(state: FleetState, since: int | None) -> list[FleetEvent]:
     return [e for e in state.events if since is None or e.seq > since]
 
@@ -363,6 +373,7 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         accuracy=msg.accuracy if msg.accuracy is not None else totals.accuracy,
         degraded=msg.degraded,
         model_hash=msg.model_hash[:64],
+        rejected=_frozen({str(k)[:32]: max(0, v) for k, v in list(msg.rejected.items())[:32]}),
         links=_frozen(_parse_links(msg.links)),
     )
 
@@ -417,13 +428,8 @@ def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: in
 
 
 def _add_totals(c: Counters, msg: Telemetry, new_degraded: bool) -> Counters:
-    rejected = dict(c.rejected_frames)
-    for reason, count in list(msg.rejected.items())[:32]:
-        key = str(reason)[:32]
-        rejected[key] = rejected.get(key, 0) + max(0, count)
     return replace(
         c,
-        rejected_frames=_frozen(rejected),
         bytes_sent=c.bytes_sent + msg.bytes_sent,
         reroutes=c.reroutes + msg.reroutes,
         timeouts=c.timeouts + msg.timeouts,

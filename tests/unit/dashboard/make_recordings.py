@@ -94,8 +94,8 @@ def crash() -> Recorder:
     }
     rec.round(6, 1, everyone, overrides={1: node1}, silent=(4,))
     rec.view(2, [0, 1, 2, 3, 5, 6], 7)
-    for r in (7, 8):
-        rec.round(r, 2, [0, 1, 2, 3, 5, 6])
+    for r in (7, 8):  # an agent's rejected counts are totals since it started
+        rec.round(r, 2, [0, 1, 2, 3, 5, 6], overrides={1: {"rejected": {"stale_round": 2}}})
     return rec
 
 
