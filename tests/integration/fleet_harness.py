@@ -91,6 +91,16 @@ def start_fleet(broker: Any, tmp: Path, nodes: int, options: dict[str, Any]) -> 
     return fleet
 
 
+def wait_exited(fleet: Fleet, timeout: float) -> None:
+    """Agents with a round budget stop by themselves; wait for that (by handle)."""
+    deadline = time.monotonic() + timeout
+    while fleet.running_nodes():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"agents {fleet.running_nodes()} still running {timeout:.0f} s "
+                                 "after their last round")
+        time.sleep(0.1)
+
+
 def broker_job(broker: Any) -> str:
     return str(getattr(broker, "job", "itest"))
 
