@@ -45,6 +45,7 @@ class Flag(enum.IntFlag):
     NONE = 0
     BROADCAST = 1  # DATA/RELAY/ACK of the broadcast phase
     FINAL = 2  # the chunk's value is final (root result), not a partial mean
+    FLOOD = 4  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
 
 
 class DType(enum.IntEnum):
@@ -238,7 +239,7 @@ def _check_header(
         return Rejection(RejectReason.BAD_KIND, str(kind))
     if dtype not in DType._value2member_map_:
         return Rejection(RejectReason.BAD_DTYPE, str(dtype))
-    if flags & ~int(Flag.BROADCAST | Flag.FINAL):
+    if flags & ~int(Flag.BROADCAST | Flag.FINAL | Flag.FLOOD):
         return Rejection(RejectReason.BAD_FLAGS, str(flags))
     if not (0 < count <= MAX_CHUNKS and index < count and n_values <= MAX_VALUES
             and bitmap_len <= MAX_BITMAP_BYTES):

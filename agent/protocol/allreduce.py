@@ -1,0 +1,190 @@
+"""The allreduce of one round, as pure state machines: ``ft-tree``, plain ``tree`` and ``rps``.
+
+The runtime (or the virtual fleet) creates one machine per round with ``new_round`` and feeds
+it frames and timer ticks; the machine answers with actions (``Send`` a frame, ``Note`` a
+telemetry event) and, once it knows what to apply, sets ``result``. No IO, no clock: every
+call gets ``now``.
+
+Values travel as per-chunk subtree MEANS with their contributor sets, never bare sums, and a
+contribution is counted at most once (``merge_means`` only ever merges disjoint sets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+
+from agent.protocol.rto import LinkEstimators
+from agent.protocol.topology import Tree
+from agent.protocol.wire import HEADER_SIZE, DType, Frame
+
+Algorithm = Literal["ft-tree", "tree", "rps"]
+TimeoutMode = Literal["adaptive", "fixed"]
+ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
+
+
+@dataclass(frozen=True)
+class AllreduceConfig:
+    algorithm: Algorithm = "ft-tree"
+    chunk_size: int = 16384
+    wire_dtype: DType = DType.F32
+    timeout_mode: TimeoutMode = "adaptive"
+    fixed_timeout: float = 0.5
+    min_timeout: float = 0.02
+    max_timeout: float = 2.0
+    initial_timeout: float = 0.5
+    round_deadline: float = 10.0  # seconds after a node's start of the round; hard
+    nack: bool = True
+    job: int = 0  # wire.job_hash(job name); frames of other jobs are dropped
+    reduce_fraction: float = 0.5  # the root stops waiting for contributions at this fraction
+    pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.timeout_mode not in ("adaptive", "fixed"):
+            raise ValueError(f"timeout_mode must be adaptive or fixed, got {self.timeout_mode!r}")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if self.wire_dtype == DType.U32:
+            raise ValueError("wire_dtype must be F32, F16 or I8 (U32 is for indices)")
+        if not 0 < self.min_timeout <= self.max_timeout:
+            raise ValueError("need 0 < min_timeout <= max_timeout")
+        if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
+            raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
+        if not 0 < self.reduce_fraction < 1:
+            raise ValueError("reduce_fraction must be in (0, 1)")
+
+    def new_links(self) -> LinkEstimators:
+        """Estimators matching this config (the runtime keeps them across rounds)."""
+        return LinkEstimators(
+            min_timeout=self.min_timeout, max_timeout=self.max_timeout,
+            initial_timeout=self.initial_timeout,
+            fixed=self.fixed_timeout if self.timeout_mode == "fixed" else None,
+        )
+
+
+@dataclass(frozen=True)
+class Send:
+    dst: int
+    frame: Frame
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: str  # timeout, link_dead, reroute, relay, nack, pull, escalate, degraded, drift, ...
+    peer: int | None
+    detail: str = ""
+
+
+Action = Send | Note
+
+
+@dataclass
+class RoundStats:
+    reroutes: int = 0
+    timeouts: int = 0
+    nacks: int = 0
+    pulls: int = 0
+    relays: int = 0
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    frames_received: int = 0
+    bytes_received: int = 0
+    dropped: int = 0  # frames of this round that made no sense here (wrong size, not ours)
+    overlaps: int = 0  # contributions refused because they overlapped counted ones
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    round: int
+    values: np.ndarray  # float32, flat: what to apply
+    contributors: tuple[frozenset[int], ...]  # per chunk
+    missing_chunks: tuple[int, ...]  # chunks that fell back to the local value
+    degraded: bool
+    root_model_hash: int | None
+    stats: RoundStats
+    link_states: dict[int, str]
+    finished_at: float = 0.0
+
+
+class RoundMachine(Protocol):
+    result: RoundResult | None
+
+    def start(self, now: float) -> list[Action]: ...
+
+    def on_frame(self, frame: Frame, now: float) -> list[Action]: ...
+
+    def on_timer(self, now: float) -> list[Action]: ...
+
+    def next_timer(self) -> float | None: ...
+
+    def peer_down(self, peer: int, now: float) -> list[Action]: ...
+
+
+def frame_size(frame: Frame) -> int:
+    """Bytes of ``encode(frame)`` without encoding it (header, bitmap, payload, CRC)."""
+    top = max(frame.contributors) if frame.contributors else -1
+    return HEADER_SIZE + (top // 8 + 1 if top >= 0 else 0) + len(frame.payload) + 4
+
+
+def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
+    """[start, stop) of every chunk; a zero-length vector still has one (empty) chunk."""
+    if length == 0:
+        return [(0, 0)]
+    return [(s, min(s + chunk_size, length)) for s in range(0, length, chunk_size)]
+
+
+def merge_means(parts: Sequence[tuple[frozenset[int], np.ndarray]]) -> tuple[frozenset[int], np.ndarray]:
+    """Weighted mean of means over DISJOINT contributor sets (float64 accumulate, float32 out)."""
+    if len(parts) == 1:
+        ids, values = parts[0]
+        return ids, np.asarray(values, dtype=np.float32)
+    total: set[int] = set()
+    acc = np.zeros(len(parts[0][1]), dtype=np.float64)
+    for ids, values in parts:
+        if total & ids:
+            raise ValueError("merge_means needs disjoint contributor sets")
+        total |= ids
+        acc += np.asarray(values, dtype=np.float64) * len(ids)
+    return frozenset(total), (acc / len(total)).astype(np.float32)
+
+
+@dataclass
+class LinkBook:
+    """What one node saw of its links this round, for telemetry and the dashboard."""
+
+    states: dict[int, str] = field(default_factory=dict)
+    _rank = {"ok": 0, "suspected": 1, "rerouted": 2, "failed": 3}  # noqa: RUF012
+
+    def mark(self, peer: int, state: str) -> None:
+        if self._rank[state] > self._rank[self.states.get(peer, "ok")]:
+            self.states[peer] = state
+
+    def known(self, peers: Sequence[int]) -> None:
+        for p in peers:
+            self.states.setdefault(p, "ok")
+
+
+def new_round(
+    config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
+    model_hash: int, links: LinkEstimators, now: float,
+) -> RoundMachine:
+    """The machine of one round for ``config.algorithm``; call ``start(now)`` next."""
+    grad = np.ascontiguousarray(gradient, dtype=np.float32).ravel()
+    if node not in tree:
+        raise ValueError(f"node {node} is not a member of the round's tree {tree.members}")
+    if config.algorithm == "ft-tree":
+        from agent.protocol.ft_tree import FtTreeRound
+
+        return FtTreeRound(config, tree, node, round, grad, model_hash, links, now)
+    if config.algorithm == "tree":
+        from agent.protocol.tree import PlainTreeRound
+
+        return PlainTreeRound(config, tree, node, round, grad, model_hash, links, now)
+    from agent.protocol.rps import RpsRound
+
+    return RpsRound(config, tree, node, round, grad, model_hash, links, now)

@@ -1,0 +1,614 @@
+"""The fault-tolerant tree allreduce (FT-tree) of one round, on one node.
+
+Reduce: every node sends, chunk by chunk, the mean and contributor set of its subtree to its
+parent as soon as chunk j of every child subtree is covered; later arrivals follow as separate
+disjoint units ("supplements"). Broadcast: the root sends the final mean down; every node
+forwards what it gets. Each unit is ACKed; a unit that is not ACKed within the link's RTO
+marks that link dead for the round and moves, with every other unit waiting on that link, to
+the next route: relay through the backup link(s), then (reduce) straight to the grandparent
+and further ancestors, finally a flood over the FT graph. A node that got a peer's data by a
+relay answers it (broadcast) by the same relay path, so a link fault costs about one RTO.
+
+Counting: a unit is accepted only when its contributor set is disjoint from everything
+counted for that chunk; a unit whose set is already covered is a duplicate (ACKed, not
+counted); a partial overlap is refused. Hence no contribution is ever counted twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from agent.protocol.allreduce import (
+    Action,
+    AllreduceConfig,
+    LinkBook,
+    Note,
+    RoundResult,
+    RoundStats,
+    Send,
+    chunk_bounds,
+    frame_size,
+    merge_means,
+)
+from agent.protocol.rto import LinkEstimators
+from agent.protocol.topology import Tree
+from agent.protocol.wire import DType, Flag, Frame, Kind
+
+DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str  # direct | relay | flood
+    via: int  # first hop (direct: the target itself; flood: -1)
+    target: int
+
+    @property
+    def hop_key(self) -> tuple[str, int, int]:
+        return (self.kind, self.via, self.target)
+
+
+@dataclass
+class Pending:
+    """A unit that waits for its ACK."""
+
+    broadcast: bool
+    chunk: int
+    peer: int  # reduce: the intended aggregator; broadcast: the child it is for
+    contributors: frozenset[int]
+    frame: Frame  # DATA frame from this node; routing fields are set per attempt
+    routes: list[Route]
+    route_i: int = 0
+    sent_at: float = 0.0
+    timeout: float = 0.0
+    retransmitted: bool = False
+    cycle: bool = False  # reduce units keep cycling through routes until the deadline
+
+    @property
+    def route(self) -> Route:
+        return self.routes[self.route_i]
+
+    @property
+    def key(self) -> tuple[bool, int, int | frozenset[int]]:
+        return (self.broadcast, self.chunk, self.peer if self.broadcast else self.contributors)
+
+
+@dataclass
+class ChunkState:
+    lo: int
+    hi: int
+    units: list[tuple[frozenset[int], np.ndarray]] = field(default_factory=list)
+    covered: set[int] = field(default_factory=set)
+    forwarded: int = 0  # units merged into what went up so far
+    first_sent: bool = False
+    final: np.ndarray | None = None
+    final_ids: frozenset[int] = frozenset()
+
+
+class FtTreeRound:
+    def __init__(
+        self, config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
+        model_hash: int, links: LinkEstimators, now: float,
+    ) -> None:
+        self.cfg, self.tree, self.node, self.round = config, tree, node, round
+        self.grad, self.model_hash, self.links = gradient, model_hash, links
+        self.start_time = now
+        self.parent = tree.parent(node)
+        self.children = tree.children(node)
+        self.subtree = tree.subtree(node)
+        self.expected: set[int] = set(self.subtree)
+        self.neighbours = sorted(tree.neighbours(node))
+        self.chunks = [ChunkState(lo, hi) for lo, hi in chunk_bounds(len(gradient), config.chunk_size)]
+        self.n = len(self.chunks)
+        self.result: RoundResult | None = None
+        self.stats = RoundStats()
+        self.book = LinkBook()
+        self.book.known(self.neighbours)
+        self.pending: dict[tuple[bool, int, int | frozenset[int]], Pending] = {}
+        self.progress: dict[tuple[str, int, int], float] = {}
+        self.dead: set[int] = set()  # peers whose direct link from here is dead this round
+        self.down: set[int] = set()  # peers known to be offline (membership)
+        self.bcast_routes: dict[int, Route] = {}  # how to reach a peer whose data came oddly
+        self.adopted: set[int] = set()  # non-children that delivered their data to us
+        self.pull_waiters: dict[int, set[int]] = {}
+        self.seen_floods: set[tuple[object, ...]] = set()
+        self.relayed_pairs: set[tuple[int, int]] = set()
+        self.nacked: set[tuple[int, bool, int]] = set()
+        self.root_hash: int | None = model_hash if self.parent is None else None
+        self.deadline = now + config.round_deadline
+        self.wait_at = now + self._wait_span()
+        self.wait_fired = False
+        self.reduce_done = self.parent is None
+        parent_rto = self._rto(self.parent) if self.parent is not None else 0.0
+        self.pull_at: float | None = (
+            None if self.parent is None
+            else now + config.round_deadline * config.reduce_fraction + config.pull_timeouts * parent_rto
+        )
+        self.pull_chain = self._pull_chain()
+        self.pull_i = 0
+        self.over = False  # past the hard deadline: only answer frames
+        self._out: list[Action] = []
+
+    # ------------------------------------------------------------------ public API
+
+    def start(self, now: float) -> list[Action]:
+        for j, ch in enumerate(self.chunks):
+            ch.units.append((frozenset({self.node}), self.grad[ch.lo : ch.hi]))
+            ch.covered.add(self.node)
+            self._try_forward(j, now)
+        return self._flush()
+
+    def on_frame(self, frame: Frame, now: float) -> list[Action]:
+        self.stats.frames_received += 1
+        self.stats.bytes_received += frame_size(frame)
+        if frame.round != self.round or frame.job != self.cfg.job:
+            self.stats.dropped += 1
+            return []
+        if frame.kind == Kind.DATA:
+            self._on_data(frame, now, DIRECT if frame.sender == frame.origin else RELAY)
+        elif frame.kind == Kind.RELAY:
+            self._on_relay(frame, now)
+        elif frame.kind == Kind.ACK:
+            self._on_ack(frame, now)
+        elif frame.kind == Kind.NACK:
+            self._on_nack(frame, now)
+        elif frame.kind == Kind.PULL:
+            self._on_pull(frame)
+        else:
+            self.stats.dropped += 1
+        return self._flush()
+
+    def on_timer(self, now: float) -> list[Action]:
+        if self.over:
+            return []
+        if now >= self.deadline:
+            self.over = True
+            self.pending.clear()
+            if self.result is None:
+                self._finish(now)
+            return self._flush()
+        if not self.wait_fired and now >= self.wait_at:
+            self.wait_fired = True
+            for j in range(self.n):
+                self._try_forward(j, now)
+        self._expire_pending(now)
+        if self.pull_at is not None and now >= self.pull_at:
+            self._pull(now)
+        return self._flush()
+
+    def next_timer(self) -> float | None:
+        if self.over:
+            return None
+        times = [self.deadline]
+        if not self.wait_fired and not self._all_forwarded():
+            times.append(self.wait_at)
+        if self.pull_at is not None and self.result is None:
+            times.append(self.pull_at)
+        times.extend(self._due(p) for p in self.pending.values())
+        return min(times)
+
+    def peer_down(self, peer: int, now: float) -> list[Action]:
+        """Membership says ``peer`` is offline: stop waiting for it, route around it."""
+        if peer == self.node or peer in self.down:
+            return []
+        self.down.add(peer)
+        self.dead.add(peer)
+        self.expected.discard(peer)
+        for p in list(self.pending.values()):
+            if p.broadcast and p.peer == peer:
+                del self.pending[p.key]
+            elif p.route.via == peer or (p.route.kind == DIRECT and p.route.target == peer):
+                self._advance(p, now)
+        for j in range(self.n):
+            self._try_forward(j, now)
+        return self._flush()
+
+    # ------------------------------------------------------------------ reduce
+
+    def _wait_span(self) -> float:
+        height = self.tree.height
+        below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
+        share = (below + 1) / (height + 1)
+        return self.cfg.round_deadline * self.cfg.reduce_fraction * share
+
+    def _all_forwarded(self) -> bool:
+        if self.parent is None:
+            return all(ch.final is not None for ch in self.chunks)
+        return all(ch.first_sent for ch in self.chunks)
+
+    def _try_forward(self, j: int, now: float) -> None:
+        ch = self.chunks[j]
+        ready = self.wait_fired or self.expected <= ch.covered
+        if self.parent is None:
+            if ch.final is None and ready:
+                self._finalize_chunk(j, now)
+            return
+        if not ch.first_sent:
+            if not ready:
+                return
+            ch.first_sent = True
+        if ch.forwarded < len(ch.units):
+            ids, mean = merge_means(ch.units[ch.forwarded :])
+            ch.forwarded = len(ch.units)
+            self._send_up(j, ids, mean, now)
+
+    def _send_up(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
+        assert self.parent is not None
+        frame = self._frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.cfg.wire_dtype)
+        pending = Pending(False, j, self.parent, ids, frame, self._up_routes(), cycle=True)
+        self._launch(pending, now)
+
+    def _up_routes(self) -> list[Route]:
+        assert self.parent is not None
+        parent = self.parent
+        routes = [Route(DIRECT, parent, parent)]
+        routes += [Route(RELAY, b, parent) for b in self.tree.backups(self.node)]
+        routes += [Route(DIRECT, a, a) for a in self.tree.ancestors(self.node)[1:]]
+        routes.append(Route(FLOOD, -1, parent))
+        return routes
+
+    def _on_contribution(self, frame: Frame, now: float, how: str) -> None:
+        j = frame.chunk_index
+        ch = self.chunks[j]
+        ids = frame.contributors
+        if not ids or not ids <= self.subtree or frame.origin not in self.subtree or self.node in ids:
+            self.stats.dropped += 1
+            return
+        self._ack(frame, how)
+        self._learn_route(frame.origin, frame.sender, how)
+        if self.cfg.nack and how == DIRECT:
+            self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
+        if ids <= ch.covered or (self.parent is None and ch.final is not None):
+            return  # a duplicate (lost ACK, resend) or too late for the final mean
+        if ids & ch.covered:
+            self.stats.overlaps += 1
+            return
+        ch.units.append((ids, frame.values()))
+        ch.covered |= ids
+        self._try_forward(j, now)
+
+    def _learn_route(self, origin: int, hop: int, how: str) -> None:
+        if how == DIRECT:
+            if origin not in self.children and origin != self.parent:
+                self.adopted.add(origin)
+            return
+        self.book.mark(origin, "rerouted")
+        if origin not in self.children:
+            self.adopted.add(origin)
+        # The direct link failed one way at least: answer by the path that worked.
+        self.bcast_routes[origin] = Route(RELAY, hop, origin) if how == RELAY else Route(FLOOD, -1, origin)
+
+    # ------------------------------------------------------------------ broadcast
+
+    def _finalize_chunk(self, j: int, now: float) -> None:
+        ch = self.chunks[j]
+        ids, mean = merge_means(ch.units)
+        if self.cfg.wire_dtype != DType.F32:
+            # Everybody applies what the wire carries, the root included: byte-identical.
+            mean = Frame(Kind.DATA, 0, 0, 0).with_values(mean, self.cfg.wire_dtype).values()
+        self._set_final(j, ids, mean, now)
+
+    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
+        ch = self.chunks[j]
+        ch.final, ch.final_ids = values, ids
+        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
+            values, self.cfg.wire_dtype)
+        for peer in self._broadcast_peers():
+            routes = self._down_routes(peer)
+            if routes:
+                self._launch(Pending(True, j, peer, ids, frame, routes), now)
+        for peer in sorted(self.pull_waiters.pop(j, set())):
+            self._send(peer, replace(frame, target=peer))
+        if self.result is None and all(c.final is not None for c in self.chunks):
+            self._finish(now)
+
+    def _broadcast_peers(self) -> list[int]:
+        peers = set(self.children) | self.adopted
+        return sorted(peers - self.down - {self.node})
+
+    def _down_routes(self, peer: int) -> list[Route]:
+        known = self.bcast_routes.get(peer)
+        if known is not None:
+            return [known] if known.kind == FLOOD else [known, Route(FLOOD, -1, peer)]
+        routes = [Route(DIRECT, peer, peer)]
+        routes += [Route(RELAY, b, peer) for b in self.tree.backups(peer) if b != self.node]
+        routes.append(Route(FLOOD, -1, peer))
+        return routes
+
+    def _on_final(self, frame: Frame, now: float, how: str) -> None:
+        j = frame.chunk_index
+        self._ack(frame, how)
+        if self.chunks[j].final is not None:
+            return
+        if not frame.contributors or self.parent is None:
+            self.stats.dropped += 1
+            return
+        if self.root_hash is None:
+            self.root_hash = frame.model_hash
+        if self.cfg.nack and how == DIRECT and frame.sender == self.parent:
+            self._nack_gaps(frame, lambda i: self.chunks[i].final is not None)
+        self._set_final(j, frame.contributors, frame.values(), now)
+
+    # ------------------------------------------------------------------ frames in
+
+    def _on_data(self, frame: Frame, now: float, how: str) -> None:
+        j = frame.chunk_index
+        if (j >= self.n or frame.chunk_count != self.n
+                or frame.n_values != self.chunks[j].hi - self.chunks[j].lo):
+            self.stats.dropped += 1
+            return
+        if frame.is_broadcast:
+            self._on_final(frame, now, how)
+        else:
+            self._on_contribution(frame, now, how)
+
+    def _on_relay(self, frame: Frame, now: float) -> None:
+        flooded = bool(frame.flags & Flag.FLOOD)
+        if flooded:
+            key = self._flood_key(frame)
+            if key in self.seen_floods:
+                return
+            self.seen_floods.add(key)
+        if frame.target == self.node:
+            self._on_data(frame, now, FLOOD if flooded else RELAY)
+            return
+        self.stats.relays += 1
+        if (frame.origin, frame.target) not in self.relayed_pairs:
+            self.relayed_pairs.add((frame.origin, frame.target))
+            self._note("relay", frame.origin, f"to {frame.target}")
+        onward = replace(frame, sender=self.node)
+        if flooded or frame.target in self.dead:
+            self._flood(replace(onward, flags=onward.flags | Flag.FLOOD), exclude=frame.sender)
+        else:
+            self._send(frame.target, onward)
+
+    def _on_ack(self, frame: Frame, now: float) -> None:
+        if frame.target != self.node:
+            onward = replace(frame, sender=self.node)
+            if frame.flags & Flag.FLOOD:
+                key = self._flood_key(frame)
+                if key not in self.seen_floods:
+                    self.seen_floods.add(key)
+                    self._flood(onward, exclude=frame.sender)
+            else:
+                self._send(frame.target, onward)
+            return
+        broadcast = frame.is_broadcast
+        key = (broadcast, frame.chunk_index, frame.origin if broadcast else frame.contributors)
+        pending = self.pending.pop(key, None)
+        if pending is None:
+            return
+        route = pending.route
+        if route.kind == DIRECT and not pending.retransmitted:
+            self.links.observe(route.target, now - pending.sent_at)
+        self.progress[route.hop_key] = now
+        self._check_reduce_done(now)
+
+    def _on_nack(self, frame: Frame, now: float) -> None:
+        wanted = set(frame.indices())
+        broadcast = frame.is_broadcast
+        for p in list(self.pending.values()):
+            if p.broadcast == broadcast and p.chunk in wanted and p.route.via == frame.sender:
+                p.retransmitted = True
+                self._emit(p, now)
+
+    def _on_pull(self, frame: Frame) -> None:
+        asked = frame.indices() or list(range(self.n))
+        puller = frame.sender
+        self._note("pull", puller, "served")
+        for j in asked:
+            if not 0 <= j < self.n:
+                continue
+            ch = self.chunks[j]
+            if ch.final is not None:
+                out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=puller)
+                self._send(puller, out.with_values(ch.final, self.cfg.wire_dtype))
+            elif not self.over:
+                self.pull_waiters.setdefault(j, set()).add(puller)
+
+    # ------------------------------------------------------------------ sending
+
+    def _launch(self, pending: Pending, now: float) -> None:
+        self.pending[pending.key] = pending
+        while self._unusable(pending.route):
+            if not self._step(pending):
+                del self.pending[pending.key]
+                return
+        self._emit(pending, now)
+
+    def _emit(self, p: Pending, now: float) -> None:
+        route = p.route
+        p.sent_at = now
+        p.timeout = self._route_timeout(route)
+        if route.kind == DIRECT:
+            self._send(route.target, replace(p.frame, kind=Kind.DATA, target=route.target))
+        elif route.kind == RELAY:
+            self._send(route.via, replace(p.frame, kind=Kind.RELAY, target=route.target))
+        else:
+            frame = replace(p.frame, kind=Kind.RELAY, target=route.target, flags=p.frame.flags | Flag.FLOOD)
+            self.seen_floods.add(self._flood_key(frame))
+            self._flood(frame, exclude=None)
+
+    def _route_timeout(self, route: Route) -> float:
+        if route.kind == DIRECT:
+            return self._rto(route.target)
+        if route.kind == RELAY:
+            return self._rto(route.via) + self._rto(route.target)
+        return self._rto(route.target) * (2 * self.tree.height + 2)
+
+    def _unusable(self, route: Route) -> bool:
+        if route.kind == FLOOD:
+            return route.target in self.down
+        return route.via in self.dead or route.target in self.down
+
+    def _step(self, p: Pending) -> bool:
+        """Move to the next route; False when there is none left."""
+        if p.route_i + 1 < len(p.routes):
+            p.route_i += 1
+            return True
+        if p.cycle and any(not self._unusable(r) for r in p.routes):
+            p.route_i = 0
+            return True
+        return False
+
+    def _advance(self, p: Pending, now: float) -> None:
+        for _ in range(len(p.routes) + 1):
+            if not self._step(p):
+                break
+            if not self._unusable(p.route):
+                self.stats.reroutes += 1
+                self._note("reroute" if p.route.kind != DIRECT else "escalate", p.peer,
+                           f"{p.route.kind} via {p.route.via}")
+                self._emit(p, now)
+                return
+        self.pending.pop(p.key, None)
+        self._note("undeliverable", p.peer, f"chunk {p.chunk}")
+
+    def _due(self, p: Pending) -> float:
+        return max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at)) + p.timeout
+
+    def _expire_pending(self, now: float) -> None:
+        for p in sorted(self.pending.values(), key=self._due):
+            if p.key not in self.pending or self._due(p) > now:
+                continue
+            self.stats.timeouts += 1
+            route = p.route
+            self._note("timeout", route.via if route.kind != FLOOD else route.target,
+                       f"chunk {p.chunk} {'broadcast' if p.broadcast else 'reduce'} {route.kind}")
+            if route.kind == DIRECT:
+                self._declare_dead(route.target)
+            same = [q for q in self.pending.values() if q.route == route]
+            for q in same:
+                self._advance(q, now)
+
+    def _declare_dead(self, peer: int) -> None:
+        if peer in self.dead:
+            return
+        self.dead.add(peer)
+        self.book.mark(peer, "failed")
+        self._note("link_dead", peer)
+
+    def _flood(self, frame: Frame, exclude: int | None) -> None:
+        for peer in self.neighbours:
+            if peer != exclude and peer not in self.dead and peer not in self.down:
+                self._send(peer, replace(frame, sender=self.node))
+
+    def _ack(self, frame: Frame, how: str) -> None:
+        flags = (frame.flags & Flag.BROADCAST) | (Flag.FLOOD if how == FLOOD else Flag.NONE)
+        ack = Frame(Kind.ACK, self.cfg.job, self.round, self.node, frame.chunk_index, self.n,
+                    Flag(flags), origin=self.node, target=frame.origin,
+                    contributors=frame.contributors)
+        if how == FLOOD:
+            self.seen_floods.add(self._flood_key(ack))
+            self._flood(ack, exclude=None)
+        else:
+            self._send(frame.sender, ack)
+
+    def _nack_gaps(self, frame: Frame, have: object) -> None:
+        broadcast = frame.is_broadcast
+        missing = [i for i in range(frame.chunk_index)
+                   if not have(i) and (frame.sender, broadcast, i) not in self.nacked]  # type: ignore[operator]
+        if not missing:
+            return
+        self.nacked.update((frame.sender, broadcast, i) for i in missing)
+        self.stats.nacks += 1
+        self.book.mark(frame.sender, "suspected")
+        self._note("nack", frame.sender, f"{len(missing)} chunks")
+        flags = Flag.BROADCAST if broadcast else Flag.NONE
+        nack = Frame(Kind.NACK, self.cfg.job, self.round, self.node, 0, self.n, flags)
+        self._send(frame.sender, nack.with_indices(missing))
+
+    def _check_reduce_done(self, now: float) -> None:
+        if self.reduce_done or not all(ch.first_sent for ch in self.chunks):
+            return
+        if any(not p.broadcast for p in self.pending.values()):
+            return
+        self.reduce_done = True
+        if self.parent is None or self.pull_at is None:
+            return
+        clean = 2 * (self.links.round_time or 0.0)
+        self.pull_at = min(self.pull_at, now + max(self.cfg.pull_timeouts * self._rto(self.parent), clean))
+
+    def _pull_chain(self) -> list[int]:
+        if self.parent is None:
+            return []
+        chain = [*self.tree.backups(self.node), *self.tree.ancestors(self.node)[1:], self.parent]
+        return list(dict.fromkeys(chain))
+
+    def _pull(self, now: float) -> None:
+        missing = [j for j, ch in enumerate(self.chunks) if ch.final is None]
+        live = [p for p in self.pull_chain if p not in self.down]
+        if not missing or not live:
+            self.pull_at = None
+            return
+        peer = live[self.pull_i % len(live)]
+        self.pull_i += 1
+        self.stats.pulls += 1
+        self._note("pull", peer, f"{len(missing)} chunks")
+        pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
+        self._send(peer, pull.with_indices([] if len(missing) == self.n else missing))
+        self.pull_at = now + self._rto(peer)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _rto(self, peer: int | None) -> float:
+        if self.cfg.timeout_mode == "fixed":
+            return self.cfg.fixed_timeout
+        return self.links.rto(-1 if peer is None else peer)
+
+    def _frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = 0xFFFF) -> Frame:
+        return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,
+                     origin=self.node, target=target, model_hash=self.root_hash or 0,
+                     contributors=ids)
+
+    @staticmethod
+    def _flood_key(frame: Frame) -> tuple[object, ...]:
+        return (frame.kind, frame.is_broadcast, frame.origin, frame.target, frame.chunk_index,
+                frame.contributors)
+
+    def _send(self, dst: int, frame: Frame) -> None:
+        self.stats.frames_sent += 1
+        self.stats.bytes_sent += frame_size(frame)
+        self._out.append(Send(dst, frame))
+
+    def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
+        self._out.append(Note(kind, peer, detail))
+
+    def _flush(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def _finish(self, now: float) -> None:
+        values = np.empty(len(self.grad), dtype=np.float32)
+        contributors: list[frozenset[int]] = []
+        missing: list[int] = []
+        for j, ch in enumerate(self.chunks):
+            if ch.final is not None and self.node in ch.final_ids:
+                values[ch.lo : ch.hi] = ch.final
+                contributors.append(ch.final_ids)
+            elif ch.final is not None:
+                # The root's mean lacks us (our data never made it): add our own value, so
+                # what we apply is still the mean over exactly the set we report.
+                own = (frozenset({self.node}), self.grad[ch.lo : ch.hi])
+                ids, mean = merge_means([(ch.final_ids, ch.final), own])
+                values[ch.lo : ch.hi] = mean
+                contributors.append(ids)
+            else:
+                values[ch.lo : ch.hi] = self.grad[ch.lo : ch.hi]
+                contributors.append(frozenset({self.node}))
+                missing.append(j)
+        everyone = frozenset(self.tree.members)
+        degraded = bool(missing) or any(c != everyone for c in contributors)
+        if degraded:
+            self._note("degraded", None, f"{len(missing)} chunks missing")
+        elif self.stats.timeouts == 0:
+            self.links.observe_round(now - self.start_time)
+        if self.root_hash is not None and self.root_hash != self.model_hash:
+            self._note("drift", self.tree.root, f"root {self.root_hash:#x} mine {self.model_hash:#x}")
+        self.result = RoundResult(
+            round=self.round, values=values, contributors=tuple(contributors),
+            missing_chunks=tuple(missing), degraded=degraded, root_model_hash=self.root_hash,
+            stats=self.stats, link_states=dict(self.book.states), finished_at=now,
+        )
