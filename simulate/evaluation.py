@@ -186,7 +186,7 @@ def render_model(doc: dict[str, Any], ctx: Context) -> str:
             [r["backend"], r["step_ms_median"], r["step_ms_p90"], r["gradients_ms_median"],
              r["apply_ms_median"], r["create_ms"], r["peak_rss_mb"], r["rss_increase_mb"]]
             for r in doc.get("results", [])]
-    first = next((r for r in doc.get("results", []) if "error" not in r), {})
+    first: dict[str, Any] = next((r for r in doc.get("results", []) if "error" not in r), {})
     return (f"Batch {first.get('batch', '?')}, optimizer {first.get('optimizer', '?')}, "
             f"{first.get('steps', '?')} timed steps per backend, each backend in its own process.\n\n"
             + markdown_table(["backend", "step ms (median)", "p90", "gradients ms", "apply ms",
