@@ -63,10 +63,12 @@ class Membership:
         return sorted(n for n, s in self.states.items() if s in LIVE_STATES)
 
     def coordinator(self) -> int | None:
-        """The lowest id not known to be offline among the newest view and the live ones."""
-        gone = {n for n, s in self.states.items() if s not in LIVE_STATES}
+        """The lowest id not known to be offline or joining, among the newest view and the
+        online ones (a joiner does not know the fleet's round yet, so it never coordinates)."""
+        gone = {n for n, s in self.states.items() if s != "online"}
         current = set(self.newest.members) if self.views else set()
-        candidates = sorted((current - gone) | set(self.live()))
+        online = {n for n, s in self.states.items() if s == "online"}
+        candidates = sorted((current - gone) | online)
         return candidates[0] if candidates else None
 
     def view_for(self, round: int) -> View | None:
