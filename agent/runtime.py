@@ -145,9 +145,18 @@ class AgentRuntime:
                 if view is None:
                     break
                 self._run_round(view)
+            if self._done():
+                self._linger()
         finally:
             self._shutdown()
         return 0
+
+    def _linger(self) -> None:
+        """After the last round, keep answering pulls and NACKs for a while: a peer whose
+        broadcast got lost must not find the fleet gone and end its last round degraded."""
+        until = self.clock.now() + min(self.config.round_deadline, 1.0 + 3 * self.config.timeout)
+        while self.clock.now() < until and not self.should_stop():
+            self._pump(POLL_SECONDS)
 
     def _done(self) -> bool:
         return self.config.rounds > 0 and self.round >= self.config.rounds
@@ -292,12 +301,20 @@ class AgentRuntime:
             self.backend.load_state(self.received_state[1])
             self.notes.append(Note("resync", None, f"state of round {self.round}"))
             self.received_state = None
+        elif result.missing_chunks:
+            # We applied our own gradient where the fleet's mean never came: our model now
+            # differs from the fleet's. Fetch the fleet's state for the next round.
+            self._request_resync(f"{len(result.missing_chunks)} chunks fell back to the local value")
         elif result.root_model_hash is not None and result.root_model_hash != own_hash:
-            self.notes.append(Note("drift", None, f"{own_hash:08x} != root {result.root_model_hash:08x}"))
-            root = Tree.of(self.keeper.active.members if self.keeper.active else [self.id]).root
-            if root != self.id:
-                self._send(root, pull_frame(self.job, self.id, self.round + 1))
+            self._request_resync(f"{own_hash:08x} != root {result.root_model_hash:08x}")
         self.backend.apply(result.values)
+
+    def _request_resync(self, why: str) -> None:
+        self.notes.append(Note("drift", None, why))
+        members = self.keeper.active.members if self.keeper.active else []
+        peers = [m for m in members if m != self.id and self.keeper.statuses.get(m) == "online"]
+        if peers:
+            self._send(peers[0], pull_frame(self.job, self.id, self.round + 1))
 
     def _maybe_evaluate(self) -> float | None:
         every = self.config.eval_every
