@@ -128,6 +128,7 @@ class SimAgent:
         self.resync = False
         self.joining = False
         self.timer_gen = 0
+        self.timer_at: float | None = None
         self.alive = True
         self.hung = False
         self.timer_missed = False
@@ -256,15 +257,16 @@ class SimAgent:
         times = [t for m in (self.machine, self.prev) if m is not None and (t := m.next_timer()) is not None]
         if self.transfer is not None and (t := self.transfer.next_timer()) is not None:
             times.append(t)
-        if not times:
-            return
+        if not times or min(times) == self.timer_at:
+            return  # nothing to wait for, or that wake-up is already booked
+        self.timer_at = min(times)
         self.timer_gen += 1
-        gen = self.timer_gen
-        self.fleet.bus.call_at(min(times), lambda: self.on_timer(gen))
+        self.fleet.bus.call_at(self.timer_at, partial(self.on_timer, self.timer_gen))
 
     def on_timer(self, gen: int) -> None:
         if gen != self.timer_gen or not self.alive:
             return
+        self.timer_at = None
         if self.hung:
             self.timer_missed = True
             return

@@ -335,6 +335,7 @@ class MemoryTransport:
         if not self._inbox and timeout > 0:
             end = self.bus.now() + timeout
             self.bus.run_until(end, stop=lambda: bool(self._inbox))
+            self.bus.run_until(self.bus.now())  # and whatever else arrives at that instant
         out, self._inbox = self._inbox, []
         return out
 
