@@ -45,7 +45,7 @@ class Flag(enum.IntFlag):
     NONE = 0
     BROADCAST = 1  # DATA/RELAY/ACK of the broadcast phase
     FINAL = 2  # the chunk's value is final (root result), not a partial mean
-    FLOOD = 4  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
+    FLOOD = 0x80  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
 
 
 class DType(enum.IntEnum):
