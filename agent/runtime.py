@@ -132,6 +132,7 @@ class AgentRuntime:
         self.received_state: tuple[int, np.ndarray] | None = None
         self.pending_pulls: dict[int, int] = {}  # puller -> round it asked for
         self.pull_sent_at: float | None = None
+        self.behind_pull_at: float | None = None
         self.notes: list[Note] = []
         self.incarnation = int(time.time())
 
@@ -141,6 +142,7 @@ class AgentRuntime:
         self._connect()
         try:
             while not self.should_stop() and not self._done():
+                self._install_fleet_state()
                 view = self._await_view()
                 if view is None:
                     break
@@ -150,6 +152,19 @@ class AgentRuntime:
         finally:
             self._shutdown()
         return 0
+
+    def _install_fleet_state(self) -> None:
+        """Between rounds: a state fetched because we fell behind replaces ours, and we
+        continue at the fleet's round."""
+        if self.joining or self.received_state is None or self.received_state[0] < self.round:
+            return
+        rnd, state = self.received_state
+        self.received_state = None
+        self.backend.load_state(state)
+        log.info("caught up: state of round %d (was at %d)", rnd, self.round)
+        self.notes.append(Note("resync", None, f"caught up from round {self.round} to {rnd}"))
+        self.round = rnd
+        self.future = [f for f in self.future if f.round >= rnd]
 
     def _linger(self) -> None:
         """After the last round, keep answering pulls and NACKs for a while: a peer whose
@@ -268,6 +283,9 @@ class AgentRuntime:
         while self.machine.result is None:
             if self.should_stop():
                 return
+            if self.received_state is not None and self.received_state[0] > self.round:
+                self.notes.append(Note("abandoned", None, f"round {self.round}: the fleet is ahead"))
+                return
             self._tick()
         result: RoundResult = self.machine.result
         t2 = self.clock.now()
@@ -379,6 +397,8 @@ class AgentRuntime:
             self.counters.rejected[f"json_{exc.reason}"] += 1
 
     def _handle_status(self, status: Status) -> None:
+        if self.keeper.statuses.get(status.node) != status.state:
+            log.info("node %d is %s", status.node, status.state)
         self.keeper.on_status(status)
         if status.state == "offline" and self.machine is not None and self.machine.result is None:
             # The broker's Last Will: no need to wait a timeout for this peer in this round.
@@ -409,6 +429,8 @@ class AgentRuntime:
         elif self.machine is not None and self.machine.round == frame.round:
             # The round we just finished: it still answers pulls and ACKs.
             self._execute(self.machine.on_frame(frame, self.clock.now()))
+        elif frame.round >= self.round + FUTURE_ROUNDS and frame.kind != Kind.MODEL_PULL:
+            self._fell_behind(frame)
         elif self.round <= frame.round <= self.round + FUTURE_ROUNDS:
             if len(self.future) < MAX_BUFFERED_FRAMES:
                 self.future.append(frame)
@@ -416,6 +438,19 @@ class AgentRuntime:
                 self.counters.rejected["buffer_full"] += 1
         else:
             self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
+
+    def _fell_behind(self, frame: Frame) -> None:
+        """Frames two rounds ahead of ours: the fleet went on without us (we ran a round to its
+        deadline, or hung). Catching up round by round never ends; fetch the fleet's state."""
+        self.counters.rejected["future_round"] += 1
+        now = self.clock.now()
+        if self.joining or frame.sender not in self.keeper.live():
+            return
+        if self.behind_pull_at is not None and now - self.behind_pull_at < STATE_PULL_TIMEOUT:
+            return
+        self.behind_pull_at = now
+        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        self._send(frame.sender, pull_frame(self.job, self.id, frame.round))
 
     def _take_future(self) -> list[Frame]:
         now_round = [f for f in self.future if f.round == self.round]
