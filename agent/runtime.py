@@ -197,7 +197,7 @@ class AgentRuntime:
             self.id in latest.members and latest.from_round == self.round == 0 and not resumed)
         if not fresh_fleet:
             self.joining = True
-            self.transport.publish(self.topics.status(self.id), self._status("joining").encode(), retain=True)
+            self._publish(self.topics.status(self.id), self._status("joining").encode(), retain=True)
             log.info("a fleet is running (view epoch %d): joining it", latest.epoch if latest else 0)
 
     def _resume(self) -> bool:
@@ -480,11 +480,11 @@ class AgentRuntime:
     def _send(self, dst: int, frame: Frame) -> None:
         data = encode(frame)
         self.counters.bytes_sent += len(data)
-        self._publish(self.topics.link(self.id, dst), data)
+        self._publish(self.topics.link(self.id, dst), data, reliable=False)
 
-    def _publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def _publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = True) -> None:
         try:
-            self.transport.publish(topic, payload, retain=retain)
+            self.transport.publish(topic, payload, retain=retain, reliable=reliable)
         except TransportError as exc:
             # The broker is away: the round's timeouts and the deadline deal with the loss.
             self.counters.rejected["publish_failed"] += 1

@@ -37,8 +37,13 @@ class Transport(Protocol):
         again that we are alive."""
         ...
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
-        """Send one message, QoS 0. Raises TransportError when the transport is closed."""
+    def publish(
+        self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False
+    ) -> None:
+        """Send one message. QoS 0 (lost while the connection is down) unless ``reliable``:
+        then it is kept and delivered after a reconnect (MQTT QoS 1). Frames are never
+        reliable (late is useless to a round); status, view and telemetry are.
+        Raises TransportError when the transport is closed."""
         ...
 
     def receive(self, timeout: float) -> list[Message]:

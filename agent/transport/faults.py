@@ -115,7 +115,7 @@ class FaultyTransport:
         else:
             self.inner.connect(subscriptions, will, birth=birth)  # type: ignore[call-arg]
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False) -> None:
         link = self.topics.parse_link(topic)
         if link is not None:
             dst = link[1]
@@ -125,7 +125,7 @@ class FaultyTransport:
             if self._loss_out > 0 and self._rng.random() < self._loss_out:
                 self.fault_drops["loss_out"] += 1
                 return
-        self.inner.publish(topic, payload, retain)
+        self.inner.publish(topic, payload, retain, reliable)
 
     def receive(self, timeout: float) -> list[Message]:
         """Messages that passed the faults; delayed link frames come out when due."""

@@ -324,7 +324,8 @@ class MemoryTransport:
         retained = topic in self.bus.retained and self.bus.retained[topic][0] is payload
         self._inbox.append(Message(topic, bytes(payload), retained))
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False) -> None:
+        # The bus never disconnects a live client, so every message is already "reliable".
         if self._closed:
             raise TransportError(f"transport {self.name} is closed")
         self.bus.publish(self.name, topic, payload, retain=retain, size=len(payload))

@@ -297,17 +297,19 @@ class MqttTransport:
 
     # -- Transport ------------------------------------------------------------------------
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
-        """QoS 0. While reconnecting the message is lost and counted in ``stats().unsent``."""
+    def publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False) -> None:
+        """QoS 0: while reconnecting the message is lost and counted in ``stats().unsent``.
+        ``reliable``: QoS 1, which paho keeps while the connection is down and sends after
+        the reconnect (a dynsec ACL change, for one, disconnects clients for ~0.2 s)."""
         if self._closed or not self._started:
             raise TransportError(f"publish on {topic!r}: the transport is "
                                  f"{'closed' if self._closed else 'not connected yet'}")
         self._pace(len(payload))
         try:
-            info = self._client.publish(topic, payload, qos=0, retain=retain)
+            info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
         except (ValueError, TypeError, OSError) as exc:
             raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
-        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
+        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or reliable:
             with self._publish_lock:
                 self._counts["messages_sent"] += 1
                 self._counts["bytes_sent"] += len(payload)

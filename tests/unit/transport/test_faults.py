@@ -35,7 +35,7 @@ class FakeInner:
         self.connected_with = (subscriptions, will)
         self.birth: Message | None = birth
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False) -> None:
         self.published.append(Message(topic, payload, retain))
 
     def receive(self, timeout: float) -> list[Message]:
