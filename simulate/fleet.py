@@ -75,6 +75,7 @@ class Fleet:
         self.agents = {s.node: AgentProcess(s) for s in specs}
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.env.setdefault("OPENBLAS_NUM_THREADS", "1")  # N agents share the cores: no BLAS threads
         self._on_event = on_event or (lambda kind, data: None)
 
     # -- lifecycle -----------------------------------------------------------------------
