@@ -10,8 +10,7 @@ Two fleets can drive it (FLEETS below):
             probe their tree/backup links through the broker every round and report what
             arrived, with the real status/Last Will/view/telemetry messages. Fast (~15 s).
   "agents"  seven real `edgegrove agent` processes training MNIST (tests.integration.
-            fleet_harness). Enabled with EDGEGROVE_DASHBOARD_REAL_FLEET=1 until the agent
-            runtime is complete; then it becomes the default.
+            fleet_harness): the real thing, which the issue asks for.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 ARTIFACTS = Path(os.environ.get("EDGEGROVE_ARTIFACTS",
                                 Path(__file__).resolve().parents[1] / "artifacts"))
 LINK_CHANGE_DEADLINE_MS = 10_000  # "within a few seconds" of the revoke
-FLEETS = ["demo", *(["agents"] if os.environ.get("EDGEGROVE_DASHBOARD_REAL_FLEET") else [])]
+FLEETS = ["agents", "demo"]
 
 
 class AgentFleet:
