@@ -15,6 +15,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # ISA-L's CRC-32 is the same function as zlib's, ~10x faster (2 vs 30 us per 64 KB frame)
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - depends on the optional extra "fast"
+    from zlib import crc32 as _crc32
+
 MAGIC = b"EGRV"
 VERSION = 1
 MAX_NODE_ID = 1023
@@ -57,6 +62,14 @@ class DType(enum.IntEnum):
 
 _ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
          DType.U32: np.dtype("<u4")}
+
+
+# Header byte -> enum member: the enum constructors cost microseconds per frame.
+_KINDS: dict[int, Kind] = {int(k): k for k in Kind}
+_DTYPES: dict[int, DType] = {int(d): d for d in DType}
+_FLAGS: dict[int, Flag] = {
+    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.FLOOD)
+}
 
 
 class RejectReason(enum.StrEnum):
@@ -109,8 +122,11 @@ class Frame:
         # Normalized here so that decode(encode(f)) == f.
         if self.origin == NO_NODE:
             object.__setattr__(self, "origin", self.sender)
-        object.__setattr__(self, "scale", float(np.float32(self.scale)))
-        object.__setattr__(self, "contributors", frozenset(self.contributors))
+        # Skipped when already normal (every frame of a round passes here: it is hot).
+        if self.scale != 1.0 or type(self.scale) is not float:
+            object.__setattr__(self, "scale", float(np.float32(self.scale)))
+        if type(self.contributors) is not frozenset:
+            object.__setattr__(self, "contributors", frozenset(self.contributors))
 
     @property
     def n_values(self) -> int:
@@ -144,7 +160,7 @@ def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
     """Encode float values in a wire dtype; returns (payload, scale)."""
     v = np.asarray(values, dtype=np.float32)
     if dtype == DType.F32:
-        return v.astype("<f4").tobytes(), 1.0
+        return np.ascontiguousarray(v, dtype="<f4").tobytes(), 1.0
     if dtype == DType.F16:
         limit = float(np.finfo(np.float16).max)
         # Saturate large finite values; inf/NaN stay as they are so receivers reject them.
@@ -163,20 +179,27 @@ def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
     raise ValueError(f"values cannot travel as {dtype!r}")
 
 
+# Bitmaps are a few bytes: Python ints beat numpy's per-call overhead here (every frame).
 def _bitmap(ids: frozenset[int]) -> bytes:
     if not ids:
         return b""
     top = max(ids)
     if min(ids) < 0 or top > MAX_NODE_ID:
         raise ValueError(f"contributor ids must be in 0..{MAX_NODE_ID}")
-    bits = np.zeros((top // 8 + 1) * 8, dtype=np.uint8)
-    bits[list(ids)] = 1
-    return np.packbits(bits, bitorder="little").tobytes()
+    bits = 0
+    for i in ids:
+        bits |= 1 << i
+    return bits.to_bytes(top // 8 + 1, "little")
 
 
 def _ids(bitmap: bytes) -> frozenset[int]:
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return frozenset(int(i) for i in np.flatnonzero(bits))
+    bits = int.from_bytes(bitmap, "little")
+    ids = []
+    while bits:
+        low = bits & -bits
+        ids.append(low.bit_length() - 1)
+        bits ^= low
+    return frozenset(ids)
 
 
 def encode(frame: Frame) -> bytes:
@@ -189,8 +212,9 @@ def encode(frame: Frame) -> bytes:
         frame.round, frame.chunk_index, frame.chunk_count, frame.sender, frame.origin, frame.target,
         frame.model_hash, frame.scale, frame.n_values, len(bitmap),
     )
-    body = header + bitmap + frame.payload
-    return body + _CRC.pack(zlib.crc32(body))
+    # One copy of the payload (join), the CRC chained over the parts instead of a concatenation.
+    crc = _crc32(frame.payload, _crc32(bitmap, _crc32(header)))
+    return b"".join((header, bitmap, frame.payload, _CRC.pack(crc)))
 
 
 def decode(
@@ -211,7 +235,7 @@ def decode(
     if len(data) > size:
         return Rejection(RejectReason.TRAILING_BYTES, f"{len(data)} for {size} bytes")
     (crc,) = _CRC.unpack_from(data, size - _CRC.size)
-    if crc != zlib.crc32(memoryview(data)[: size - _CRC.size]):
+    if crc != _crc32(memoryview(data)[: size - _CRC.size]):
         return Rejection(RejectReason.BAD_CRC)
     if expected_sender is not None and sender != expected_sender:
         return Rejection(RejectReason.FORGED_SENDER, f"header says {sender}, topic {expected_sender}")
@@ -219,9 +243,9 @@ def decode(
         return Rejection(RejectReason.FOREIGN_JOB)
     start = HEADER_SIZE + bitmap_len
     frame = Frame(
-        kind=Kind(kind), job=job_h, round=rnd, sender=sender, chunk_index=index,
-        chunk_count=count, flags=Flag(flags), origin=origin, target=target,
-        model_hash=model_hash, contributors=_ids(data[HEADER_SIZE:start]), dtype=DType(dtype),
+        kind=_KINDS[kind], job=job_h, round=rnd, sender=sender, chunk_index=index,
+        chunk_count=count, flags=_FLAGS[flags], origin=origin, target=target,
+        model_hash=model_hash, contributors=_ids(data[HEADER_SIZE:start]), dtype=_DTYPES[dtype],
         scale=scale, payload=bytes(data[start : size - _CRC.size]),
     )
     return _check_values(frame)
@@ -235,11 +259,11 @@ def _check_header(
         return Rejection(RejectReason.BAD_MAGIC)
     if version != VERSION:
         return Rejection(RejectReason.BAD_VERSION, str(version))
-    if kind not in Kind._value2member_map_:
+    if kind not in _KINDS:
         return Rejection(RejectReason.BAD_KIND, str(kind))
-    if dtype not in DType._value2member_map_:
+    if dtype not in _DTYPES:
         return Rejection(RejectReason.BAD_DTYPE, str(dtype))
-    if flags & ~int(Flag.BROADCAST | Flag.FINAL | Flag.FLOOD):
+    if flags not in _FLAGS:
         return Rejection(RejectReason.BAD_FLAGS, str(flags))
     if not (0 < count <= MAX_CHUNKS and index < count and n_values <= MAX_VALUES
             and bitmap_len <= MAX_BITMAP_BYTES):
@@ -257,6 +281,11 @@ def _check_values(frame: Frame) -> Frame | Rejection:
         return frame
     if frame.dtype == DType.I8 and not frame.scale > 0:
         return Rejection(RejectReason.BAD_VALUES, "int8 scale")
-    if frame.dtype != DType.I8 and not np.all(np.isfinite(frame.values())):
+    if frame.dtype != DType.I8 and not _all_finite(frame.payload, frame.dtype):
         return Rejection(RejectReason.BAD_VALUES, "non-finite value")
     return frame
+
+
+def _all_finite(payload: bytes, dtype: DType) -> bool:
+    # On the wire dtype itself: no dequantized copy just to look at it.
+    return bool(np.isfinite(np.frombuffer(payload, dtype=_ITEM[dtype])).all())
