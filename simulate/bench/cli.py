@@ -10,5 +10,8 @@ SUBCOMMANDS: dict[str, Command] = {
     "broker": Command("simulate.bench.broker", "raw broker throughput (MB/s) with plain paho clients: the physical bound"),
     "isolation": Command("simulate.bench.isolation", "failed links until a node is isolated, vs tree height (thesis Figure 11)"),
     "gloo": Command("simulate.bench.gloo", "torch.distributed gloo allreduce of the same vector among local processes"),
+    "allreduce": Command("simulate.bench.allreduce", "allreduce step time on real mosquitto: no/1/2 faults, fixed and adaptive timeouts, vs the thesis and the broker bound"),
+    "accuracy": Command("simulate.bench.accuracy", "MNIST accuracy and time to accuracy of tree, ft-tree, rps fleets vs one machine"),
+    "loss": Command("simulate.bench.loss", "accuracy after a fixed number of rounds under chunk loss p (the RPS claim)"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }
