@@ -32,7 +32,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -47,6 +47,8 @@ class ScenarioError(ValueError):
 
 class _Fault(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # The field that ends the fault (a crash ends at restart_round, a hang at resume_round).
+    END_FIELD: ClassVar[str] = "heal_round"
 
     at_round: int = Field(ge=0, description="round at whose start the fault begins")
     phase: Phase = Field(
@@ -55,22 +57,34 @@ class _Fault(BaseModel):
         "(during that round's allreduce)",
     )
 
+    @model_validator(mode="after")
+    def _check_end(self) -> _Fault:
+        end = self.end_round
+        if end is not None and end <= self.at_round:
+            raise ValueError(f"{self.END_FIELD} ({end}) must come after at_round ({self.at_round})")
+        return self
+
     @property
     def end_round(self) -> int | None:
         """Round at whose start the fault is undone; None = lasts to the end of the run."""
-        return None
+        end: int | None = getattr(self, self.END_FIELD)
+        return end
 
     @property
     def targets(self) -> tuple[int, ...]:
         """Node ids the fault names (checked against the fleet size)."""
         raise NotImplementedError
 
-    def _check_end(self, end: int | None, name: str) -> None:
-        if end is not None and end <= self.at_round:
-            raise ValueError(f"{name} ({end}) must come after at_round ({self.at_round})")
-
     def describe(self) -> str:
         raise NotImplementedError
+
+
+class _NodeFault(_Fault):
+    node: int
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.node,)
 
 
 class LinkFault(_Fault):
@@ -85,15 +99,10 @@ class LinkFault(_Fault):
     one_way: bool = Field(False, description="cut only nodes[0] -> nodes[1]")
 
     @model_validator(mode="after")
-    def _check(self) -> LinkFault:
+    def _check_nodes(self) -> LinkFault:
         if self.nodes[0] == self.nodes[1]:
             raise ValueError(f"a link needs two different nodes, got {list(self.nodes)}")
-        self._check_end(self.heal_round, "heal_round")
         return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.heal_round
 
     @property
     def targets(self) -> tuple[int, ...]:
@@ -104,151 +113,69 @@ class LinkFault(_Fault):
         return f"link {self.nodes[0]}{arrow}{self.nodes[1]} cut"
 
 
-class LossFault(_Fault):
+class LossFault(_NodeFault):
     """Each link frame the node sends or receives is dropped with probability p."""
 
     kind: Literal["loss"]
-    node: int
     p: float = Field(gt=0.0, le=1.0)
     heal_round: int | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> LossFault:
-        self._check_end(self.heal_round, "heal_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.heal_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
 
     def describe(self) -> str:
         return f"node {self.node} loses frames with p={self.p:g}"
 
 
-class LatencyFault(_Fault):
+class LatencyFault(_NodeFault):
     """Extra one-way delay on the node's traffic: through its TCP proxy or agent-side."""
 
     kind: Literal["latency"]
-    node: int
     seconds: float = Field(gt=0.0, le=30.0)
     heal_round: int | None = None
     via: Literal["auto", "proxy", "agent"] = Field(
         "auto", description="proxy = user-space TCP proxy (auto); agent = agent holds frames"
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> LatencyFault:
-        self._check_end(self.heal_round, "heal_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.heal_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
-
     def describe(self) -> str:
         return f"node {self.node} +{self.seconds * 1000:g} ms latency"
 
 
-class BandwidthFault(_Fault):
+class BandwidthFault(_NodeFault):
     """Limit the node's traffic (each direction) through its TCP proxy."""
 
     kind: Literal["bandwidth"]
-    node: int
     bytes_per_second: float = Field(ge=1000.0)
     heal_round: int | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> BandwidthFault:
-        self._check_end(self.heal_round, "heal_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.heal_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
 
     def describe(self) -> str:
         return f"node {self.node} limited to {self.bytes_per_second / 1e6:g} MB/s"
 
 
-class CrashFault(_Fault):
+class CrashFault(_NodeFault):
     """SIGKILL the node's process; respawn it (same checkpoint dir) at restart_round."""
 
+    END_FIELD: ClassVar[str] = "restart_round"
     kind: Literal["crash"]
-    node: int
     restart_round: int | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> CrashFault:
-        self._check_end(self.restart_round, "restart_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.restart_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
 
     def describe(self) -> str:
         return f"node {self.node} crashed (SIGKILL)"
 
 
-class HangFault(_Fault):
+class HangFault(_NodeFault):
     """SIGSTOP the node's process (socket open, silent); SIGCONT at resume_round."""
 
+    END_FIELD: ClassVar[str] = "resume_round"
     kind: Literal["hang"]
-    node: int
     resume_round: int | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> HangFault:
-        self._check_end(self.resume_round, "resume_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.resume_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
 
     def describe(self) -> str:
         return f"node {self.node} hung (SIGSTOP)"
 
 
-class IsolateFault(_Fault):
+class IsolateFault(_NodeFault):
     """Drop all of the node's packets with iptables in its network namespace (root only)."""
 
     kind: Literal["isolate"]
-    node: int
     heal_round: int | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> IsolateFault:
-        self._check_end(self.heal_round, "heal_round")
-        return self
-
-    @property
-    def end_round(self) -> int | None:
-        return self.heal_round
-
-    @property
-    def targets(self) -> tuple[int, ...]:
-        return (self.node,)
 
     def describe(self) -> str:
         return f"node {self.node} isolated (netns + iptables)"
