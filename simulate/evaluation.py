@@ -203,6 +203,132 @@ def render_agent(doc: dict[str, Any], ctx: Context) -> str:
             + f"\n\nPeak resident memory per agent: {peaks or '-'}.")
 
 
+def render_allreduce(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.allreduce import BOUND_HEADERS, STEP_HEADERS, bound_table_rows, step_rows
+
+    parts = [f"Each row is one real run: mosquitto, one agent process per node (ft-tree, MNIST), "
+             f"{doc['rounds']} rounds, link cuts ({doc.get('via', 'broker')} side) in force from round "
+             f"{doc['fault_window'][0]} to {doc['fault_window'][1]}. Measured: {doc['measure']}; "
+             "median and p10-p90 over the rounds with the cut in force for the whole round (fault "
+             "rows) or over the fault-free rounds. *extra* = fault median - fault-free median of the "
+             "same run; *extra / T* in fixed timeouts. The thesis's figures (32-core server) beside.",
+             markdown_table(STEP_HEADERS, step_rows(doc))]
+    bad = [r for r in doc["results"] if r.get("error") or not r.get("finished", True)]
+    parts += [f"- **incomplete** {r['nodes']} {r['scenario']} {r['timeout']} {r['wire_dtype']}: "
+              f"{'over its time budget; ' if not r.get('finished', True) else ''}{r.get('error') or ''}"
+              for r in bad]
+    parts.append(f"**The physical bound in the same run.** Raw mosquitto throughput "
+                 f"{doc.get('throughput_mb_s')} MB/s (in + out; one publisher, one subscriber, one "
+                 "chunk frame; `bench broker`'s measurement). Bytes per fault-free allreduce from the "
+                 "model (`allreduce_traffic`) and from the agents' telemetry (link bytes sent + "
+                 "received, summed over agents, median round):")
+    parts.append(markdown_table(BOUND_HEADERS, bound_table_rows(doc)))
+    ok = [r for r in doc["results"] if r.get("step_s")]
+    if ok:
+        parts.append(ctx.image("allreduce.png", lambda p: _plot_allreduce(ok, p),
+                               "allreduce step time per scenario, ours vs the thesis"))
+    return "\n\n".join(parts)
+
+
+def _plot_allreduce(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    scenarios = ["no_faults", "one_fault", "two_parallel", "two_serial"]
+    timeouts = sorted({r["timeout"] for r in rows if r["scenario"] != "no_faults"}) or ["adaptive"]
+    sizes = sorted({r["nodes"] for r in rows if r["scenario"] != "no_faults"}) or sorted({r["nodes"] for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
+    for ax, nodes in zip(axes[0], sizes, strict=True):
+        width = 0.8 / (len(timeouts) + 1)
+        for i, label in enumerate(timeouts):
+            ys = []
+            for sc in scenarios:
+                match = [r for r in rows if r["nodes"] == nodes and r["scenario"] == sc and r["wire_dtype"] == "float32"
+                         and (r["timeout"] == label or sc == "no_faults")]
+                ys.append(match[0]["step_s"]["median"] if match else 0.0)
+            ax.bar([x + i * width for x in range(len(scenarios))], ys, width, label=f"ours, {label}")
+        thesis = THESIS_STEP_S[0.5].get(nodes)
+        if thesis:
+            ax.bar([x + len(timeouts) * width for x in range(len(scenarios))], list(thesis), width,
+                   label="thesis, 0.5 s", color="grey", alpha=0.6)
+        ax.set_xticks([x + 0.4 for x in range(len(scenarios))], [s.replace("_", " ") for s in scenarios], fontsize=8)
+        ax.set(title=f"{nodes} agents", ylabel="allreduce step (s), median")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def render_accuracy(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.accuracy import TABLE_HEADERS, table_rows
+
+    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    parts = [f"{doc['nodes']} agents x batch {doc['batch']} = {doc['samples_per_step']} samples per "
+             f"round, Adam lr {doc['lr']} (the single-machine lr 1e-3 for batch 100, raised for the "
+             f"7x larger effective batch), {doc['rounds']} rounds, test set evaluated every "
+             f"{doc['eval_every']} rounds. Extra agent options: {opts}. {doc.get('method', '')}. "
+             f"Target {doc['target']:.0%}.",
+             markdown_table(TABLE_HEADERS, table_rows(doc))]
+    shown = doc.get("must_show") or {}
+    if "ft_tree_accuracy" in shown:
+        parts.append(f"- ft-tree without faults: {shown['ft_tree_accuracy']:.4f} at its last evaluation "
+                     f"({'reaches' if shown['ft_tree_reaches_target'] else '**misses**'} {shown['target']:.0%}).")
+    if "drop_pp" in shown:
+        parts.append(f"- ft-tree with {shown['loss']:.0%} chunk loss at the same round {shown['round']}: "
+                     f"{shown['lossy_accuracy']:.4f}, a drop of {shown['drop_pp']:.2f} percentage points "
+                     f"({'within' if shown['loss_within_bound'] else '**beyond**'} {shown['max_drop_pp']} pp).")
+    if any(r.get("curve") for r in doc["results"]):
+        parts.append(ctx.image("accuracy.png", lambda p: _plot_accuracy(doc, p),
+                               "test accuracy vs round and vs wall time"))
+    return "\n\n".join(parts)
+
+
+def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    series = [(r["label"], r["curve"]) for r in doc["results"] if r.get("curve")]
+    base = doc.get("baseline") or {}
+    if base.get("curve"):
+        series.append((f"single machine (batch {doc['samples_per_step']})", base["curve"]))
+    for label, points in series:
+        by_round.plot([p["round"] for p in points], [p["accuracy"] for p in points], "o-", ms=3, label=label)
+        timed = [p for p in points if p.get("seconds") is not None]
+        by_time.plot([p["seconds"] for p in timed], [p["accuracy"] for p in timed], "o-", ms=3, label=label)
+    for ax, xlabel in ((by_round, "round"), (by_time, "seconds since the fleet was ready")):
+        ax.axhline(doc["target"], color="grey", ls=":", lw=1)
+        ax.set(xlabel=xlabel, ylabel="test accuracy", ylim=(0.9, 1.0))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def render_loss(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.loss import TABLE_HEADERS, table_rows
+
+    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    parts = [f"ft-tree, {doc['rounds']} rounds, Adam lr {doc['lr']}, batch {doc['batch']} per agent, "
+             f"extra agent options: {opts}. {doc.get('method', '')}. *drop* = accuracy at p = 0 minus "
+             "accuracy at p, same fleet size, same round (percentage points).",
+             markdown_table(TABLE_HEADERS, table_rows(doc))]
+    if any(r.get("final_accuracy") is not None for r in doc["results"]):
+        parts.append(ctx.image("loss.png", lambda p: _plot_loss(doc, p), "accuracy vs chunk loss p"))
+    return "\n\n".join(parts)
+
+
+def _plot_loss(doc: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for nodes in sorted({r["nodes"] for r in doc["results"]}):
+        rows = sorted((r for r in doc["results"] if r["nodes"] == nodes and r["final_accuracy"] is not None),
+                      key=lambda r: r["p"])
+        ax.plot([r["p"] for r in rows], [r["final_accuracy"] for r in rows], "o-", label=f"{nodes} agents")
+    ax.set(xlabel="chunk loss p (each link frame)", ylabel=f"test accuracy after {doc['rounds']} rounds",
+           title="ft-tree under chunk loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def render_allreduce_reference() -> str:
     rows = [[f"{timeout} s", nodes, *(f"{v:.3f}" for v in values)] for timeout, table in THESIS_STEP_S.items()
             for nodes, values in table.items()]
@@ -245,13 +371,16 @@ SECTIONS: tuple[Section, ...] = (
     Section("allreduce", "Allreduce step duration (thesis Tables 1 and 2)",
             "edgegrove bench allreduce --out docs/results/allreduce.json",
             "Step time for 7, 15, 31 (63) agents with no fault, 1 fault, 2 parallel and 2 serial "
-            "faults, fixed 0.5 s / 1 s and adaptive timeouts; ratio to the broker bound."),
+            "faults, fixed 0.5 s / 1 s and adaptive timeouts; ratio to the broker bound.",
+            render_allreduce),
     Section("accuracy", "Accuracy and time to accuracy (thesis Figure 13)",
             "edgegrove bench accuracy --out docs/results/accuracy.json",
-            "MNIST test accuracy for tree, ft-tree and rps and the single-machine baseline."),
+            "MNIST test accuracy for tree, ft-tree and rps and the single-machine baseline.",
+            render_accuracy),
     Section("loss", "Accuracy under chunk loss (the RPS paper's claim)",
             "edgegrove bench loss --out docs/results/loss.json",
-            "Accuracy after a fixed number of rounds for chunk loss p in {0, 0.05, 0.1, 0.2, 0.3}."),
+            "Accuracy after a fixed number of rounds for chunk loss p in {0, 0.05, 0.1, 0.2, 0.3}.",
+            render_loss),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",
