@@ -68,12 +68,16 @@ class NumpyBackend:
         self.optimizer = optimizer
         optimizer.init_slots(mlp.PARAM_COUNT)
         self.state_size = mlp.PARAM_COUNT + optimizer.state_size(mlp.PARAM_COUNT)
+        # CRC of 1.6 MB costs ~1.5 ms and the runtime asks twice a round: computed once per
+        # parameter change (every assignment of _params below resets it).
+        self._hash: int | None = None
 
     def params(self) -> F32:
         return self._params.copy()
 
     def set_params(self, flat: F32) -> None:
         self._params = check_flat(flat, mlp.PARAM_COUNT, "params").copy()
+        self._hash = None
 
     def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]:
         loss, grad = mlp.loss_and_grad(self._params, x, y)
@@ -82,6 +86,7 @@ class NumpyBackend:
     def apply(self, grad: F32) -> None:
         grad = check_flat(grad, mlp.PARAM_COUNT, "gradient")
         self._params = self.optimizer.step(self._params, grad).astype(np.float32, copy=False)
+        self._hash = None
 
     def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
         logits = mlp.forward(self._params, x)
@@ -93,10 +98,13 @@ class NumpyBackend:
     def load_state(self, state: F32) -> None:
         state = check_flat(state, self.state_size, "state")
         self._params = state[: mlp.PARAM_COUNT].copy()
+        self._hash = None
         self.optimizer.load_state_vector(state[mlp.PARAM_COUNT :])
 
     def model_hash(self) -> int:
-        return params_hash(self._params)
+        if self._hash is None:
+            self._hash = params_hash(self._params)
+        return self._hash
 
 
 def make_backend(

@@ -107,11 +107,22 @@ class Adam:
         self.steps += 1
         t = np.float32(self.steps)
         f32 = np.float32
-        self.m = f32(self.b1) * self.m + f32(1.0 - self.b1) * grad
-        self.v = f32(self.b2) * self.v + f32(1.0 - self.b2) * (grad * grad)
-        m_hat = self.m / (f32(1.0) - f32(self.b1) ** t)
-        v_hat = self.v / (f32(1.0) - f32(self.b2) ** t)
-        return params - (f32(self.lr) * m_hat) / (np.sqrt(v_hat) + f32(self.eps))
+        # The formula of Kingma & Ba, evaluated in place (same operations in the same order,
+        # so the same float32 bits as the LiteRT graph) to spare seven 1.6 MB temporaries.
+        m, v = self.m, self.v
+        m *= f32(self.b1)
+        m += f32(1.0 - self.b1) * grad
+        g2 = grad * grad
+        g2 *= f32(1.0 - self.b2)
+        v *= f32(self.b2)
+        v += g2
+        m_hat = m / (f32(1.0) - f32(self.b1) ** t)
+        v_hat = np.divide(v, f32(1.0) - f32(self.b2) ** t, out=g2)
+        m_hat *= f32(self.lr)
+        np.sqrt(v_hat, out=v_hat)
+        v_hat += f32(self.eps)
+        m_hat /= v_hat
+        return params - m_hat
 
     def state_size(self, param_count: int) -> int:
         return 1 + 2 * param_count
