@@ -1,8 +1,8 @@
 """The one loop: model + protocol + transport + clock.
 
 Everything the loop decides is delegated to the pure core (agent/protocol): the round state
-machine, the view keeper, state transfer. The loop only computes gradients, moves bytes and
-time, and reports. Paho's thread never runs any of this: the transport hands messages over a
+machine, membership (views, start-up gating, incarnations), state transfer. The loop only
+computes gradients, moves bytes and time, and reports. Paho's thread never runs any of this: the transport hands messages over a
 bounded queue that ``receive`` drains.
 """
 
@@ -31,9 +31,14 @@ from agent.protocol.allreduce import (
     Send,
     new_round,
 )
-from agent.protocol.coordinator import ViewKeeper
-from agent.protocol.messages import Control, MessageError, Status, Telemetry, View
-from agent.protocol.model_sync import StateAssembler, pull_frame, state_frames
+from agent.protocol.membership import Membership, PublishView, StartupGate
+from agent.protocol.messages import Control, MessageError, NodeState, Status, Telemetry, View
+from agent.protocol.state_transfer import (
+    STATE_CHUNK_VALUES,
+    StateTransfer,
+    resync_reason,
+    serve_model_pull,
+)
 from agent.protocol.topics import Topics
 from agent.protocol.topology import Tree
 from agent.protocol.wire import (
@@ -55,7 +60,8 @@ _WIRE_DTYPES = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
 FUTURE_ROUNDS = 2
 MAX_BUFFERED_FRAMES = 4096
 POLL_SECONDS = 0.05
-STATE_PULL_TIMEOUT = 3.0
+STATE_PULL_TIMEOUT = 3.0  # a peer silent this long: ask the next one
+PULL_ROUNDS_PER_PEER = 2  # then give the transfer up (a new one starts when still needed)
 
 
 @dataclass
@@ -76,6 +82,18 @@ class _Counters:
     bytes_sent: int = 0
     bytes_received: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+
+
+_last_incarnation = 0
+
+
+def new_incarnation() -> int:
+    """Wall-clock milliseconds, strictly growing within this process too: a restarted agent
+    outranks its predecessor, so the late Will of the old life does not take the new one
+    offline (membership ignores statuses of older incarnations)."""
+    global _last_incarnation
+    _last_incarnation = max(time.time_ns() // 1_000_000, _last_incarnation + 1)
+    return _last_incarnation
 
 
 def allreduce_config(config: AgentConfig) -> AllreduceConfig:
@@ -120,21 +138,19 @@ class AgentRuntime:
         self.id = config.id
         self.ar_config = allreduce_config(config)
         self.links: LinkEstimators = self.ar_config.new_links()
-        self.keeper = ViewKeeper(config.id, config.arity, config.expected_members,
-                                 config.join_grace, self.clock.now())
+        self.membership = Membership(config.id, config.arity, gate=StartupGate(
+            config.expected_members, config.join_grace, self.clock.now()))
         self.round = 0
         self.joining = False
         self.machine: Any = None
         self.previous: Any = None
         self.future: list[Frame] = []
         self.counters = _Counters()
-        self.assembler = StateAssembler(int(backend.state().size))
-        self.received_state: tuple[int, np.ndarray] | None = None
-        self.pending_pulls: dict[int, int] = {}  # puller -> round it asked for
-        self.pull_sent_at: float | None = None
-        self.behind_pull_at: float | None = None
+        self.transfer: StateTransfer | None = None
+        self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
+        self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
         self.notes: list[Note] = []
-        self.incarnation = int(time.time())
+        self.incarnation = new_incarnation()
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -176,23 +192,26 @@ class AgentRuntime:
     def _done(self) -> bool:
         return self.config.rounds > 0 and self.round >= self.config.rounds
 
-    def _status(self, state: str) -> Status:
-        return Status(node=self.id, state=state, round=self.round, pid=os.getpid(),  # type: ignore[arg-type]
+    def _status(self, state: NodeState) -> Status:
+        return Status(node=self.id, state=state, round=self.round, pid=os.getpid(),
                       incarnation=self.incarnation)
 
     def _connect(self) -> None:
         subscriptions = [self.topics.links_to(self.id), self.topics.all_status(),
                          self.topics.view, self.topics.control]
-        will = Will(self.topics.status(self.id), Status(node=self.id, state="offline").encode())
         resumed = self._resume()
+        # The Will carries our incarnation: it must take THIS life offline, and, arriving
+        # late, never a later one.
+        will = Will(self.topics.status(self.id), self._status("offline").encode())
         # Our own retained status comes back after every retained message we subscribed to:
         # once it does we know whether a view (a running fleet) exists.
         birth = Message(self.topics.status(self.id), self._status("online").encode(), retained=True)
         self.transport.connect(subscriptions, will, birth)
         deadline = self.clock.now() + 10.0
-        while self.keeper.statuses.get(self.id) is None and self.clock.now() < deadline:
+        while (not self.membership.knows_incarnation(self.id, self.incarnation)
+               and self.clock.now() < deadline):
             self._pump(0.1)
-        latest = self.keeper.latest
+        latest = self.membership.latest
         fresh_fleet = latest is None or (
             self.id in latest.members and latest.from_round == self.round == 0 and not resumed)
         if not fresh_fleet:
@@ -212,8 +231,7 @@ class AgentRuntime:
         return True
 
     def _shutdown(self) -> None:
-        self._publish(self.topics.status(self.id),
-                      Status(node=self.id, state="offline", round=self.round).encode(), retain=True)
+        self._publish(self.topics.status(self.id), self._status("offline").encode(), retain=True)
         self.transport.close()
 
     # -- membership ---------------------------------------------------------------------------
@@ -221,22 +239,22 @@ class AgentRuntime:
     def _await_view(self) -> View | None:
         """Block (pumping messages) until a view that includes us applies to our round."""
         while not self.should_stop():
-            self._coordinate()
-            latest = self.keeper.latest
+            self._publish_views(self.membership.round_started(self.round, self.clock.now()))
+            latest = self.membership.latest
             if self.joining and latest is not None and self.id in latest.members:
-                if self.round != latest.from_round and self.received_state is None:
+                if self.received_state is None:
                     self.round = max(self.round, latest.from_round)
                 if not self._ensure_state():
                     continue
-            view = self.keeper.view_for(self.round)
+            view = self.membership.view_for(self.round)
             if view is not None and self.id in view.members and not self.joining:
                 return view
             self._pump(POLL_SECONDS)
         return None
 
-    def _coordinate(self) -> None:
-        view = self.keeper.propose(self.clock.now(), self.round)
-        if view is not None:
+    def _publish_views(self, views: list[PublishView]) -> None:
+        for publish in views:
+            view = publish.view
             log.info("coordinator: view epoch %d members %s from round %d",
                      view.epoch, view.members, view.from_round)
             self._publish(self.topics.view, view.encode(), retain=True)
@@ -254,13 +272,10 @@ class AgentRuntime:
                 self.notes.append(Note("rejoin", None, f"state of round {rnd}"))
                 log.info("joined with the fleet's state at round %d", rnd)
                 return True
-        now = self.clock.now()
-        if self.pull_sent_at is None or now - self.pull_sent_at > STATE_PULL_TIMEOUT:
-            peers = [m for m in self.keeper.live() if m != self.id and self.keeper.statuses.get(m) == "online"]
-            if peers:
-                peer = peers[int(now) % len(peers)] if self.pull_sent_at is not None else peers[0]
-                self._send(peer, pull_frame(self.job, self.id, self.round))
-                self.pull_sent_at = now
+        peers = self.membership.online_peers(self.membership.live())
+        if peers and (self.transfer is None or not set(self.transfer.peers) & set(peers)):
+            self.transfer = None  # its peers are all gone: ask the live ones
+            self._fetch_state(self.round, peers)
         self._pump(POLL_SECONDS)
         return False
 
@@ -319,20 +334,17 @@ class AgentRuntime:
             self.backend.load_state(self.received_state[1])
             self.notes.append(Note("resync", None, f"state of round {self.round}"))
             self.received_state = None
-        elif result.missing_chunks:
-            # We applied our own gradient where the fleet's mean never came: our model now
-            # differs from the fleet's. Fetch the fleet's state for the next round.
-            self._request_resync(f"{len(result.missing_chunks)} chunks fell back to the local value")
-        elif result.root_model_hash is not None and result.root_model_hash != own_hash:
-            self._request_resync(f"{own_hash:08x} != root {result.root_model_hash:08x}")
+        elif (why := resync_reason(result, own_hash)) is not None:
+            # Our model now differs from the fleet's: fetch its state for the next round.
+            self._request_resync(why)
         self.backend.apply(result.values)
 
     def _request_resync(self, why: str) -> None:
         self.notes.append(Note("drift", None, why))
-        members = self.keeper.active.members if self.keeper.active else []
-        peers = [m for m in members if m != self.id and self.keeper.statuses.get(m) == "online"]
-        if peers:
-            self._send(peers[0], pull_frame(self.job, self.id, self.round + 1))
+        view = self.membership.view_for(self.round)
+        peers = self.membership.online_peers(view.members if view is not None else [])
+        if peers and (self.transfer is None or self.transfer.round <= self.round):
+            self._fetch_state(self.round + 1, peers)
 
     def _maybe_evaluate(self) -> float | None:
         every = self.config.eval_every
@@ -380,6 +392,7 @@ class AgentRuntime:
     def _pump(self, timeout: float) -> None:
         for message in self.transport.receive(timeout):
             self._handle(message)
+        self._tick_transfer()
 
     def _handle(self, message: Message) -> None:
         link = self.topics.parse_link(message.topic)
@@ -390,17 +403,21 @@ class AgentRuntime:
             if self.topics.parse_status(message.topic) is not None:
                 self._handle_status(Status.decode(message.payload))
             elif message.topic == self.topics.view:
-                self.keeper.on_view(View.decode(message.payload))
+                self.membership.on_view(View.decode(message.payload))
             elif message.topic == self.topics.control:
                 self._handle_control(Control.decode(message.payload))
         except MessageError as exc:
             self.counters.rejected[f"json_{exc.reason}"] += 1
 
     def _handle_status(self, status: Status) -> None:
-        if self.keeper.statuses.get(status.node) != status.state:
-            log.info("node %d is %s", status.node, status.state)
-        self.keeper.on_status(status)
-        if status.state == "offline" and self.machine is not None and self.machine.result is None:
+        before = self.membership.states.get(status.node)
+        self._publish_views(self.membership.on_status(status, self.clock.now()))
+        after = self.membership.states.get(status.node)
+        if after != before:
+            log.info("node %d is %s", status.node, after)
+        if after != "offline" or status.state != "offline":
+            return  # not a Will, or the Will of an older life of a node that is back
+        if self.machine is not None and self.machine.result is None:
             # The broker's Last Will: no need to wait a timeout for this peer in this round.
             self._execute(self.machine.peer_down(status.node, self.clock.now()))
 
@@ -416,12 +433,10 @@ class AgentRuntime:
             self.counters.rejected[frame.reason.value] += 1
             return
         if frame.kind == Kind.MODEL_PULL:
-            self.pending_pulls[frame.sender] = frame.round
+            self.pending_pulls[frame.sender] = frame
             self._serve_pulls()
         elif frame.kind == Kind.MODEL:
-            done = self.assembler.add(frame)
-            if done is not None and done[0] >= self.round:
-                self.received_state = (done[0], done[2])
+            self._on_state_frame(frame)
         elif self.machine is not None and frame.round == self.round:
             self._execute(self.machine.on_frame(frame, self.clock.now()))
         elif self.previous is not None and frame.round == self.round - 1:
@@ -443,32 +458,59 @@ class AgentRuntime:
         """Frames two rounds ahead of ours: the fleet went on without us (we ran a round to its
         deadline, or hung). Catching up round by round never ends; fetch the fleet's state."""
         self.counters.rejected["future_round"] += 1
-        now = self.clock.now()
-        if self.joining or frame.sender not in self.keeper.live():
-            return
-        if self.behind_pull_at is not None and now - self.behind_pull_at < STATE_PULL_TIMEOUT:
-            return
-        self.behind_pull_at = now
+        if self.joining or self.transfer is not None or frame.sender not in self.membership.live():
+            return  # a transfer under way takes any newer state than it asked for
         self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
-        self._send(frame.sender, pull_frame(self.job, self.id, frame.round))
+        others = self.membership.online_peers(self.membership.live())
+        self._fetch_state(frame.round, [frame.sender, *(p for p in others if p != frame.sender)])
 
     def _take_future(self) -> list[Frame]:
         now_round = [f for f in self.future if f.round == self.round]
         self.future = [f for f in self.future if f.round > self.round]
         return now_round
 
+    # -- state transfer -----------------------------------------------------------------------
+
+    def _fetch_state(self, round: int, peers: list[int]) -> None:
+        """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
+        now = self.clock.now()
+        self.transfer = StateTransfer(self.id, self.job, round, peers, STATE_PULL_TIMEOUT, now,
+                                      size=int(self.backend.state().size))
+        self._execute(self.transfer.start(now))
+
+    def _on_state_frame(self, frame: Frame) -> None:
+        if self.transfer is None:
+            return  # late or duplicate chunks of a transfer already done
+        self._execute(self.transfer.on_frame(frame, self.clock.now()))
+        if self.transfer.result is None:
+            return
+        rnd, state, _ = self.transfer.result
+        self.transfer = None
+        if rnd >= self.round:
+            self.received_state = (rnd, state)
+
+    def _tick_transfer(self) -> None:
+        transfer, now = self.transfer, self.clock.now()
+        if transfer is None or (wake := transfer.next_timer()) is None or now < wake:
+            return
+        if transfer.attempts >= PULL_ROUNDS_PER_PEER * len(transfer.peers):
+            self.notes.append(Note("state_pull_failed", transfer.peer, f"round {transfer.round}"))
+            self.transfer = None
+            return
+        self._execute(transfer.on_timer(now))
+
     def _serve_pulls(self) -> None:
         """Send our state to pullers that asked for a round we are at (or before)."""
         # Until a round's result is applied our state is that round's start state, so what we
         # send is always "the state at the start of self.round".
-        for puller, wanted in list(self.pending_pulls.items()):
-            if wanted <= self.round:
+        for puller, request in list(self.pending_pulls.items()):
+            if request.round <= self.round:
                 del self.pending_pulls[puller]
                 if self.joining:
                     continue
-                for frame in state_frames(self.job, self.id, self.round, self.backend.state(),
-                                          self.backend.model_hash()):
-                    self._send(puller, frame)
+                self._execute(serve_model_pull(request, self.id, self.job, self.backend.state(),
+                                               self.round, STATE_CHUNK_VALUES,
+                                               self.backend.model_hash()))
 
     def _execute(self, actions: list[Any]) -> None:
         for action in actions:

@@ -158,8 +158,9 @@ class SimAgent:
             self.on_frame(payload)
         elif topic.startswith("status/"):
             assert isinstance(payload, bytes)
-            self.publish_views(self.membership.on_status(Status.decode(payload)))
-            self.check_peer_down(Status.decode(payload))
+            status = Status.decode(payload)
+            self.publish_views(self.membership.on_status(status, self.fleet.clock.now()))
+            self.check_peer_down(status)
         elif topic == "view":
             assert isinstance(payload, bytes)
             if self.membership.on_view(View.decode(payload)):
@@ -170,7 +171,9 @@ class SimAgent:
             self.fleet.bus.publish(self.name, "view", pv.view.encode(), retain=True)
 
     def check_peer_down(self, status: Status) -> None:
-        if status.state != "offline" or status.node == self.node:
+        # A Will of an older life of a node that is back (ignored by membership) is no news.
+        if (status.state != "offline" or status.node == self.node
+                or self.membership.states.get(status.node) != "offline"):
             return
         now = self.fleet.clock.now()
         for machine in (self.machine, self.prev):
@@ -204,7 +207,7 @@ class SimAgent:
         self.prev, self.prev_round = self.machine, self.round
         self.round = r
         self.start_state = self.state.copy()
-        self.publish_views(self.membership.round_started(r))
+        self.publish_views(self.membership.round_started(r, self.fleet.clock.now()))
         view = self.membership.view_for(r)
         assert view is not None
         tree = Tree(tuple(view.members), view.arity)
@@ -303,7 +306,7 @@ class SimAgent:
             self.begin_transfer(newest.from_round, tuple(newest.members))
 
     def begin_transfer(self, r: int, members: tuple[int, ...]) -> None:
-        peers = [m for m in members if m != self.node and self.membership.states.get(m) == "online"]
+        peers = self.membership.online_peers(members)
         if not peers:
             self.joining = self.resync = False
             self.start_round(r)
@@ -311,7 +314,7 @@ class SimAgent:
         now = self.fleet.clock.now()
         cfg = self.fleet.config.allreduce
         timeout = cfg.fixed_timeout if cfg.timeout_mode == "fixed" else cfg.max_timeout
-        self.transfer = StateTransfer(self.node, cfg.job, r, peers, timeout, now, cfg.chunk_size)
+        self.transfer = StateTransfer(self.node, cfg.job, r, peers, timeout, now, size=len(self.state))
         self.transfer_for = r
         self.do(self.transfer.start(now))
         self.reschedule()

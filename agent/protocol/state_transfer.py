@@ -1,11 +1,13 @@
-"""Full training-state transfer for a (re)joining or drifted node, over MODEL_PULL/MODEL frames.
+"""Full training-state transfer for a (re)joining, drifted or lagging node, over MODEL_PULL/MODEL.
 
 The state is an opaque float32 vector (parameters + optimizer state, laid out by the runtime).
 A node asks a live peer for the state at the start of round ``round`` (MODEL_PULL, payload =
-missing chunk indices, empty = all). The peer answers with MODEL chunks labelled with the round
-whose start state they hold (``serve_model_pull``); the puller assembles them, retries the
-missing chunks on the next peer when a peer stays silent for ``timeout``, and ends with
-(round, state). Pure: frames and ``now`` in, actions out.
+missing chunk indices, empty = all). The peer answers, once it has reached that round, with
+MODEL chunks labelled with the round whose start state they hold (``serve_model_pull``); the
+puller assembles them, retries the missing chunks on the next peer when a peer stays silent
+for ``timeout``, and ends with (round, state, params hash). The puller installs the state at a
+round boundary, so it continues byte-identical with the fleet. ``resync_reason`` says when a
+member must fetch the fleet's state after a round. Pure: frames and ``now`` in, actions out.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import zlib
 
 import numpy as np
 
-from agent.protocol.allreduce import Action, Note, Send, chunk_bounds
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.allreduce import Action, Note, RoundResult, Send, chunk_bounds
+from agent.protocol.wire import DType, Flag, Frame, Kind
+
+# Values per MODEL frame when the runtime serves its state (256 KiB of float32).
+STATE_CHUNK_VALUES = 1 << 16
 
 
 def state_hash(values: np.ndarray) -> int:
@@ -23,11 +28,25 @@ def state_hash(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values, dtype=np.float32).tobytes())
 
 
+def resync_reason(result: RoundResult, own_hash: int) -> str | None:
+    """Why this node's model no longer equals the fleet's after ``result``, or None.
+
+    Chunks that fell back to the local value were applied as our own gradient, not the
+    fleet's mean; a root hash unlike ours means we started the round from another model.
+    """
+    if result.missing_chunks:
+        return f"{len(result.missing_chunks)} chunks fell back to the local value"
+    if result.root_model_hash is not None and result.root_model_hash != own_hash:
+        return f"{own_hash:08x} != root {result.root_model_hash:08x}"
+    return None
+
+
 def serve_model_pull(
     request: Frame, node: int, job: int, state: np.ndarray, round: int, chunk_size: int,
     params_hash: int = 0,
 ) -> list[Send]:
     """MODEL frames answering ``request`` with ``state`` (the state at the start of ``round``)."""
+    state = np.asarray(state, dtype=np.float32)  # the copy must be exact: always float32
     bounds = chunk_bounds(len(state), chunk_size)
     wanted = request.indices() or list(range(len(bounds)))
     out: list[Send] = []
@@ -42,14 +61,20 @@ def serve_model_pull(
 
 
 class StateTransfer:
+    """Fetch the state at the start of ``round`` (or a later one) from ``peers``, in turn.
+
+    ``size``, when given, is the state's length: an assembled state of another length is
+    dropped (a peer with another model) and the missing state asked again of the next peer.
+    """
+
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
-                 now: float, chunk_size: int = 16384) -> None:
+                 now: float, size: int | None = None) -> None:
         if not peers:
             raise ValueError("a state transfer needs at least one peer")
         self.node, self.job, self.round = node, job, round
         self.peers = list(peers)
         self.timeout = timeout
-        self.chunk_size = chunk_size
+        self.size = size
         self.peer_i = 0
         self.last_progress = now
         self.parts: dict[int, np.ndarray] = {}
@@ -74,7 +99,7 @@ class StateTransfer:
         return [Note("state_pull", self.peer, f"attempt {self.attempts}"), Send(self.peer, frame)]
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
-        if self.result is not None or frame.kind != Kind.MODEL or frame.job != self.job:
+        if self.result is not None or not self._wanted(frame):
             return []
         if self.state_round is not None and frame.round != self.state_round:
             if frame.round < self.state_round:
@@ -85,11 +110,21 @@ class StateTransfer:
         self.params_hash = frame.model_hash
         self.parts[frame.chunk_index] = frame.values()
         self.last_progress = now
-        if len(self.parts) == self.count:
-            state = np.concatenate([self.parts[j] for j in range(self.count)]).astype(np.float32)
-            self.result = (frame.round, state, self.params_hash)
-            return [Note("state_received", frame.sender, f"round {frame.round}")]
-        return []
+        if len(self.parts) < self.count:
+            return []
+        state = np.concatenate([self.parts[j] for j in range(self.count)]).astype(np.float32)
+        if self.size is not None and state.size != self.size:
+            self.parts.clear()
+            self.count = self.state_round = None
+            return [Note("state_rejected", frame.sender, f"{state.size} values, expected {self.size}")]
+        self.result = (frame.round, state, self.params_hash)
+        return [Note("state_received", frame.sender, f"round {frame.round}")]
+
+    def _wanted(self, frame: Frame) -> bool:
+        """MODEL frames of our job holding an exact copy of a state as new as the one we asked
+        for (older ones are late answers to an earlier transfer)."""
+        return (frame.kind == Kind.MODEL and frame.job == self.job and frame.dtype == DType.F32
+                and frame.round >= self.round)
 
     def next_timer(self) -> float | None:
         return None if self.result is not None else self.last_progress + self.timeout

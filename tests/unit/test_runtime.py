@@ -1,0 +1,179 @@
+"""The runtime (the IO shell) on the in-memory bus, in fake time: start-up gating, the Last
+Will's incarnation, a joiner pulling the fleet's state, a resync after a local fallback.
+
+Peers are scripted bus clients (a coordinator built on the pure Membership, a state server
+built on serve_model_pull); one runtime runs for real, single-threaded, with a tiny backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent.config import AgentConfig
+from agent.protocol.membership import Membership
+from agent.protocol.messages import Status, View
+from agent.protocol.state_transfer import serve_model_pull, state_hash
+from agent.protocol.topics import Topics
+from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
+from agent.runtime import AgentRuntime, RoundReport, new_incarnation
+from agent.transport.base import Message, Will
+from agent.transport.memory import MemoryBus, MemoryTransport
+
+JOB = "unit"
+TOPICS = Topics(JOB)
+SIZE = 8
+
+
+class BusTransport(MemoryTransport):
+    """MemoryTransport plus the birth message of the Transport protocol."""
+
+    def connect(self, subscriptions: list[str], will: Will | None = None,
+                birth: Message | None = None) -> None:
+        super().connect(subscriptions, will)
+        if birth is not None:
+            self.publish(birth.topic, birth.payload, retain=birth.retained)
+
+
+class TinyBackend:
+    """A 'model' of SIZE floats; the gradient is all ones."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(SIZE, np.float32)
+
+    def state(self) -> np.ndarray:
+        return self.values.copy()
+
+    def load_state(self, state: np.ndarray) -> None:
+        self.values = np.asarray(state, np.float32).copy()
+
+    def model_hash(self) -> int:
+        return state_hash(self.values)
+
+    def gradients(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        return 1.0, np.ones(SIZE, np.float32)
+
+    def apply(self, values: np.ndarray) -> None:
+        self.values = self.values - values
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        return 0.0, 1.0
+
+
+@dataclass
+class Peer:
+    """A scripted member: records what reaches it, serves ``state`` labelled ``round``."""
+
+    bus: MemoryBus
+    node: int
+    state: np.ndarray
+    round: int
+    membership: Membership | None = None
+    pulls: list[Frame] = field(default_factory=list)
+    views: list[View] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.name = f"peer-{self.node}"
+        self.bus.connect(self.name, self.on_message, [TOPICS.links_to(self.node), TOPICS.all_status()])
+        self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round).encode(), True)
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        self.bus.publish(self.name, topic, payload, retain=retain, size=len(payload))
+
+    def on_message(self, topic: str, payload: Any, size: int) -> None:
+        if TOPICS.parse_status(topic) is not None and self.membership is not None:
+            for out in self.membership.on_status(Status.decode(payload), self.bus.now()):
+                self.views.append(out.view)
+                self.publish(TOPICS.view, out.view.encode(), retain=True)
+        link = TOPICS.parse_link(topic)
+        frame = decode(payload, expected_sender=link[0], job=job_hash(JOB)) if link else None
+        if isinstance(frame, Frame) and frame.kind == Kind.MODEL_PULL:
+            self.pulls.append(frame)
+            for send in serve_model_pull(frame, self.node, job_hash(JOB), self.state, self.round, 3):
+                self.publish(TOPICS.link(self.node, send.dst), encode(send.frame))
+
+
+def runtime(bus: MemoryBus, node: int, **options: Any) -> AgentRuntime:
+    config = AgentConfig(id=node, job=JOB, telemetry=False, eval_every=0, timeout_mode="fixed",
+                         timeout=0.2, round_deadline=2.0, **options)
+    batch = (np.zeros((1, 1), np.float32), np.zeros(1, np.int64))
+    return AgentRuntime(config, TinyBackend(), itertools.repeat(batch), batch,
+                        BusTransport(bus, f"agent-{node}"), clock=bus.clock)
+
+
+def retained_status(bus: MemoryBus, node: int) -> Status:
+    return Status.decode(bus.retained[TOPICS.status(node)][0])
+
+
+def test_the_first_view_waits_for_the_expected_members_then_the_grace() -> None:
+    bus = MemoryBus(will_delay=1.0)
+    agent = runtime(bus, 0, fleet_size=3, join_grace=5.0, rounds=2)
+    assert agent.run() == 0
+    view = View.decode(bus.retained[TOPICS.view][0])
+    assert view.members == [0] and view.from_round == 0 and view.epoch == 1
+    assert agent.round == 2 and agent.backend.values.tolist() == [-2.0] * SIZE
+    # Alone, 2 of the 3 expected missing: the coordinator published only after the grace.
+    assert bus.clock.now() >= 5.0
+
+
+def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> None:
+    bus = MemoryBus()
+    first = runtime(bus, 3, rounds=1)
+    first._connect()
+    will = bus.clients["agent-3"].will
+    assert will is not None and will[0] == TOPICS.status(3)
+    last_word = Status.decode(will[1])
+    assert last_word.state == "offline" and last_word.incarnation == first.incarnation > 0
+    bus.crash("agent-3")
+    bus.run_until(bus.now() + 1.0)
+    restarted = runtime(bus, 3, rounds=1)
+    assert restarted.incarnation > first.incarnation
+    restarted._connect()
+    assert retained_status(bus, 3).state == "online"
+    # The old life's Will, delivered late (a keepalive expiry), must not take the new one offline.
+    bus.publish("broker", TOPICS.status(3), will[1], retain=True, force=True)
+    bus.run_until(bus.now() + 1.0)
+    restarted._pump(0.0)
+    assert restarted.membership.is_online(3)
+    assert new_incarnation() > restarted.incarnation
+
+
+def test_a_joiner_pulls_the_fleets_state_before_it_contributes() -> None:
+    bus = MemoryBus()
+    fleet_view = View(epoch=3, members=[0, 1], arity=2, coordinator=0, from_round=10)
+    bus.publish("fleet", TOPICS.view, fleet_view.encode(), retain=True, force=True)
+    fleet_state = np.arange(SIZE, dtype=np.float32)
+    coordinator = Membership(0, 2, fleet_view)
+    coordinator.round_started(10, 0.0)
+    peers = [Peer(bus, 0, fleet_state, 12, coordinator), Peer(bus, 1, fleet_state, 12)]
+    for p in peers:
+        coordinator.on_status(Status(p.node, "online"), 0.0)
+    joiner = runtime(bus, 2, rounds=0, fleet_size=3)
+    joiner.should_stop = lambda: joiner.round >= 12 and not joiner.joining
+    joiner.run()
+    assert [v.members for v in peers[0].views] == [[0, 1, 2]] and peers[0].views[0].from_round == 12
+    pulls = peers[0].pulls + peers[1].pulls
+    assert len(pulls) == 1 and pulls[0].round == 12  # the view's first round
+    assert joiner.round == 12 and joiner.backend.values.tolist() == fleet_state.tolist()
+    assert retained_status(bus, 2).incarnation == joiner.incarnation
+
+
+def test_a_round_that_fell_back_to_the_own_gradient_resyncs_the_next_round() -> None:
+    bus = MemoryBus()
+    fleet_state = np.full(SIZE, 5.0, np.float32)
+    silent_root = Peer(bus, 0, fleet_state, 1)  # never takes part in a round, serves its state
+    bus.publish("fleet", TOPICS.view, View(1, [0, 1], 2, 0, 0).encode(), retain=True, force=True)
+    reports: list[RoundReport] = []
+    agent = runtime(bus, 1, rounds=2, fleet_size=2)
+    agent.on_round = reports.append
+    agent.run()
+    assert [r.round for r in reports] == [0, 1] and reports[0].result.missing_chunks
+    assert [n.kind for n in reports[0].notes if n.kind in ("drift", "resync")] == ["drift"]
+    assert [p.round for p in silent_root.pulls] == [1]  # the state for the NEXT round
+    assert "resync" in [n.kind for n in reports[1].notes]
+    # Round 1 started from the fleet's state; its (fallen back) update applied on top.
+    assert agent.backend.values.tolist() == (fleet_state - reports[1].result.values).tolist()
+
