@@ -209,7 +209,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for r in doc["results"]:
         ttt = r.get("time_to_target")
-        rows.append([r["label"], r["final_round"], r["final_accuracy"], r["best_accuracy"],
+        rows.append([r["label"], r["final_round"], pct(r["final_accuracy"]), pct(r["best_accuracy"]),
                      None if ttt is None else ttt["round"], None if ttt is None else ttt["seconds"],
                      r["round_seconds_median"], r["degraded_rounds"], r["missing_chunks"]])
     base = doc.get("baseline") or {}
@@ -217,10 +217,16 @@ def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
         ttt = base.get("time_to_target")
         last = base["curve"][-1]
         rows.append([f"single machine (batch {doc['samples_per_step']})", last["round"],
-                     last["accuracy"], max(p["accuracy"] for p in base["curve"]),
+                     pct(last["accuracy"]), pct(max(p["accuracy"] for p in base["curve"])),
                      None if ttt is None else ttt["round"], None if ttt is None else ttt["seconds"],
                      None, None, None])
     return rows
+
+
+def pct(accuracy: float | None) -> str | None:
+    """An accuracy as a percentage with two decimals (0.9798 -> '97.98 %'): 3 significant
+    digits would round 97.98 % up to 98 %."""
+    return None if accuracy is None else f"{100 * accuracy:.2f} %"
 
 
 TABLE_HEADERS = ["run", "last eval round", "final acc", "best acc", "rounds to target",

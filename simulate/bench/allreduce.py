@@ -51,6 +51,7 @@ from simulate.bench.common import (
     document,
     emit,
     format_table,
+    machine_info,
     progress,
     summary,
 )
@@ -166,12 +167,14 @@ def bound_rows(results: list[dict[str, Any]], throughput: float | None) -> list[
                                "step_s": r["step_s"]["median"]}
         if measured:
             row["bytes_measured_over_model"] = round(measured["total"] / traffic.total_bytes, 3)
-        if throughput:
-            bound = bound_seconds(traffic.total_bytes, throughput)
+        row_throughput = r["broker_mb_s"] * 1e6 if r.get("broker_mb_s") else throughput
+        row["throughput_mb_s"] = None if not row_throughput else round(row_throughput / 1e6, 1)
+        if row_throughput:
+            bound = bound_seconds(traffic.total_bytes, row_throughput)
             row["bound_s"] = round(bound, 5)
             row["step_over_bound"] = round(r["step_s"]["median"] / bound, 2)
             if measured:
-                row["bound_measured_bytes_s"] = round(bound_seconds(measured["total"], throughput), 5)
+                row["bound_measured_bytes_s"] = round(bound_seconds(measured["total"], row_throughput), 5)
         rows.append(row)
     return rows
 
@@ -243,6 +246,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="payload per throughput repeat (MB)")
     parser.add_argument("--broker-repeats", type=int, default=5, help="throughput repeats")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument("--merge", type=Path, default=None, metavar="JSON",
+                        help="start from the results of an earlier run's JSON; cells measured now "
+                             "replace the same cells there (each cell keeps its own throughput and date)")
     add_output_arguments(parser)
 
 
@@ -251,14 +257,17 @@ def run(args: argparse.Namespace) -> int:
         progress(f"edgegrove bench allreduce: --rounds must be >= {FAULT_AT + TAIL_ROUNDS + 2} "
                  "and --nodes >= 7 (the scenarios cut links 0-1, 1-3, 2-5)")
         return 2
-    results: list[dict[str, Any]] = []
+    results = earlier_results(args.merge)
     with tempfile.TemporaryDirectory(prefix="edgegrove-bench-allreduce-") as tmp:
         root = args.keep or Path(tmp)
         raw = broker_throughput(args, root)
+        mb_s = raw["broker_mb_s"]["median"] if "broker_mb_s" in raw else None
         for nodes, scenario, label, timeout, dtype in plan(args):
             spec = scenario_for(args, nodes, scenario, timeout, dtype)
             fleet_run = run_fleet(spec, root / spec.name, args.budget)
-            results.append(cell(fleet_run, scenario, label, timeout, dtype))
+            new = {**cell(fleet_run, scenario, label, timeout, dtype), "broker_mb_s": mb_s,
+                   "measured": machine_info()["date"]}
+            results = [r for r in results if cell_key(r) != cell_key(new)] + [new]
             step = results[-1]["step_s"]
             progress(f"  -> {nodes} {scenario} {label} {dtype}: "
                      f"{'-' if step is None else step['median']} s")
@@ -269,13 +278,37 @@ def run(args: argparse.Namespace) -> int:
     return 0 if results and all(r["step_s"] for r in results) else 1
 
 
+def cell_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    return (result["nodes"], result["scenario"], result["timeout"], result["wire_dtype"])
+
+
+def cell_order(result: dict[str, Any]) -> tuple[Any, ...]:
+    """Table order: fleet size, scenario as in the thesis, wire format, timeout."""
+    order = list(SCENARIOS)
+    scenario = order.index(result["scenario"]) if result["scenario"] in order else len(order)
+    return (result["nodes"], scenario, list(DTYPES).index(result["wire_dtype"]), result["timeout"])
+
+
+def earlier_results(path: Path | None) -> list[dict[str, Any]]:
+    """Cells of an earlier JSON (``--merge``), each stamped with its pass's throughput."""
+    if path is None:
+        return []
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        progress(f"bench allreduce: --merge {path}: cannot read it ({exc}); starting empty")
+        return []
+    mb_s, date = doc.get("throughput_mb_s"), doc.get("machine", {}).get("date")
+    return [{"broker_mb_s": mb_s, "measured": date, **r} for r in doc.get("results", [])]
+
+
 def make_document(args: argparse.Namespace, raw: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
     throughput = raw["broker_mb_s"]["median"] * 1e6 if "broker_mb_s" in raw else None
     return document("allreduce", rounds=args.rounds, fault_window=[FAULT_AT, args.rounds - TAIL_ROUNDS],
                     via=args.via, measure="slowest agent's telemetry phase_seconds['allreduce'] per round",
                     broker_throughput=raw,
                     throughput_mb_s=None if throughput is None else round(throughput / 1e6, 1),
-                    results=results, bound=bound_rows(results, throughput))
+                    results=sorted(results, key=cell_order), bound=bound_rows(sorted(results, key=cell_order), throughput))
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -290,7 +323,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 STEP_HEADERS = ["nodes", "scenario", "timeout", "wire", "median s", "p10-p90 s", "fault-free s",
                 "extra s", "extra / T", "thesis s", "rounds", "degraded"]
 BOUND_HEADERS = ["nodes", "wire", "bytes/allreduce (model)", "measured (telemetry)", "measured/model",
-                 "bound s", "step s", "step/bound"]
+                 "broker MB/s", "bound s", "step s", "step/bound"]
 
 
 def _spread(s: dict[str, Any] | None) -> str:
@@ -310,7 +343,8 @@ def step_rows(doc: dict[str, Any]) -> list[list[Any]]:
 
 def bound_table_rows(doc: dict[str, Any]) -> list[list[Any]]:
     return [[b["nodes"], b["wire_dtype"], b["model_bytes"], b.get("measured_bytes"),
-             b.get("bytes_measured_over_model"), b.get("bound_s"), b["step_s"], b.get("step_over_bound")]
+             b.get("bytes_measured_over_model"), b.get("throughput_mb_s"), b.get("bound_s"), b["step_s"],
+             b.get("step_over_bound")]
             for b in doc.get("bound", [])]
 
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from simulate.bench.accuracy import accuracy_at, agent_options, curve
+from simulate.bench.accuracy import accuracy_at, agent_options, curve, pct
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
 
@@ -114,7 +114,7 @@ TABLE_HEADERS = ["nodes", "p", "rounds", "final acc", "drop (pp)", "round s (med
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
-    return [[r["nodes"], r["p"], r["final_round"], r["final_accuracy"], r.get("drop_pp"),
+    return [[r["nodes"], r["p"], r["final_round"], pct(r["final_accuracy"]), r.get("drop_pp"),
              r["round_seconds_median"], r["degraded_rounds"], r["missing_chunks"], r["nacks"],
              r["max_distinct_models"]] for r in doc["results"]]
 

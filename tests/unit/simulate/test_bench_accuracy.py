@@ -88,3 +88,8 @@ def test_table_has_one_row_per_run_and_the_baseline() -> None:
 
 def test_bad_options_exit_with_usage_error() -> None:
     assert accuracy.run(_args("--loss", "1.0")) == 2
+
+
+def test_accuracies_print_with_two_decimals_not_rounded_up_to_the_target() -> None:
+    assert accuracy.pct(0.97977) == "97.98 %"
+    assert accuracy.pct(None) is None

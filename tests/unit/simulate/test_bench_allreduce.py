@@ -142,3 +142,34 @@ def test_table_lists_every_cell_and_the_bound() -> None:
 
 def test_bad_options_exit_with_usage_error() -> None:
     assert allreduce.run(_args("--nodes", "3")) == 2
+
+
+def test_merge_keeps_earlier_cells_with_their_own_throughput(tmp_path: Path) -> None:
+    spec = FleetScenario("b", 7, 10, {})
+    run = FleetRun(spec, Path("."), True, 1.0, 0, rows=_rows([0.5] * 10))
+    old = allreduce.cell(run, "no_faults", "adaptive", None, "float32")
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps({"throughput_mb_s": 500.0, "machine": {"date": "then"}, "results": [old]}))
+    (earlier,) = allreduce.earlier_results(path)
+    assert earlier["broker_mb_s"] == 500.0 and earlier["measured"] == "then"
+    (row,) = allreduce.bound_rows([earlier], throughput=1e12)  # the cell's own 500 MB/s wins
+    assert row["throughput_mb_s"] == 500.0
+    assert row["bound_s"] == pytest.approx(allreduce_traffic(7).total_bytes / 500e6, rel=1e-3)
+
+
+def test_merge_of_an_unreadable_file_starts_empty(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert allreduce.earlier_results(bad) == []
+    assert allreduce.earlier_results(None) == []
+
+
+def test_cells_sort_by_size_then_thesis_scenario_order() -> None:
+    cells = [{"nodes": 15, "scenario": "no_faults", "timeout": "adaptive", "wire_dtype": "float32"},
+             {"nodes": 7, "scenario": "two_serial", "timeout": "fixed 0.5 s", "wire_dtype": "float32"},
+             {"nodes": 7, "scenario": "no_faults", "timeout": "adaptive", "wire_dtype": "int8"},
+             {"nodes": 7, "scenario": "no_faults", "timeout": "adaptive", "wire_dtype": "float32"}]
+    ordered = sorted(cells, key=allreduce.cell_order)
+    assert [(c["nodes"], c["scenario"], c["wire_dtype"]) for c in ordered] == [
+        (7, "no_faults", "float32"), (7, "no_faults", "int8"), (7, "two_serial", "float32"),
+        (15, "no_faults", "float32")]
