@@ -86,15 +86,17 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 
 def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    """User + system CPU seconds so far of each process and its children (py-spy wraps)."""
+    """User and system CPU seconds so far of each process and its children (py-spy wraps):
+    keys ``<name>`` (user + system) and ``<name>:sys``."""
     out: dict[str, float] = {}
     for name, pid in pids.items():
         try:
             proc = psutil.Process(pid)
-            procs = [proc, *proc.children(recursive=True)]
-            out[name] = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+            times = [p.cpu_times() for p in (proc, *proc.children(recursive=True))]
+            out[name] = sum(t.user + t.system for t in times)
+            out[f"{name}:sys"] = sum(t.system for t in times)
         except psutil.Error:
-            out[name] = float("nan")
+            out[name] = out[f"{name}:sys"] = float("nan")
     return out
 
 
@@ -167,7 +169,8 @@ def _summarize(nodes: int, args: argparse.Namespace, reports: list[Telemetry],
     periods = [b[1] - a[1] for a, b in itertools.pairwise(root_times) if b[0] == a[0] + 1]
     rounds_measured = max(1, args.rounds - args.warmup)
     cpu = {k: round((cpu1[k] - cpu0[k]) / rounds_measured, 4) for k in cpu0}
-    agents_cpu = sum(v for k, v in cpu.items() if k.startswith("agent-"))
+    agents_cpu = sum(v for k, v in cpu.items() if k.startswith("agent-") and ":" not in k)
+    agents_sys = sum(v for k, v in cpu.items() if k.startswith("agent-") and k.endswith(":sys"))
     traffic = allreduce_traffic(nodes)
     throughput = throughput_from(json.loads(args.broker_json.read_text()))
 
@@ -183,7 +186,8 @@ def _summarize(nodes: int, args: argparse.Namespace, reports: list[Telemetry],
         "compute_s_median_median": med("compute_median"),
         "round_period_s_median": round(statistics.median(periods), 4) if periods else None,
         "cpu_s_per_round": cpu, "cpu_s_per_round_agents": round(agents_cpu, 4),
-        "cpu_s_per_round_total": round(sum(cpu.values()), 4),
+        "cpu_s_per_round_agents_sys": round(agents_sys, 4),
+        "cpu_s_per_round_total": round(sum(v for k, v in cpu.items() if ":" not in k), 4),
         "wall_s_per_round": round(seconds / rounds_measured, 4),
         "broker_bytes_per_round": traffic.total_bytes,
         "bound_s": round(bound_seconds(traffic.total_bytes, throughput), 4),
