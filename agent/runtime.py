@@ -23,6 +23,7 @@ import numpy as np
 from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
 from agent.config import AgentConfig
+from agent.model.data import to_float_pixels
 from agent.protocol.allreduce import (
     AllreduceConfig,
     LinkEstimators,
@@ -60,6 +61,7 @@ _WIRE_DTYPES = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
 FUTURE_ROUNDS = 2
 MAX_BUFFERED_FRAMES = 4096
 POLL_SECONDS = 0.05
+EVAL_CHUNK = 1000
 STATE_PULL_TIMEOUT = 3.0  # a peer silent this long: ask the next one
 PULL_ROUNDS_PER_PEER = 2  # then give the transfer up (a new one starts when still needed)
 
@@ -351,9 +353,14 @@ class AgentRuntime:
         if every <= 0 or (self.round % every != 0 and not self._done()):
             return None
         x, y = self.test_set
-        n = self.config.eval_samples
-        _, acc = self.backend.evaluate(x[:n], y[:n])
-        return float(acc)
+        n = min(self.config.eval_samples, len(y))
+        correct = 0.0
+        for start in range(0, n, EVAL_CHUNK):
+            # A chunk at a time: 10,000 images at once would cost ~45 MB of activations.
+            stop = min(n, start + EVAL_CHUNK)
+            _, acc = self.backend.evaluate(to_float_pixels(x[start:stop]), y[start:stop])
+            correct += acc * (stop - start)
+        return correct / n if n else None
 
     def _maybe_checkpoint(self, view: View) -> None:
         if self.config.checkpoint_dir is None:
@@ -560,7 +567,7 @@ def run_agent(config: AgentConfig) -> int:
         part = load_mnist_shard(config.id % config.fleet_size, config.fleet_size,
                                 str(config.data) if config.data else None,
                                 non_iid=config.non_iid, seed=config.seed,
-                                test_limit=config.eval_samples)
+                                test_limit=config.eval_samples, raw_pixels=True)
     except DataError as exc:
         log.error("%s", exc)
         return 2
