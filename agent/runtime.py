@@ -184,6 +184,14 @@ class AgentRuntime:
         self.round = rnd
         self.future = [f for f in self.future if f.round >= rnd]
 
+    def _await_final_state(self) -> None:
+        """The last round fell back to our own gradient: there is no next round to resync in,
+        so wait (bounded) for the fleet's final state, which lingering peers serve."""
+        until = self.clock.now() + self.config.round_deadline
+        while self.transfer is not None and self.clock.now() < until and not self.should_stop():
+            self._pump(POLL_SECONDS)
+        self._install_fleet_state()
+
     def _linger(self) -> None:
         """After the last round, keep answering pulls and NACKs for a while: a peer whose
         broadcast got lost must not find the fleet gone and end its last round degraded."""
@@ -316,6 +324,8 @@ class AgentRuntime:
         )
         self.notes = []
         self.round += 1
+        if self._done() and self.transfer is not None:
+            self._await_final_state()
         report.accuracy = self._maybe_evaluate()
         self._maybe_checkpoint(view)
         self._report(report, view)
