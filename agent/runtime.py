@@ -309,7 +309,8 @@ class AgentRuntime:
             if self.should_stop():
                 return
             if self.received_state is not None and self.received_state[0] > self.round:
-                self.notes.append(Note("abandoned", None, f"round {self.round}: the fleet is ahead"))
+                self.notes.append(Note("abandoned", None, f"the fleet is at round {self.received_state[0]}"))
+                self._report_abandoned(view, float(loss), t0)
                 return
             self._tick()
         result: RoundResult = self.machine.result
@@ -330,6 +331,21 @@ class AgentRuntime:
         self._maybe_checkpoint(view)
         self._report(report, view)
 
+    def _report_abandoned(self, view: View, loss: float, started: float) -> None:
+        """A round given up because the fleet is ahead is still reported (degraded, nothing
+        applied): the dashboard and the report must see it, not a gap."""
+        if self.config.telemetry:
+            telemetry = Telemetry(
+                node=self.id, round=self.round, epoch=view.epoch, algorithm=self.config.algorithm,
+                wall_time=time.time(), loss=_finite(loss),
+                phase_seconds={"total": round(self.clock.now() - started, 6)},
+                members=len(view.members), degraded=True, rejected=dict(self.counters.rejected),
+                model_hash=f"{self.backend.model_hash():08x}",
+                events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in self.notes][:50],
+            )
+            self._publish(self.topics.telemetry(self.id), telemetry.encode())
+        self.notes = []
+
     def _tick(self) -> None:
         now = self.clock.now()
         wake = self.machine.next_timer()
@@ -347,14 +363,17 @@ class AgentRuntime:
             self.notes.append(Note("resync", None, f"state of round {self.round}"))
             self.received_state = None
         elif (why := resync_reason(result, own_hash)) is not None:
-            # Our model now differs from the fleet's: fetch its state for the next round.
-            self._request_resync(why)
+            # Our model now differs from the fleet's: fetch its state for the next round, first
+            # from peers whose link worked this round (a cut link would cost a pull timeout).
+            broken = {p for p, state in result.link_states.items() if state in ("failed", "rerouted")}
+            self._request_resync(why, avoid=broken)
         self.backend.apply(result.values)
 
-    def _request_resync(self, why: str) -> None:
+    def _request_resync(self, why: str, avoid: set[int] | frozenset[int] = frozenset()) -> None:
         self.notes.append(Note("drift", None, why))
         view = self.membership.view_for(self.round)
         peers = self.membership.online_peers(view.members if view is not None else [])
+        peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
         if peers and (self.transfer is None or self.transfer.round <= self.round):
             self._fetch_state(self.round + 1, peers)
 

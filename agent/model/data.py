@@ -244,7 +244,7 @@ def content_sha256(raw: RawArrays) -> str:
     digest = hashlib.sha256()
     for key in IDX_NAMES:
         # A memoryview, not tobytes(): no 47 MB copy on a device with little memory.
-        digest.update(memoryview(np.ascontiguousarray(raw[key], dtype=np.uint8)))
+        digest.update(np.ascontiguousarray(raw[key], dtype=np.uint8).data)
     return digest.hexdigest()
 
 

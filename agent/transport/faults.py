@@ -113,7 +113,7 @@ class FaultyTransport:
         if birth is None:
             self.inner.connect(subscriptions, will)
         else:
-            self.inner.connect(subscriptions, will, birth=birth)  # type: ignore[call-arg]
+            self.inner.connect(subscriptions, will, birth=birth)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = False) -> None:
         link = self.topics.parse_link(topic)

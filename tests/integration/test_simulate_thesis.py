@@ -27,12 +27,15 @@ def _check_run(run_dir: Path, stdout: str, broker_kind: str, mechanism: str) -> 
     assert summary == json.loads((run_dir / "summary.json").read_text())
     events = read_events(run_dir)
     assert any(e["type"] == "broker" and e["kind"] == broker_kind for e in events)
-    # Reaches the end without a halt: every round, every agent.
+    # Reaches the end without a halt: every round is reported, every agent reaches the last one.
+    # (An agent that fell two rounds behind fetches the fleet's state and skips the rounds in
+    # between, so a round in the fault window may have fewer reporters.)
     assert summary["halted"] is False and summary["error"] is None
     assert summary["rounds"] == 15
     with open(run_dir / "rounds.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 15 and all(int(r["reporters"]) == 7 for r in rows)
+    assert len(rows) == 15 and all(int(r["reporters"]) >= 4 for r in rows), rows
+    assert int(rows[-1]["reporters"]) == 7 and int(rows[4]["reporters"]) == 7
     # The two serial link faults were injected the planned way, and both were detected.
     faults = summary["faults"]
     assert [f["mechanism"] for f in faults] == [mechanism, mechanism]
