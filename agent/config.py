@@ -47,7 +47,7 @@ class AgentConfig(BaseModel):
     seed: int = Field(0, ge=0, description="seed for init and data order (init is shared by the fleet)")
     timeout_mode: Literal["adaptive", "fixed"] = Field("adaptive", description="per-link timeouts: adaptive (RTO) or fixed")
     timeout: float = Field(0.5, gt=0, description="fixed timeout, and the initial one in adaptive mode (s)")
-    min_timeout: float = Field(0.05, gt=0, description="adaptive timeout lower clamp (s)")
+    min_timeout: float = Field(0.2, gt=0, description="adaptive timeout lower clamp (s); like TCP's minimum RTO it keeps a busy machine's scheduling stalls from looking like dead links")
     max_timeout: float = Field(2.0, gt=0, description="adaptive timeout upper clamp (s)")
     round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
     chunk_size: int = Field(16384, ge=64, le=1 << 20, description="values per chunk")
