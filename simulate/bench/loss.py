@@ -109,14 +109,22 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r["error"] for r in results) else 0
 
 
-TABLE_HEADERS = ["nodes", "p", "rounds", "final acc", "drop (pp)", "round s (median)",
+TABLE_HEADERS = ["nodes", "p", "eval round", "accuracy", "drop (pp)", "round s (median)",
                  "degraded rounds", "missing chunks", "NACKs", "max distinct models"]
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
-    return [[r["nodes"], r["p"], r["final_round"], pct(r["final_accuracy"]), r.get("drop_pp"),
+    """Accuracy at the p = 0 run's last evaluated round (where there is one), as the drop."""
+    return [[r["nodes"], r["p"], *_compared(r, doc["results"]), r.get("drop_pp"),
              r["round_seconds_median"], r["degraded_rounds"], r["missing_chunks"], r["nacks"],
              r["max_distinct_models"]] for r in doc["results"]]
+
+
+def _compared(result: dict[str, Any], results: list[dict[str, Any]]) -> tuple[Any, Any]:
+    if result.get("accuracy_at_reference_round") is not None:
+        ref = next(x for x in results if x["nodes"] == result["nodes"] and x["p"] == 0)
+        return ref["final_round"], pct(result["accuracy_at_reference_round"])
+    return result["final_round"], pct(result["final_accuracy"])
 
 
 def render_table(doc: dict[str, Any]) -> str:

@@ -59,3 +59,10 @@ def test_table_rows_follow_the_results() -> None:
 
 def test_bad_options_exit_with_usage_error() -> None:
     assert loss.run(_args("--p", "1.5")) == 2
+
+
+def test_table_shows_the_accuracy_at_the_reference_round_not_a_later_one() -> None:
+    results = [_result(7, 0.0, {8: 0.95}), _result(7, 0.1, {8: 0.93, 9: 0.96})]
+    loss.add_drops(results)
+    row = loss.table_rows({"results": results})[1]
+    assert row[2:5] == [8, "93.00 %", pytest.approx(2.0)]
