@@ -213,6 +213,17 @@ def render_allreduce(doc: dict[str, Any], ctx: Context) -> str:
              "rows) or over the fault-free rounds. *extra* = fault median - fault-free median of the "
              "same run; *extra / T* in fixed timeouts. The thesis's figures (32-core server) beside.",
              markdown_table(STEP_HEADERS, step_rows(doc))]
+    first: dict[Any, str] = {}
+    for r in doc["results"]:  # a pass = one throughput measurement; its first cell's date
+        date = str(r.get("measured") or "?")
+        first[r.get("broker_mb_s")] = min(first.get(r.get("broker_mb_s"), date), date)
+    passes = sorted((d, m) for m, d in first.items())
+    if len(passes) > 1:
+        parts.append("Cells come from several passes of the bench (`--merge`); a later pass replaced "
+                     "the same cells of an earlier one. Passes (start, raw mosquitto MB/s measured at "
+                     "its start): " + "; ".join(f"{d}, {m if m is not None else '?'} MB/s" for d, m in passes)
+                     + ". Which cell came from which pass: the `measured` field of each result in "
+                     "docs/results/allreduce.json.")
     bad = [r for r in doc["results"] if r.get("error") or not r.get("finished", True)]
     parts += [f"- **incomplete** {r['nodes']} {r['scenario']} {r['timeout']} {r['wire_dtype']}: "
               f"{'over its time budget; ' if not r.get('finished', True) else ''}{r.get('error') or ''}"

@@ -262,11 +262,12 @@ def run(args: argparse.Namespace) -> int:
         root = args.keep or Path(tmp)
         raw = broker_throughput(args, root)
         mb_s = raw["broker_mb_s"]["median"] if "broker_mb_s" in raw else None
+        started = machine_info()["date"]
         for nodes, scenario, label, timeout, dtype in plan(args):
             spec = scenario_for(args, nodes, scenario, timeout, dtype)
             fleet_run = run_fleet(spec, root / spec.name, args.budget)
             new = {**cell(fleet_run, scenario, label, timeout, dtype), "broker_mb_s": mb_s,
-                   "measured": machine_info()["date"]}
+                   "measured": started}
             results = [r for r in results if cell_key(r) != cell_key(new)] + [new]
             step = results[-1]["step_s"]
             progress(f"  -> {nodes} {scenario} {label} {dtype}: "
