@@ -81,6 +81,11 @@ class FleetWatch:
         """The round the fleet is in: one past the highest round any agent finished."""
         return max(self.last_round.values(), default=-1) + 1
 
+    def round_seconds(self) -> dict[int, float]:
+        """Per round, the slowest agent's round time."""
+        with self.cond:
+            return dict(self._round_time)
+
     def median_round_seconds(self) -> float | None:
         times = sorted(self._round_time.values())
         return times[len(times) // 2] if times else None

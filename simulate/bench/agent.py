@@ -4,7 +4,6 @@ memory (VmHWM, the Raspberry Pi budget is 150 MB) and per-round time, measured i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol.topics import Topics
+from simulate.bench.common import add_output_arguments, document, emit
 from simulate.brokers import mosquitto_available, start_embedded, start_mosquitto
 from simulate.fleet import AgentSpec, Fleet
 from simulate.telemetry import Collector, EventLog, FleetWatch
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["numpy", "litert"], default="numpy")
     parser.add_argument("--broker", choices=["auto", "mosquitto", "embedded"], default="auto")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_output_arguments(parser)
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -73,27 +73,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench agent: the fleet did not finish {args.rounds} rounds in {args.timeout:.0f} s",
               file=sys.stderr)
         return 1
-    result = {
-        "broker": "mosquitto" if use_mosquitto else "embedded", "nodes": args.nodes,
-        "rounds": args.rounds, "backend": args.backend,
-        "peak_rss_mb": {str(n): round(v, 1) for n, v in peaks.items() if v is not None},
-        "peak_rss_mb_max": round(max(v for v in peaks.values() if v is not None), 1),
-        "pi_budget_mb": PI_BUDGET_MB,
-        "round_seconds_median": round(statistics.median(rounds), 4) if rounds else None,
-        "round_seconds_p90": round(sorted(rounds)[int(0.9 * (len(rounds) - 1))], 4) if rounds else None,
-    }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"fleet of {args.nodes} ({args.backend}, {result['broker']}), {args.rounds} rounds")
-        for node, mb in result["peak_rss_mb"].items():
-            print(f"  agent {node}: peak resident {mb:7.1f} MB")
-        print(f"  max {result['peak_rss_mb_max']} MB (budget {PI_BUDGET_MB:.0f} MB); round time "
-              f"median {result['round_seconds_median']} s, p90 {result['round_seconds_p90']} s")
+    result = document(
+        "agent", broker="mosquitto" if use_mosquitto else "embedded", nodes=args.nodes,
+        rounds=args.rounds, backend=args.backend,
+        peak_rss_mb={str(n): round(v, 1) for n, v in peaks.items() if v is not None},
+        peak_rss_mb_max=round(max(v for v in peaks.values() if v is not None), 1),
+        pi_budget_mb=PI_BUDGET_MB,
+        round_seconds_median=round(statistics.median(rounds), 4) if rounds else None,
+        round_seconds_p90=round(sorted(rounds)[int(0.9 * (len(rounds) - 1))], 4) if rounds else None,
+    )
+    lines = [f"fleet of {args.nodes} ({args.backend}, {result['broker']}), {args.rounds} rounds"]
+    lines += [f"  agent {node}: peak resident {mb:7.1f} MB" for node, mb in result["peak_rss_mb"].items()]
+    lines.append(f"  max {result['peak_rss_mb_max']} MB (budget {PI_BUDGET_MB:.0f} MB); round time "
+                 f"median {result['round_seconds_median']} s, p90 {result['round_seconds_p90']} s")
+    emit(result, args, "\n".join(lines))
     return 0
 
 
 def _round_times(watch: FleetWatch) -> list[float]:
     # The first rounds include start-up (view, imports): leave them out of the figure.
-    times = sorted(watch._round_time.items())
+    times = sorted(watch.round_seconds().items())
     return [t for r, t in times if r >= 2]
