@@ -37,6 +37,8 @@ from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind
 from agent.transport.memory import FakeClock, MemoryBus
 
+PULL_TRIES_PER_PEER = 2  # the runtime's PULL_ROUNDS_PER_PEER
+
 FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart"]
 Phase = Literal["reduce", "broadcast"]
 GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
@@ -280,6 +282,7 @@ class SimAgent:
         if self.transfer is not None and (t := self.transfer.next_timer()) is not None and t <= now:
             self.do(self.transfer.on_timer(now))
             self.after_transfer_event()
+            self.give_up_transfer()
         self.after_event()
 
     # ------------------------------------------------------------------ state transfer
@@ -318,6 +321,15 @@ class SimAgent:
         self.transfer_for = r
         self.do(self.transfer.start(now))
         self.reschedule()
+
+    def give_up_transfer(self) -> None:
+        """As the runtime does: a resync whose peers never answer (cut links, loss) is given
+        up after a few tries, and the node goes on with its own state; it never stalls."""
+        transfer = self.transfer
+        if transfer is None or self.joining or transfer.attempts < PULL_TRIES_PER_PEER * len(transfer.peers):
+            return
+        self.transfer, self.resync = None, False
+        self.start_round(self.transfer_for if self.transfer_for is not None else self.round + 1)
 
     def after_transfer_event(self) -> None:
         if self.transfer is None or self.transfer.result is None:

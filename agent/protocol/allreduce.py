@@ -96,6 +96,7 @@ class RoundStats:
     bytes_received: int = 0
     dropped: int = 0  # frames of this round that made no sense here (wrong size, not ours)
     overlaps: int = 0  # contributions refused because they overlapped counted ones
+    retransmits: int = 0  # units resent on the same link (lost frame or lost ACK)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,13 @@ the next route: relay through the backup link(s), then (reduce) straight to the 
 and further ancestors, finally a flood over the FT graph. A node that got a peer's data by a
 relay answers it (broadcast) by the same relay path, so a link fault costs about one RTO.
 
+A lossy link is not a dead link (QoS 0 drops single frames): like TCP, a unit sent straight to
+a peer is retransmitted on the SAME link, a bounded number of times, when an ACK of a unit
+sent after it comes back first (frames on one link topic arrive in order, so it was lost) or
+when half an RTO passed without its ACK. The link is declared dead only when the peer has
+been silent (no frame at all from it) for a whole RTO while a unit waited: a dead link still
+costs one RTO, a lossy one only retransmissions.
+
 Counting: a unit is accepted only when its contributor set is disjoint from everything
 counted for that chunk; a unit whose set is already covered is a duplicate (ACKed, not
 counted); a partial overlap is refused. Hence no contribution is ever counted twice.
@@ -37,6 +44,7 @@ from agent.protocol.topology import Tree
 from agent.protocol.wire import DType, Flag, Frame, Kind
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
+MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,9 @@ class Pending:
     timeout: float = 0.0
     retransmitted: bool = False
     cycle: bool = False  # reduce units keep cycling through routes until the deadline
+    route_since: float = 0.0  # first send on the current route: silence counts from here
+    retries: int = 0  # retransmissions on the current route
+    seq: int = 0  # send order: an ACK of a later unit on the same direct link means a loss
 
     @property
     def route(self) -> Route:
@@ -108,6 +119,8 @@ class FtTreeRound:
         self.book.known(self.neighbours)
         self.pending: dict[tuple[bool, int, int | frozenset[int]], Pending] = {}
         self.progress: dict[tuple[str, int, int], float] = {}
+        self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
+        self.send_seq = 0
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
         self.down: set[int] = set()  # peers known to be offline (membership)
         self.bcast_routes: dict[int, Route] = {}  # how to reach a peer whose data came oddly
@@ -143,6 +156,7 @@ class FtTreeRound:
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
+        self.last_heard[frame.sender] = now
         if frame.round != self.round or frame.job != self.cfg.job:
             self.stats.dropped += 1
             return []
@@ -384,7 +398,21 @@ class FtTreeRound:
         if route.kind == DIRECT and not pending.retransmitted:
             self.links.observe(route.target, now - pending.sent_at)
         self.progress[route.hop_key] = now
+        if route.kind == DIRECT:
+            self._fast_retransmit(route, pending.seq, now)
         self._check_reduce_done(now)
+
+    def _fast_retransmit(self, route: Route, acked_seq: int, now: float) -> None:
+        """Units sent on ``route`` before the one just ACKed were lost (or their ACK was)."""
+        for p in list(self.pending.values()):
+            if p.route == route and p.seq < acked_seq and p.retries < MAX_RETRIES:
+                self._retransmit(p, now)
+
+    def _retransmit(self, p: Pending, now: float) -> None:
+        p.retries += 1
+        p.retransmitted = True
+        self.stats.retransmits += 1
+        self._emit(p, now, fresh=False)
 
     def _on_nack(self, frame: Frame, now: float) -> None:
         wanted = set(frame.indices())
@@ -392,7 +420,7 @@ class FtTreeRound:
         for p in list(self.pending.values()):
             if p.broadcast == broadcast and p.chunk in wanted and p.route.via == frame.sender:
                 p.retransmitted = True
-                self._emit(p, now)
+                self._emit(p, now, fresh=False)
 
     def _on_pull(self, frame: Frame) -> None:
         asked = frame.indices() or list(range(self.n))
@@ -418,10 +446,15 @@ class FtTreeRound:
                 return
         self._emit(pending, now)
 
-    def _emit(self, p: Pending, now: float) -> None:
+    def _emit(self, p: Pending, now: float, fresh: bool = True) -> None:
+        """Send ``p`` on its current route; ``fresh``: the first time on this route."""
         route = p.route
         p.sent_at = now
-        p.timeout = self._route_timeout(route)
+        self.send_seq += 1
+        p.seq = self.send_seq
+        if fresh:
+            p.route_since, p.retries = now, 0
+            p.timeout = self._route_timeout(route)
         if route.kind == DIRECT:
             self._send(route.target, replace(p.frame, kind=Kind.DATA, target=route.target))
         elif route.kind == RELAY:
@@ -467,14 +500,41 @@ class FtTreeRound:
         self._note("undeliverable", p.peer, f"chunk {p.chunk}")
 
     def _due(self, p: Pending) -> float:
-        return max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at)) + p.timeout
+        if p.route.kind != DIRECT:
+            return max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at)) + p.timeout
+        silent = self._silent_at(p)
+        if self._may_retransmit(p):
+            # Half an RTO: the retransmission's ACK can still come before the peer counts as silent.
+            resend = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at)) + p.timeout / 2
+            return min(silent, resend)
+        return min(silent, p.sent_at + p.timeout)
+
+    def _silent_at(self, p: Pending) -> float:
+        """When the peer of a direct unit will have been silent for a whole RTO."""
+        heard = max(self.last_heard.get(p.route.target, p.route_since),
+                    self.progress.get(p.route.hop_key, p.route_since))
+        return max(p.route_since, heard) + p.timeout
+
+    def _may_retransmit(self, p: Pending) -> bool:
+        if p.retries >= MAX_RETRIES:
+            return False
+        # Only while the peer shows life: a silent peer gets its one RTO, then the backup.
+        return self.last_heard.get(p.route.target, -1.0) >= p.route_since
 
     def _expire_pending(self, now: float) -> None:
         for p in sorted(self.pending.values(), key=self._due):
             if p.key not in self.pending or self._due(p) > now:
                 continue
-            self.stats.timeouts += 1
             route = p.route
+            if route.kind == DIRECT and self._silent_at(p) > now:
+                if self._may_retransmit(p):
+                    self._retransmit(p, now)
+                else:
+                    # The peer lives but this unit never got through: this unit alone moves on.
+                    self.stats.timeouts += 1
+                    self._advance(p, now)
+                continue
+            self.stats.timeouts += 1
             self._note("timeout", route.via if route.kind != FLOOD else route.target,
                        f"chunk {p.chunk} {'broadcast' if p.broadcast else 'reduce'} {route.kind}")
             if route.kind == DIRECT:

@@ -1,0 +1,75 @@
+"""A lossy link is not a dead link: with chunk loss p = 0.1 on every link (no cuts) the FT-tree
+retransmits on the same links instead of rerouting, so rounds stay short and complete.
+
+Before same-link retransmission (one lost ACK declared the whole link dead), this fleet had a
+median round of 3.5 s (7 T) and 14 of 20 rounds degraded."""
+
+from __future__ import annotations
+
+import statistics
+
+from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.topology import Tree
+from agent.virtual_fleet import FaultSpec, count_problems, run_fleet
+
+NODES = 7
+ROUNDS = 20
+CHUNK = 1024
+TIMEOUT = 0.5
+CONFIG = AllreduceConfig(chunk_size=CHUNK, timeout_mode="fixed", fixed_timeout=TIMEOUT, round_deadline=5.0)
+
+
+def lossy_fleet(seed: int) -> list:  # type: ignore[type-arg]
+    return run_fleet(NODES, ROUNDS, length=8 * CHUNK, allreduce=CONFIG, seed=seed, latency=0.0005,
+                     broker_bandwidth=500e6, keep_gradients=True, max_time=1e4,
+                     faults=(FaultSpec("loss", 0, value=0.1),))
+
+
+def test_loss_on_every_link_costs_retransmissions_not_reroutes() -> None:
+    for seed in (0, 1):
+        records = lossy_fleet(seed)
+        assert [r.round for r in records] == list(range(ROUNDS)), "the fleet halted"
+        durations = [r.duration for r in records]
+        assert statistics.median(durations) < 3 * TIMEOUT, durations
+        degraded = sum(r.degraded for r in records)
+        assert degraded <= ROUNDS // 5, f"{degraded} of {ROUNDS} rounds degraded"
+        retransmits = sum(res.stats.retransmits for r in records for res in r.results.values())
+        reroutes = sum(res.stats.reroutes for r in records for res in r.results.values())
+        assert retransmits > 0, "p = 0.1 loss must have caused retransmissions"
+        assert reroutes <= retransmits // 4, (reroutes, retransmits)
+        for rec in records:
+            if not rec.degraded:
+                assert count_problems(rec, CHUNK) == [], rec.round
+        # Links are rarely declared dead for mere loss (before: ~160 times here; now only a
+        # lone unit whose frame was lost before the peer ever answered).
+        dead = [n for r in records for notes in r.notes.values() for n in notes if n.kind == "link_dead"]
+        assert len(dead) <= ROUNDS, dead
+
+
+def test_a_silent_peer_is_still_declared_dead_after_one_timeout() -> None:
+    """A cut link (the peer says nothing at all) still costs about one timeout, not retries."""
+    tree = Tree(tuple(range(NODES)), 2)
+    leaf = tree.members[-1]
+    parent = tree.parent(leaf)
+    assert parent is not None
+    base = run_fleet(NODES, 1, length=8 * CHUNK, allreduce=CONFIG, latency=0.0005)[0]
+    cut = run_fleet(NODES, 1, length=8 * CHUNK, allreduce=CONFIG, latency=0.0005,
+                    faults=(FaultSpec("cut", 0, leaf, parent),))[0]
+    assert not cut.degraded
+    assert cut.duration <= base.duration + 1.2 * TIMEOUT
+    notes = [n for notes in cut.notes.values() for n in notes]
+    assert any(n.kind == "link_dead" for n in notes)
+
+
+def test_a_resync_nobody_can_answer_is_given_up_and_the_node_goes_on() -> None:
+    # Found by hypothesis: 1 -> 2 and 0 -> 1 cut one way plus loss: node 1 falls back, its
+    # state pull can never be answered (its only ways in are cut); it must not stall.
+    config = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
+    faults = (FaultSpec("loss", 0, value=0.25), FaultSpec("cut", 0, 1, 2, one_way=True),
+              FaultSpec("cut", 0, 0, 1, one_way=True))
+    records = run_fleet(3, 3, length=37, keep_gradients=True, allreduce=config, faults=faults,
+                        seed=0, max_time=60.0)
+    assert [r.round for r in records] == [0, 1, 2]
+    for rec in records:
+        assert sorted(rec.results) == [0, 1, 2], f"round {rec.round}: {sorted(rec.results)}"
+        assert count_problems(rec, 8) == []
