@@ -195,7 +195,8 @@ class AgentRuntime:
     def _linger(self) -> None:
         """After the last round, keep answering pulls and NACKs for a while: a peer whose
         broadcast got lost must not find the fleet gone and end its last round degraded."""
-        until = self.clock.now() + min(self.config.round_deadline, 1.0 + 3 * self.config.timeout)
+        # Long enough for a peer whose last round ran to its deadline to fetch our state.
+        until = self.clock.now() + self.config.round_deadline + 1.0 + 3 * self.config.timeout
         while self.clock.now() < until and not self.should_stop():
             self._pump(POLL_SECONDS)
 
