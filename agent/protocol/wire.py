@@ -274,12 +274,16 @@ def _check_header(
     return None
 
 
+_MAX_INT8_SCALE = float(np.finfo(np.float32).max) / 127.0
+
+
 def _check_values(frame: Frame) -> Frame | Rejection:
     if not np.isfinite(frame.scale):
         return Rejection(RejectReason.BAD_VALUES, "non-finite scale")
     if frame.dtype == DType.U32:
         return frame
-    if frame.dtype == DType.I8 and not frame.scale > 0:
+    if frame.dtype == DType.I8 and not 0 < frame.scale <= _MAX_INT8_SCALE:
+        # Beyond that, 127 * scale overflows float32 to inf when dequantized.
         return Rejection(RejectReason.BAD_VALUES, "int8 scale")
     if frame.dtype != DType.I8 and not _all_finite(frame.payload, frame.dtype):
         return Rejection(RejectReason.BAD_VALUES, "non-finite value")

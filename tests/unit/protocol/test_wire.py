@@ -328,3 +328,10 @@ def test_corrupt_bodies_with_a_good_crc_give_typed_answers(
     for position, byte in changes:
         body[position % len(body)] = byte
     assert_typed(decode(with_crc(bytes(body))))
+
+
+def test_an_int8_scale_that_would_overflow_float32_is_rejected() -> None:
+    # Found by hypothesis: 127 * 2.68e36 is inf in float32.
+    forged = Frame(Kind.DATA, 0, 0, 0, dtype=DType.I8, scale=2.6793887059314005e36, payload=b"\x7f")
+    decoded = decode(encode(forged))
+    assert isinstance(decoded, Rejection) and decoded.reason == RejectReason.BAD_VALUES
