@@ -126,6 +126,26 @@ class RoundMachine(Protocol):
     def peer_down(self, peer: int, now: float) -> list[Action]: ...
 
 
+class Outbox:
+    """What every round machine shares: the actions one call queues, handed back by ``_flush``.
+    Subclasses set ``self.stats`` and ``self._out = []`` in their constructor."""
+
+    stats: RoundStats
+    _out: list[Action]
+
+    def _send(self, dst: int, frame: Frame) -> None:
+        self.stats.frames_sent += 1
+        self.stats.bytes_sent += frame_size(frame)
+        self._out.append(Send(dst, frame))
+
+    def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
+        self._out.append(Note(kind, peer, detail))
+
+    def _flush(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+
 def frame_size(frame: Frame) -> int:
     """Bytes of ``encode(frame)`` without encoding it (header, bitmap, payload, CRC)."""
     top = max(frame.contributors) if frame.contributors else -1

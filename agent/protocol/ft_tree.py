@@ -31,10 +31,9 @@ from agent.protocol.allreduce import (
     Action,
     AllreduceConfig,
     LinkBook,
-    Note,
+    Outbox,
     RoundResult,
     RoundStats,
-    Send,
     chunk_bounds,
     frame_size,
     merge_means,
@@ -98,7 +97,7 @@ class ChunkState:
     final_ids: frozenset[int] = frozenset()
 
 
-class FtTreeRound:
+class FtTreeRound(Outbox):
     def __init__(
         self, config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
         model_hash: int, links: LinkEstimators, now: float,
@@ -627,18 +626,6 @@ class FtTreeRound:
     def _flood_key(frame: Frame) -> tuple[object, ...]:
         return (frame.kind, frame.is_broadcast, frame.origin, frame.target, frame.chunk_index,
                 frame.contributors)
-
-    def _send(self, dst: int, frame: Frame) -> None:
-        self.stats.frames_sent += 1
-        self.stats.bytes_sent += frame_size(frame)
-        self._out.append(Send(dst, frame))
-
-    def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
-        self._out.append(Note(kind, peer, detail))
-
-    def _flush(self) -> list[Action]:
-        out, self._out = self._out, []
-        return out
 
     def _finish(self, now: float) -> None:
         values = np.empty(len(self.grad), dtype=np.float32)

@@ -14,9 +14,9 @@ from agent.protocol.allreduce import (
     Action,
     AllreduceConfig,
     Note,
+    Outbox,
     RoundResult,
     RoundStats,
-    Send,
     chunk_bounds,
     frame_size,
     merge_means,
@@ -27,7 +27,7 @@ from agent.protocol.tree import finish_with_fallback
 from agent.protocol.wire import Flag, Frame, Kind
 
 
-class RpsRound:
+class RpsRound(Outbox):
     def __init__(
         self, config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
         model_hash: int, links: LinkEstimators, now: float,
@@ -118,15 +118,6 @@ class RpsRound:
     def _frame(self, j: int, flags: Flag, ids: frozenset[int]) -> Frame:
         return Frame(Kind.DATA, self.cfg.job, self.round, self.node, j, self.n, flags,
                      model_hash=self.model_hash, contributors=ids)
-
-    def _send(self, dst: int, frame: Frame) -> None:
-        self.stats.frames_sent += 1
-        self.stats.bytes_sent += frame_size(frame)
-        self._out.append(Send(dst, frame))
-
-    def _flush(self) -> list[Action]:
-        out, self._out = self._out, []
-        return out
 
     def _finish(self, now: float) -> None:
         self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
