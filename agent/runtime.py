@@ -499,7 +499,10 @@ class AgentRuntime:
             return  # a transfer under way takes any newer state than it asked for
         self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
         others = self.membership.online_peers(self.membership.live())
-        self._fetch_state(frame.round, [frame.sender, *(p for p in others if p != frame.sender)])
+        # Ask for the state of the round AFTER the peer's: it is served as that round starts,
+        # so we join it in step. The peer's current state would be a round old on arrival,
+        # and we would fall behind again at once.
+        self._fetch_state(frame.round + 1, [frame.sender, *(p for p in others if p != frame.sender)])
 
     def _take_future(self) -> list[Frame]:
         now_round = [f for f in self.future if f.round == self.round]
