@@ -185,6 +185,9 @@ class LinkBook:
         if self._rank[state] > self._rank[self.states.get(peer, "ok")]:
             self.states[peer] = state
 
+    def healed(self, peer: int) -> None:
+        self.states[peer] = "ok"
+
     def known(self, peers: Sequence[int]) -> None:
         for p in peers:
             self.states.setdefault(p, "ok")

@@ -16,6 +16,11 @@ when half an RTO passed without its ACK. The link is declared dead only when the
 been silent (no frame at all from it) for a whole RTO while a unit waited: a dead link still
 costs one RTO, a lossy one only retransmissions.
 
+A dead link stays dead across rounds (``LinkEstimators.dead``): the next round routes around
+it from the start and sends the peer a PROBE instead, which the peer answers; an answer (or
+an ACK of a frame sent straight to the peer) proves the link works both ways and heals it.
+A permanent cut thus costs one RTO once, not every round.
+
 Counting: a unit is accepted only when its contributor set is disjoint from everything
 counted for that chunk; a unit whose set is already covered is a duplicate (ACKed, not
 counted); a partial overlap is refused. Hence no contribution is ever counted twice.
@@ -121,6 +126,11 @@ class FtTreeRound(Outbox):
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
         self.send_seq = 0
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
+        # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
+        self.remembered_dead = links.dead & set(self.neighbours)
+        self.dead |= self.remembered_dead
+        for peer in self.remembered_dead:
+            self.book.mark(peer, "failed")
         self.down: set[int] = set()  # peers known to be offline (membership)
         self.bcast_routes: dict[int, Route] = {}  # how to reach a peer whose data came oddly
         self.adopted: set[int] = set()  # non-children that delivered their data to us
@@ -146,6 +156,8 @@ class FtTreeRound(Outbox):
     # ------------------------------------------------------------------ public API
 
     def start(self, now: float) -> list[Action]:
+        for peer in sorted(self.remembered_dead):
+            self._send(peer, self._frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
         for j, ch in enumerate(self.chunks):
             ch.units.append((frozenset({self.node}), self.grad[ch.lo : ch.hi]))
             ch.covered.add(self.node)
@@ -169,6 +181,8 @@ class FtTreeRound(Outbox):
             self._on_nack(frame, now)
         elif frame.kind == Kind.PULL:
             self._on_pull(frame)
+        elif frame.kind == Kind.PROBE:
+            self._on_probe(frame)
         else:
             self.stats.dropped += 1
         return self._flush()
@@ -394,6 +408,8 @@ class FtTreeRound(Outbox):
         if pending is None:
             return
         route = pending.route
+        if frame.sender == frame.origin and not frame.flags & Flag.FLOOD:
+            self._heal(frame.sender)  # an ACK straight from the peer: a round trip worked
         if route.kind == DIRECT and not pending.retransmitted:
             self.links.observe(route.target, now - pending.sent_at)
         self.progress[route.hop_key] = now
@@ -412,6 +428,12 @@ class FtTreeRound(Outbox):
         p.retransmitted = True
         self.stats.retransmits += 1
         self._emit(p, now, fresh=False)
+
+    def _on_probe(self, frame: Frame) -> None:
+        if frame.flags & Flag.REPLY:
+            self._heal(frame.sender)
+        else:
+            self._send(frame.sender, self._frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
 
     def _on_nack(self, frame: Frame, now: float) -> None:
         wanted = set(frame.indices())
@@ -543,11 +565,23 @@ class FtTreeRound(Outbox):
                 self._advance(q, now)
 
     def _declare_dead(self, peer: int) -> None:
+        self.links.mark_dead(peer)
         if peer in self.dead:
             return
         self.dead.add(peer)
         self.book.mark(peer, "failed")
         self._note("link_dead", peer)
+
+    def _heal(self, peer: int) -> None:
+        """A round trip with ``peer`` worked: forget an earlier round's verdict on the link.
+        A link declared dead in THIS round stays dead until the round ends."""
+        was_dead = self.links.heal(peer)
+        if peer in self.remembered_dead:
+            self.remembered_dead.discard(peer)
+            self.dead.discard(peer)
+            self.book.healed(peer)
+        if was_dead:
+            self._note("link_healed", peer)
 
     def _flood(self, frame: Frame, exclude: int | None) -> None:
         for peer in self.neighbours:

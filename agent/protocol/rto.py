@@ -1,7 +1,7 @@
 """Per-peer retransmission timeouts, estimated like TCP's RTO (RFC 6298).
 
 ``LinkEstimators`` belongs to the runtime and outlives rounds, so what a round learns about
-a link (its round-trip time) serves the next one. Samples are taken only from frames sent
+a link (its round-trip time, or that it is dead) serves the next one. Samples are taken only from frames sent
 once (Karn's rule), by the round machines.
 """
 
@@ -35,7 +35,9 @@ class LinkEstimators:
 
     ``fixed`` (seconds) replaces every estimate by one constant, to reproduce the thesis
     tables. ``round_time`` is a smoothed duration of clean rounds (no timeout, not degraded),
-    which tells a node how long to wait for a broadcast before it starts to pull.
+    which tells a node how long to wait for a broadcast before it starts to pull. ``dead``
+    holds peers whose direct link timed out and that have not been heard from directly since:
+    the next rounds route around them from the start instead of paying the timeout again.
     """
 
     min_timeout: float = 0.02
@@ -44,6 +46,7 @@ class LinkEstimators:
     fixed: float | None = None
     peers: dict[int, LinkEstimate] = field(default_factory=dict)
     round_time: float | None = None
+    dead: set[int] = field(default_factory=set)
 
     def rto(self, peer: int) -> float:
         if self.fixed is not None:
@@ -62,3 +65,13 @@ class LinkEstimators:
             self.round_time = seconds
         else:
             self.round_time = 0.8 * self.round_time + 0.2 * seconds
+
+    def mark_dead(self, peer: int) -> None:
+        self.dead.add(peer)
+
+    def heal(self, peer: int) -> bool:
+        """A round trip with ``peer`` worked: its link lives. True if it was dead."""
+        if peer not in self.dead:
+            return False
+        self.dead.discard(peer)
+        return True

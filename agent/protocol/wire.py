@@ -44,12 +44,14 @@ class Kind(enum.IntEnum):
     PULL = 5  # ask for broadcast chunks (payload: u32 indices; empty = all)
     MODEL_PULL = 6  # a (re)joining node asks for the full training state
     MODEL = 7  # one chunk of the full training state
+    PROBE = 8  # no payload: "can you hear me?" on a link remembered dead (REPLY: "yes")
 
 
 class Flag(enum.IntFlag):
     NONE = 0
     BROADCAST = 1  # DATA/RELAY/ACK of the broadcast phase
     FINAL = 2  # the chunk's value is final (root result), not a partial mean
+    REPLY = 4  # PROBE: the answer to a probe, which proves the link works both ways
     FLOOD = 0x80  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
 
 
@@ -68,7 +70,7 @@ _ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.d
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}
 _DTYPES: dict[int, DType] = {int(d): d for d in DType}
 _FLAGS: dict[int, Flag] = {
-    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.FLOOD)
+    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.REPLY | Flag.FLOOD)
 }
 
 

@@ -21,7 +21,7 @@ const EVENT_BADGE = {
   link_suspected: "suspected", suspected: "suspected", hung: "hung", reroute: "rerouted",
   link_rerouted: "rerouted", degraded: "suspected", rejoin: "rejoining", join: "joining",
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
-  nack: "suspected", link_dead: "failed",
+  nack: "suspected", link_dead: "failed", link_healed: "ok",
 };
 const MAX_EVENTS_SHOWN = 300;
 

@@ -139,5 +139,27 @@ def test_a_lost_ack_and_a_resend_do_not_double_count() -> None:
                         faults=faults)
     for rec in records:
         assert_full_mean_everywhere(rec, 7)
-        assert rec.results[3].stats.timeouts >= 1
         assert count_problems(rec, CHUNK) == []
+    assert records[0].results[3].stats.timeouts >= 1
+    # The next round remembers the dead link: straight to the relay, no timeout paid again.
+    assert records[1].results[3].stats.timeouts == 0
+    assert records[1].results[3].link_states[1] == "failed"
+
+
+def test_a_permanent_cut_costs_one_timeout_once_and_a_healed_link_is_used_again() -> None:
+    # Link 1-3 cut both ways as round 1 starts (the tail of round 0 may see it), healed in round 4.
+    faults = (FaultSpec("cut", 1, 1, 3), FaultSpec("heal", 4, 1, 3))
+    records = run_fleet(7, 7, length=LENGTH, keep_gradients=True, allreduce=fast_config(),
+                        faults=faults)
+    for rec in records:
+        assert_full_mean_everywhere(rec, 7)
+        assert count_problems(rec, CHUNK) == []
+    timeouts = [rec.results[3].stats.timeouts + rec.results[1].stats.timeouts for rec in records]
+    assert sum(timeouts[:2]) >= 1
+    assert timeouts[2:4] == [0, 0], "a remembered dead link was timed out again"
+    assert [rec.results[3].link_states[1] for rec in records[2:4]] == ["failed", "failed"]
+    # Healed: the probe's answer puts the direct link back in use, no relay needed.
+    assert [rec.results[3].link_states[1] for rec in records[5:]] == ["ok", "ok"]
+    assert [rec.results[4].stats.relays for rec in records[5:]] == [0, 0]
+    fault_free = records[0].duration
+    assert records[2].duration < fault_free + 0.05, "the remembered cut still costs a timeout"
