@@ -50,6 +50,7 @@ class AgentConfig(BaseModel):
     min_timeout: float = Field(0.2, gt=0, description="adaptive timeout lower clamp (s); like TCP's minimum RTO it keeps a busy machine's scheduling stalls from looking like dead links")
     max_timeout: float = Field(2.0, gt=0, description="adaptive timeout upper clamp (s)")
     round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
+    remember_dead_links: bool = Field(True, description="route around a link that timed out in an earlier round from the start (probing it to notice when it heals); off: detect it again every round, as the thesis measured")
     chunk_size: int = Field(16384, ge=64, le=1 << 20, description="values per chunk")
     wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")

@@ -110,6 +110,7 @@ def allreduce_config(config: AgentConfig) -> AllreduceConfig:
         max_timeout=config.max_timeout,
         initial_timeout=config.timeout,
         round_deadline=config.round_deadline,
+        remember_dead_links=config.remember_dead_links,
     )
 
 

@@ -41,6 +41,7 @@ class AllreduceConfig:
     job: int = 0  # wire.job_hash(job name); frames of other jobs are dropped
     reduce_fraction: float = 0.5  # the root stops waiting for contributions at this fraction
     pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
+    remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

@@ -163,3 +163,13 @@ def test_a_permanent_cut_costs_one_timeout_once_and_a_healed_link_is_used_again(
     assert [rec.results[4].stats.relays for rec in records[5:]] == [0, 0]
     fault_free = records[0].duration
     assert records[2].duration < fault_free + 0.05, "the remembered cut still costs a timeout"
+
+
+def test_without_memory_a_permanent_cut_is_detected_again_every_round() -> None:
+    faults = (FaultSpec("cut", 1, 1, 3),)
+    records = run_fleet(7, 5, length=LENGTH, keep_gradients=True, faults=faults,
+                        allreduce=fast_config(remember_dead_links=False))
+    for rec in records[2:]:
+        assert_full_mean_everywhere(rec, 7)
+        assert rec.results[3].stats.timeouts >= 1
+        assert rec.duration >= fast_config().fixed_timeout
