@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.protocol.topics import validate_job
 
@@ -44,6 +44,8 @@ class AgentConfig(BaseModel):
     batch: int = Field(100, ge=1, le=60000, description="batch size per agent per step")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="optimizer")
     lr: float = Field(0.001, gt=0, description="learning rate")
+    lr_schedule: Literal["constant", "linear"] = Field("constant", description="constant, or linear decay from lr to lr x lr-final over the rounds (needs rounds > 0)")
+    lr_final: float = Field(0.1, gt=0, le=1, description="the linear schedule's last rate as a fraction of lr")
     seed: int = Field(0, ge=0, description="seed for init and data order (init is shared by the fleet)")
     timeout_mode: Literal["adaptive", "fixed"] = Field("adaptive", description="per-link timeouts: adaptive (RTO) or fixed")
     timeout: float = Field(0.5, gt=0, description="fixed timeout, and the initial one in adaptive mode (s)")
@@ -63,6 +65,12 @@ class AgentConfig(BaseModel):
     @classmethod
     def _job(cls, value: str) -> str:
         return validate_job(value)
+
+    @model_validator(mode="after")
+    def _schedule_needs_rounds(self) -> AgentConfig:
+        if self.lr_schedule != "constant" and self.rounds == 0:
+            raise ValueError(f"lr_schedule {self.lr_schedule!r} decays over the run: set rounds > 0")
+        return self
 
     @property
     def expected_members(self) -> int:

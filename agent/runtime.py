@@ -24,6 +24,7 @@ from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
 from agent.config import AgentConfig
 from agent.model.data import to_float_pixels
+from agent.model.optim import scheduled_lr
 from agent.protocol.allreduce import (
     AllreduceConfig,
     LinkEstimators,
@@ -369,6 +370,9 @@ class AgentRuntime:
             # from peers whose link worked this round (a cut link would cost a pull timeout).
             broken = {p for p, state in result.link_states.items() if state in ("failed", "rerouted")}
             self._request_resync(why, avoid=broken)
+        cfg = self.config
+        self.backend.set_learning_rate(
+            scheduled_lr(cfg.lr, self.round, cfg.rounds, cfg.lr_schedule, cfg.lr_final))
         self.backend.apply(result.values)
 
     def _request_resync(self, why: str, avoid: set[int] | frozenset[int] = frozenset()) -> None:

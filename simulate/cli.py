@@ -470,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
             from simulate.scenario import _check_agent_options
 
             merged = {**scenario.agent, **extra}
-            _check_agent_options(merged, "--agent-option")
+            _check_agent_options(merged, "--agent-option", scenario.fleet.rounds)
             scenario = scenario.model_copy(update={"agent": merged})
         check_broker_choice(args.broker)
     except ScenarioError as exc:

@@ -260,7 +260,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(f"scenario {source} is not valid:\n{_format_errors(exc)}") from None
-    _check_agent_options(scenario.agent, source)
+    _check_agent_options(scenario.agent, source, scenario.fleet.rounds)
     try:
         scenario.check_fleet()
     except ScenarioError as exc:
@@ -275,7 +275,7 @@ RESERVED_AGENT_OPTIONS = frozenset(
 )
 
 
-def _check_agent_options(options: dict[str, Any], source: str) -> None:
+def _check_agent_options(options: dict[str, Any], source: str, rounds: int) -> None:
     from agent.config import AgentConfig
 
     reserved = sorted(set(options) & RESERVED_AGENT_OPTIONS)
@@ -285,7 +285,7 @@ def _check_agent_options(options: dict[str, Any], source: str) -> None:
             "them (use [fleet] nodes/rounds or the command's flags)"
         )
     try:
-        AgentConfig(id=0, **options)
+        AgentConfig(id=0, rounds=rounds, **options)  # the simulator gives every agent rounds
     except ValidationError as exc:
         raise ScenarioError(f"scenario {source}: [agent] is not valid:\n{_format_errors(exc)}") from None
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from agent.model.backend import BACKENDS, Backend, make_backend
 from agent.model.data import BatchStream, DataError, Dataset, load_mnist
-from agent.model.optim import OPTIMIZERS
+from agent.model.optim import DEFAULT_LR, LR_SCHEDULES, OPTIMIZERS, scheduled_lr
 
 DESCRIPTION = __doc__
 
@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer")
     parser.add_argument("--lr", type=float, default=None,
                         help="learning rate (default: 1e-3 for adam, 0.01 for sgd)")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
+                        help="constant, or linear decay from --lr to --lr x --lr-final over all steps")
+    parser.add_argument("--lr-final", type=float, default=0.1,
+                        help="the linear schedule's last rate as a fraction of --lr")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--batch", type=int, default=100, help="mini-batch size")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and shuffling")
@@ -55,6 +59,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--batch must be at least 1"
     if args.lr is not None and args.lr <= 0:
         return "--lr must be positive"
+    if not 0 < args.lr_final <= 1:
+        return "--lr-final must be in (0, 1]"
     if args.train_limit is not None and args.train_limit < 1:
         return "--train-limit must be at least 1"
     return None
@@ -66,6 +72,9 @@ def train(backend: Backend, data: Dataset, args: argparse.Namespace) -> dict[str
     history: list[dict[str, float]] = []
     reached: int | None = None
     started = time.perf_counter()
+    base_lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+    total_steps = args.epochs * stream.steps_per_epoch
+    step = 0
     for epoch in range(1, args.epochs + 1):
         losses = []
         with tqdm(total=stream.steps_per_epoch, desc=f"epoch {epoch}/{args.epochs}",
@@ -73,7 +82,10 @@ def train(backend: Backend, data: Dataset, args: argparse.Namespace) -> dict[str
             for _ in range(stream.steps_per_epoch):
                 x, y = next(stream)
                 loss, grad = backend.gradients(x, y)
+                backend.set_learning_rate(
+                    scheduled_lr(base_lr, step, total_steps, args.lr_schedule, args.lr_final))
                 backend.apply(grad)
+                step += 1
                 losses.append(loss)
                 bar.update()
                 if len(losses) % 50 == 0:
@@ -123,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
           f"{data.source}; backend {args.backend}, {args.optimizer}, batch {args.batch}",
           file=sys.stderr)
     report = train(backend, data, args)
-    settings = {k: getattr(args, k) for k in ("backend", "epochs", "optimizer", "lr", "momentum",
-                                              "batch", "seed", "train_limit")}
+    settings = {k: getattr(args, k) for k in ("backend", "epochs", "optimizer", "lr", "lr_schedule",
+                                              "lr_final", "momentum", "batch", "seed", "train_limit")}
     report = {"settings": settings, "data_source": data.source,
               "train_size": len(data.y_train), **report}
     if args.json:

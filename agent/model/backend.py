@@ -35,6 +35,10 @@ class Backend(Protocol):
         """One optimizer step with the (averaged) gradient."""
         ...
 
+    def set_learning_rate(self, lr: float) -> None:
+        """The rate of the next ``apply`` calls (schedules change it between rounds)."""
+        ...
+
     def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
         """(mean loss, accuracy)."""
         ...
@@ -87,6 +91,9 @@ class NumpyBackend:
         grad = check_flat(grad, mlp.PARAM_COUNT, "gradient")
         self._params = self.optimizer.step(self._params, grad).astype(np.float32, copy=False)
         self._hash = None
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.optimizer.lr = float(lr)
 
     def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
         logits = mlp.forward(self._params, x)

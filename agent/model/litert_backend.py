@@ -53,6 +53,7 @@ class LitertBackend:
         self.spec = optimizer_spec(optimizer)
         self.model_bytes = build_model(params, self.spec)
         self.state_size = state_size(self.spec)
+        self._lr = np.array([self.spec.lr], dtype=np.float32)
         self._interpreter = _interpreter_class()(
             model_content=self.model_bytes, num_threads=num_threads
         )
@@ -75,7 +76,10 @@ class LitertBackend:
         return float(out["loss"]), np.array(out["gradients"], dtype=np.float32)
 
     def apply(self, grad: F32) -> None:
-        self._run["apply"](gradients=check_flat(grad, mlp.PARAM_COUNT, "gradient"))
+        self._run["apply"](gradients=check_flat(grad, mlp.PARAM_COUNT, "gradient"), lr=self._lr)
+
+    def set_learning_rate(self, lr: float) -> None:
+        self._lr = np.array([lr], dtype=np.float32)
 
     def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
         total_loss, correct = 0.0, 0

@@ -51,7 +51,7 @@ class OptimizerSpec:
     """What ``apply`` computes; mirrors ``agent.model.optim``."""
 
     name: str  # "sgd" or "adam"
-    lr: float
+    lr: float  # the default; ``apply`` takes the rate of each step as its input ``lr``
     momentum: float = 0.0
     b1: float = 0.9
     b2: float = 0.999
@@ -273,8 +273,9 @@ def _gradient(g: _Graph, x: int, y: int) -> tuple[int, int]:
     return loss, g.concat(grads, "gradients", mlp.PARAM_COUNT)
 
 
-def _apply(g: _Graph, grad: int, spec: OptimizerSpec) -> int:
-    """One optimizer step on the variables; returns the new step count. As ``optim``."""
+def _apply(g: _Graph, grad: int, lr: int, spec: OptimizerSpec) -> int:
+    """One optimizer step with rate ``lr`` on the variables; returns the new step count.
+    As ``optim``."""
     n = [mlp.PARAM_COUNT]
     params = g.read("params", n)
     step = g.binary("ADD", g.read("opt_step", [1]), g.const("one", [1.0]), "step", [1])
@@ -282,7 +283,7 @@ def _apply(g: _Graph, grad: int, spec: OptimizerSpec) -> int:
     if spec.name == "sgd":
         velocity = g.binary("ADD", g.binary("MUL", g.read("opt_slot0", n), c("momentum", spec.momentum),
                                             "v_decayed", n), grad, "velocity", n)
-        update = g.binary("MUL", c("lr", spec.lr), velocity, "update", n)
+        update = g.binary("MUL", lr, velocity, "update", n)
         g.assign("opt_slot0", velocity)
     else:
         m = g.binary("ADD", g.binary("MUL", c("b1", spec.b1), g.read("opt_slot0", n), "m_decayed", n),
@@ -299,7 +300,7 @@ def _apply(g: _Graph, grad: int, spec: OptimizerSpec) -> int:
         m_hat = g.binary("DIV", m, corrections[0], "m_hat", n)
         v_hat = g.binary("DIV", v, corrections[1], "v_hat", n)
         root = g.op("SQRT", [v_hat], ("v_hat_sqrt", n, "FLOAT32"))
-        update = g.binary("DIV", g.binary("MUL", c("lr", spec.lr), m_hat, "lr_m_hat", n),
+        update = g.binary("DIV", g.binary("MUL", lr, m_hat, "lr_m_hat", n),
                           g.binary("ADD", root, c("eps", spec.eps), "denominator", n), "update", n)
         g.assign("opt_slot0", m)
         g.assign("opt_slot1", v)
@@ -357,7 +358,7 @@ def _signature_graphs(parts: _ModelParts, spec: OptimizerSpec, init_index: int) 
                     g.output("loss", _loss(g, logits, y)[0])
                 g.output("logits", logits)
         elif name == "apply":
-            g.output("step", _apply(g, g.input("gradients", n), spec))
+            g.output("step", _apply(g, g.input("gradients", n), g.input("lr", [1]), spec))
         elif name == "get_weights":
             g.output("params", g.read("params", n))
         elif name == "set_weights":

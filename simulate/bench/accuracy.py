@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agent.model.optim import LR_SCHEDULES
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
 
@@ -38,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=600, help="training rounds of each run")
     parser.add_argument("--lr", type=float, default=0.003,
                         help="Adam learning rate (the fleet's effective batch is nodes x batch)")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="linear",
+                        help="constant, or linear decay to lr x --lr-final at the last round "
+                             "(fleets and baseline alike)")
+    parser.add_argument("--lr-final", type=float, default=0.1,
+                        help="the linear schedule's last rate as a fraction of --lr")
     parser.add_argument("--batch", type=int, default=100, help="batch per agent per round")
     parser.add_argument("--eval-every", type=int, default=50, help="rounds between test evaluations")
     parser.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS),
@@ -66,7 +72,8 @@ def variants(args: argparse.Namespace) -> list[tuple[str, str, float]]:
 
 
 def scenario_for(args: argparse.Namespace, label: str, algorithm: str, loss: float) -> FleetScenario:
-    agent = {"algorithm": algorithm, "lr": args.lr, "batch": args.batch, "optimizer": "adam",
+    agent = {"algorithm": algorithm, "lr": args.lr, "lr_schedule": args.lr_schedule,
+             "lr_final": args.lr_final, "batch": args.batch, "optimizer": "adam",
              "eval_every": args.eval_every, "eval_samples": 10000, "timeout_mode": "adaptive",
              **agent_options(args.agent_option)}
     name = label.replace(", ", "-").replace(" ", "")
@@ -131,7 +138,8 @@ def _median(values: list[float]) -> float | None:
 def baseline(args: argparse.Namespace, epochs: int) -> dict[str, Any]:
     """`edgegrove train-local` with the fleet's samples per step."""
     command = [sys.executable, "-m", "agent.cli", "train-local", "--json", "--batch",
-               str(args.nodes * args.batch), "--lr", str(args.lr), "--optimizer", "adam",
+               str(args.nodes * args.batch), "--lr", str(args.lr), "--lr-schedule", args.lr_schedule,
+               "--lr-final", str(args.lr_final), "--optimizer", "adam",
                "--epochs", str(epochs), "--target", str(args.target)]
     progress(f"  baseline: {' '.join(command[3:])}")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -194,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
         if "report" in base:
             base["curve"] = baseline_points(base, steps_per_epoch)
             base["time_to_target"] = time_to(base["curve"], args.target)
-    doc = document("accuracy", nodes=args.nodes, agent_options=agent_options(args.agent_option), rounds=args.rounds, lr=args.lr, batch=args.batch,
+    doc = document("accuracy", nodes=args.nodes, agent_options=agent_options(args.agent_option), rounds=args.rounds, lr=args.lr,
+                   lr_schedule=args.lr_schedule, lr_final=args.lr_final, batch=args.batch,
                    optimizer="adam", eval_every=args.eval_every, target=args.target,
                    samples_per_step=args.nodes * args.batch, results=results, baseline=base,
                    must_show=must_show(results, args.target, args.loss),
@@ -234,7 +243,9 @@ TABLE_HEADERS = ["run", "last eval round", "final acc", "best acc", "rounds to t
 
 
 def render_table(doc: dict[str, Any]) -> str:
-    text = (f"{doc['nodes']} agents x batch {doc['batch']}, Adam lr {doc['lr']}, {doc['rounds']} "
+    schedule = doc.get("lr_schedule", "constant")
+    decay = f" ({schedule} to x{doc.get('lr_final')})" if schedule != "constant" else ""
+    text = (f"{doc['nodes']} agents x batch {doc['batch']}, Adam lr {doc['lr']}{decay}, {doc['rounds']} "
             f"rounds, target {doc['target']}\n")
     text += format_table(TABLE_HEADERS, table_rows(doc))
     shown = doc.get("must_show", {})

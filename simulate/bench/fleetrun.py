@@ -112,12 +112,13 @@ def run_fleet(scenario: FleetScenario, run_dir: Path, budget_s: float,
         except subprocess.TimeoutExpired:
             finished = False
             progress(f"  run {scenario.name}: over its {budget_s:.0f} s budget: interrupting")
-            child.send_signal(signal.SIGINT)  # our own child, by its handle
-            try:
-                child.wait(INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            _interrupt(child)
+        except KeyboardInterrupt:
+            # Ctrl-C: the simulator stops its fleet gracefully; we wait for it, so that no
+            # agent outlives the bench.
+            progress(f"  run {scenario.name}: interrupted, waiting for its fleet to stop")
+            _interrupt(child)
+            raise
         if child.stdout is not None:
             child.stdout.close()
     run = FleetRun(scenario, run_dir, finished, time.monotonic() - started, child.returncode)
@@ -125,6 +126,16 @@ def run_fleet(scenario: FleetScenario, run_dir: Path, budget_s: float,
     if run.exit_code not in (0, None) and run.error is None:
         run.error = f"edgegrove simulate exited with {run.exit_code}; see {run_dir.parent / run_dir.name}.stderr"
     return run
+
+
+def _interrupt(child: subprocess.Popen[bytes]) -> None:
+    """SIGINT to our own child by its handle; killed if it does not stop in the grace time."""
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def read_run_dir(run: FleetRun) -> None:

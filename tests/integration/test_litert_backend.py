@@ -70,6 +70,23 @@ def test_optimizer_steps_agree_to_1e_6(mnist: Dataset, params: np.ndarray, optim
     assert litert.state()[mlp.PARAM_COUNT] == 3.0  # the step count
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_learning_rate_changed_between_steps_agrees_to_1e_6(
+    mnist: Dataset, params: np.ndarray, optimizer: str
+) -> None:
+    reference, litert = _pair(params, optimizer, 0.01)
+    grad = reference.gradients(mnist.x_train[:100], mnist.y_train[:100])[1]
+    for lr in (0.01, 0.002):
+        for backend in (reference, litert):
+            backend.set_learning_rate(lr)
+            backend.apply(grad)
+        np.testing.assert_allclose(litert.params(), reference.params(), rtol=0, atol=1e-6)
+    moved = litert.params()
+    litert.set_learning_rate(0.0)
+    litert.apply(grad)  # the rate is the graph's input, not the constant it was built with
+    np.testing.assert_array_equal(litert.params(), moved)
+
+
 def test_evaluate_agrees_on_the_test_set(mnist: Dataset, params: np.ndarray) -> None:
     reference, litert = _pair(params, "sgd")
     loss, acc = litert.evaluate(mnist.x_test, mnist.y_test)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 
 from agent.config import AgentConfig
 from agent.protocol.membership import Membership
@@ -43,6 +44,7 @@ class TinyBackend:
 
     def __init__(self) -> None:
         self.values = np.zeros(SIZE, np.float32)
+        self.rates: list[float] = []  # set before each apply
 
     def state(self) -> np.ndarray:
         return self.values.copy()
@@ -58,6 +60,9 @@ class TinyBackend:
 
     def apply(self, values: np.ndarray) -> None:
         self.values = self.values - values
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.rates.append(lr)
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         return 0.0, 1.0
@@ -117,6 +122,13 @@ def test_the_first_view_waits_for_the_expected_members_then_the_grace() -> None:
     assert agent.round == 2 and agent.backend.values.tolist() == [-2.0] * SIZE
     # Alone, 2 of the 3 expected missing: the coordinator published only after the grace.
     assert bus.clock.now() >= 5.0
+
+
+def test_a_linear_schedule_sets_each_rounds_rate_before_it_is_applied() -> None:
+    bus = MemoryBus(will_delay=1.0)
+    agent = runtime(bus, 0, fleet_size=1, rounds=5, lr=0.01, lr_schedule="linear", lr_final=0.2)
+    assert agent.run() == 0
+    assert agent.backend.rates == pytest.approx([0.01, 0.008, 0.006, 0.004, 0.002])
 
 
 def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,15 @@ def test_bad_state_and_unknown_names_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'"):
         make_optimizer("rmsprop")
     assert make_optimizer("sgd").lr == 0.01 and make_optimizer("adam").lr == 1e-3
+
+
+def test_linear_schedule_runs_from_base_to_the_final_fraction() -> None:
+    from agent.model.optim import scheduled_lr
+
+    rates = [scheduled_lr(0.01, step, 11, "linear", 0.1) for step in range(11)]
+    assert rates[0] == 0.01 and rates[-1] == pytest.approx(0.001)
+    assert all(a > b for a, b in itertools.pairwise(rates))
+    assert scheduled_lr(0.01, 50, 11, "linear", 0.1) == rates[-1]  # past the end: the floor
+    assert scheduled_lr(0.01, 5, 11, "constant") == 0.01
+    with pytest.raises(ValueError, match="lr schedule"):
+        scheduled_lr(0.01, 5, 11, "cosine")
