@@ -211,7 +211,12 @@ def render_allreduce(doc: dict[str, Any], ctx: Context) -> str:
              f"{doc['fault_window'][0]} to {doc['fault_window'][1]}. Measured: {doc['measure']}; "
              "median and p10-p90 over the rounds with the cut in force for the whole round (fault "
              "rows) or over the fault-free rounds. *extra* = fault median - fault-free median of the "
-             "same run; *extra / T* in fixed timeouts. The thesis's figures (32-core server) beside.",
+             "same run; *extra / T* in fixed timeouts; *transition max* = the slowest of the rounds "
+             "in which a cut was made or healed. Fixed-T rows run with `remember_dead_links = false`: "
+             "every round with the cut detects it again, as the thesis measured. Adaptive rows run "
+             "as agents do by default: a dead link is remembered after the round that found it, so "
+             "their fault rows show the steady cost of a permanent cut and the one detection shows in "
+             "*transition max*. The thesis's figures (32-core server) beside.",
              markdown_table(STEP_HEADERS, step_rows(doc))]
     first: dict[Any, str] = {}
     for r in doc["results"]:  # a pass = one throughput measurement; its first cell's date

@@ -330,7 +330,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------
 
 STEP_HEADERS = ["nodes", "scenario", "timeout", "wire", "median s", "p10-p90 s", "fault-free s",
-                "extra s", "extra / T", "thesis s", "rounds", "degraded"]
+                "extra s", "extra / T", "transition max s", "thesis s", "rounds", "degraded"]
 BOUND_HEADERS = ["nodes", "wire", "bytes/allreduce (model)", "measured (telemetry)", "measured/model",
                  "broker MB/s", "bound s", "step s", "step/bound"]
 
@@ -346,7 +346,8 @@ def step_rows(doc: dict[str, Any]) -> list[list[Any]]:
         rows.append([r["nodes"], r["scenario"], r["timeout"], r["wire_dtype"],
                      None if not step else step["median"], _spread(step),
                      None if not free else free["median"], r.get("extra_s"), r.get("extra_in_timeouts"),
-                     r.get("thesis_s"), r["rounds"], r["degraded_rounds"]])
+                     (r.get("transition_s") or {}).get("max"), r.get("thesis_s"), r["rounds"],
+                     r["degraded_rounds"]])
     return rows
 
 
