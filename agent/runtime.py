@@ -350,14 +350,22 @@ class AgentRuntime:
         self.notes = []
 
     def _tick(self) -> None:
-        now = self.clock.now()
-        wake = self.machine.next_timer()
-        wait = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - now))
+        wake = self._next_wake()
+        wait = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - self.clock.now()))
         self._pump(wait)
+
+    def _next_wake(self) -> float | None:
+        times = [t for m in (self.machine, self.previous) if m is not None and (t := m.next_timer()) is not None]
+        return min(times) if times else None
+
+    def _fire_round_timers(self) -> None:
+        """Timers of this round's machine AND the last one: a round whose result is set may
+        still owe a broadcast (a unit waiting on a dead link must time out and take the
+        backup route, or the child behind it never gets this round's result)."""
         now = self.clock.now()
-        wake = self.machine.next_timer()
-        if wake is not None and now >= wake:
-            self._execute(self.machine.on_timer(now))
+        for machine in (self.previous, self.machine):
+            if machine is not None and (wake := machine.next_timer()) is not None and now >= wake:
+                self._execute(machine.on_timer(now))
 
     def _finish_round(self, result: RoundResult, own_hash: int) -> None:
         if self.received_state is not None and self.received_state[0] == self.round:
@@ -434,6 +442,7 @@ class AgentRuntime:
     def _pump(self, timeout: float) -> None:
         for message in self.transport.receive(timeout):
             self._handle(message)
+        self._fire_round_timers()
         self._tick_transfer()
 
     def _handle(self, message: Message) -> None:

@@ -565,7 +565,8 @@ class FtTreeRound(Outbox):
                 self._advance(q, now)
 
     def _declare_dead(self, peer: int) -> None:
-        self.links.mark_dead(peer)
+        if self.cfg.remember_dead_links:
+            self.links.mark_dead(peer)
         if peer in self.dead:
             return
         self.dead.add(peer)
