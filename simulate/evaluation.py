@@ -216,7 +216,10 @@ def render_allreduce(doc: dict[str, Any], ctx: Context) -> str:
              "every round with the cut detects it again, as the thesis measured. Adaptive rows run "
              "as agents do by default: a dead link is remembered after the round that found it, so "
              "their fault rows show the steady cost of a permanent cut and the one detection shows in "
-             "*transition max*. The thesis's figures (32-core server) beside.",
+             "*transition max*; it also holds the cost of the cut itself: mosquitto's dynamic "
+             "security disconnects a client whose role changes (once, about 0.2 s), and the frames "
+             "in flight are lost (`--via agent` cuts in the agents instead). The thesis's figures "
+             "(32-core server) beside.",
              markdown_table(STEP_HEADERS, step_rows(doc))]
     first: dict[Any, str] = {}
     for r in doc["results"]:  # a pass = one throughput measurement; its first cell's date
