@@ -276,13 +276,20 @@ def _plot_allreduce(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _decay(doc: dict[str, Any]) -> str:
+    schedule = doc.get("lr_schedule", "constant")
+    if schedule == "constant":
+        return ""
+    return f", decaying {schedule}ly to {doc.get('lr_final')}x by the last round (the baseline alike)"
+
+
 def render_accuracy(doc: dict[str, Any], ctx: Context) -> str:
     from simulate.bench.accuracy import TABLE_HEADERS, table_rows
 
     opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
     parts = [f"{doc['nodes']} agents x batch {doc['batch']} = {doc['samples_per_step']} samples per "
              f"round, Adam lr {doc['lr']} (the single-machine lr 1e-3 for batch 100, raised for the "
-             f"7x larger effective batch), {doc['rounds']} rounds, test set evaluated every "
+             f"7x larger effective batch){_decay(doc)}, {doc['rounds']} rounds, test set evaluated every "
              f"{doc['eval_every']} rounds. Extra agent options: {opts}. {doc.get('method', '')}. "
              f"Target {doc['target']:.0%}.",
              markdown_table(TABLE_HEADERS, table_rows(doc))]
