@@ -314,6 +314,7 @@ class AgentRuntime:
             if self.received_state is not None and self.received_state[0] > self.round:
                 self.notes.append(Note("abandoned", None, f"the fleet is at round {self.received_state[0]}"))
                 self._report_abandoned(view, float(loss), t0)
+                self.machine = None  # given up: its timers must not pull or retry for it any more
                 return
             self._tick()
         result: RoundResult = self.machine.result
