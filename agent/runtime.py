@@ -355,8 +355,11 @@ class AgentRuntime:
         wait = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - self.clock.now()))
         self._pump(wait)
 
+    def _round_machines(self) -> list[Any]:
+        return [m for m in (self.previous, self.machine) if m is not None]
+
     def _next_wake(self) -> float | None:
-        times = [t for m in (self.machine, self.previous) if m is not None and (t := m.next_timer()) is not None]
+        times = [t for m in self._round_machines() if (t := m.next_timer()) is not None]
         return min(times) if times else None
 
     def _fire_round_timers(self) -> None:
@@ -364,8 +367,8 @@ class AgentRuntime:
         still owe a broadcast (a unit waiting on a dead link must time out and take the
         backup route, or the child behind it never gets this round's result)."""
         now = self.clock.now()
-        for machine in (self.previous, self.machine):
-            if machine is not None and (wake := machine.next_timer()) is not None and now >= wake:
+        for machine in self._round_machines():
+            if (wake := machine.next_timer()) is not None and now >= wake:
                 self._execute(machine.on_timer(now))
 
     def _finish_round(self, result: RoundResult, own_hash: int) -> None:

@@ -127,7 +127,7 @@ class FtTreeRound(Outbox):
         self.send_seq = 0
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
-        self.remembered_dead = links.dead & set(self.neighbours) if config.remember_dead_links else set()
+        self.remembered_dead = links.dead & set(self.neighbours)  # empty unless remembering
         self.dead |= self.remembered_dead
         for peer in self.remembered_dead:
             self.book.mark(peer, "failed")

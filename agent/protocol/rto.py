@@ -1,8 +1,8 @@
 """Per-peer retransmission timeouts, estimated like TCP's RTO (RFC 6298).
 
 ``LinkEstimators`` belongs to the runtime and outlives rounds, so what a round learns about
-a link (its round-trip time, or that it is dead) serves the next one. Samples are taken only from frames sent
-once (Karn's rule), by the round machines.
+a link (its round-trip time, or that it is dead) serves the next one. Samples are taken
+only from frames sent once (Karn's rule), by the round machines.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class LinkEstimators:
     ``fixed`` (seconds) replaces every estimate by one constant, to reproduce the thesis
     tables. ``round_time`` is a smoothed duration of clean rounds (no timeout, not degraded),
     which tells a node how long to wait for a broadcast before it starts to pull. ``dead``
-    holds peers whose direct link timed out and that have not been heard from directly since:
-    the next rounds route around them from the start instead of paying the timeout again.
+    holds peers whose direct link timed out and has not carried a round trip since (a probe
+    answered, an ACK): the next rounds route around them from the start instead of paying
+    the timeout again.
     """
 
     min_timeout: float = 0.02
