@@ -63,9 +63,11 @@ class _Pump:
             wait = due - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+            # Counted as handed on, before the write: a reader that got every byte must
+            # never see the counter short.
+            self.counter[0] += len(data)
             self.writer.write(data)
             await self.writer.drain()
-            self.counter[0] += len(data)
         with contextlib.suppress(OSError):
             self.writer.close()
 
