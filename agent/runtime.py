@@ -1,9 +1,10 @@
-"""The one loop: model + protocol + transport + clock.
+"""The agent users run: the IO loop around the agent core.
 
-Everything the loop decides is delegated to the pure core (agent/protocol): the round state
-machine, membership (views, start-up gating, incarnations), state transfer. The loop only
-computes gradients, moves bytes and time, and reports. Paho's thread never runs any of this: the transport hands messages over a
-bounded queue that ``receive`` drains.
+Every decision is the core's (agent/core.py): rounds, membership, state transfer, telemetry
+notes. This loop only executes the core's actions against the transport (MQTT), the clock,
+the model backend and checkpoint files, and feeds the core what arrives and when time passes.
+Paho's thread never runs any of this: the transport hands messages over a bounded queue that
+``receive`` drains.
 """
 
 from __future__ import annotations
@@ -13,78 +14,67 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
 from agent.config import AgentConfig
+from agent.core import (
+    AgentCore,
+    ApplyControl,
+    ApplyUpdate,
+    ComputeGradient,
+    CoreAction,
+    CoreConfig,
+    LoadState,
+    Phase,
+    PublishStatus,
+    ReportRound,
+    RoundReport,
+    SaveCheckpoint,
+    SendState,
+    telemetry_for,
+)
 from agent.model.data import to_float_pixels
-from agent.model.optim import scheduled_lr
-from agent.protocol.allreduce import (
-    AllreduceConfig,
-    LinkEstimators,
-    Note,
-    RoundResult,
-    Send,
-    new_round,
-)
-from agent.protocol.membership import Membership, PublishView, StartupGate
-from agent.protocol.messages import Control, MessageError, NodeState, Status, Telemetry, View
-from agent.protocol.state_transfer import (
-    STATE_CHUNK_VALUES,
-    StateTransfer,
-    resync_reason,
-    serve_model_pull,
-)
+from agent.protocol.allreduce import AllreduceConfig, Note, Send
+from agent.protocol.membership import PublishView
 from agent.protocol.topics import Topics
-from agent.protocol.topology import Tree
-from agent.protocol.wire import (
-    DType,
-    Frame,
-    Kind,
-    Rejection,
-    RejectReason,
-    decode,
-    encode,
-    job_hash,
-)
+from agent.protocol.wire import WIRE_DTYPES, Frame, encode, job_hash
 from agent.transport.base import Message, Transport, TransportError, Will
 
 log = logging.getLogger("edgegrove.agent")
 
-_WIRE_DTYPES = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
-# Frames of rounds not yet started are kept (bounded) until the round starts.
-FUTURE_ROUNDS = 2
-MAX_BUFFERED_FRAMES = 4096
 POLL_SECONDS = 0.05
 EVAL_CHUNK = 1000
-STATE_PULL_TIMEOUT = 3.0  # a peer silent this long: ask the next one
-PULL_ROUNDS_PER_PEER = 2  # then give the transfer up (a new one starts when still needed)
+STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
+
+__all__ = ["AgentRuntime", "RoundReport", "new_incarnation", "run_agent"]
+
+F32 = npt.NDArray[np.float32]
 
 
-@dataclass
-class RoundReport:
-    round: int
-    epoch: int
-    loss: float
-    result: RoundResult
-    phase_seconds: dict[str, float]
-    notes: list[Note]
-    accuracy: float | None = None
-    bytes_sent: int = 0
-    bytes_received: int = 0
+class TrainingBackend(Protocol):
+    """What the loop needs of a model backend (agent/model/backend.py's Backend has it)."""
 
+    def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]: ...
 
-@dataclass
-class _Counters:
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rejected: Counter[str] = field(default_factory=Counter)
+    def apply(self, grad: F32) -> None: ...
+
+    def set_learning_rate(self, lr: float) -> None: ...
+
+    def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]: ...
+
+    def state(self) -> F32: ...
+
+    def load_state(self, state: F32) -> None: ...
+
+    def model_hash(self) -> int: ...
 
 
 _last_incarnation = 0
@@ -101,17 +91,25 @@ def new_incarnation() -> int:
 
 def allreduce_config(config: AgentConfig) -> AllreduceConfig:
     return AllreduceConfig(
-        job=job_hash(config.job),
-        algorithm=config.algorithm,
-        chunk_size=config.chunk_size,
-        wire_dtype=_WIRE_DTYPES[config.wire_dtype],
-        timeout_mode=config.timeout_mode,
-        fixed_timeout=config.timeout,
-        min_timeout=config.min_timeout,
-        max_timeout=config.max_timeout,
-        initial_timeout=config.timeout,
-        round_deadline=config.round_deadline,
-        remember_dead_links=config.remember_dead_links,
+        job=job_hash(config.job), algorithm=config.algorithm, chunk_size=config.chunk_size,
+        wire_dtype=WIRE_DTYPES[config.wire_dtype], timeout_mode=config.timeout_mode,
+        fixed_timeout=config.timeout, min_timeout=config.min_timeout,
+        max_timeout=config.max_timeout, initial_timeout=config.timeout,
+        round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
+    )
+
+
+def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
+    return CoreConfig(
+        node=config.id, job=config.job, arity=config.arity, rounds=config.rounds,
+        allreduce=allreduce_config(config), state_size=state_size,
+        expected_members=config.expected_members, join_grace=config.join_grace,
+        lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
+        state_pull_timeout=STATE_PULL_TIMEOUT,
+        # Long enough for a peer whose last round ran to its deadline to fetch our state.
+        linger=config.round_deadline + 1.0 + 3 * config.timeout,
     )
 
 
@@ -121,7 +119,7 @@ class AgentRuntime:
     def __init__(
         self,
         config: AgentConfig,
-        backend: Any,
+        backend: TrainingBackend,
         batches: Iterator[tuple[np.ndarray, np.ndarray]],
         test_set: tuple[np.ndarray, np.ndarray],
         transport: Transport,
@@ -138,267 +136,125 @@ class AgentRuntime:
         self.should_stop = should_stop
         self.on_round = on_round
         self.topics = Topics(config.job)
-        self.job = job_hash(config.job)
-        self.id = config.id
-        self.ar_config = allreduce_config(config)
-        self.links: LinkEstimators = self.ar_config.new_links()
-        self.membership = Membership(config.id, config.arity, gate=StartupGate(
-            config.expected_members, config.join_grace, self.clock.now()))
-        self.round = 0
-        self.joining = False
-        self.machine: Any = None
-        self.previous: Any = None
-        self.future: list[Frame] = []
-        self.counters = _Counters()
-        self.transfer: StateTransfer | None = None
-        self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
-        self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
-        self.notes: list[Note] = []
         self.incarnation = new_incarnation()
+        resumed = self._resume()
+        self.core = AgentCore(core_config(config, int(backend.state().size)), self.incarnation,
+                              resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
+        self.apply_seconds = 0.0
+
+    @property
+    def round(self) -> int:
+        return self.core.round
 
     # -- life cycle -------------------------------------------------------------------------
 
     def run(self) -> int:
         self._connect()
         try:
-            while not self.should_stop() and not self._done():
-                self._install_fleet_state()
-                view = self._await_view()
-                if view is None:
-                    break
-                self._run_round(view)
-            if self._done():
-                self._linger()
+            while not self.should_stop() and self.core.phase != Phase.DONE:
+                deadline = self.core.next_deadline()
+                wait = POLL_SECONDS if deadline is None else min(
+                    POLL_SECONDS, max(0.0, deadline - self.clock.now()))
+                self._pump(wait)
         finally:
             self._shutdown()
         return 0
 
-    def _install_fleet_state(self) -> None:
-        """Between rounds: a state fetched because we fell behind replaces ours, and we
-        continue at the fleet's round."""
-        if self.joining or self.received_state is None or self.received_state[0] < self.round:
-            return
-        rnd, state = self.received_state
-        self.received_state = None
-        self.backend.load_state(state)
-        log.info("caught up: state of round %d (was at %d)", rnd, self.round)
-        self.notes.append(Note("resync", None, f"caught up from round {self.round} to {rnd}"))
-        self.round = rnd
-        self.future = [f for f in self.future if f.round >= rnd]
-
-    def _await_final_state(self) -> None:
-        """The last round fell back to our own gradient: there is no next round to resync in,
-        so wait (bounded) for the fleet's final state, which lingering peers serve."""
-        until = self.clock.now() + self.config.round_deadline
-        while self.transfer is not None and self.clock.now() < until and not self.should_stop():
-            self._pump(POLL_SECONDS)
-        self._install_fleet_state()
-
-    def _linger(self) -> None:
-        """After the last round, keep answering pulls and NACKs for a while: a peer whose
-        broadcast got lost must not find the fleet gone and end its last round degraded."""
-        # Long enough for a peer whose last round ran to its deadline to fetch our state.
-        until = self.clock.now() + self.config.round_deadline + 1.0 + 3 * self.config.timeout
-        while self.clock.now() < until and not self.should_stop():
-            self._pump(POLL_SECONDS)
-
-    def _done(self) -> bool:
-        return self.config.rounds > 0 and self.round >= self.config.rounds
-
-    def _status(self, state: NodeState) -> Status:
-        return Status(node=self.id, state=state, round=self.round, pid=os.getpid(),
-                      incarnation=self.incarnation)
-
     def _connect(self) -> None:
-        subscriptions = [self.topics.links_to(self.id), self.topics.all_status(),
-                         self.topics.view, self.topics.control]
-        resumed = self._resume()
         # The Will carries our incarnation: it must take THIS life offline, and, arriving
-        # late, never a later one.
-        will = Will(self.topics.status(self.id), self._status("offline").encode())
-        # Our own retained status comes back after every retained message we subscribed to:
-        # once it does we know whether a view (a running fleet) exists.
-        birth = Message(self.topics.status(self.id), self._status("online").encode(), retained=True)
-        self.transport.connect(subscriptions, will, birth)
-        deadline = self.clock.now() + 10.0
-        while (not self.membership.knows_incarnation(self.id, self.incarnation)
-               and self.clock.now() < deadline):
-            self._pump(0.1)
-        latest = self.membership.latest
-        fresh_fleet = latest is None or (
-            self.id in latest.members and latest.from_round == self.round == 0 and not resumed)
-        if not fresh_fleet:
-            self.joining = True
-            self._publish(self.topics.status(self.id), self._status("joining").encode(), retain=True)
-            log.info("a fleet is running (view epoch %d): joining it", latest.epoch if latest else 0)
+        # late, never a later one. Our own retained status comes back after every retained
+        # message we subscribed to: the core then knows whether a fleet (a view) exists.
+        will = Will(self.topics.status(self.core.node), self.core.status("offline").encode())
+        birth = Message(self.topics.status(self.core.node), self.core.status("online").encode(),
+                        retained=True)
+        self.transport.connect(self.core.subscriptions(), will, birth)
 
-    def _resume(self) -> bool:
+    def _resume(self) -> int | None:
         if self.config.checkpoint_dir is None:
-            return False
+            return None
         saved = checkpoint.load(self.config.checkpoint_dir)
         if saved is None:
-            return False
+            return None
         self.backend.load_state(saved.state)
-        self.round = saved.round
         log.info("resumed from checkpoint at round %d", saved.round)
-        return True
+        return saved.round
 
     def _shutdown(self) -> None:
-        self._publish(self.topics.status(self.id), self._status("offline").encode(), retain=True)
+        self._publish(self.topics.status(self.core.node), self.core.status("offline").encode(),
+                      retain=True)
         self.transport.close()
 
-    # -- membership ---------------------------------------------------------------------------
+    # -- the loop ---------------------------------------------------------------------------
 
-    def _await_view(self) -> View | None:
-        """Block (pumping messages) until a view that includes us applies to our round."""
-        while not self.should_stop():
-            self._publish_views(self.membership.round_started(self.round, self.clock.now()))
-            latest = self.membership.latest
-            if self.joining and latest is not None and self.id in latest.members:
-                if self.received_state is None:
-                    self.round = max(self.round, latest.from_round)
-                if not self._ensure_state():
-                    continue
-            view = self.membership.view_for(self.round)
-            if view is not None and self.id in view.members and not self.joining:
-                return view
-            self._pump(POLL_SECONDS)
-        return None
+    def _pump(self, timeout: float) -> None:
+        for message in self.transport.receive(timeout):
+            self._execute(self.core.on_message(message.topic, message.payload, self.clock.now()))
+        self._execute(self.core.on_tick(self.clock.now()))
 
-    def _publish_views(self, views: list[PublishView]) -> None:
-        for publish in views:
-            view = publish.view
+    def _execute(self, actions: list[CoreAction]) -> None:
+        queue = deque(actions)
+        while queue:
+            action = queue.popleft()
+            if isinstance(action, ComputeGradient):
+                queue.extend(self._compute(action))
+            else:
+                self._do(action)
+
+    def _compute(self, action: ComputeGradient) -> list[CoreAction]:
+        x, y = next(self.batches)
+        loss, grad = self.backend.gradients(x, y)
+        return self.core.on_gradient(action.round, float(loss), grad, self.backend.model_hash(),
+                                     self.clock.now())
+
+    def _do(self, action: CoreAction) -> None:
+        if isinstance(action, Send):
+            self._send(action.dst, action.frame)
+        elif isinstance(action, SendState):
+            for send in self.core.state_frames(action, self.backend.state(), self.backend.model_hash()):
+                self._publish(self.topics.link(self.core.node, send.dst), encode(send.frame), reliable=False)
+        elif isinstance(action, PublishStatus):
+            self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
+        elif isinstance(action, PublishView):
+            view = action.view
             log.info("coordinator: view epoch %d members %s from round %d",
                      view.epoch, view.members, view.from_round)
             self._publish(self.topics.view, view.encode(), retain=True)
+        elif isinstance(action, ApplyUpdate):
+            started = self.clock.now()
+            self.backend.set_learning_rate(action.learning_rate)
+            self.backend.apply(action.values)
+            self.apply_seconds = self.clock.now() - started
+        elif isinstance(action, LoadState):
+            self.backend.load_state(action.state)
+            log.info("installed the fleet's state of round %d", action.round)
+        elif isinstance(action, SaveCheckpoint):
+            checkpoint.save(self.config.checkpoint_dir or Path("."), checkpoint.Checkpoint(
+                round=action.round, epoch=action.epoch, state=self.backend.state(),
+                meta={"job": self.config.job, "node": self.core.node}))
+        elif isinstance(action, ApplyControl):
+            self._apply_control(action)
+        elif isinstance(action, ReportRound):
+            self._report(action.report)
 
-    def _ensure_state(self) -> bool:
-        """A joiner pulls the fleet's state for its first round; True once installed."""
-        if self.received_state is not None:
-            rnd, state = self.received_state
-            self.received_state = None
-            if rnd >= self.round:
-                self.backend.load_state(state)
-                self.round = rnd
-                self.joining = False
-                self._publish(self.topics.status(self.id), self._status("online").encode(), retain=True)
-                self.notes.append(Note("rejoin", None, f"state of round {rnd}"))
-                log.info("joined with the fleet's state at round %d", rnd)
-                return True
-        peers = self.membership.online_peers(self.membership.live())
-        if peers and (self.transfer is None or not set(self.transfer.peers) & set(peers)):
-            self.transfer = None  # its peers are all gone: ask the live ones
-            self._fetch_state(self.round, peers)
-        self._pump(POLL_SECONDS)
-        return False
+    def _apply_control(self, action: ApplyControl) -> None:
+        apply = getattr(self.transport, "apply_control", None)
+        if apply is not None and apply(action.control):
+            self.core.record_note(Note("fault_injected", action.control.peer, action.control.action))
 
-    # -- one round ----------------------------------------------------------------------------
-
-    def _run_round(self, view: View) -> None:
-        tree = Tree.of(view.members, view.arity)
-        t0 = self.clock.now()
-        self._serve_pulls()
-        x, y = next(self.batches)
-        loss, grad = self.backend.gradients(x, y)
-        t1 = self.clock.now()
-        own_hash = self.backend.model_hash()
-        self.previous, self.machine = self.machine, new_round(
-            self.ar_config, tree, self.id, self.round, grad, own_hash, self.links, t1)
-        sent_before, received_before = self.counters.bytes_sent, self.counters.bytes_received
-        self._execute(self.machine.start(t1))
-        for frame in self._take_future():
-            self._execute(self.machine.on_frame(frame, self.clock.now()))
-        while self.machine.result is None:
-            if self.should_stop():
-                return
-            if self.received_state is not None and self.received_state[0] > self.round:
-                self.notes.append(Note("abandoned", None, f"the fleet is at round {self.received_state[0]}"))
-                self._report_abandoned(view, float(loss), t0)
-                self.machine = None  # given up: its timers must not pull or retry for it any more
-                return
-            self._tick()
-        result: RoundResult = self.machine.result
-        t2 = self.clock.now()
-        self._finish_round(result, own_hash)
-        t3 = self.clock.now()
-        report = RoundReport(
-            round=self.round, epoch=view.epoch, loss=float(loss), result=result,
-            phase_seconds={"compute": t1 - t0, "allreduce": t2 - t1, "apply": t3 - t2, "total": t3 - t0},
-            notes=self.notes, bytes_sent=self.counters.bytes_sent - sent_before,
-            bytes_received=self.counters.bytes_received - received_before,
-        )
-        self.notes = []
-        self.round += 1
-        if self._done() and self.transfer is not None:
-            self._await_final_state()
-        report.accuracy = self._maybe_evaluate()
-        self._maybe_checkpoint(view)
-        self._report(report, view)
-
-    def _report_abandoned(self, view: View, loss: float, started: float) -> None:
-        """A round given up because the fleet is ahead is still reported (degraded, nothing
-        applied): the dashboard and the report must see it, not a gap."""
+    def _report(self, report: RoundReport) -> None:
+        report.phase_seconds["apply"] = self.apply_seconds
+        report.phase_seconds["total"] += self.apply_seconds
+        self.apply_seconds = 0.0
+        if report.evaluate:
+            report.accuracy = self._evaluate()
+        if self.on_round is not None:
+            self.on_round(report)
         if self.config.telemetry:
-            telemetry = Telemetry(
-                node=self.id, round=self.round, epoch=view.epoch, algorithm=self.config.algorithm,
-                wall_time=time.time(), loss=_finite(loss),
-                phase_seconds={"total": round(self.clock.now() - started, 6)},
-                members=len(view.members), degraded=True, rejected=dict(self.counters.rejected),
-                model_hash=f"{self.backend.model_hash():08x}",
-                events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in self.notes][:50],
-            )
-            self._publish(self.topics.telemetry(self.id), telemetry.encode())
-        self.notes = []
+            telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
+                                      model_hash=self.backend.model_hash(), wall_time=time.time())
+            self._publish(self.topics.telemetry(self.core.node), telemetry.encode())
 
-    def _tick(self) -> None:
-        wake = self._next_wake()
-        wait = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - self.clock.now()))
-        self._pump(wait)
-
-    def _round_machines(self) -> list[Any]:
-        return [m for m in (self.previous, self.machine) if m is not None]
-
-    def _next_wake(self) -> float | None:
-        times = [t for m in self._round_machines() if (t := m.next_timer()) is not None]
-        return min(times) if times else None
-
-    def _fire_round_timers(self) -> None:
-        """Timers of this round's machine AND the last one: a round whose result is set may
-        still owe a broadcast (a unit waiting on a dead link must time out and take the
-        backup route, or the child behind it never gets this round's result)."""
-        now = self.clock.now()
-        for machine in self._round_machines():
-            if (wake := machine.next_timer()) is not None and now >= wake:
-                self._execute(machine.on_timer(now))
-
-    def _finish_round(self, result: RoundResult, own_hash: int) -> None:
-        if self.received_state is not None and self.received_state[0] == self.round:
-            # A resync: the peer's state at this round's start, then this round's update.
-            self.backend.load_state(self.received_state[1])
-            self.notes.append(Note("resync", None, f"state of round {self.round}"))
-            self.received_state = None
-        elif (why := resync_reason(result, own_hash)) is not None:
-            # Our model now differs from the fleet's: fetch its state for the next round, first
-            # from peers whose link worked this round (a cut link would cost a pull timeout).
-            broken = {p for p, state in result.link_states.items() if state in ("failed", "rerouted")}
-            self._request_resync(why, avoid=broken)
-        cfg = self.config
-        self.backend.set_learning_rate(
-            scheduled_lr(cfg.lr, self.round, cfg.rounds, cfg.lr_schedule, cfg.lr_final))
-        self.backend.apply(result.values)
-
-    def _request_resync(self, why: str, avoid: set[int] | frozenset[int] = frozenset()) -> None:
-        self.notes.append(Note("drift", None, why))
-        view = self.membership.view_for(self.round)
-        peers = self.membership.online_peers(view.members if view is not None else [])
-        peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
-        if peers and (self.transfer is None or self.transfer.round <= self.round):
-            self._fetch_state(self.round + 1, peers)
-
-    def _maybe_evaluate(self) -> float | None:
-        every = self.config.eval_every
-        if every <= 0 or (self.round % every != 0 and not self._done()):
-            return None
+    def _evaluate(self) -> float | None:
         x, y = self.test_set
         n = min(self.config.eval_samples, len(y))
         correct = 0.0
@@ -409,191 +265,16 @@ class AgentRuntime:
             correct += acc * (stop - start)
         return correct / n if n else None
 
-    def _maybe_checkpoint(self, view: View) -> None:
-        if self.config.checkpoint_dir is None:
-            return
-        if self.round % self.config.checkpoint_every == 0 or self._done():
-            checkpoint.save(self.config.checkpoint_dir, checkpoint.Checkpoint(
-                round=self.round, epoch=view.epoch, state=self.backend.state(),
-                meta={"job": self.config.job, "node": self.id}))
-
-    def _report(self, report: RoundReport, view: View) -> None:
-        result = report.result
-        stats = result.stats
-        if self.on_round is not None:
-            self.on_round(report)
-        if not self.config.telemetry:
-            return
-        contributors = set().union(*result.contributors) if result.contributors else set()
-        telemetry = Telemetry(
-            node=self.id, round=report.round, epoch=report.epoch, algorithm=self.config.algorithm,
-            wall_time=time.time(), loss=_finite(report.loss), accuracy=report.accuracy,
-            phase_seconds={k: round(v, 6) for k, v in report.phase_seconds.items()},
-            bytes_sent=report.bytes_sent, bytes_received=report.bytes_received,
-            contributors=len(contributors), members=len(view.members),
-            reroutes=int(getattr(stats, "reroutes", 0)), timeouts=int(getattr(stats, "timeouts", 0)),
-            nacks=int(getattr(stats, "nacks", 0)), pulls=int(getattr(stats, "pulls", 0)),
-            degraded=bool(result.degraded), missing_chunks=len(result.missing_chunks),
-            rejected=dict(self.counters.rejected),
-            links={str(k): v for k, v in result.link_states.items()},
-            model_hash=f"{self.backend.model_hash():08x}",
-            events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
-        )
-        self._publish(self.topics.telemetry(self.id), telemetry.encode())
-
-    # -- messages -----------------------------------------------------------------------------
-
-    def _pump(self, timeout: float) -> None:
-        for message in self.transport.receive(timeout):
-            self._handle(message)
-        self._fire_round_timers()
-        self._tick_transfer()
-
-    def _handle(self, message: Message) -> None:
-        link = self.topics.parse_link(message.topic)
-        if link is not None:
-            self._handle_frame(link[0], message.payload)
-            return
-        try:
-            if self.topics.parse_status(message.topic) is not None:
-                self._handle_status(Status.decode(message.payload))
-            elif message.topic == self.topics.view:
-                self.membership.on_view(View.decode(message.payload))
-            elif message.topic == self.topics.control:
-                self._handle_control(Control.decode(message.payload))
-        except MessageError as exc:
-            self.counters.rejected[f"json_{exc.reason}"] += 1
-
-    def _handle_status(self, status: Status) -> None:
-        before = self.membership.states.get(status.node)
-        self._publish_views(self.membership.on_status(status, self.clock.now()))
-        after = self.membership.states.get(status.node)
-        if after != before:
-            log.info("node %d is %s", status.node, after)
-        if after != "offline" or status.state != "offline":
-            return  # not a Will, or the Will of an older life of a node that is back
-        if self.machine is not None and self.machine.result is None:
-            # The broker's Last Will: no need to wait a timeout for this peer in this round.
-            self._execute(self.machine.peer_down(status.node, self.clock.now()))
-
-    def _handle_control(self, control: Control) -> None:
-        apply = getattr(self.transport, "apply_control", None)
-        if control.node == self.id and apply is not None and apply(control):
-            self.notes.append(Note("fault_injected", control.peer, control.action))
-
-    def _handle_frame(self, src: int, payload: bytes) -> None:
-        self.counters.bytes_received += len(payload)
-        frame = decode(payload, expected_sender=src, job=self.job)
-        if isinstance(frame, Rejection):
-            self.counters.rejected[frame.reason.value] += 1
-            return
-        if frame.kind == Kind.MODEL_PULL:
-            self.pending_pulls[frame.sender] = frame
-            self._serve_pulls()
-        elif frame.kind == Kind.MODEL:
-            self._on_state_frame(frame)
-        elif self.machine is not None and frame.round == self.round:
-            self._execute(self.machine.on_frame(frame, self.clock.now()))
-        elif self.previous is not None and frame.round == self.round - 1:
-            self._execute(self.previous.on_frame(frame, self.clock.now()))
-        elif self.machine is not None and self.machine.round == frame.round:
-            # The round we just finished: it still answers pulls and ACKs.
-            self._execute(self.machine.on_frame(frame, self.clock.now()))
-        elif frame.round >= self.round + FUTURE_ROUNDS and frame.kind != Kind.MODEL_PULL:
-            self._fell_behind(frame)
-        elif self.round <= frame.round <= self.round + FUTURE_ROUNDS:
-            if len(self.future) < MAX_BUFFERED_FRAMES:
-                self.future.append(frame)
-            else:
-                self.counters.rejected["buffer_full"] += 1
-        else:
-            self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
-
-    def _fell_behind(self, frame: Frame) -> None:
-        """Frames two rounds ahead of ours: the fleet went on without us (we ran a round to its
-        deadline, or hung). Catching up round by round never ends; fetch the fleet's state."""
-        self.counters.rejected["future_round"] += 1
-        if self.joining or self.transfer is not None or frame.sender not in self.membership.live():
-            return  # a transfer under way takes any newer state than it asked for
-        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
-        others = self.membership.online_peers(self.membership.live())
-        # Ask for the state of the round AFTER the peer's: it is served as that round starts,
-        # so we join it in step. The peer's current state would be a round old on arrival,
-        # and we would fall behind again at once.
-        self._fetch_state(frame.round + 1, [frame.sender, *(p for p in others if p != frame.sender)])
-
-    def _take_future(self) -> list[Frame]:
-        now_round = [f for f in self.future if f.round == self.round]
-        self.future = [f for f in self.future if f.round > self.round]
-        return now_round
-
-    # -- state transfer -----------------------------------------------------------------------
-
-    def _fetch_state(self, round: int, peers: list[int]) -> None:
-        """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
-        now = self.clock.now()
-        self.transfer = StateTransfer(self.id, self.job, round, peers, STATE_PULL_TIMEOUT, now,
-                                      size=int(self.backend.state().size))
-        self._execute(self.transfer.start(now))
-
-    def _on_state_frame(self, frame: Frame) -> None:
-        if self.transfer is None:
-            return  # late or duplicate chunks of a transfer already done
-        self._execute(self.transfer.on_frame(frame, self.clock.now()))
-        if self.transfer.result is None:
-            return
-        rnd, state, _ = self.transfer.result
-        self.transfer = None
-        if rnd >= self.round:
-            self.received_state = (rnd, state)
-
-    def _tick_transfer(self) -> None:
-        transfer, now = self.transfer, self.clock.now()
-        if transfer is None or (wake := transfer.next_timer()) is None or now < wake:
-            return
-        if transfer.attempts >= PULL_ROUNDS_PER_PEER * len(transfer.peers):
-            self.notes.append(Note("state_pull_failed", transfer.peer, f"round {transfer.round}"))
-            self.transfer = None
-            return
-        self._execute(transfer.on_timer(now))
-
-    def _serve_pulls(self) -> None:
-        """Send our state to pullers that asked for a round we are at (or before)."""
-        # Until a round's result is applied our state is that round's start state, so what we
-        # send is always "the state at the start of self.round".
-        for puller, request in list(self.pending_pulls.items()):
-            if request.round <= self.round:
-                del self.pending_pulls[puller]
-                if self.joining:
-                    continue
-                self._execute(serve_model_pull(request, self.id, self.job, self.backend.state(),
-                                               self.round, STATE_CHUNK_VALUES,
-                                               self.backend.model_hash()))
-
-    def _execute(self, actions: list[Any]) -> None:
-        for action in actions:
-            if isinstance(action, Send):
-                self._send(action.dst, action.frame)
-            elif isinstance(action, Note):
-                self.notes.append(action)
-
     def _send(self, dst: int, frame: Frame) -> None:
-        data = encode(frame)
-        self.counters.bytes_sent += len(data)
-        self._publish(self.topics.link(self.id, dst), data, reliable=False)
+        self._publish(self.topics.link(self.core.node, dst), encode(frame), reliable=False)
 
     def _publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = True) -> None:
         try:
             self.transport.publish(topic, payload, retain=retain, reliable=reliable)
         except TransportError as exc:
             # The broker is away: the round's timeouts and the deadline deal with the loss.
-            self.counters.rejected["publish_failed"] += 1
+            self.core.count_rejected("publish_failed")
             log.debug("publish on %s failed: %s", topic, exc)
-
-
-def _finite(value: float) -> float | None:
-    """JSON has no NaN: a diverged loss travels as null."""
-    return value if np.isfinite(value) else None
 
 
 # -- process entry ------------------------------------------------------------------------------
@@ -642,7 +323,7 @@ def run_agent(config: AgentConfig) -> int:
                                    "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
                                    f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
                                    r.phase_seconds["total"] * 1000,
-                                   " DEGRADED" if r.result.degraded else ""))
+                                   " DEGRADED" if r.degraded else ""))
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)

@@ -2,7 +2,7 @@
 
 The thesis's scenarios (Tables 1 and 2): no fault; one link fault; two parallel faults (two
 links at the same height); two serial faults (links at consecutive heights), with a fixed
-timeout T. Each step is run by the virtual fleet (agent/virtual_fleet.py) on the in-memory
+timeout T. Each step is run by the virtual fleet (simulate/virtual_fleet.py, N agent cores) on the in-memory
 bus with a broker-like throughput and per-message latency, the links cut before the step.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.topology import Tree
-from agent.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet
+from simulate.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet
 
 DESCRIPTION = (
     "Allreduce step time with 0, 1, 2 parallel and 2 serial link faults (fixed timeout T), "

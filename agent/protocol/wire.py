@@ -62,6 +62,9 @@ class DType(enum.IntEnum):
     U32 = 3  # indices (NACK, PULL)
 
 
+# The wire formats of values by their configuration names (agent option ``wire_dtype``).
+WIRE_DTYPES: dict[str, DType] = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
+
 _ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
          DType.U32: np.dtype("<u4")}
 

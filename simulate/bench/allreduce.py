@@ -73,7 +73,7 @@ THESIS_INDEX = {"no_faults": 0, "one_fault": 1, "two_parallel": 2, "two_serial":
 FAULT_AT = 5
 TAIL_ROUNDS = 7  # fault-free rounds after the heal
 WARMUP_ROUNDS = 2
-DTYPES = {"float32": wire.DType.F32, "float16": wire.DType.F16, "int8": wire.DType.I8}
+DTYPES = wire.WIRE_DTYPES
 
 
 def thesis_seconds(timeout: float | None, nodes: int, scenario: str) -> float | None:

@@ -149,7 +149,7 @@ def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> 
     bus.publish("broker", TOPICS.status(3), will[1], retain=True, force=True)
     bus.run_until(bus.now() + 1.0)
     restarted._pump(0.0)
-    assert restarted.membership.is_online(3)
+    assert restarted.core.membership.is_online(3)
     assert new_incarnation() > restarted.incarnation
 
 
@@ -164,7 +164,7 @@ def test_a_joiner_pulls_the_fleets_state_before_it_contributes() -> None:
     for p in peers:
         coordinator.on_status(Status(p.node, "online"), 0.0)
     joiner = runtime(bus, 2, rounds=0, fleet_size=3)
-    joiner.should_stop = lambda: joiner.round >= 12 and not joiner.joining
+    joiner.should_stop = lambda: joiner.round >= 12 and not joiner.core.joining
     joiner.run()
     assert [v.members for v in peers[0].views] == [[0, 1, 2]] and peers[0].views[0].from_round == 12
     pulls = peers[0].pulls + peers[1].pulls

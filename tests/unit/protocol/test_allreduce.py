@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from agent.protocol.allreduce import AllreduceConfig, chunk_bounds, merge_means
 from agent.protocol.topology import Tree
 from agent.protocol.wire import DType
-from agent.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
+from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 CHUNK = 8
 LENGTH = 37  # 5 chunks, the last one short
@@ -126,7 +126,7 @@ def test_loss_and_random_cuts_end_every_round_by_its_deadline_without_double_cou
                         faults=faults, seed=seed, max_time=60.0)
     assert [r.round for r in records] == [0, 1, 2], "the fleet halted"
     for rec in records:
-        assert sorted(rec.results) == list(range(nodes))
+        assert sorted(rec.ended) == list(range(nodes))
         for node, result in rec.results.items():
             assert result.finished_at <= rec.starts[node] + config.round_deadline + 1e-9
         assert count_problems(rec, CHUNK) == []

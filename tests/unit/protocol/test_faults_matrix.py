@@ -7,7 +7,7 @@ import pytest
 
 from agent.commands.fault_cost import fault_cost_table
 from agent.protocol.allreduce import AllreduceConfig
-from agent.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
+from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 NODES = 7
 ROUNDS = 12
@@ -54,7 +54,7 @@ def test_fault_matrix(kind: str, role: str, phase: str) -> None:
     check_deadlines(records)
     survivors = set(range(NODES)) - {node}
     for rec in records:
-        assert survivors & set(rec.members) <= set(rec.results), f"round {rec.round} lost a survivor"
+        assert survivors & set(rec.members) <= rec.ended, f"round {rec.round} lost a survivor"
     last = records[-1]
     if kind in ("crash", "hang", "restart"):
         assert any(node not in r.members for r in records[FAULT_ROUND + 1 :]), "never excluded"

@@ -10,7 +10,7 @@ import statistics
 
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.topology import Tree
-from agent.virtual_fleet import FaultSpec, count_problems, run_fleet
+from simulate.virtual_fleet import FaultSpec, count_problems, run_fleet
 
 NODES = 7
 ROUNDS = 20
@@ -71,5 +71,5 @@ def test_a_resync_nobody_can_answer_is_given_up_and_the_node_goes_on() -> None:
                         seed=0, max_time=60.0)
     assert [r.round for r in records] == [0, 1, 2]
     for rec in records:
-        assert sorted(rec.results) == [0, 1, 2], f"round {rec.round}: {sorted(rec.results)}"
+        assert sorted(rec.ended) == [0, 1, 2], f"round {rec.round}: {sorted(rec.ended)}"
         assert count_problems(rec, 8) == []

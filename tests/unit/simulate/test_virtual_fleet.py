@@ -11,7 +11,7 @@ import pytest
 
 from agent.commands import fault_cost
 from agent.protocol.allreduce import AllreduceConfig
-from agent.virtual_fleet import FaultSpec, count_problems, run_fleet
+from simulate.virtual_fleet import FaultSpec, count_problems, run_fleet
 
 FAST = dict(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
 

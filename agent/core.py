@@ -1,0 +1,637 @@
+"""The agent core: everything one agent decides, written once, with no IO (sans-IO, like h11).
+
+``AgentCore`` owns the per-node logic: the round machines keyed by round number (the current
+one and the finished ones that still answer ACKs, NACKs and pulls), the bounded buffer of frames
+of rounds not started yet, state transfer (serve, fetch, drift resync, catch-up, final sync),
+membership and views, Last Wills fanned out to every live round machine, the linger after the
+last round, telemetry notes and counters.
+
+Events in: ``on_message`` (topic + bytes, as MQTT delivers them) or the typed ``on_frame``,
+``on_status``, ``on_view``; ``on_gradient`` (the gradient the driver computed when asked);
+``on_tick(now)``. Actions out: the closed set ``CoreAction``. ``next_deadline()`` says when the
+core next needs ``on_tick``. Every call takes ``now``; the core never reads a clock.
+
+Two drivers execute the actions: ``agent/runtime.py`` (the agent users run: MQTT, the
+monotonic clock, the model backend, checkpoint files) and ``simulate/virtual_fleet.py`` (N
+cores on the in-memory bus in fake time, for tests and ``analyze fault-cost``). Neither makes a
+protocol decision of its own.
+
+State contract with the driver: between the ``ApplyUpdate`` of round r - 1 and the one of round
+r, the driver's training state is the state at the start of round r. ``SendState`` is always
+answered with that state, so it is executed in order with the other actions.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent.model.optim import scheduled_lr
+from agent.protocol.allreduce import (
+    AllreduceConfig,
+    Note,
+    RoundMachine,
+    RoundResult,
+    Send,
+    frame_size,
+    new_round,
+)
+from agent.protocol.membership import Membership, PublishView, StartupGate
+from agent.protocol.messages import (
+    Control,
+    MessageError,
+    NodeState,
+    Status,
+    Telemetry,
+    View,
+)
+from agent.protocol.state_transfer import (
+    STATE_CHUNK_VALUES,
+    StateTransfer,
+    resync_reason,
+    serve_model_pull,
+)
+from agent.protocol.topics import Topics
+from agent.protocol.topology import Tree
+from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
+
+# Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
+# rounds ahead means the fleet went on without us.
+FUTURE_ROUNDS = 2
+MAX_BUFFERED_FRAMES = 4096
+# A finished round's machine answers late ACKs, NACKs and pulls until this many rounds later.
+ANSWERING_ROUNDS = 1
+PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
+CONNECT_WAIT = 10.0  # seconds to wait for our own retained status to come back from the broker
+
+
+class Phase(enum.Enum):
+    CONNECTING = "connecting"  # waiting for our own status: does a fleet (a view) exist?
+    JOINING = "joining"  # a fleet runs without us: wait to be in a view, fetch its state
+    WAITING = "waiting"  # between rounds: waiting for a view that covers our round
+    COMPUTING = "computing"  # asked the driver for this round's gradient
+    RUNNING = "running"  # the round's machine is reducing and broadcasting
+    FINAL_SYNC = "final_sync"  # the last round fell back: waiting (bounded) for the fleet's state
+    LINGERING = "lingering"  # done: still answering late pulls, NACKs and ACKs for a while
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    node: int
+    job: str = "default"
+    arity: int = 2
+    rounds: int = 0  # 0: until stopped
+    allreduce: AllreduceConfig = field(default_factory=AllreduceConfig)
+    state_size: int | None = None  # length of the training state (params + optimizer)
+    expected_members: int = 0
+    join_grace: float = 0.0
+    lr: float = 0.001
+    lr_schedule: str = "constant"
+    lr_final: float = 0.1
+    eval_every: int = 0
+    checkpoint_every: int = 0  # 0: no checkpoints
+    state_pull_timeout: float = 3.0  # a peer silent this long during a state transfer: next one
+    linger: float = 0.0  # seconds to keep answering after the last round
+    state_chunk_values: int = STATE_CHUNK_VALUES
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishStatus:
+    status: Status
+
+
+@dataclass(frozen=True)
+class ComputeGradient:
+    """Compute round ``round``'s gradient on the current state; answer with ``on_gradient``."""
+
+    round: int
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ApplyUpdate:
+    round: int
+    values: np.ndarray
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """Replace the training state with the fleet's state at the start of ``round``."""
+
+    round: int
+    state: np.ndarray
+
+
+@dataclass(frozen=True)
+class SendState:
+    """Answer ``request`` (a MODEL_PULL) with the current state: ``state_frames`` builds it."""
+
+    request: Frame
+    round: int
+
+
+@dataclass(frozen=True)
+class SaveCheckpoint:
+    round: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ApplyControl:
+    """A fault-injection command for this node's transport (simulator only)."""
+
+    control: Control
+
+
+@dataclass
+class RoundReport:
+    round: int
+    epoch: int
+    members: int
+    loss: float
+    result: RoundResult | None  # None: abandoned (the fleet was ahead)
+    phase_seconds: dict[str, float]
+    notes: list[Note]
+    evaluate: bool = False
+    accuracy: float | None = None
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    @property
+    def degraded(self) -> bool:
+        return self.result is None or self.result.degraded
+
+
+@dataclass(frozen=True)
+class ReportRound:
+    report: RoundReport
+
+
+CoreAction = (Send | PublishView | PublishStatus | ComputeGradient | ApplyUpdate | LoadState
+              | SendState | SaveCheckpoint | ApplyControl | ReportRound)
+
+
+@dataclass
+class Counters:
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _RoundInProgress:
+    view: View
+    started: float
+    computed: float = 0.0
+    loss: float = 0.0
+    own_hash: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+class AgentCore:
+    def __init__(self, config: CoreConfig, incarnation: int, *, resumed_round: int | None = None,
+                 pid: int = 0, now: float = 0.0) -> None:
+        self.config = config
+        self.node = config.node
+        self.incarnation = incarnation
+        self.pid = pid
+        self.topics = Topics(config.job)
+        self.job = config.allreduce.job
+        self.links = config.allreduce.new_links()
+        self.membership = Membership(config.node, config.arity, gate=StartupGate(
+            config.expected_members, config.join_grace, now))
+        self.resumed = resumed_round is not None
+        self.round = resumed_round or 0
+        self.phase = Phase.CONNECTING
+        self.phase_deadline: float | None = now + CONNECT_WAIT
+        self.joining = False
+        self.machines: dict[int, RoundMachine] = {}
+        self.current: _RoundInProgress | None = None
+        self.future: list[Frame] = []
+        self.transfer: StateTransfer | None = None
+        self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
+        self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
+        self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
+        self.notes: list[Note] = []
+        self.counters = Counters()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.config.rounds > 0 and self.round >= self.config.rounds
+
+    def status(self, state: NodeState) -> Status:
+        return Status(node=self.node, state=state, round=self.round, pid=self.pid,
+                      incarnation=self.incarnation)
+
+    def subscriptions(self) -> list[str]:
+        return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.view,
+                self.topics.control]
+
+    def next_deadline(self) -> float | None:
+        times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]
+        if self.transfer is not None and (t := self.transfer.next_timer()) is not None:
+            times.append(t)
+        if self.phase_deadline is not None:
+            times.append(self.phase_deadline)
+        if self.phase == Phase.WAITING and self.membership.latest is None:
+            gate = self.membership.gate
+            times.append(gate.started_at + gate.join_grace)  # the start-up gate opens by time
+        return min(times) if times else None
+
+    def state_frames(self, action: SendState, state: np.ndarray, params_hash: int) -> list[Send]:
+        """The MODEL frames answering ``action`` with ``state`` (the driver's current state)."""
+        sends = serve_model_pull(action.request, self.node, self.job, state, action.round,
+                                 self.config.state_chunk_values, params_hash)
+        for send in sends:
+            self.counters.bytes_sent += frame_size(send.frame)
+        return sends
+
+    # -- events -----------------------------------------------------------------------------
+
+    def on_message(self, topic: str, payload: bytes, now: float) -> list[CoreAction]:
+        """One message as the broker delivered it (bytes crossing the boundary are checked here)."""
+        link = self.topics.parse_link(topic)
+        if link is not None:
+            self.counters.bytes_received += len(payload)
+            frame = decode(payload, expected_sender=link[0], job=self.job)
+            if isinstance(frame, Rejection):
+                self.counters.rejected[frame.reason.value] += 1
+                return []
+            return self.on_frame(frame, now, counted=True)
+        try:
+            if self.topics.parse_status(topic) is not None:
+                return self.on_status(Status.decode(payload), now)
+            if topic == self.topics.view:
+                return self.on_view(View.decode(payload), now)
+            if topic == self.topics.control:
+                control = Control.decode(payload)
+                return [ApplyControl(control)] if control.node == self.node else []
+        except MessageError as exc:
+            self.counters.rejected[f"json_{exc.reason}"] += 1
+        return []
+
+    def on_frame(self, frame: Frame, now: float, counted: bool = False) -> list[CoreAction]:
+        if not counted:
+            self.counters.bytes_received += frame_size(frame)
+        out: list[CoreAction] = []
+        machine = self.machines.get(frame.round)
+        if frame.kind == Kind.MODEL_PULL:
+            self.pending_pulls[frame.sender] = frame
+            out += self._serve_pulls()
+        elif frame.kind == Kind.MODEL:
+            out += self._on_state_frame(frame, now)
+        elif machine is not None:
+            out += self._run(machine.on_frame(frame, now))
+        elif frame.round >= self.round + FUTURE_ROUNDS:
+            out += self._fell_behind(frame, now)
+        elif frame.round >= self.round:
+            if len(self.future) < MAX_BUFFERED_FRAMES:
+                self.future.append(frame)
+            else:
+                self.counters.rejected["buffer_full"] += 1
+        else:
+            self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
+        return out + self._advance(now)
+
+    def on_status(self, status: Status, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = list(self.membership.on_status(status, now))
+        if self.phase == Phase.CONNECTING and self.membership.knows_incarnation(self.node, self.incarnation):
+            out += self._connected(now)
+        is_will = (status.state == "offline" and status.node != self.node
+                   and self.membership.states.get(status.node) == "offline")
+        if is_will:
+            # The broker's Last Will: no machine needs to wait a timeout for this peer.
+            for machine in list(self.machines.values()):
+                out += self._run(machine.peer_down(status.node, now))
+        return out + self._advance(now)
+
+    def on_view(self, view: View, now: float) -> list[CoreAction]:
+        self.membership.on_view(view)
+        return self._advance(now)
+
+    def on_gradient(self, round: int, loss: float, gradient: np.ndarray, model_hash: int,
+                    now: float) -> list[CoreAction]:
+        current = self.current
+        if self.phase != Phase.COMPUTING or current is None or round != self.round:
+            return []  # a gradient for a round given up meanwhile
+        current.computed, current.loss, current.own_hash = now, loss, model_hash
+        current.bytes_sent, current.bytes_received = self.counters.bytes_sent, self.counters.bytes_received
+        tree = Tree.of(current.view.members, current.view.arity)
+        machine = new_round(self.config.allreduce, tree, self.node, round, gradient, model_hash,
+                            self.links, now)
+        self.machines[round] = machine
+        self.phase = Phase.RUNNING
+        out = self._run(machine.start(now))
+        for frame in self._take_future(round):
+            out += self._run(machine.on_frame(frame, now))
+        return out + self._advance(now)
+
+    def on_tick(self, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = []
+        for machine in list(self.machines.values()):
+            if (wake := machine.next_timer()) is not None and now >= wake:
+                out += self._run(machine.on_timer(now))
+        out += self._tick_transfer(now)
+        if self.phase_deadline is not None and now >= self.phase_deadline:
+            out += self._phase_expired(now)
+        return out + self._advance(now)
+
+    def record_note(self, note: Note) -> None:
+        self.notes.append(note)
+
+    def count_rejected(self, reason: str) -> None:
+        self.counters.rejected[reason] += 1
+
+    # -- what next --------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> list[CoreAction]:
+        """Move through the phases as far as the facts allow (each step is one decision)."""
+        out: list[CoreAction] = []
+        for _ in range(8):  # every step changes the phase or returns; bounded to be safe
+            before = self.phase
+            if self.phase == Phase.JOINING:
+                out += self._step_joining(now)
+            elif self.phase == Phase.WAITING:
+                out += self._step_waiting(now)
+            elif self.phase == Phase.RUNNING:
+                out += self._step_running(now)
+            elif self.phase == Phase.FINAL_SYNC and self.transfer is None:
+                out += self._end_final_sync(now)
+            if self.phase == before:
+                break
+        return out
+
+    def _connected(self, now: float) -> list[CoreAction]:
+        latest = self.membership.latest
+        fresh_fleet = latest is None or (
+            self.node in latest.members and latest.from_round == self.round == 0 and not self.resumed)
+        self.phase_deadline = None
+        if fresh_fleet:
+            self.phase = Phase.WAITING
+            return []
+        self.joining = True
+        self.phase = Phase.JOINING
+        return [PublishStatus(self.status("joining"))]
+
+    def _phase_expired(self, now: float) -> list[CoreAction]:
+        self.phase_deadline = None
+        if self.phase == Phase.CONNECTING:
+            return self._connected(now)
+        if self.phase == Phase.FINAL_SYNC:
+            self.transfer = None
+            return self._end_final_sync(now)
+        if self.phase == Phase.LINGERING:
+            self.phase = Phase.DONE
+        return []
+
+    def _step_joining(self, now: float) -> list[CoreAction]:
+        latest = self.membership.latest
+        if latest is None or self.node not in latest.members:
+            return []
+        if self.received_state is not None:
+            rnd, state = self.received_state
+            self.received_state = None
+            if rnd >= self.round:
+                self.round, self.joining = rnd, False
+                self.future = [f for f in self.future if f.round >= rnd]
+                self.notes.append(Note("rejoin", None, f"state of round {rnd}"))
+                self.phase = Phase.WAITING
+                return [LoadState(rnd, state), PublishStatus(self.status("online")),
+                        *self._serve_pulls()]
+        self.round = max(self.round, latest.from_round)
+        peers = self.membership.online_peers(self.membership.live())
+        if peers and (self.transfer is None or not set(self.transfer.peers) & set(peers)):
+            return self._fetch_state(self.round, peers, now)  # the old one's peers are all gone
+        return []
+
+    def _step_waiting(self, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = self._install_fleet_state()
+        if self.done:
+            return out + self._start_linger(now)
+        out += self.membership.round_started(self.round, now)
+        view = self.membership.view_for(self.round)
+        if view is None or self.node not in view.members:
+            return out
+        self.current = _RoundInProgress(view=view, started=now)
+        self.phase = Phase.COMPUTING
+        # Machines older than the last finished round have nothing left to answer.
+        for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
+            del self.machines[r]
+        return [*out, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
+
+    def _install_fleet_state(self) -> list[CoreAction]:
+        """Between rounds: a state fetched because we fell behind replaces ours."""
+        if self.received_state is None or self.received_state[0] < self.round:
+            return []
+        rnd, state = self.received_state
+        self.received_state = None
+        self.notes.append(Note("resync", None, f"caught up from round {self.round} to {rnd}"))
+        self.round = rnd
+        self.future = [f for f in self.future if f.round >= rnd]
+        return [LoadState(rnd, state), *self._serve_pulls()]
+
+    def _step_running(self, now: float) -> list[CoreAction]:
+        machine = self.machines[self.round]
+        if self.received_state is not None and self.received_state[0] > self.round:
+            return self._abandon(now)
+        if machine.result is None:
+            return []
+        return self._finish_round(machine.result, now)
+
+    def _abandon(self, now: float) -> list[CoreAction]:
+        """Give the round up: the fleet is ahead and its state is here. Still reported."""
+        current = self.current
+        assert current is not None and self.received_state is not None
+        self.notes.append(Note("abandoned", None, f"the fleet is at round {self.received_state[0]}"))
+        del self.machines[self.round]  # its timers must not pull or retry for it any more
+        report = self._report(None, now)
+        self.phase = Phase.WAITING
+        return [ReportRound(report)]
+
+    def _finish_round(self, result: RoundResult, now: float) -> list[CoreAction]:
+        current = self.current
+        assert current is not None
+        out: list[CoreAction] = []
+        if self.received_state is not None and self.received_state[0] == self.round:
+            # A resync: the peer's state at this round's start, then this round's update.
+            out.append(LoadState(self.round, self.received_state[1]))
+            self.notes.append(Note("resync", None, f"state of round {self.round}"))
+            self.received_state = None
+        elif (why := resync_reason(result, current.own_hash)) is not None:
+            # Our model now differs from the fleet's: fetch its state for the next round, first
+            # from peers whose link worked this round (a cut link would cost a pull timeout).
+            broken = {p for p, s in result.link_states.items() if s in ("failed", "rerouted")}
+            out += self._request_resync(why, broken, now)
+        cfg = self.config
+        rate = scheduled_lr(cfg.lr, self.round, cfg.rounds, cfg.lr_schedule, cfg.lr_final)
+        out.append(ApplyUpdate(self.round, result.values, rate))
+        report = self._report(result, now)
+        self.round += 1
+        out += self._serve_pulls()
+        if self.done and self.transfer is not None:
+            self.pending_report = report
+            self.phase = Phase.FINAL_SYNC
+            self.phase_deadline = now + cfg.allreduce.round_deadline
+            return out
+        self.phase = Phase.WAITING
+        return out + self._close_round(report)
+
+    def _end_final_sync(self, now: float) -> list[CoreAction]:
+        """The last round fell back to our own gradient: the fleet's final state, fetched from
+        lingering peers, replaces ours (or the wait ran out)."""
+        self.phase_deadline = None
+        out = self._install_fleet_state()
+        report, self.pending_report = self.pending_report, None
+        self.phase = Phase.WAITING
+        return out + (self._close_round(report) if report is not None else [])
+
+    def _close_round(self, report: RoundReport) -> list[CoreAction]:
+        out: list[CoreAction] = []
+        every = self.config.checkpoint_every
+        if every > 0 and (self.round % every == 0 or self.done):
+            out.append(SaveCheckpoint(self.round, report.epoch))
+        eval_every = self.config.eval_every
+        report.evaluate = eval_every > 0 and (self.round % eval_every == 0 or self.done)
+        return [*out, ReportRound(report)]
+
+    def _report(self, result: RoundResult | None, now: float) -> RoundReport:
+        current = self.current
+        assert current is not None
+        computed = current.computed or now
+        seconds = {"compute": computed - current.started, "allreduce": now - computed,
+                   "total": now - current.started}
+        report = RoundReport(
+            round=self.round, epoch=current.view.epoch, members=len(current.view.members),
+            loss=current.loss, result=result, phase_seconds=seconds, notes=self.notes,
+            bytes_sent=self.counters.bytes_sent - current.bytes_sent,
+            bytes_received=self.counters.bytes_received - current.bytes_received)
+        self.notes = []
+        self.current = None
+        return report
+
+    def _start_linger(self, now: float) -> list[CoreAction]:
+        """After the last round, keep answering pulls and NACKs for a while: a peer whose
+        broadcast got lost must not find the fleet gone and end its last round degraded."""
+        self.phase = Phase.LINGERING
+        self.phase_deadline = now + self.config.linger
+        return []
+
+    # -- state transfer ---------------------------------------------------------------------
+
+    def _request_resync(self, why: str, avoid: set[int], now: float) -> list[CoreAction]:
+        self.notes.append(Note("drift", None, why))
+        view = self.membership.view_for(self.round)
+        peers = self.membership.online_peers(view.members if view is not None else [])
+        peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
+        if peers and (self.transfer is None or self.transfer.round <= self.round):
+            return self._fetch_state(self.round + 1, peers, now)
+        return []
+
+    def _fell_behind(self, frame: Frame, now: float) -> list[CoreAction]:
+        """Frames two rounds ahead of ours: the fleet went on without us (we ran a round to its
+        deadline, or hung). Catching up round by round never ends; fetch the fleet's state."""
+        self.counters.rejected["future_round"] += 1
+        if (self.joining or self.transfer is not None or self.done
+                or frame.sender not in self.membership.live()):
+            return []  # a transfer under way takes any newer state than it asked for
+        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        others = self.membership.online_peers(self.membership.live())
+        # Ask for the state of the round AFTER the peer's: it is served as that round starts,
+        # so we join it in step. The peer's current state would be a round old on arrival.
+        return self._fetch_state(frame.round + 1,
+                                 [frame.sender, *(p for p in others if p != frame.sender)], now)
+
+    def _fetch_state(self, round: int, peers: list[int], now: float) -> list[CoreAction]:
+        """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
+        self.transfer = StateTransfer(self.node, self.job, round, peers,
+                                      self.config.state_pull_timeout, now, size=self.config.state_size)
+        return self._run(self.transfer.start(now))
+
+    def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
+        if self.transfer is None:
+            return []  # late or duplicate chunks of a transfer already done
+        out = self._run(self.transfer.on_frame(frame, now))
+        if self.transfer.result is not None:
+            rnd, state, _ = self.transfer.result
+            self.transfer = None
+            if rnd >= self.round:
+                self.received_state = (rnd, state)
+        return out
+
+    def _tick_transfer(self, now: float) -> list[CoreAction]:
+        transfer = self.transfer
+        if transfer is None or (wake := transfer.next_timer()) is None or now < wake:
+            return []
+        if transfer.attempts >= PULL_TRIES_PER_PEER * len(transfer.peers):
+            self.notes.append(Note("state_pull_failed", transfer.peer, f"round {transfer.round}"))
+            self.transfer = None
+            return []
+        return self._run(transfer.on_timer(now))
+
+    def _serve_pulls(self) -> list[CoreAction]:
+        """Answer pullers that asked for a round we are at (or before) with our state, which
+        is always "the state at the start of self.round" (see the module's state contract)."""
+        out: list[CoreAction] = []
+        for puller, request in list(self.pending_pulls.items()):
+            if request.round <= self.round:
+                del self.pending_pulls[puller]
+                if not self.joining and self.phase != Phase.CONNECTING:
+                    out.append(SendState(request, self.round))
+        return out
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _run(self, actions: list[Send | Note]) -> list[CoreAction]:
+        """A round machine's actions: notes are kept for the report, frames go out."""
+        out: list[CoreAction] = []
+        for action in actions:
+            if isinstance(action, Send):
+                self.counters.bytes_sent += frame_size(action.frame)
+                out.append(action)
+            else:
+                self.notes.append(action)
+        return out
+
+    def _take_future(self, round: int) -> list[Frame]:
+        now_round = [f for f in self.future if f.round == round]
+        self.future = [f for f in self.future if f.round > round]
+        return now_round
+
+
+def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model_hash: int,
+                  wall_time: float) -> Telemetry:
+    """The telemetry message of one reported round."""
+    result = report.result
+    stats = result.stats if result is not None else None
+    contributors = set().union(*result.contributors) if result is not None and result.contributors else set()
+    return Telemetry(
+        node=core.node, round=report.round, epoch=report.epoch, algorithm=algorithm,
+        wall_time=wall_time, loss=_finite(report.loss), accuracy=report.accuracy,
+        phase_seconds={k: round(v, 6) for k, v in report.phase_seconds.items()},
+        bytes_sent=report.bytes_sent, bytes_received=report.bytes_received,
+        contributors=len(contributors), members=report.members,
+        reroutes=stats.reroutes if stats else 0, timeouts=stats.timeouts if stats else 0,
+        nacks=stats.nacks if stats else 0, pulls=stats.pulls if stats else 0,
+        degraded=report.degraded,
+        missing_chunks=len(result.missing_chunks) if result is not None else 0,
+        rejected=dict(core.counters.rejected),
+        links={str(k): v for k, v in result.link_states.items()} if result is not None else {},
+        model_hash=f"{model_hash:08x}",
+        events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
+    )
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: a diverged loss travels as null."""
+    return value if np.isfinite(value) else None

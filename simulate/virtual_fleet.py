@@ -1,0 +1,422 @@
+"""N agent cores on the in-memory bus in fake time: discrete events, no sleep, no protocol.
+
+Every node is the agent core users run (agent/core.py); this harness only executes its actions
+the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT and a tiny model
+instead of a backend: the gradient comes from a seeded generator (or a callback), the state is
+params + momentum, updated by SGD with momentum. Faults fire at a round and phase
+(``FaultSpec``): link cuts and loss on the bus, crash (the broker publishes the Will), hang (the
+node gets no message and no timer until it resumes; the Will fires after ``will_delay``),
+resume and restart. It makes no decision of its own: rounds, membership, state transfer, timers
+are the core's.
+
+``VirtualFleet(config).run()`` returns one ``RoundRecord`` per round: its duration (first
+start to last result), whether any node was degraded, and every node's ``RoundResult``.
+Used by the protocol's fault-matrix and property tests and by ``edgegrove analyze fault-cost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Literal
+
+import numpy as np
+
+from agent.core import (
+    AgentCore,
+    ApplyControl,
+    ApplyUpdate,
+    ComputeGradient,
+    CoreAction,
+    CoreConfig,
+    LoadState,
+    PublishStatus,
+    ReportRound,
+    RoundReport,
+    SaveCheckpoint,
+    SendState,
+)
+from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult, Send, frame_size
+from agent.protocol.membership import PublishView
+from agent.protocol.messages import Status, View
+from agent.protocol.state_transfer import state_hash
+from agent.protocol.topics import Topics
+from agent.protocol.wire import Flag, Frame, Kind
+from agent.transport.memory import FakeClock, MemoryBus
+
+FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart"]
+Phase = Literal["reduce", "broadcast"]
+GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
+JOB = "virtual"
+TOPICS = Topics(JOB)
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """``action`` on ``node`` (and ``peer`` for links) when round ``round`` enters ``phase``
+    (reduce: the round's first start; broadcast: the root's first result chunk), ``after``
+    seconds later. ``value`` is the loss probability."""
+
+    action: FaultAction
+    round: int
+    node: int = 0
+    peer: int | None = None
+    phase: Phase = "reduce"
+    one_way: bool = False
+    value: float = 0.0
+    after: float = 0.0
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    nodes: int = 7
+    rounds: int = 5
+    length: int = 1000
+    arity: int = 2
+    allreduce: AllreduceConfig = field(default_factory=AllreduceConfig)
+    seed: int = 0
+    latency: float = 0.0002
+    bandwidth: float | None = None  # bytes/s out of each agent
+    broker_bandwidth: float | None = None  # bytes/s through the broker (shared)
+    compute_time: float = 0.0
+    will_delay: float = 1.5  # a hung agent's Will fires after this (keepalive expiry)
+    lr: float = 0.01
+    momentum: float = 0.9
+    faults: tuple[FaultSpec, ...] = ()
+    gradient_fn: GradientFn | None = None
+    keep_gradients: bool = False
+    max_time: float = 1e6
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    members: tuple[int, ...]
+    start: float
+    end: float
+    results: dict[int, RoundResult] = field(default_factory=dict)
+    gradients: dict[int, np.ndarray] = field(default_factory=dict)
+    start_hashes: dict[int, int] = field(default_factory=dict)
+    starts: dict[int, float] = field(default_factory=dict)  # when each node started the round
+    notes: dict[int, list[Note]] = field(default_factory=dict)
+    abandoned: set[int] = field(default_factory=set)  # nodes that gave the round up
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def degraded(self) -> bool:
+        return any(r.degraded for r in self.results.values())
+
+    @property
+    def ended(self) -> set[int]:
+        """Nodes that ended the round: with a result, or by giving it up because the fleet's
+        newer state arrived (the core then installs that state instead of this round's)."""
+        return set(self.results) | self.abandoned
+
+
+def default_gradient(seed: int, length: int) -> GradientFn:
+    def gradient(node: int, round: int, params: np.ndarray) -> np.ndarray:
+        rng = np.random.default_rng([seed, node, round])
+        return rng.standard_normal(length, dtype=np.float32)
+
+    return gradient
+
+
+def core_config(config: FleetConfig, node: int) -> CoreConfig:
+    ar = config.allreduce
+    return CoreConfig(
+        node=node, job=JOB, arity=config.arity, rounds=config.rounds, allreduce=ar,
+        state_size=2 * config.length, lr=config.lr,
+        state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
+        linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
+    )
+
+
+class SimAgent:
+    """One node: an ``AgentCore`` whose actions are executed on the bus."""
+
+    def __init__(self, fleet: VirtualFleet, node: int, incarnation: int, state: np.ndarray,
+                 resumed_round: int | None = None) -> None:
+        self.fleet, self.node = fleet, node
+        self.name = f"agent-{node}"
+        self.state = state  # params then momentum
+        self.core = AgentCore(core_config(fleet.config, node), incarnation,
+                              resumed_round=resumed_round, now=fleet.clock.now())
+        self.alive = True
+        self.hung = False
+        self.timer_gen = 0
+        self.timer_at: float | None = None
+        self.pending_compute: ComputeGradient | None = None
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.state[: self.fleet.config.length]
+
+    def connect(self) -> None:
+        will = (TOPICS.status(self.node), self.core.status("offline").encode(), True)
+        self.fleet.bus.connect(self.name, self.on_message, self.core.subscriptions(), will)
+        self.execute([PublishStatus(self.core.status("online"))])  # the birth message
+
+    # ------------------------------------------------------------------ events in
+
+    def on_message(self, topic: str, payload: object, size: int) -> None:
+        if not self.alive:
+            return
+        now = self.fleet.clock.now()
+        if isinstance(payload, Frame):  # frames travel as objects here, to save encoding time
+            self.execute(self.core.on_frame(payload, now))
+        elif isinstance(payload, bytes):
+            self.execute(self.core.on_message(topic, payload, now))
+
+    def on_timer(self, gen: int) -> None:
+        if gen != self.timer_gen or not self.alive or self.hung:
+            return
+        self.timer_at = None
+        self.execute(self.core.on_tick(self.fleet.clock.now()))
+
+    def compute(self, action: ComputeGradient) -> None:
+        if not self.alive:
+            return
+        if self.hung:
+            self.pending_compute = action  # a frozen process computes when it resumes
+            return
+        self.fleet.fire_faults(action.round, "reduce")
+        if not self.alive or self.hung:
+            self.pending_compute = action if self.hung else None
+            return
+        grad = self.fleet.gradient(self.node, action.round, self.params)
+        own_hash = state_hash(self.params)
+        self.fleet.record_start(self, action, grad, own_hash)
+        self.execute(self.core.on_gradient(action.round, 0.0, grad, own_hash, self.fleet.clock.now()))
+
+    # ------------------------------------------------------------------ actions out
+
+    def execute(self, actions: list[CoreAction]) -> None:
+        for action in actions:
+            self.do(action)
+        self.reschedule()
+
+    def do(self, action: CoreAction) -> None:
+        bus, fleet = self.fleet.bus, self.fleet
+        if isinstance(action, Send):
+            fleet.send(self, action.dst, action.frame)
+        elif isinstance(action, SendState):
+            for send in self.core.state_frames(action, self.state, state_hash(self.params)):
+                fleet.send(self, send.dst, send.frame)
+        elif isinstance(action, PublishStatus):
+            bus.publish(self.name, TOPICS.status(self.node), action.status.encode(), retain=True)
+        elif isinstance(action, PublishView):
+            bus.publish(self.name, TOPICS.view, action.view.encode(), retain=True)
+        elif isinstance(action, ComputeGradient):
+            bus.call_at(fleet.clock.now() + fleet.config.compute_time, partial(self.compute, action))
+        elif isinstance(action, ApplyUpdate):
+            self.apply(action.values)
+        elif isinstance(action, LoadState):
+            self.state = action.state.copy()
+        elif isinstance(action, ReportRound):
+            fleet.record_report(self, action.report)
+        elif isinstance(action, SaveCheckpoint | ApplyControl):
+            pass  # no disk and no transport faults in here: the bus takes faults directly
+
+    def apply(self, values: np.ndarray) -> None:
+        cfg = self.fleet.config
+        params, momentum = self.state[: cfg.length], self.state[cfg.length :]
+        momentum *= np.float32(cfg.momentum)
+        momentum += values
+        params -= np.float32(cfg.lr) * momentum
+
+    def reschedule(self) -> None:
+        wake = self.core.next_deadline()
+        if wake is None or wake == self.timer_at:
+            return  # nothing to wait for, or that wake-up is already booked
+        self.timer_at = wake
+        self.timer_gen += 1
+        self.fleet.bus.call_at(wake, partial(self.on_timer, self.timer_gen))
+
+    def resume(self, held: list[tuple[str, object, int]]) -> None:
+        self.hung = False
+        for topic, payload, size in held:
+            self.on_message(topic, payload, size)
+        if self.pending_compute is not None:
+            action, self.pending_compute = self.pending_compute, None
+            self.compute(action)
+        self.timer_at = None
+        self.execute(self.core.on_tick(self.fleet.clock.now()))
+
+
+class VirtualFleet:
+    def __init__(self, config: FleetConfig) -> None:
+        self.config = config
+        self.clock = FakeClock()
+        self.bus = MemoryBus(self.clock, np.random.default_rng([config.seed, 7]),
+                             latency=config.latency, bandwidth=config.bandwidth,
+                             broker_bandwidth=config.broker_bandwidth, will_delay=config.will_delay)
+        self.gradient: GradientFn = config.gradient_fn or default_gradient(config.seed, config.length)
+        self.initial_view = View(epoch=0, members=list(range(config.nodes)), arity=config.arity,
+                                 coordinator=0, from_round=0)
+        init = np.random.default_rng([config.seed, 1]).standard_normal(config.length, dtype=np.float32)
+        self.initial_state = np.concatenate([init, np.zeros(config.length, dtype=np.float32)])
+        self.agents: dict[int, SimAgent] = {}
+        self.records: dict[int, RoundRecord] = {}
+        self.fired: set[tuple[int, str]] = set()
+        self.pending_faults = 0
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> list[RoundRecord]:
+        self.bus.publish("fleet", TOPICS.view, self.initial_view.encode(), retain=True, force=True)
+        for node in range(self.config.nodes):
+            agent = SimAgent(self, node, 0, self.initial_state.copy())
+            self.agents[node] = agent
+            agent.connect()
+        self.bus.run_until(self.config.max_time, stop=self.finished)
+        return [self.records[r] for r in sorted(self.records)]
+
+    def finished(self) -> bool:
+        if self.pending_faults:
+            return False
+        rec = self.records.get(self.config.rounds - 1)
+        if rec is None:
+            return False
+        return all(node in rec.results or node in rec.abandoned or not self.is_up(node)
+                   for node in rec.members)
+
+    def is_up(self, node: int) -> bool:
+        agent = self.agents.get(node)
+        return agent is not None and agent.alive and not agent.hung
+
+    # ------------------------------------------------------------------ agents call these
+
+    def send(self, agent: SimAgent, dst: int, frame: Frame) -> None:
+        if frame.is_broadcast and frame.kind in (Kind.DATA, Kind.RELAY) and frame.flags & Flag.FINAL:
+            self.fire_faults(frame.round, "broadcast")
+        self.bus.publish(agent.name, TOPICS.link(agent.node, dst), frame, size=frame_size(frame))
+
+    def record_start(self, agent: SimAgent, action: ComputeGradient, grad: np.ndarray,
+                     params_hash: int) -> None:
+        now = self.clock.now()
+        rec = self.records.get(action.round)
+        if rec is None:
+            rec = self.records[action.round] = RoundRecord(action.round, action.members, now, now)
+        rec.start_hashes[agent.node] = params_hash
+        rec.starts[agent.node] = now
+        if self.config.keep_gradients:
+            rec.gradients[agent.node] = grad.copy()
+
+    def record_report(self, agent: SimAgent, report: RoundReport) -> None:
+        rec = self.records.get(report.round)
+        if rec is None:
+            return
+        rec.notes.setdefault(agent.node, []).extend(report.notes)
+        if report.result is None:
+            rec.abandoned.add(agent.node)
+            return
+        rec.results[agent.node] = report.result
+        rec.end = max(rec.end, self.clock.now())
+
+    # ------------------------------------------------------------------ faults
+
+    def fire_faults(self, r: int, phase: str) -> None:
+        if (r, phase) in self.fired:
+            return
+        self.fired.add((r, phase))
+        now = self.clock.now()
+        for spec in self.config.faults:
+            if spec.round == r and spec.phase == phase:
+                if spec.after > 0:
+                    self.pending_faults += 1
+                    self.bus.call_at(now + spec.after, partial(self._delayed, spec))
+                else:
+                    self.apply_fault(spec)
+
+    def _delayed(self, spec: FaultSpec) -> None:
+        self.pending_faults -= 1
+        self.apply_fault(spec)
+
+    def apply_fault(self, spec: FaultSpec) -> None:
+        node, peer = spec.node, spec.peer
+        if spec.action in ("cut", "heal"):
+            if peer is None:
+                raise ValueError(f"{spec.action} needs a peer")
+            (self.bus.cut if spec.action == "cut" else self.bus.heal)(node, peer, not spec.one_way)
+        elif spec.action == "loss":
+            self.bus.set_loss(spec.value, None if peer is None else (node, peer))
+        elif spec.action == "crash":
+            self.crash(node)
+        elif spec.action == "hang":
+            self.hang(node)
+        elif spec.action == "resume":
+            self.resume(node)
+        elif spec.action == "restart":
+            self.restart(node)
+
+    def crash(self, node: int) -> None:
+        agent = self.agents.get(node)
+        if agent is None or not agent.alive:
+            return
+        agent.alive = False
+        self.bus.crash(agent.name)
+
+    def hang(self, node: int) -> None:
+        agent = self.agents.get(node)
+        if agent is None or not agent.alive or agent.hung:
+            return
+        agent.hung = True
+        self.bus.hang(agent.name)
+
+    def resume(self, node: int) -> None:
+        agent = self.agents.get(node)
+        if agent is None or not agent.hung:
+            return
+        held = self.bus.resume(agent.name)
+        if self._status_of(node) == "offline":
+            # The broker dropped us meanwhile (keepalive): reconnect, come back as a joiner.
+            agent.alive = False
+            self.restart(node, state=agent.state)
+            return
+        agent.resume(held)
+
+    def restart(self, node: int, state: np.ndarray | None = None) -> None:
+        old = self.agents.get(node)
+        if old is not None and old.alive:
+            self.crash(node)
+        incarnation = (old.core.incarnation + 1) if old is not None else 0
+        fresh = self.initial_state.copy() if state is None else state
+        agent = SimAgent(self, node, incarnation, fresh,
+                         resumed_round=old.core.round if old is not None else 0)
+        self.agents[node] = agent
+        agent.connect()
+
+    def _status_of(self, node: int) -> str | None:
+        entry = self.bus.retained.get(TOPICS.status(node))
+        if entry is None:
+            return None
+        return Status.decode(entry[0]).state
+
+
+def run_fleet(nodes: int, rounds: int = 1, **options: object) -> list[RoundRecord]:
+    """Shorthand: ``VirtualFleet(FleetConfig(nodes=..., rounds=..., **options)).run()``."""
+    return VirtualFleet(FleetConfig(nodes=nodes, rounds=rounds, **options)).run()  # type: ignore[arg-type]
+
+
+def count_problems(record: RoundRecord, chunk_size: int, atol: float = 2e-5) -> list[str]:
+    """Check a round kept with ``keep_gradients``: for every node and chunk, the applied value
+    is the mean over exactly the contributors its set names, and the set contains the node
+    itself. Returns what is wrong (empty = nothing counted twice, nothing invented)."""
+    problems: list[str] = []
+    for node, result in record.results.items():
+        for j, ids in enumerate(result.contributors):
+            lo, hi = j * chunk_size, min((j + 1) * chunk_size, len(result.values))
+            if node not in ids:
+                problems.append(f"node {node} chunk {j}: own contribution missing from {sorted(ids)}")
+            if not ids <= set(record.gradients):
+                problems.append(f"node {node} chunk {j}: unknown contributors {sorted(ids)}")
+                continue
+            exact = np.mean([record.gradients[c][lo:hi].astype(np.float64) for c in sorted(ids)], axis=0)
+            err = float(np.max(np.abs(result.values[lo:hi] - exact), initial=0.0))
+            if err > atol:
+                problems.append(f"node {node} chunk {j}: off the mean of {sorted(ids)} by {err:.3g}")
+    return problems

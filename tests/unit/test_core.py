@@ -1,0 +1,86 @@
+"""The agent core (agent/core.py): the dispatch of frames to round machines around round
+boundaries, the end of a run, the phases. The same core runs in the real agent
+(agent/runtime.py) and in the in-memory fleet (simulate/virtual_fleet.py); these tests drive it
+through the fleet harness and directly."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.core import (
+    AgentCore,
+    ComputeGradient,
+    CoreConfig,
+    Phase,
+    PublishStatus,
+    ReportRound,
+)
+from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.messages import Status, View
+from agent.protocol.wire import Frame, Kind
+from simulate.virtual_fleet import FleetConfig, VirtualFleet
+
+CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
+
+
+def fleet_with_gaps(rounds: int) -> VirtualFleet:
+    # compute_time: a gap between the end of round r and the start of r + 1, as a real agent's
+    # gradient computation makes; the last ACKs of round r's broadcast arrive inside it.
+    return VirtualFleet(FleetConfig(nodes=7, rounds=rounds, length=37, allreduce=CONFIG,
+                                    compute_time=0.02, latency=0.001))
+
+
+def test_late_frames_of_a_finished_round_reach_its_machine_between_rounds() -> None:
+    fleet = fleet_with_gaps(6)
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(6)) and not any(r.degraded for r in records)
+    results = [res for rec in records for res in rec.results.values()]
+    # An ACK of round r dropped between rounds leaves its unit unacknowledged: it is resent
+    # after a timeout, and (remembered dead links) the healthy link is declared dead.
+    assert sum(r.stats.retransmits for r in results) == 0
+    assert sum(r.stats.timeouts for r in results) == 0
+    notes = [n.kind for rec in records for ns in rec.notes.values() for n in ns]
+    assert "link_dead" not in notes and "timeout" not in notes
+    for agent in fleet.agents.values():
+        assert agent.core.counters.rejected["stale_round"] == 0, agent.node
+
+
+def test_frames_of_the_last_round_are_answered_during_the_linger() -> None:
+    fleet = fleet_with_gaps(3)
+    fleet.run()
+    fleet.bus.run_until(fleet.clock.now() + 0.5)  # every frame in flight arrives
+    for agent in fleet.agents.values():
+        core = agent.core
+        assert core.phase == Phase.LINGERING and core.round == 3
+        last = core.machines[2]
+        # Every ACK of the last broadcast reached it: nothing was resent, nothing timed out.
+        stats = last.stats  # type: ignore[attr-defined]
+        assert stats.retransmits == 0 and stats.timeouts == 0, (agent.node, stats)
+        assert core.counters.rejected["stale_round"] == 0
+        received = stats.frames_received
+        pull = Frame(Kind.PULL, CONFIG.job, 2, (agent.node + 1) % 7, 0, 1).with_indices([0])
+        core.on_frame(pull, fleet.clock.now())
+        assert stats.frames_received == received + 1
+    fleet.bus.run_until(fleet.clock.now() + 2 * CONFIG.round_deadline)
+    assert all(a.core.phase == Phase.DONE for a in fleet.agents.values())
+
+
+def test_a_state_of_a_round_after_the_last_one_is_installed_not_run() -> None:
+    """Catching up by state transfer to round R (= rounds) ends the run: no round R."""
+    core = AgentCore(CoreConfig(node=1, rounds=3, allreduce=CONFIG, state_size=4, linger=1.0), 5)
+    core.on_view(View(1, [0, 1], 2, 0, 0), 0.0)
+    actions = core.on_status(Status(1, "online", incarnation=5), 0.0)
+    assert [type(a) for a in actions] == [ComputeGradient] and core.phase == Phase.COMPUTING
+    core.received_state = (3, np.zeros(4, np.float32))  # the fleet's final state arrived
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    assert core.phase == Phase.LINGERING and core.round == 3
+    assert 3 not in core.machines and core.next_deadline() is not None
+
+
+def test_a_fleet_that_runs_without_us_makes_us_join() -> None:
+    core = AgentCore(CoreConfig(node=4, allreduce=CONFIG, state_size=4), 9)
+    core.on_view(View(3, [0, 1, 2], 2, 0, 40), 0.0)  # a running fleet's retained view
+    actions = core.on_status(Status(4, "online", incarnation=9), 0.0)
+    assert core.phase == Phase.JOINING
+    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["joining"]
+    assert not any(isinstance(a, ReportRound | ComputeGradient) for a in actions)
