@@ -33,11 +33,11 @@ from agent.model.optim import scheduled_lr
 from agent.protocol.allreduce import (
     AllreduceConfig,
     Note,
+    RoundContext,
     RoundMachine,
     RoundResult,
     Send,
     frame_size,
-    new_round,
 )
 from agent.protocol.membership import Membership, PublishView, StartupGate
 from agent.protocol.messages import (
@@ -48,6 +48,7 @@ from agent.protocol.messages import (
     Telemetry,
     View,
 )
+from agent.protocol.rounds import new_round
 from agent.protocol.state_transfer import (
     STATE_CHUNK_VALUES,
     StateTransfer,
@@ -328,8 +329,8 @@ class AgentCore:
         current.computed, current.loss, current.own_hash = now, loss, model_hash
         current.bytes_sent, current.bytes_received = self.counters.bytes_sent, self.counters.bytes_received
         tree = Tree.of(current.view.members, current.view.arity)
-        machine = new_round(self.config.allreduce, tree, self.node, round, gradient, model_hash,
-                            self.links, now)
+        machine = new_round(RoundContext(self.config.allreduce, tree, self.node, round, gradient,
+                                         model_hash, self.links, now))
         self.machines[round] = machine
         self.phase = Phase.RUNNING
         out = self._run(machine.start(now))

@@ -18,15 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from simulate.bench.common import REPO_ROOT, machine_info, markdown_table
+from simulate.thesis import THESIS_COLUMNS, THESIS_STEP_S
 
 DESCRIPTION = __doc__
 
-# The thesis's Tables 1 and 2: allreduce step (s) on a 32-core server.
-THESIS_STEP_S = {
-    0.5: {7: (0.033, 1.449, 1.495, 2.822), 15: (0.062, 1.510, 1.513, 2.890), 31: (0.091, 1.497, 1.494, 2.880)},
-    1.0: {7: (0.034, 2.441, 2.473, 4.839), 15: (0.065, 2.541, 2.498, 4.860), 31: (0.093, 2.509, 2.541, 4.911)},
-}
-THESIS_COLUMNS = ("no faults", "1 fault", "2 parallel faults", "2 serial faults")
 
 
 @dataclass

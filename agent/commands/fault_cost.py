@@ -13,16 +13,16 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
+from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.topology import Tree
+from simulate.thesis import THESIS_ONE_FAULT_T, THESIS_TWO_SERIAL_T
 from simulate.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet
 
 DESCRIPTION = (
     "Allreduce step time with 0, 1, 2 parallel and 2 serial link faults (fixed timeout T), "
     "simulated on the deterministic in-memory bus, beside the thesis's measurements."
 )
-THESIS_ONE_FAULT_T = 2.9  # 1.449-1.510 s with T = 0.5 s (Table 1)
-THESIS_TWO_SERIAL_T = 5.8  # 2.822-2.890 s with T = 0.5 s
 SCENARIOS = ("fault_free", "one_fault", "two_parallel", "two_serial")
 
 
@@ -69,7 +69,7 @@ def step_time(nodes: int, cuts: list[tuple[int, int]], *, timeout: float, length
     return record.duration, record.degraded
 
 
-def fault_cost_table(nodes: list[int], timeout: float = 0.5, length: int = 407_050,
+def fault_cost_table(nodes: list[int], timeout: float = 0.5, length: int = PARAM_COUNT,
                      chunk_size: int = 16_384, broker_bandwidth: float = 500e6,
                      latency: float = 0.0002, arity: int = 2) -> list[FaultCostRow]:
     rows = []
@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fleet sizes to simulate (at least 2 each)")
     parser.add_argument("--timeout", type=float, default=0.5, help="the fixed link timeout T in seconds")
     parser.add_argument("--arity", type=int, default=2, help="tree arity k")
-    parser.add_argument("--values", type=int, default=407_050,
+    parser.add_argument("--values", type=int, default=PARAM_COUNT,
                         help="float32 values per gradient (407,050 = the thesis MLP, 1.63 MB)")
     parser.add_argument("--chunk-size", type=int, default=16_384, help="values per chunk")
     parser.add_argument("--broker-mbps", type=float, default=500.0,

@@ -1,6 +1,6 @@
 """The allreduce of one round, as pure state machines: ``ft-tree``, plain ``tree`` and ``rps``.
 
-The runtime (or the virtual fleet) creates one machine per round with ``new_round`` and feeds
+The agent core creates one machine per round with ``rounds.new_round`` and feeds
 it frames and timer ticks; the machine answers with actions (``Send`` a frame, ``Note`` a
 telemetry event) and, once it knows what to apply, sets ``result``. No IO, no clock: every
 call gets ``now``.
@@ -113,6 +113,20 @@ class RoundResult:
     finished_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class RoundContext:
+    """What every round machine starts from: the round's tree and this node's gradient."""
+
+    config: AllreduceConfig
+    tree: Tree
+    node: int
+    round: int
+    gradient: np.ndarray  # float32, flat
+    model_hash: int  # of the model the gradient was computed on
+    links: LinkEstimators  # kept across rounds by the core
+    now: float
+
+
 class RoundMachine(Protocol):
     result: RoundResult | None
 
@@ -192,24 +206,3 @@ class LinkBook:
     def known(self, peers: Sequence[int]) -> None:
         for p in peers:
             self.states.setdefault(p, "ok")
-
-
-def new_round(
-    config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
-    model_hash: int, links: LinkEstimators, now: float,
-) -> RoundMachine:
-    """The machine of one round for ``config.algorithm``; call ``start(now)`` next."""
-    grad = np.ascontiguousarray(gradient, dtype=np.float32).ravel()
-    if node not in tree:
-        raise ValueError(f"node {node} is not a member of the round's tree {tree.members}")
-    if config.algorithm == "ft-tree":
-        from agent.protocol.ft_tree import FtTreeRound
-
-        return FtTreeRound(config, tree, node, round, grad, model_hash, links, now)
-    if config.algorithm == "tree":
-        from agent.protocol.tree import PlainTreeRound
-
-        return PlainTreeRound(config, tree, node, round, grad, model_hash, links, now)
-    from agent.protocol.rps import RpsRound
-
-    return RpsRound(config, tree, node, round, grad, model_hash, links, now)

@@ -34,17 +34,15 @@ import numpy as np
 
 from agent.protocol.allreduce import (
     Action,
-    AllreduceConfig,
     LinkBook,
     Outbox,
+    RoundContext,
     RoundResult,
     RoundStats,
     chunk_bounds,
     frame_size,
     merge_means,
 )
-from agent.protocol.rto import LinkEstimators
-from agent.protocol.topology import Tree
 from agent.protocol.wire import DType, Flag, Frame, Kind
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
@@ -103,10 +101,9 @@ class ChunkState:
 
 
 class FtTreeRound(Outbox):
-    def __init__(
-        self, config: AllreduceConfig, tree: Tree, node: int, round: int, gradient: np.ndarray,
-        model_hash: int, links: LinkEstimators, now: float,
-    ) -> None:
+    def __init__(self, ctx: RoundContext) -> None:
+        config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
+        model_hash, links, now = ctx.model_hash, ctx.links, ctx.now
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
         self.grad, self.model_hash, self.links = gradient, model_hash, links
         self.start_time = now

@@ -61,6 +61,7 @@ from simulate.bench.common import (
     summary,
 )
 from simulate.bench.fleetrun import FleetRun, FleetScenario, LinkCut, run_fleet
+from simulate.thesis import THESIS_STEP_S
 
 DESCRIPTION = __doc__
 SCENARIOS: dict[str, tuple[LinkCut, ...]] = {
@@ -78,8 +79,6 @@ DTYPES = wire.WIRE_DTYPES
 
 def thesis_seconds(timeout: float | None, nodes: int, scenario: str) -> float | None:
     """The thesis's figure for this cell (Tables 1 and 2), None where it has none."""
-    from simulate.evaluation import THESIS_STEP_S
-
     table = THESIS_STEP_S.get(timeout) if timeout is not None else None
     if table is None and scenario == "no_faults":
         table = THESIS_STEP_S[0.5]  # its fault-free figure does not depend on the timeout

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.model.mlp import PARAM_COUNT
 from agent.protocol import wire
 from agent.protocol.topology import Tree
 from simulate.bench.common import (
@@ -46,7 +47,7 @@ from simulate.bench.common import (
 )
 
 DESCRIPTION = __doc__
-MODEL_VALUES = 407_050  # the thesis model's parameters (= gradient values)
+MODEL_VALUES = PARAM_COUNT  # the thesis model's parameters (= gradient values)
 CHUNK_VALUES = 16_384  # agent default chunk_size
 BITMAP_BYTES_7 = 1  # contributor bitmap of a fleet of up to 8 nodes
 CHUNK_FRAME_BYTES = wire.HEADER_SIZE + BITMAP_BYTES_7 + 4 * CHUNK_VALUES + 4

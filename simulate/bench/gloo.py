@@ -20,6 +20,7 @@ import statistics
 import time
 from typing import Any
 
+from agent.model.mlp import PARAM_COUNT
 from simulate.bench.common import (
     add_output_arguments,
     document,
@@ -30,7 +31,7 @@ from simulate.bench.common import (
 )
 
 DESCRIPTION = __doc__
-MODEL_VALUES = 407_050
+MODEL_VALUES = PARAM_COUNT  # the thesis model's parameters (= gradient values)
 START_TIMEOUT_S = 300.0  # 31 processes importing torch on 2 cores take a while
 
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig, Note, Send, new_round
+from agent.protocol.allreduce import AllreduceConfig, Note, RoundContext, RoundMachine, Send
 from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.rounds import new_round as _new_round
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind
+
+
+def new_round(*args: object) -> RoundMachine:
+    return _new_round(RoundContext(*args))  # type: ignore[arg-type]
+
 
 CFG = AllreduceConfig(chunk_size=4, timeout_mode="fixed", fixed_timeout=0.1, round_deadline=2.0)
 TREE = Tree((0, 1, 2), 2)

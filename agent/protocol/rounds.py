@@ -1,0 +1,26 @@
+"""The machine of one round for the configured algorithm (its own module: the machines import
+allreduce.py's shared parts, and this picks among them)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from agent.protocol.allreduce import RoundContext, RoundMachine
+from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.rps import RpsRound
+from agent.protocol.tree import PlainTreeRound
+
+
+def new_round(ctx: RoundContext) -> RoundMachine:
+    """The machine of one round for ``ctx.config.algorithm``; call ``start(now)`` next."""
+    if ctx.node not in ctx.tree:
+        raise ValueError(f"node {ctx.node} is not a member of the round's tree {ctx.tree.members}")
+    ctx = replace(ctx, gradient=np.ascontiguousarray(ctx.gradient, dtype=np.float32).ravel())
+    algorithm = ctx.config.algorithm
+    if algorithm == "ft-tree":
+        return FtTreeRound(ctx)
+    if algorithm == "tree":
+        return PlainTreeRound(ctx)
+    return RpsRound(ctx)
