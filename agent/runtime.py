@@ -17,10 +17,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
@@ -31,7 +30,6 @@ from agent.core import (
     ApplyUpdate,
     ComputeGradient,
     CoreAction,
-    CoreConfig,
     LoadState,
     Phase,
     PublishStatus,
@@ -41,41 +39,23 @@ from agent.core import (
     SendState,
     telemetry_for,
 )
+from agent.core_config import core_config
 from agent.model.data import to_float_pixels
-from agent.protocol.allreduce import AllreduceConfig, Note, Send
+from agent.protocol.allreduce import Note, Send
 from agent.protocol.membership import PublishView
 from agent.protocol.topics import Topics
-from agent.protocol.wire import WIRE_DTYPES, Frame, encode, job_hash
+from agent.protocol.wire import Frame, encode
 from agent.transport.base import Message, Transport, TransportError, Will
+
+if TYPE_CHECKING:
+    from agent.model.backend import Backend
 
 log = logging.getLogger("edgegrove.agent")
 
 POLL_SECONDS = 0.05
 EVAL_CHUNK = 1000
-STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
 
 __all__ = ["AgentRuntime", "RoundReport", "new_incarnation", "run_agent"]
-
-F32 = npt.NDArray[np.float32]
-
-
-class TrainingBackend(Protocol):
-    """What the loop needs of a model backend (agent/model/backend.py's Backend has it)."""
-
-    def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]: ...
-
-    def apply(self, grad: F32) -> None: ...
-
-    def set_learning_rate(self, lr: float) -> None: ...
-
-    def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]: ...
-
-    def state(self) -> F32: ...
-
-    def load_state(self, state: F32) -> None: ...
-
-    def model_hash(self) -> int: ...
-
 
 _last_incarnation = 0
 
@@ -89,37 +69,13 @@ def new_incarnation() -> int:
     return _last_incarnation
 
 
-def allreduce_config(config: AgentConfig) -> AllreduceConfig:
-    return AllreduceConfig(
-        job=job_hash(config.job), algorithm=config.algorithm, chunk_size=config.chunk_size,
-        wire_dtype=WIRE_DTYPES[config.wire_dtype], timeout_mode=config.timeout_mode,
-        fixed_timeout=config.timeout, min_timeout=config.min_timeout,
-        max_timeout=config.max_timeout, initial_timeout=config.timeout,
-        round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
-    )
-
-
-def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
-    return CoreConfig(
-        node=config.id, job=config.job, arity=config.arity, rounds=config.rounds,
-        allreduce=allreduce_config(config), state_size=state_size,
-        expected_members=config.expected_members, join_grace=config.join_grace,
-        lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
-        eval_every=config.eval_every,
-        checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
-        state_pull_timeout=STATE_PULL_TIMEOUT,
-        # Long enough for a peer whose last round ran to its deadline to fetch our state.
-        linger=config.round_deadline + 1.0 + 3 * config.timeout,
-    )
-
-
 class AgentRuntime:
     """One agent. ``batches`` yields (x, y); ``test_set`` is (x, y) for evaluation."""
 
     def __init__(
         self,
         config: AgentConfig,
-        backend: TrainingBackend,
+        backend: Backend,
         batches: Iterator[tuple[np.ndarray, np.ndarray]],
         test_set: tuple[np.ndarray, np.ndarray],
         transport: Transport,

@@ -1,0 +1,34 @@
+"""From the user's agent configuration (agent/config.py) to the agent core's (agent/core.py)."""
+
+from __future__ import annotations
+
+from agent.config import AgentConfig
+from agent.core import CoreConfig
+from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.wire import WIRE_DTYPES, job_hash
+
+STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
+
+
+def allreduce_config(config: AgentConfig) -> AllreduceConfig:
+    return AllreduceConfig(
+        job=job_hash(config.job), algorithm=config.algorithm, chunk_size=config.chunk_size,
+        wire_dtype=WIRE_DTYPES[config.wire_dtype], timeout_mode=config.timeout_mode,
+        fixed_timeout=config.timeout, min_timeout=config.min_timeout,
+        max_timeout=config.max_timeout, initial_timeout=config.timeout,
+        round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
+    )
+
+
+def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
+    return CoreConfig(
+        node=config.id, job=config.job, arity=config.arity, rounds=config.rounds,
+        allreduce=allreduce_config(config), state_size=state_size,
+        expected_members=config.expected_members, join_grace=config.join_grace,
+        lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
+        state_pull_timeout=STATE_PULL_TIMEOUT,
+        # Long enough for a peer whose last round ran to its deadline to fetch our state.
+        linger=config.round_deadline + 1.0 + 3 * config.timeout,
+    )
