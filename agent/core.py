@@ -39,12 +39,13 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.membership import Membership, PublishView, StartupGate
+from agent.protocol.membership import Membership, PublishView, StartupGate, view_root, view_tree
 from agent.protocol.messages import (
     Control,
     MessageError,
     NodeState,
     Status,
+    Suspect,
     Telemetry,
     View,
 )
@@ -56,7 +57,6 @@ from agent.protocol.state_transfer import (
     serve_model_pull,
 )
 from agent.protocol.topics import Topics
-from agent.protocol.topology import Tree
 from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
@@ -96,6 +96,7 @@ class CoreConfig:
     eval_every: int = 0
     checkpoint_every: int = 0  # 0: no checkpoints
     state_pull_timeout: float = 3.0  # a peer silent this long during a state transfer: next one
+    suspicion_grace: float = 0.4  # a report about a silent node counts if unrefuted this long
     linger: float = 0.0  # seconds to keep answering after the last round
     state_chunk_values: int = STATE_CHUNK_VALUES
 
@@ -106,6 +107,13 @@ class CoreConfig:
 @dataclass(frozen=True)
 class PublishStatus:
     status: Status
+
+
+@dataclass(frozen=True)
+class PublishSuspect:
+    """Tell the fleet we heard nothing at all from ``report.peer`` for a whole timeout."""
+
+    report: Suspect
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,7 @@ class ReportRound:
     report: RoundReport
 
 
-CoreAction = (Send | PublishView | PublishStatus | ComputeGradient | ApplyUpdate | LoadState
+CoreAction = (Send | PublishView | PublishStatus | PublishSuspect | ComputeGradient | ApplyUpdate | LoadState
               | SendState | SaveCheckpoint | ApplyControl | ReportRound)
 
 
@@ -194,6 +202,7 @@ class _RoundInProgress:
     computed: float = 0.0
     loss: float = 0.0
     own_hash: int = 0
+    gradient: np.ndarray | None = None  # kept: a newer view for this round restarts it
     bytes_sent: int = 0
     bytes_received: int = 0
 
@@ -209,7 +218,7 @@ class AgentCore:
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
-            config.expected_members, config.join_grace, now))
+            config.expected_members, config.join_grace, now), grace=config.suspicion_grace)
         self.resumed = resumed_round is not None
         self.round = resumed_round or 0
         self.phase = Phase.CONNECTING
@@ -224,6 +233,11 @@ class AgentCore:
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.notes: list[Note] = []
         self.counters = Counters()
+        self.reported: set[tuple[int, int]] = set()  # (peer, round) suspicions published
+        self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
+        self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
+        self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
+        self.root_wait_until: float | None = None  # waiting for a view without a dead root
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -237,7 +251,7 @@ class AgentCore:
 
     def subscriptions(self) -> list[str]:
         return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.view,
-                self.topics.control]
+                self.topics.control, self.topics.all_suspect()]
 
     def next_deadline(self) -> float | None:
         times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]
@@ -248,6 +262,10 @@ class AgentCore:
         if self.phase == Phase.WAITING and self.membership.latest is None:
             gate = self.membership.gate
             times.append(gate.started_at + gate.join_grace)  # the start-up gate opens by time
+        if self.phase == Phase.WAITING and self.root_wait_until is not None:
+            times.append(self.root_wait_until)
+        if (t := self.membership.next_check()) is not None:
+            times.append(t)
         return min(times) if times else None
 
     def state_frames(self, action: SendState, state: np.ndarray, params_hash: int) -> list[Send]:
@@ -275,6 +293,8 @@ class AgentCore:
                 return self.on_status(Status.decode(payload), now)
             if topic == self.topics.view:
                 return self.on_view(View.decode(payload), now)
+            if self.topics.parse_suspect(topic) is not None:
+                return self.on_suspect(Suspect.decode(payload), now)
             if topic == self.topics.control:
                 control = Control.decode(payload)
                 return [ApplyControl(control)] if control.node == self.node else []
@@ -293,7 +313,7 @@ class AgentCore:
         elif frame.kind == Kind.MODEL:
             out += self._on_state_frame(frame, now)
         elif machine is not None:
-            out += self._run(machine.on_frame(frame, now))
+            out += self._run(machine.on_frame(frame, now), frame.round)
         elif frame.round >= self.round + FUTURE_ROUNDS:
             out += self._fell_behind(frame, now)
         elif frame.round >= self.round:
@@ -306,20 +326,53 @@ class AgentCore:
         return out + self._advance(now)
 
     def on_status(self, status: Status, now: float) -> list[CoreAction]:
+        was_down = self.membership.is_down(status.node)
         out: list[CoreAction] = list(self.membership.on_status(status, now))
+        if was_down and not self.membership.is_down(status.node):
+            # Back (restarted, resumed, rejoining): links found dead while it was away are
+            # not evidence about the new life; do not route around it from the start.
+            self.links.heal(status.node)
         if self.phase == Phase.CONNECTING and self.membership.knows_incarnation(self.node, self.incarnation):
             out += self._connected(now)
         is_will = (status.state == "offline" and status.node != self.node
                    and self.membership.states.get(status.node) == "offline")
         if is_will:
             # The broker's Last Will: no machine needs to wait a timeout for this peer.
-            for machine in list(self.machines.values()):
-                out += self._run(machine.peer_down(status.node, now))
+            for rnd, machine in list(self.machines.items()):
+                out += self._run(machine.peer_down(status.node, now), rnd)
         return out + self._advance(now)
 
     def on_view(self, view: View, now: float) -> list[CoreAction]:
         self.membership.on_view(view)
         return self._advance(now)
+
+    def on_suspect(self, report: Suspect, now: float) -> list[CoreAction]:
+        """A member reports a peer silent. Unrefuted for the grace, the report excuses the
+        peer in that round; with enough witnesses the fleet routes around it at once, in
+        every round machine still running, and the coordinator drops it."""
+        out: list[CoreAction] = list(self.membership.on_suspect(report, now))
+        if (report.peer == self.node and (report.node, report.round) not in self.refuted
+                and self.phase not in (Phase.CONNECTING, Phase.LINGERING, Phase.DONE)):
+            # We are not silent (cut links around us, a slow moment, or rejoining): say so at
+            # once. Membership ignores an "online" from a node far behind the fleet.
+            self.refuted.add((report.node, report.round))
+            out.append(PublishStatus(self.status("joining" if self.joining else "online")))
+        return out + self._apply_suspicions(now) + self._advance(now)
+
+    def _apply_suspicions(self, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = []
+        for peer, rnd in self.membership.unrefuted(now):
+            machine = self.machines.get(rnd)
+            if peer != self.node and (peer, rnd) not in self.excused and machine is not None:
+                self.excused.add((peer, rnd))
+                out += self._run(machine.excuse(peer, now), rnd)
+        suspected = self.membership.suspected()
+        for peer in sorted(suspected - self.down_seen - {self.node}):
+            self.notes.append(Note("suspected", peer, "silent by the fleet's witnesses"))
+            for rnd, machine in list(self.machines.items()):
+                out += self._run(machine.peer_down(peer, now), rnd)
+        self.down_seen = suspected
+        return out
 
     def on_gradient(self, round: int, loss: float, gradient: np.ndarray, model_hash: int,
                     now: float) -> list[CoreAction]:
@@ -327,23 +380,34 @@ class AgentCore:
         if self.phase != Phase.COMPUTING or current is None or round != self.round:
             return []  # a gradient for a round given up meanwhile
         current.computed, current.loss, current.own_hash = now, loss, model_hash
+        current.gradient = gradient
         current.bytes_sent, current.bytes_received = self.counters.bytes_sent, self.counters.bytes_received
-        tree = Tree.of(current.view.members, current.view.arity)
-        machine = new_round(RoundContext(self.config.allreduce, tree, self.node, round, gradient,
-                                         model_hash, self.links, now))
-        self.machines[round] = machine
+        return self._start_machine(current, now) + self._advance(now)
+
+    def _start_machine(self, current: _RoundInProgress, now: float) -> list[CoreAction]:
+        assert current.gradient is not None
+        tree = view_tree(current.view)
+        machine = new_round(RoundContext(self.config.allreduce, tree, self.node, self.round,
+                                         current.gradient, current.own_hash, self.links, now))
+        self.machines[self.round] = machine
         self.phase = Phase.RUNNING
-        out = self._run(machine.start(now))
-        for frame in self._take_future(round):
-            out += self._run(machine.on_frame(frame, now))
-        return out + self._advance(now)
+        out: list[CoreAction] = []
+        for peer in tree.members:
+            if peer != self.node and self.membership.is_down(peer):
+                out += self._run(machine.peer_down(peer, now), self.round)  # nobody waits for it
+        out += self._run(machine.start(now), self.round)
+        for frame in self._take_future(self.round):
+            out += self._run(machine.on_frame(frame, now), self.round)
+        return out
 
     def on_tick(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
-        for machine in list(self.machines.values()):
+        for rnd, machine in list(self.machines.items()):
             if (wake := machine.next_timer()) is not None and now >= wake:
-                out += self._run(machine.on_timer(now))
+                out += self._run(machine.on_timer(now), rnd)
         out += self._tick_transfer(now)
+        out += self.membership.check(now)
+        out += self._apply_suspicions(now)
         if self.phase_deadline is not None and now >= self.phase_deadline:
             out += self._phase_expired(now)
         return out + self._advance(now)
@@ -361,7 +425,9 @@ class AgentCore:
         out: list[CoreAction] = []
         for _ in range(8):  # every step changes the phase or returns; bounded to be safe
             before = self.phase
-            if self.phase == Phase.JOINING:
+            if self.phase in (Phase.WAITING, Phase.COMPUTING, Phase.RUNNING) and self._evicted():
+                out += self._leave_and_rejoin(now)
+            elif self.phase == Phase.JOINING:
                 out += self._step_joining(now)
             elif self.phase == Phase.WAITING:
                 out += self._step_waiting(now)
@@ -422,7 +488,11 @@ class AgentCore:
             return out + self._start_linger(now)
         out += self.membership.round_started(self.round, now)
         view = self.membership.view_for(self.round)
-        if view is None or self.node not in view.members:
+        if view is None:
+            return out
+        if self.node not in view.members:
+            return out + self._rejoin()
+        if self._root_is_down(view, now):
             return out
         self.current = _RoundInProgress(view=view, started=now)
         self.phase = Phase.COMPUTING
@@ -430,6 +500,43 @@ class AgentCore:
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
             del self.machines[r]
         return [*out, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
+
+    def _evicted(self) -> bool:
+        """The fleet went on without us (we hung and were taken for silent, or the Will
+        took us out): whatever round we were in, it is not ours any more."""
+        latest = self.membership.latest
+        return not self.joining and latest is not None and self.node not in latest.members
+
+    def _leave_and_rejoin(self, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = []
+        if self.phase == Phase.RUNNING and self.current is not None:
+            self.notes.append(Note("abandoned", None, "the fleet took us for silent"))
+            del self.machines[self.round]
+            out.append(ReportRound(self._report(None, now)))
+        self.current = None
+        return out + self._rejoin()
+
+    def _rejoin(self) -> list[CoreAction]:
+        """The fleet went on without us (we hung, or were taken for silent): join it again
+        through the join path, with its state, instead of running rounds nobody expects."""
+        self.notes.append(Note("rejoin_needed", None, f"not in the view of round {self.round}"))
+        self.joining = True
+        self.phase = Phase.JOINING
+        return [PublishStatus(self.status("joining"))]
+
+    def _root_is_down(self, view: View, now: float) -> bool:
+        """No round of a tree whose root is offline or silent can finish: wait (bounded) for
+        the coordinator's view without it rather than run to the deadline."""
+        root = view_root(view)
+        if root == self.node or not self.membership.is_down(root) or len(view.members) == 1:
+            self.root_wait_until = None
+            return False
+        if self.root_wait_until is None:
+            self.root_wait_until = now + self.config.allreduce.round_deadline
+        if now >= self.root_wait_until:
+            self.root_wait_until = None
+            return False
+        return True
 
     def _install_fleet_state(self) -> list[CoreAction]:
         """Between rounds: a state fetched because we fell behind replaces ours."""
@@ -447,8 +554,20 @@ class AgentCore:
         if self.received_state is not None and self.received_state[0] > self.round:
             return self._abandon(now)
         if machine.result is None:
-            return []
+            return self._restart_on_new_view(now)
         return self._finish_round(machine.result, now)
+
+    def _restart_on_new_view(self, now: float) -> list[CoreAction]:
+        """A newer view for the round under way (the old tree lost its root): run the round
+        again on the new tree with the same gradient."""
+        current = self.current
+        view = self.membership.view_for(self.round)
+        if current is None or view is None or view.epoch <= current.view.epoch or self.node not in view.members:
+            return []
+        self.notes.append(Note("restarted", None, f"view epoch {view.epoch} for round {self.round}"))
+        current.view = view
+        del self.machines[self.round]
+        return self._start_machine(current, now)
 
     def _abandon(self, now: float) -> list[CoreAction]:
         """Give the round up: the fleet is ahead and its state is here. Still reported."""
@@ -557,12 +676,12 @@ class AgentCore:
         """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
         self.transfer = StateTransfer(self.node, self.job, round, peers,
                                       self.config.state_pull_timeout, now, size=self.config.state_size)
-        return self._run(self.transfer.start(now))
+        return self._run(self.transfer.start(now), self.round)
 
     def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
         if self.transfer is None:
             return []  # late or duplicate chunks of a transfer already done
-        out = self._run(self.transfer.on_frame(frame, now))
+        out = self._run(self.transfer.on_frame(frame, now), self.round)
         if self.transfer.result is not None:
             rnd, state, _ = self.transfer.result
             self.transfer = None
@@ -578,7 +697,7 @@ class AgentCore:
             self.notes.append(Note("state_pull_failed", transfer.peer, f"round {transfer.round}"))
             self.transfer = None
             return []
-        return self._run(transfer.on_timer(now))
+        return self._run(transfer.on_timer(now), self.round)
 
     def _serve_pulls(self) -> list[CoreAction]:
         """Answer pullers that asked for a round we are at (or before) with our state, which
@@ -593,15 +712,19 @@ class AgentCore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _run(self, actions: list[Send | Note]) -> list[CoreAction]:
-        """A round machine's actions: notes are kept for the report, frames go out."""
+    def _run(self, actions: list[Send | Note], round: int) -> list[CoreAction]:
+        """A round machine's actions: notes are kept for the report, frames go out, and a
+        peer found silent is reported to the fleet (once per round)."""
         out: list[CoreAction] = []
         for action in actions:
             if isinstance(action, Send):
                 self.counters.bytes_sent += frame_size(action.frame)
                 out.append(action)
-            else:
-                self.notes.append(action)
+                continue
+            self.notes.append(action)
+            if action.kind == "silent" and action.peer is not None and (action.peer, round) not in self.reported:
+                self.reported.add((action.peer, round))
+                out.append(PublishSuspect(Suspect(self.node, round, action.peer, self.incarnation)))
         return out
 
     def _take_future(self, round: int) -> list[Frame]:

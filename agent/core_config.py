@@ -29,6 +29,8 @@ def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
         eval_every=config.eval_every,
         checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
         state_pull_timeout=STATE_PULL_TIMEOUT,
+        # Long enough for a healthy node to see a report about itself and answer it.
+        suspicion_grace=2 * (config.timeout if config.timeout_mode == "fixed" else config.min_timeout),
         # Long enough for a peer whose last round ran to its deadline to fetch our state.
         linger=config.round_deadline + 1.0 + 3 * config.timeout,
     )

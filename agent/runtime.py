@@ -33,6 +33,7 @@ from agent.core import (
     LoadState,
     Phase,
     PublishStatus,
+    PublishSuspect,
     ReportRound,
     RoundReport,
     SaveCheckpoint,
@@ -170,6 +171,10 @@ class AgentRuntime:
                 self._publish(self.topics.link(self.core.node, send.dst), encode(send.frame), reliable=False)
         elif isinstance(action, PublishStatus):
             self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
+        elif isinstance(action, PublishSuspect):
+            log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
+                        action.report.peer, action.report.round)
+            self._publish(self.topics.suspect(self.core.node), action.report.encode())
         elif isinstance(action, PublishView):
             view = action.view
             log.info("coordinator: view epoch %d members %s from round %d",

@@ -32,6 +32,7 @@ from agent.core import (
     CoreConfig,
     LoadState,
     PublishStatus,
+    PublishSuspect,
     ReportRound,
     RoundReport,
     SaveCheckpoint,
@@ -101,6 +102,7 @@ class RoundRecord:
     starts: dict[int, float] = field(default_factory=dict)  # when each node started the round
     notes: dict[int, list[Note]] = field(default_factory=dict)
     abandoned: set[int] = field(default_factory=set)  # nodes that gave the round up
+    skipped: set[int] = field(default_factory=set)  # caught up past it by a state transfer
 
     @property
     def duration(self) -> float:
@@ -112,9 +114,9 @@ class RoundRecord:
 
     @property
     def ended(self) -> set[int]:
-        """Nodes that ended the round: with a result, or by giving it up because the fleet's
-        newer state arrived (the core then installs that state instead of this round's)."""
-        return set(self.results) | self.abandoned
+        """Nodes that ended the round: with a result, by giving it up because the fleet's
+        newer state arrived, or by catching up past it (installing a later round's state)."""
+        return set(self.results) | self.abandoned | self.skipped
 
 
 def default_gradient(seed: int, length: int) -> GradientFn:
@@ -132,6 +134,7 @@ def core_config(config: FleetConfig, node: int) -> CoreConfig:
         state_size=2 * config.length, lr=config.lr,
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
+        suspicion_grace=2 * (ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.min_timeout),
     )
 
 
@@ -208,6 +211,8 @@ class SimAgent:
                 fleet.send(self, send.dst, send.frame)
         elif isinstance(action, PublishStatus):
             bus.publish(self.name, TOPICS.status(self.node), action.status.encode(), retain=True)
+        elif isinstance(action, PublishSuspect):
+            bus.publish(self.name, TOPICS.suspect(self.node), action.report.encode())
         elif isinstance(action, PublishView):
             bus.publish(self.name, TOPICS.view, action.view.encode(), retain=True)
         elif isinstance(action, ComputeGradient):
@@ -216,6 +221,7 @@ class SimAgent:
             self.apply(action.values)
         elif isinstance(action, LoadState):
             self.state = action.state.copy()
+            fleet.record_catch_up(self, action.round)
         elif isinstance(action, ReportRound):
             fleet.record_report(self, action.report)
         elif isinstance(action, SaveCheckpoint | ApplyControl):
@@ -305,6 +311,11 @@ class VirtualFleet:
         rec.starts[agent.node] = now
         if self.config.keep_gradients:
             rec.gradients[agent.node] = grad.copy()
+
+    def record_catch_up(self, agent: SimAgent, to_round: int) -> None:
+        for r, rec in self.records.items():
+            if r < to_round and agent.node in rec.members and agent.node not in rec.ended:
+                rec.skipped.add(agent.node)
 
     def record_report(self, agent: SimAgent, report: RoundReport) -> None:
         rec = self.records.get(report.round)
@@ -410,6 +421,10 @@ def count_problems(record: RoundRecord, chunk_size: int, atol: float = 2e-5) -> 
     for node, result in record.results.items():
         for j, ids in enumerate(result.contributors):
             lo, hi = j * chunk_size, min((j + 1) * chunk_size, len(result.values))
+            if not ids:  # skipped (the root went down): nothing may be applied
+                if np.any(result.values[lo:hi] != 0):
+                    problems.append(f"node {node} chunk {j}: skipped but values applied")
+                continue
             if node not in ids:
                 problems.append(f"node {node} chunk {j}: own contribution missing from {sorted(ids)}")
             if not ids <= set(record.gradients):

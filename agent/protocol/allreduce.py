@@ -140,6 +140,11 @@ class RoundMachine(Protocol):
 
     def peer_down(self, peer: int, now: float) -> list[Action]: ...
 
+    def excuse(self, peer: int, now: float) -> list[Action]:
+        """A member reported ``peer`` silent this round: stop waiting for its contribution
+        (one report is enough for that; routing around it needs ``peer_down``)."""
+        ...
+
 
 class Outbox:
     """What every round machine shares: the actions one call queues, handed back by ``_flush``.

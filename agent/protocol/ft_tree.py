@@ -121,6 +121,7 @@ class FtTreeRound(Outbox):
         self.pending: dict[tuple[bool, int, int | frozenset[int]], Pending] = {}
         self.progress: dict[tuple[str, int, int], float] = {}
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
+        self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
         self.send_seq = 0
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
@@ -134,11 +135,14 @@ class FtTreeRound(Outbox):
         self.pull_waiters: dict[int, set[int]] = {}
         self.seen_floods: set[tuple[object, ...]] = set()
         self.relayed_pairs: set[tuple[int, int]] = set()
+        self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
         self.nacked: set[tuple[int, bool, int]] = set()
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
         self.wait_at = now + self._wait_span()
         self.wait_fired = False
+        # A child that sends nothing at all for this long is silent: stop waiting for it.
+        self.silence_at: dict[int, float] = {c: now + self._silence_span(c) for c in self.children}
         self.reduce_done = self.parent is None
         parent_rto = self._rto(self.parent) if self.parent is not None else 0.0
         self.pull_at: float | None = (
@@ -165,6 +169,7 @@ class FtTreeRound(Outbox):
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
         self.last_heard[frame.sender] = now
+        self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         if frame.round != self.round or frame.job != self.cfg.job:
             self.stats.dropped += 1
             return []
@@ -197,6 +202,8 @@ class FtTreeRound(Outbox):
             self.wait_fired = True
             for j in range(self.n):
                 self._try_forward(j, now)
+        self._check_silent_children(now)
+        self._check_relay_targets(now)
         self._expire_pending(now)
         if self.pull_at is not None and now >= self.pull_at:
             self._pull(now)
@@ -208,9 +215,11 @@ class FtTreeRound(Outbox):
         times = [self.deadline]
         if not self.wait_fired and not self._all_forwarded():
             times.append(self.wait_at)
+            times.extend(self.silence_at.values())
         if self.pull_at is not None and self.result is None:
             times.append(self.pull_at)
         times.extend(self._due(p) for p in self.pending.values())
+        times.extend(at + self._rto(t) for t, at in self.relay_watch.items())
         return min(times)
 
     def peer_down(self, peer: int, now: float) -> list[Action]:
@@ -227,9 +236,65 @@ class FtTreeRound(Outbox):
                 self._advance(p, now)
         for j in range(self.n):
             self._try_forward(j, now)
+        if peer == self.parent and self.result is None:
+            self._resend_custody(now)
+            if self.pull_at is not None:
+                self.pull_at = now  # a silent parent will not broadcast: ask the others at once
+        if peer == self.tree.root and self.result is None:
+            # Nobody can average this round any more: end it now. Chunks without the root's
+            # result are skipped (nothing applied), the same on every survivor, so their
+            # models stay identical; a survivor that got a chunk the others lack is caught
+            # by the next root's model hash and resyncs.
+            self._note("root_down", peer)
+            self._finish(now, skip_missing=True)
+        return self._flush()
+
+    def _resend_custody(self, now: float) -> None:
+        """What the parent ACKed may be stuck in it now that it is down: send it again around
+        it. The receiver refuses any overlap with what it already counted (merge_means only
+        merges disjoint sets), so nothing is counted twice."""
+        for j, ch in enumerate(self.chunks):
+            if not ch.first_sent or ch.forwarded == 0:
+                continue
+            ids, mean = merge_means(ch.units[: ch.forwarded])
+            if (False, j, ids) not in self.pending:
+                self._send_up(j, ids, mean, now)
+
+    def _check_relay_targets(self, now: float) -> None:
+        for target, at in list(self.relay_watch.items()):
+            if self.heard_of.get(target, -1e9) >= at:
+                del self.relay_watch[target]  # it answered
+            elif now >= at + self._rto(target):
+                del self.relay_watch[target]
+                self._note("silent", target, "relayed to it, no answer")
+
+    def excuse(self, peer: int, now: float) -> list[Action]:
+        if peer == self.node or peer not in self.expected or peer in self.heard_of:
+            return []
+        self.expected.discard(peer)
+        for j in range(self.n):
+            self._try_forward(j, now)
         return self._flush()
 
     # ------------------------------------------------------------------ reduce
+
+    def _silence_span(self, child: int) -> float:
+        """How long a healthy child's first frame can take before we ask the fleet: two
+        timeouts of its link per level of its subtree (an inner child waits for its own
+        children first)."""
+        below = max(self.tree.depth(m) for m in self.tree.subtree(child)) - self.tree.depth(child)
+        return 2 * self._rto(child) * (below + 1)
+
+    def _check_silent_children(self, now: float) -> None:
+        for child, at in list(self.silence_at.items()):
+            if now < at:
+                continue
+            del self.silence_at[child]
+            if child in self.heard_of or child in self.down or child not in self.expected:
+                continue
+            # Reported to the fleet: a live child (only its links are slow or cut) refutes at
+            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
+            self._note("silent", child, "nothing from it for a whole wait")
 
     def _wait_span(self) -> float:
         height = self.tree.height
@@ -383,6 +448,9 @@ class FtTreeRound(Outbox):
             self.relayed_pairs.add((frame.origin, frame.target))
             self._note("relay", frame.origin, f"to {frame.target}")
         onward = replace(frame, sender=self.node)
+        if not flooded:
+            # The target ACKs through us: silence from it is our evidence, too.
+            self.relay_watch.setdefault(frame.target, now)
         if flooded or frame.target in self.dead:
             self._flood(replace(onward, flags=onward.flags | Flag.FLOOD), exclude=frame.sender)
         else:
@@ -556,12 +624,12 @@ class FtTreeRound(Outbox):
             self._note("timeout", route.via if route.kind != FLOOD else route.target,
                        f"chunk {p.chunk} {'broadcast' if p.broadcast else 'reduce'} {route.kind}")
             if route.kind == DIRECT:
-                self._declare_dead(route.target)
+                self._declare_dead(route.target, now)
             same = [q for q in self.pending.values() if q.route == route]
             for q in same:
                 self._advance(q, now)
 
-    def _declare_dead(self, peer: int) -> None:
+    def _declare_dead(self, peer: int, now: float) -> None:
         if self.cfg.remember_dead_links:
             self.links.mark_dead(peer)
         if peer in self.dead:
@@ -569,6 +637,10 @@ class FtTreeRound(Outbox):
         self.dead.add(peer)
         self.book.mark(peer, "failed")
         self._note("link_dead", peer)
+        if now - self.heard_of.get(peer, -1e9) >= self._rto(peer):
+            # Not a word from it, directly or relayed, for a whole timeout: evidence it is
+            # silent (the fleet needs two such witnesses; a cut link has one).
+            self._note("silent", peer, "link dead, nothing heard")
 
     def _heal(self, peer: int) -> None:
         """A round trip with ``peer`` worked: forget an earlier round's verdict on the link.
@@ -659,12 +731,15 @@ class FtTreeRound(Outbox):
         return (frame.kind, frame.is_broadcast, frame.origin, frame.target, frame.chunk_index,
                 frame.contributors)
 
-    def _finish(self, now: float) -> None:
+    def _finish(self, now: float, skip_missing: bool = False) -> None:
         values = np.empty(len(self.grad), dtype=np.float32)
         contributors: list[frozenset[int]] = []
         missing: list[int] = []
         for j, ch in enumerate(self.chunks):
-            if ch.final is not None and self.node in ch.final_ids:
+            if ch.final is None and skip_missing:
+                values[ch.lo : ch.hi] = 0.0
+                contributors.append(frozenset())
+            elif ch.final is not None and self.node in ch.final_ids:
                 values[ch.lo : ch.hi] = ch.final
                 contributors.append(ch.final_ids)
             elif ch.final is not None:
@@ -678,7 +753,9 @@ class FtTreeRound(Outbox):
                 values[ch.lo : ch.hi] = self.grad[ch.lo : ch.hi]
                 contributors.append(frozenset({self.node}))
                 missing.append(j)
-        everyone = frozenset(self.tree.members)
+        # Members known down (a Will, or silent by the fleet's witnesses) are not waited for:
+        # a round without them is complete, not degraded.
+        everyone = frozenset(self.tree.members) - self.down
         degraded = bool(missing) or any(c != everyone for c in contributors)
         if degraded:
             self._note("degraded", None, f"{len(missing)} chunks missing")

@@ -5,11 +5,27 @@ so the broker announces crashes. Statuses and Wills carry the agent's incarnatio
 across restarts of the same id: a status of an older life (a late Will, a stale retained
 status) is ignored, so a restarted agent is never mistaken for its dead predecessor.
 
-The coordinator, the lowest id that is online, publishes a retained
-``View(epoch + 1, members, arity, coordinator, from_round)`` when the live set differs from
-the newest view; ``from_round`` lies two rounds ahead so the view reaches everybody before it
-applies. Every node uses, in round r, the newest view (highest epoch) whose
-``from_round <= r``, so all members switch trees at the same round.
+The coordinator, the lowest live id of the newest view (an online node outside it only when no
+member is left), publishes a retained ``View(epoch + 1, members, arity, coordinator,
+from_round)`` when the live set differs from the newest view; ``from_round`` lies two rounds
+ahead so the view reaches everybody before it applies. One change at a time: while a published
+view has not taken effect yet, further changes wait for it, so a burst of flaps collapses into
+one more view and ``from_round`` never runs ahead of the fleet. Every node uses, in round r,
+the newest view (highest epoch) whose ``from_round <= r``, so all members switch trees at the
+same round; with none, the newest view it has (never waiting for a view that cannot come).
+
+Silent nodes (frozen, socket still open: no Will comes) are found from the fleet's own
+evidence. A node that heard nothing at all from a peer for a whole timeout (a link declared
+dead, a silent child) publishes a ``Suspect``. A node is *suspected* once ``WITNESSES``
+distinct members (or every other live member, in a fleet that small) reported it within
+``SUSPICION_ROUNDS`` rounds and it did not refute the reports within ``grace`` seconds (a node
+that is alive and sees reports about itself publishes its status at once): one lossy or cut
+link has one witness and evicts nobody, and cut links around a healthy node are refuted. A
+suspected node is treated as down (like a Will): it never coordinates, the next view leaves it
+out (from the next round when it was the root, otherwise two rounds ahead), and while it is
+still in the current view the round machines route around it. Suspicion ends when the node
+speaks again at the fleet's round, or announces that it rejoins; reports expire after
+``SUSPICION_ROUNDS``.
 
 Start-up gating: while no view exists at all, the coordinator waits until
 ``expected_members`` are live or ``join_grace`` seconds have passed, then publishes the first
@@ -21,11 +37,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.protocol.messages import Status, View
+from agent.protocol.messages import Status, Suspect, View
+from agent.protocol.topology import Tree
 
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
+WITNESSES = 2  # distinct members that must report a node silent before it is suspected
+SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
+
+
+def view_root(view: View) -> int:
+    """The root of a view's tree: its coordinator, an established member (never a node that
+    is still joining), when it is a member; else the lowest member."""
+    return view.coordinator if view.coordinator in view.members else view.members[0]
+
+
+def view_tree(view: View) -> Tree:
+    return Tree.of(view.members, view.arity, root=view_root(view))
 
 
 @dataclass(frozen=True)
@@ -48,7 +77,7 @@ class StartupGate:
 
 class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
-                 gate: StartupGate | None = None) -> None:
+                 gate: StartupGate | None = None, grace: float = 0.0) -> None:
         self.node = node
         self.arity = arity
         self.gate = gate or StartupGate()
@@ -57,6 +86,9 @@ class Membership:
         self.views: list[View] = [initial] if initial is not None else []
         self.round = 0
         self.now = self.gate.started_at
+        self.grace = grace  # how long a report stands unrefuted before it counts
+        self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
+        self.evicted: set[int] = set()  # suspected; until the node itself speaks again
 
     # ------------------------------------------------------------------ inputs
 
@@ -66,6 +98,27 @@ class Membership:
             return []  # an older life of that node (a late Will, a stale retained status)
         self.incarnations[status.node] = status.incarnation
         self.states[status.node] = status.state
+        if status.state != "online" or status.round + SUSPICION_ROUNDS >= self.round:
+            # It speaks again, at the fleet's round (a node that resumes far behind is not
+            # back until it rejoins through the join path, which it then announces).
+            self.reports.pop(status.node, None)
+            self.evicted.discard(status.node)
+        return self._coordinate()
+
+    def on_suspect(self, report: Suspect, now: float) -> list[PublishView]:
+        """A member heard nothing from ``report.peer`` for a whole timeout."""
+        if report.node == report.peer or report.round + SUSPICION_ROUNDS < self.round:
+            return []
+        self.reports.setdefault(report.peer, {})[report.node] = (report.round, now)
+        return self.check(now)
+
+    def check(self, now: float) -> list[PublishView]:
+        """Reports that stood unrefuted for ``grace`` count (call when time passes)."""
+        self.now = now
+        newly = self._witnessed(now) - self.evicted
+        if not newly:
+            return []
+        self.evicted |= newly
         return self._coordinate()
 
     def on_view(self, view: View) -> bool:
@@ -93,7 +146,41 @@ class Membership:
         return self.views[-1] if self.views else None
 
     def live(self) -> list[int]:
-        return sorted(n for n, s in self.states.items() if s in LIVE_STATES)
+        """Online or joining, and not suspected of being silent."""
+        suspected = self.suspected()
+        return sorted(n for n, s in self.states.items() if s in LIVE_STATES and n not in suspected)
+
+    def suspected(self) -> frozenset[int]:
+        """Nodes enough distinct members reported silent (see the module's rule), until they
+        speak again."""
+        return frozenset(self.evicted)
+
+    def unrefuted(self, now: float) -> list[tuple[int, int]]:
+        """(peer, round) of every report that stood unrefuted for ``grace``: within that
+        round nobody needs to wait for the peer's contribution any more."""
+        return [(peer, rnd) for peer, by in self.reports.items() for rnd, t in by.values()
+                if t + self.grace <= now]
+
+    def next_check(self) -> float | None:
+        """When a pending report's grace ends (None: nothing pending)."""
+        times = [t + self.grace for peer, by in self.reports.items() if peer not in self.evicted
+                 for _, t in by.values() if t + self.grace > self.now]
+        return min(times) if times else None
+
+    def _witnessed(self, now: float) -> set[int]:
+        out: set[int] = set()
+        for peer, by in self.reports.items():
+            witnesses = {r for r, (rnd, t) in by.items()
+                         if rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
+                         and self.states.get(r) == "online"}
+            others = {n for n, s in self.states.items() if s == "online" and n != peer}
+            if witnesses and len(witnesses) >= min(WITNESSES, len(others)):
+                out.add(peer)
+        return out
+
+    def is_down(self, node: int) -> bool:
+        """Offline (a Will or a clean exit) or suspected: nobody should wait for it."""
+        return self.states.get(node) == "offline" or node in self.suspected()
 
     def is_online(self, node: int) -> bool:
         return self.states.get(node) == "online"
@@ -106,17 +193,22 @@ class Membership:
         return self.incarnations.get(node) == incarnation and node in self.states
 
     def coordinator(self) -> int | None:
-        """The lowest id not known to be offline or joining, among the newest view and the
-        online ones (a joiner does not know the fleet's round yet, so it never coordinates)."""
-        gone = {n for n, s in self.states.items() if s != "online"}
+        """The lowest member of the newest view not known to be offline, joining or silent;
+        an online node outside the view only when no member is left. So a node that resumes
+        after the fleet went on without it defers to the newer view (no split brain), and a
+        joiner, which does not know the fleet's round yet, never coordinates."""
+        gone = {n for n, s in self.states.items() if s != "online"} | self.suspected()
         current = set(self.newest.members) if self.views else set()
         online = {n for n, s in self.states.items() if s == "online"}
-        candidates = sorted((current - gone) | online)
+        candidates = sorted(current - gone) or sorted(online - gone)
         return candidates[0] if candidates else None
 
     def view_for(self, round: int) -> View | None:
+        """The newest view applying to ``round``; with none, the newest view there is."""
         usable = [v for v in self.views if v.from_round <= round]
-        return max(usable, key=lambda v: v.epoch) if usable else None
+        if usable:
+            return max(usable, key=lambda v: v.epoch)
+        return self.newest if self.views else None
 
     def members_for(self, round: int) -> tuple[int, ...]:
         view = self.view_for(round)
@@ -130,13 +222,15 @@ class Membership:
         if not self.views:
             return self._first_view()
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
-        # offline removes a member, only online/joining adds one.
-        gone = {n for n, s in self.states.items() if s not in LIVE_STATES}
+        # offline or enough witnesses remove a member, only online/joining adds one.
+        gone = {n for n, s in self.states.items() if s not in LIVE_STATES} | self.suspected()
         live = sorted((set(self.newest.members) - gone) | set(self.live()))
-        if list(self.newest.members) == live:
-            return []
-        start = max(self.round + LEAD_ROUNDS, self.newest.from_round + 1)
-        return self._publish(live, self.newest.epoch + 1, start)
+        if list(self.newest.members) == live or self.newest.from_round > self.round:
+            return []  # nothing new, or the last change has not taken effect yet: batch
+        # Without its root no round of the current tree can finish, so nobody gets past the
+        # next round with it (the core waits): the new tree applies from there.
+        lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
+        return self._publish(live, self.newest.epoch + 1, self.round + lead)
 
     def _first_view(self) -> list[PublishView]:
         live = self.live()

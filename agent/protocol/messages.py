@@ -105,6 +105,26 @@ class Status(_JsonMessage):
 
 
 @dataclass(frozen=True)
+class Suspect(_JsonMessage):
+    """On ``suspect/<node>``: ``node`` heard nothing at all from ``peer`` for a whole timeout
+    in round ``round`` (a link declared dead, or a silent child). Evidence for the fleet-level
+    failure detector (membership.py); one witness alone never evicts anybody."""
+
+    node: int
+    round: int
+    peer: int
+    incarnation: int = 0
+
+    def validate(self) -> None:
+        _check_int("node", self.node, 0, 1023)
+        _check_int("round", self.round)
+        _check_int("peer", self.peer, 0, 1023)
+        _check_int("incarnation", self.incarnation)
+        if self.peer == self.node:
+            raise ValueError("a node cannot suspect itself")
+
+
+@dataclass(frozen=True)
 class View(_JsonMessage):
     """Retained on ``view``, published by the coordinator (lowest live id).
 

@@ -96,6 +96,9 @@ class RpsRound(Outbox):
             self._maybe_publish(j, now, force=False)
         return self._flush()
 
+    def excuse(self, peer: int, now: float) -> list[Action]:
+        return self.peer_down(peer, now)
+
     def _maybe_publish(self, j: int, now: float, force: bool) -> None:
         parts = self.parts[j]
         if self.final[j] is not None or not (force or self.expected <= set(parts)):

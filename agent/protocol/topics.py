@@ -48,6 +48,12 @@ class Topics:
     def all_status(self) -> str:
         return f"{self.prefix}/status/+"
 
+    def suspect(self, node: int) -> str:
+        return f"{self.prefix}/suspect/{node}"
+
+    def all_suspect(self) -> str:
+        return f"{self.prefix}/suspect/+"
+
     @property
     def view(self) -> str:
         return f"{self.prefix}/view"
@@ -69,6 +75,10 @@ class Topics:
 
     def parse_status(self, topic: str) -> int | None:
         ids = self._ints(topic, "status", 1)
+        return None if ids is None else ids[0]
+
+    def parse_suspect(self, topic: str) -> int | None:
+        ids = self._ints(topic, "suspect", 1)
         return None if ids is None else ids[0]
 
     def parse_telemetry(self, topic: str) -> int | None:

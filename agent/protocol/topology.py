@@ -18,12 +18,17 @@ def _edge(a: int, b: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Tree:
+    """``members`` in heap order by id, except ``first`` (when given), which is the root."""
+
     members: tuple[int, ...]
     arity: int = 2
+    first: int | None = None
     _pos: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ids = tuple(sorted(set(self.members)))
+        if self.first is not None and self.first in ids:
+            ids = (self.first, *(m for m in ids if m != self.first))
         if not ids:
             raise ValueError("a tree needs at least one member")
         if self.arity < 2:
@@ -32,8 +37,8 @@ class Tree:
         object.__setattr__(self, "_pos", {m: p for p, m in enumerate(ids)})
 
     @classmethod
-    def of(cls, members: Iterable[int], arity: int = 2) -> Tree:
-        return cls(tuple(members), arity)
+    def of(cls, members: Iterable[int], arity: int = 2, root: int | None = None) -> Tree:
+        return cls(tuple(members), arity, root)
 
     def __len__(self) -> int:
         return len(self.members)

@@ -77,6 +77,9 @@ class PlainTreeRound(Outbox):
     def peer_down(self, peer: int, now: float) -> list[Action]:
         return []  # no fault tolerance: the baseline just waits for its deadline
 
+    def excuse(self, peer: int, now: float) -> list[Action]:
+        return []
+
     def _maybe_forward(self, j: int, now: float) -> None:
         if len(self.parts[j]) < len(self.children):
             return

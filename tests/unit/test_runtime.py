@@ -16,7 +16,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.protocol.membership import Membership
-from agent.protocol.messages import Status, View
+from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.state_transfer import serve_model_pull, state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
@@ -82,13 +82,17 @@ class Peer:
 
     def __post_init__(self) -> None:
         self.name = f"peer-{self.node}"
-        self.bus.connect(self.name, self.on_message, [TOPICS.links_to(self.node), TOPICS.all_status()])
+        self.bus.connect(self.name, self.on_message,
+                         [TOPICS.links_to(self.node), TOPICS.all_status(), TOPICS.all_suspect()])
         self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round).encode(), True)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         self.bus.publish(self.name, topic, payload, retain=retain, size=len(payload))
 
     def on_message(self, topic: str, payload: Any, size: int) -> None:
+        if TOPICS.parse_suspect(topic) is not None and Suspect.decode(payload).peer == self.node:
+            # Alive (it just never takes part in a round): it refutes, as an agent does.
+            self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round).encode(), True)
         if TOPICS.parse_status(topic) is not None and self.membership is not None:
             for out in self.membership.on_status(Status.decode(payload), self.bus.now()):
                 self.views.append(out.view)

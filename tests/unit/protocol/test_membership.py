@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.protocol.membership import Membership, StartupGate
-from agent.protocol.messages import Status, View
+from agent.protocol.messages import Status, Suspect, View
 
 START = View(epoch=0, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0)
 
@@ -75,9 +75,65 @@ def test_a_will_with_the_current_incarnation_takes_the_node_offline() -> None:
     will = Status(2, "offline", incarnation=1_700_000_000_000)
     out = m.on_status(will, 0.0)
     assert out[0].view.members == [0, 1, 3] and not m.is_online(2)
-    # The restarted agent (a later incarnation) is not its dead predecessor: it is back.
-    assert m.on_status(Status(2, "joining", incarnation=1_700_000_000_999), 0.0)[0].view.members == [0, 1, 2, 3]
+    # The restarted agent (a later incarnation) is not its dead predecessor: it is back,
+    # in the next view once the last one took effect (round 5).
+    assert m.on_status(Status(2, "joining", incarnation=1_700_000_000_999), 0.0) == []
     assert m.knows_incarnation(2, 1_700_000_000_999)
+    assert m.round_started(5, 0.0)[0].view == View(2, [0, 1, 2, 3], 2, 0, 7)
+
+
+def test_a_burst_of_flaps_collapses_into_one_view_change_that_the_fleet_can_reach() -> None:
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(60, 0.0)
+    published = []
+    for i in range(25):  # node 3's connection flaps: offline, online, offline, ...
+        published += m.on_status(Status(3, "offline" if i % 2 == 0 else "online"), 0.0)
+    assert [p.view.from_round for p in published] == [62]  # one change, two rounds ahead
+    m.round_started(62, 0.0)  # the flapping ended with node 3 offline
+    assert m.newest.members == [0, 1, 2]
+    assert m.view_for(61) is not None and m.view_for(61).epoch == 0
+
+
+def test_a_node_without_a_view_for_its_round_uses_the_newest_it_has() -> None:
+    m = Membership(5, 2, View(4, [0, 5], 2, 0, 90))
+    assert m.view_for(12) == View(4, [0, 5], 2, 0, 90)
+
+
+def test_two_witnesses_suspect_a_silent_node_and_the_next_lowest_takes_over() -> None:
+    members = [Membership(i, 2, START) for i in range(4)]
+    for m in members:
+        for s in online(0, 1, 2, 3):
+            m.on_status(s, 0.0)
+        m.round_started(10, 0.0)
+    one, two = members[1], members[2]
+    # Node 0 (root, coordinator) froze: its children 1 and 2 report it.
+    assert one.on_suspect(Suspect(1, 10, 0), 0.0) == [] and not one.suspected()
+    out = one.on_suspect(Suspect(2, 10, 0), 0.0)
+    assert one.suspected() == {0} and one.coordinator() == 1
+    # The root is gone: no round of its tree can finish, so the new tree applies next round.
+    assert [p.view for p in out] == [View(1, [1, 2, 3], 2, 1, 11)]
+    two.on_suspect(Suspect(1, 10, 0), 0.0)
+    assert two.on_suspect(Suspect(2, 10, 0), 0.0) == []  # not the coordinator
+    # The resumed node 0 defers to the newer view: it is not a member, so it never coordinates.
+    old = members[0]
+    old.on_view(out[0].view)
+    assert old.coordinator() == 1 and old.round_started(13, 0.0) == []
+    # It speaks again (joining): no longer suspected, and the coordinator takes it back.
+    one.round_started(12, 0.0)
+    back = one.on_status(Status(0, "joining"), 0.0)
+    assert not one.suspected() and back[0].view.members == [0, 1, 2, 3]
+
+
+def test_one_witness_or_old_reports_evict_nobody() -> None:
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    assert m.on_suspect(Suspect(1, 20, 3), 0.0) == []  # one lossy or cut link: one witness
+    assert m.on_suspect(Suspect(2, 15, 3), 0.0) == []  # a report from long ago
+    assert not m.suspected() and m.newest.members == [0, 1, 2, 3]
 
 
 def test_absent_statuses_do_not_shrink_the_view_at_start_up() -> None:
@@ -128,3 +184,27 @@ def test_a_retained_view_of_a_running_fleet_skips_the_gate() -> None:
     assert m.on_status(Status(1, "online"), 100.0) == []  # the view is known: nothing to wait for
     out = m.on_status(Status(3, "joining", incarnation=2), 100.0)
     assert out[0].view == View(5, [1, 2, 3], 2, 1, 22)
+
+
+def test_a_report_counts_only_after_the_grace_and_a_refutation_cancels_it() -> None:
+    m = Membership(1, 2, START, grace=0.3)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    m.on_suspect(Suspect(1, 10, 0), 1.0)
+    assert m.on_suspect(Suspect(2, 10, 0), 1.1) == [] and not m.suspected()
+    assert m.next_check() == 1.3 and m.unrefuted(1.2) == []
+    # Node 0 is alive (cut links around it, not frozen): it refutes at the fleet's round.
+    m.on_status(Status(0, "online", round=10), 1.15)
+    assert m.check(2.0) == [] and not m.suspected() and m.unrefuted(2.0) == []
+    # Frozen this time: the reports stand, and after the grace node 0 is suspected.
+    m.on_suspect(Suspect(1, 11, 0), 3.0)
+    m.on_suspect(Suspect(2, 11, 0), 3.0)
+    assert m.unrefuted(3.3) == [(0, 11), (0, 11)]
+    assert m.check(3.3)[0].view.members == [1, 2, 3] and m.suspected() == {0}
+    # Resumed far behind, its status does not clear the suspicion; rejoining does.
+    m.round_started(20, 4.0)
+    m.on_status(Status(0, "online", round=11), 4.0)
+    assert m.suspected() == {0}
+    m.on_status(Status(0, "joining", round=11), 4.1)
+    assert not m.suspected()
