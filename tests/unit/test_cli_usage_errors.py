@@ -168,4 +168,4 @@ def test_rounds_0_means_until_stopped_for_an_agent_and_says_so() -> None:
     from agent.config import AgentConfig
 
     assert "0 = train until stopped" in str(AgentConfig.model_fields["rounds"].description)
-    assert AgentConfig(id=0, rounds=0).rounds == 0
+    assert AgentConfig.model_validate({"id": 0, "rounds": 0}).rounds == 0
