@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.protocol.topics import validate_job
-from agent.validate import UsageError, broker_url, input_dir, input_file, one_line, output_dir
+from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
 
 class ConfigError(ValueError):
@@ -144,8 +144,7 @@ def _problems(exc: ValidationError) -> str:
 
 def check_paths(config: AgentConfig) -> None:
     """The files and directories the configuration names are usable (ConfigError if not)."""
-    data = input_dir if config.data is not None and config.data.is_dir() else input_file
-    checks = [("tls_ca", input_file), ("data", data), ("checkpoint_dir", output_dir)]
+    checks = [("tls_ca", input_file), ("data", existing_path), ("checkpoint_dir", output_dir)]
     for name, check in checks:
         value = getattr(config, name)
         if value is None:

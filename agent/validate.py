@@ -149,6 +149,14 @@ def input_file(text: str | Path) -> Path:
     return path
 
 
+def existing_path(text: str | Path) -> Path:
+    """A file or directory that exists."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise UsageError(f"{path} does not exist: check the path")
+    return path
+
+
 def input_dir(text: str | Path) -> Path:
     """An existing directory."""
     path = Path(text).expanduser()

@@ -84,6 +84,11 @@ CASES: dict[str, tuple[list[str], str]] = {
     "analyze-isolation-plot": (["analyze", "isolation", "--plot", "{file}/fig.png"], "is a file"),
     "analyze-isolation-trials": (["analyze", "isolation", "--trials", "0"], "--trials"),
     "analyze-fault-cost-nodes": (["analyze", "fault-cost", "--nodes", "1"], "--nodes >= 2"),
+    # edgegrove train-local, topology
+    "train-local-data-missing": (["train-local", "--data", "{missing}"], "does not exist"),
+    "train-local-cache-dir-is-file": (["train-local", "--cache-dir", "{file}"], "is a file"),
+    "train-local-epochs-0": (["train-local", "--epochs", "0"], "--epochs"),
+    "topology-arity-1": (["topology", "--nodes", "7", "--arity", "1"], "--arity"),
 }
 
 
