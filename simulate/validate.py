@@ -26,8 +26,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Every value of the command line that the scenario does not check itself."""
     _fleet(args.nodes, args.rounds)
     _broker(args.broker, args.credentials)
-    if args.out is not None:
-        _flag("--out", output_dir, args.out)
+    _flag("--out", output_dir, args.out or Path("runs"))  # the default: runs/<time> here
     if not args.no_dashboard:
         _flag("--dashboard-port", port, str(args.dashboard_port))
     _flag("--ready-timeout", positive_seconds, str(args.ready_timeout))

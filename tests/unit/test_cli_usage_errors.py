@@ -174,3 +174,13 @@ def test_rounds_0_means_until_stopped_for_an_agent_and_says_so() -> None:
 
     assert "0 = train until stopped" in str(AgentConfig.model_fields["rounds"].description)
     assert AgentConfig.model_validate({"id": 0, "rounds": 0}).rounds == 0
+
+
+def test_the_default_run_directory_is_checked_too(
+    capsys: pytest.CaptureFixture[str], nothing_may_start: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir("/proc")  # runs/<time> cannot be created here, even by root
+    assert _run(["simulate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgegrove simulate: --out runs") and err.count("\n") == 1
+    assert nothing_may_start == []
