@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.validate import OneLineParser
+
 
 @dataclass(frozen=True)
 class Command:
@@ -57,7 +59,7 @@ def dispatch(prog: str, description: str, table: dict[str, Command], argv: Seque
     subcommands = getattr(module, "SUBCOMMANDS", None)
     if subcommands is not None:
         return dispatch(f"{prog} {name}", command.summary, subcommands, rest)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=f"{prog} {name}",
         description=getattr(module, "DESCRIPTION", command.summary),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

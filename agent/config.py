@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.protocol.topics import validate_job
+from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
 
 class ConfigError(ValueError):
@@ -40,7 +41,7 @@ class AgentConfig(BaseModel):
     non_iid: bool = Field(False, description="shard by label instead of uniformly (experiments)")
     algorithm: Literal["ft-tree", "tree", "rps"] = Field("ft-tree", description="allreduce algorithm")
     arity: int = Field(2, ge=2, le=16, description="tree arity k")
-    rounds: int = Field(0, ge=0, description="rounds to train; 0 = until stopped")
+    rounds: int = Field(0, ge=0, description="rounds to train; 0 = train until stopped (Ctrl-C or SIGTERM)")
     batch: int = Field(100, ge=1, le=60000, description="batch size per agent per step")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="optimizer")
     lr: float = Field(0.001, gt=0, description="learning rate")
@@ -65,6 +66,18 @@ class AgentConfig(BaseModel):
     @classmethod
     def _job(cls, value: str) -> str:
         return validate_job(value)
+
+    @field_validator("broker")
+    @classmethod
+    def _broker(cls, value: str) -> str:
+        return broker_url(value)
+
+    @model_validator(mode="after")
+    def _tls_ca_needs_mqtts(self) -> AgentConfig:
+        if self.tls_ca is not None and not self.broker.startswith("mqtts://"):
+            raise ValueError(f"tls_ca is given but the broker URL {self.broker} is not mqtts://: "
+                             "use mqtts://HOST:PORT or drop tls_ca")
+        return self
 
     @model_validator(mode="after")
     def _schedule_needs_rounds(self) -> AgentConfig:
@@ -94,25 +107,52 @@ def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
 def load_config(
     flags: dict[str, Any], config_file: Path | None = None, environ: dict[str, str] | None = None
 ) -> AgentConfig:
-    merged: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            merged.update(tomllib.loads(config_file.read_text()))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {config_file} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
-        merged = {k.replace("-", "_"): v for k, v in merged.items()}
+    merged: dict[str, Any] = {} if config_file is None else _read_config_file(config_file)
     merged.update(env_overrides(environ))
     merged.update({k: v for k, v in flags.items() if v is not None})
     try:
         config = AgentConfig(**merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid agent configuration: {problems}") from None
+        raise ConfigError(f"invalid agent configuration: {_problems(exc)}") from None
     return _with_credentials(config)
+
+
+def _read_config_file(config_file: Path) -> dict[str, Any]:
+    try:
+        text = input_file(config_file).read_text()
+        table = tomllib.loads(text)
+    except UsageError as exc:
+        raise ConfigError(f"config file: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {config_file} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    return {k.replace("-", "_"): v for k, v in table.items()}
+
+
+def _problems(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: `field: message; field: message`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown option (see `edgegrove agent --help`)"
+        parts.append(f"{where}: {message}")
+    return one_line("; ".join(parts))
+
+
+def check_paths(config: AgentConfig) -> None:
+    """The files and directories the configuration names are usable (ConfigError if not)."""
+    checks = [("tls_ca", input_file), ("data", existing_path), ("checkpoint_dir", output_dir)]
+    for name, check in checks:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        try:
+            check(value)
+        except UsageError as exc:
+            raise ConfigError(f"{name.replace('_', '-')}: {exc}") from None
 
 
 def _with_credentials(config: AgentConfig) -> AgentConfig:
@@ -120,14 +160,17 @@ def _with_credentials(config: AgentConfig) -> AgentConfig:
         return config
     import json
 
+    where = f"credentials file {config.credentials}"
     try:
-        table = json.loads(config.credentials.read_text())
+        table = json.loads(input_file(config.credentials).read_text())
         entry = table["agents"][str(config.id)]
         return config.model_copy(update={"username": entry["username"], "password": entry["password"]})
-    except FileNotFoundError:
-        raise ConfigError(f"credentials file {config.credentials} does not exist") from None
+    except UsageError as exc:
+        raise ConfigError(f"credentials: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where} cannot be read: {exc}") from None
     except (KeyError, TypeError, ValueError):
         raise ConfigError(
-            f"credentials file {config.credentials} has no entry agents.{config.id} "
+            f"{where} has no entry agents.{config.id} "
             "with username and password (generate it with broker-config/make-credentials)"
         ) from None

@@ -17,6 +17,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from agent.protocol.topics import validate_job
+from agent.validate import (
+    EXIT_USAGE,
+    UsageError,
+    arg,
+    bind_address,
+    output_dir,
+    port,
+    whole,
+)
 from simulate.brokers import (
     BrokerError,
     EmbeddedBroker,
@@ -36,13 +46,13 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=["auto", "mosquitto", "embedded"], default="auto",
                         help="auto: mosquitto when installed, else the embedded amqtt broker")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")
-    parser.add_argument("--bind", default="127.0.0.1",
+    parser.add_argument("--port", type=arg(port), default=0, help="TCP port (0: a free one)")
+    parser.add_argument("--bind", type=arg(bind_address), default="127.0.0.1",
                         help="listen address; 0.0.0.0 to serve devices on the network")
-    parser.add_argument("--nodes", type=int, default=7,
+    parser.add_argument("--nodes", type=arg(whole(1, 1024, "a number of agents")), default=7,
                         help="agents to create credentials for (ids 0..N-1; mosquitto only)")
-    parser.add_argument("--job", default="default", help="job name (topic prefix edgegrove/JOB)")
-    parser.add_argument("--workdir", type=Path, default=None,
+    parser.add_argument("--job", type=arg(_job), default="default", help="job name (topic prefix edgegrove/JOB)")
+    parser.add_argument("--workdir", type=arg(output_dir), default=None,
                         help="where configs, credentials.json and the log go (default: a new "
                              "temporary directory, kept after exit)")
     parser.add_argument("--no-dynsec", action="store_true",
@@ -53,13 +63,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON document (url, kind, credentials path) on stdout")
 
 
-def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker:
-    kind = args.kind
+def _job(text: str) -> str:
+    try:
+        return validate_job(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_kind(args: argparse.Namespace) -> str:
+    """The broker to start (auto resolved), or UsageError when it cannot be that one."""
+    kind = str(args.kind)
     if kind == "auto":
         kind = "mosquitto" if mosquitto_available() else "embedded"
-    if kind == "embedded":
-        if args.tls:
-            raise BrokerError("the embedded broker has no TLS here: use --kind mosquitto")
+    elif kind == "mosquitto" and not mosquitto_available():
+        raise UsageError("--kind mosquitto: mosquitto is not installed: install it "
+                         "(apt-get install mosquitto) or use --kind embedded")
+    if kind == "embedded" and (args.tls or args.no_dynsec):
+        flag = "--tls" if args.tls else "--no-dynsec"
+        raise UsageError(f"{flag} is for mosquitto; the embedded broker has no TLS and no "
+                         "authentication: install mosquitto or drop the flag")
+    return kind
+
+
+def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker:
+    if check_kind(args) == "embedded":
         return start_embedded(port=args.port or None, host=args.bind)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgegrove-broker-"))
     return start_mosquitto(workdir, job=args.job, nodes=args.nodes, port=args.port or None,
@@ -75,9 +102,11 @@ def describe(broker: MosquittoBroker | EmbeddedBroker) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.nodes < 1:
-        print("edgegrove broker: --nodes must be at least 1", file=sys.stderr)
-        return 2
+    try:
+        check_kind(args)
+    except UsageError as exc:
+        print(f"edgegrove broker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
+from agent.validate import UsageError, one_line
 from simulate.fleet import AgentSpec, Fleet
 from simulate.injector import (
     Injector,
@@ -39,6 +40,7 @@ from simulate.injector import (
 from simulate.proxy import TcpProxy
 from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
 from simulate.telemetry import Collector, EventLog, FleetWatch
+from simulate.validate import check_args, check_credentials
 
 DESCRIPTION = __doc__
 EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -51,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "crash-rejoin, flaky-wifi); default: 'default'")
     parser.add_argument("--nodes", type=int, default=None,
                         help="agents in the fleet (overrides the scenario's; scenario default 7)")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds to train (overrides the scenario's)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds to train, 1 or more (overrides the scenario's); a simulation "
+                             "always ends, to write its report: 0 is refused")
     parser.add_argument("--broker", default="auto",
                         help="auto (mosquitto from broker-config/ if installed, else embedded), "
                              "mosquitto, embedded, or mqtt://HOST:PORT of a running broker")
@@ -464,6 +468,7 @@ def _say(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        check_args(args)
         scenario = load_scenario(args.scenario).with_fleet(args.nodes, args.rounds)
         extra = parse_agent_options(args.agent_option)
         if extra:
@@ -473,8 +478,9 @@ def run(args: argparse.Namespace) -> int:
             _check_agent_options(merged, "--agent-option", scenario.fleet.rounds)
             scenario = scenario.model_copy(update={"agent": merged})
         check_broker_choice(args.broker)
-    except ScenarioError as exc:
-        print(f"edgegrove simulate: {exc}", file=sys.stderr)
+        check_credentials(args.credentials, scenario.fleet.nodes)
+    except (ScenarioError, UsageError) as exc:
+        print(f"edgegrove simulate: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     out = args.out or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,

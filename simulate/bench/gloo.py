@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from agent.model.mlp import PARAM_COUNT
+from agent.validate import arg, positive_seconds
 from simulate.bench.common import (
     add_output_arguments,
     document,
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed allreduces first")
     parser.add_argument("--values", type=int, default=MODEL_VALUES,
                         help="float32 values in the vector (the thesis model: 407,050)")
-    parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S,
+    parser.add_argument("--timeout", type=arg(positive_seconds), default=START_TIMEOUT_S,
                         help="give up on a size after this many seconds")
     add_output_arguments(parser)
 

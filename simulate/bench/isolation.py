@@ -11,13 +11,13 @@ this bench only tabulates it, checks the thesis's stated trends and draws the fi
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agent.commands.isolation_cmd import MAX_WORK, THESIS_CLAIMS, claims_hold, write_plot
 from agent.protocol.isolation import IsolationResult, full_tree_size, isolation_table
+from agent.validate import arg, output_file
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 
 DESCRIPTION = __doc__
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arity", type=int, default=2, help="children per node")
     parser.add_argument("--trials", type=int, default=20_000, help="random failure orders per height")
     parser.add_argument("--seed", type=int, default=0, help="seed (same seed, same table)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+    parser.add_argument("--plot", type=arg(output_file), default=None, metavar="PNG",
                         help="also draw Figure 11 (a: count, b: fraction vs height) into PNG")
     add_output_arguments(parser)
 

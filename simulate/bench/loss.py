@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agent.validate import arg, output_dir, positive_seconds
 from simulate.bench.accuracy import accuracy_at, agent_options, curve, pct
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
@@ -34,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=25, help="rounds between test evaluations")
     parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra agent option for every run, e.g. round_deadline=1.0 (repeatable)")
-    parser.add_argument("--budget", type=float, default=900.0,
+    parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
                         help="wall-clock budget of one run in seconds (interrupted after it)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument("--keep", type=arg(output_dir), default=None, help="keep the run directories here")
     add_output_arguments(parser)
 
 

@@ -29,6 +29,15 @@ import psutil
 
 from agent.protocol.messages import Telemetry
 from agent.protocol.topics import Topics
+from agent.validate import (
+    EXIT_USAGE,
+    UsageError,
+    arg,
+    input_file,
+    output_dir,
+    positive_seconds,
+    whole,
+)
 from simulate.bench.broker import allreduce_traffic, bound_seconds, throughput_from
 from simulate.bench.common import (
     RESULTS_DIR,
@@ -46,19 +55,21 @@ JOB = "bench-round"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, nargs="+", default=[7], help="fleet sizes to measure")
-    parser.add_argument("--rounds", type=int, default=40, help="rounds per fleet")
-    parser.add_argument("--warmup", type=int, default=5, help="first rounds left out of the figures")
+    parser.add_argument("--nodes", type=arg(whole(2, 256, "a fleet size")), nargs="+", default=[7],
+                        help="fleet sizes to measure")
+    parser.add_argument("--rounds", type=arg(whole(1, None, "a number of rounds")), default=40,
+                        help="rounds per fleet")
+    parser.add_argument("--warmup", type=arg(whole(0, None, "a number of rounds")), default=5, help="first rounds left out of the figures")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the agents (repeatable), e.g. OPENBLAS_NUM_THREADS=1")
     parser.add_argument("--agent-option", action="append", default=[], metavar="NAME=VALUE",
                         help="extra agent option (repeatable), e.g. chunk_size=32768")
-    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--py-spy", type=arg(output_dir), default=None, metavar="DIR",
                         help="run each agent under `py-spy record` and write collapsed stacks to DIR")
-    parser.add_argument("--py-spy-rate", type=int, default=250, help="py-spy samples per second")
-    parser.add_argument("--broker-json", type=Path, default=RESULTS_DIR / "broker.json",
+    parser.add_argument("--py-spy-rate", type=arg(whole(1, 10000, "a sampling rate")), default=250, help="py-spy samples per second")
+    parser.add_argument("--broker-json", type=arg(input_file), default=RESULTS_DIR / "broker.json",
                         help="`bench broker` document giving the measured throughput for the bound")
-    parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
+    parser.add_argument("--timeout", type=arg(positive_seconds), default=600.0, help="give up after this many seconds")
     add_output_arguments(parser)
 
 
@@ -197,6 +208,14 @@ def _summarize(nodes: int, args: argparse.Namespace, reports: list[Telemetry],
 
 
 def run(args: argparse.Namespace) -> int:
+    try:  # the default is not parsed by argparse: check it here, before any fleet runs
+        input_file(args.broker_json)
+    except UsageError as exc:
+        progress(f"edgegrove bench round-profile: --broker-json: {exc} (run `edgegrove bench broker --out` first)")
+        return EXIT_USAGE
+    if args.warmup >= args.rounds:
+        progress("edgegrove bench round-profile: --warmup must be smaller than --rounds")
+        return EXIT_USAGE
     results = []
     for nodes in args.nodes:
         progress(f"round profile: {nodes} agents, {args.rounds} rounds ({args.warmup} warm-up)")
