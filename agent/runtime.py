@@ -129,7 +129,10 @@ class AgentRuntime:
     def _resume(self) -> int | None:
         if self.config.checkpoint_dir is None:
             return None
-        saved = checkpoint.load(self.config.checkpoint_dir)
+        saved = checkpoint.load(self.config.checkpoint_dir, expect=checkpoint.Plausible(
+            state_size=int(self.backend.state().size),
+            max_round=self.config.rounds or checkpoint.MAX_ROUND,
+            job=self.config.job, node=self.config.id))
         if saved is None:
             return None
         self.backend.load_state(saved.state)
