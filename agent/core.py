@@ -391,6 +391,10 @@ class AgentCore:
                                          current.gradient, current.own_hash, self.links, now))
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
+        # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
+        # (a loaded gateway, the embedded one) give the suspect as long as our links need.
+        rto = max((self.links.rto(p) for p in tree.members if p != self.node), default=0.0)
+        self.membership.grace = max(self.config.suspicion_grace, 2 * rto)
         out: list[CoreAction] = []
         for peer in tree.members:
             if peer != self.node and self.membership.is_down(peer):

@@ -16,12 +16,15 @@ same round; with none, the newest view it has (never waiting for a view that can
 
 Silent nodes (frozen, socket still open: no Will comes) are found from the fleet's own
 evidence. A node that heard nothing at all from a peer for a whole timeout (a link declared
-dead, a silent child) publishes a ``Suspect``. A node is *suspected* once ``WITNESSES``
-distinct members (or every other live member, in a fleet that small) reported it within
-``SUSPICION_ROUNDS`` rounds and it did not refute the reports within ``grace`` seconds (a node
-that is alive and sees reports about itself publishes its status at once): one lossy or cut
-link has one witness and evicts nobody, and cut links around a healthy node are refuted. A
-suspected node is treated as down (like a Will): it never coordinates, the next view leaves it
+dead, a silent child, a relay through it unanswered) publishes a ``Suspect`` to every member.
+A node that is alive and sees a report about itself refutes it at once by publishing its
+status: the broker still hears it, so only its links are slow or cut. A node is *suspected*
+when a report about it (from a member, within ``SUSPICION_ROUNDS`` rounds) stood unrefuted
+for ``grace`` seconds: then it is silent to the broker too, frozen or cut off. One witness
+is enough because the suspect itself is asked; a lossy or cut link, or cut links all around a
+healthy node, are refuted and evict nobody. So that a congested broker (late refutations)
+cannot empty the fleet, never more than a minority is suspected at once.
+A suspected node is treated as down (like a Will): it never coordinates, the next view leaves it
 out (from the next round when it was the root, otherwise two rounds ahead), and while it is
 still in the current view the round machines route around it. Suspicion ends when the node
 speaks again at the fleet's round, or announces that it rejoins; reports expire after
@@ -41,7 +44,6 @@ from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.topology import Tree
 
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
-WITNESSES = 2  # distinct members that must report a node silent before it is suspected
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
@@ -170,12 +172,12 @@ class Membership:
     def _witnessed(self, now: float) -> set[int]:
         out: set[int] = set()
         for peer, by in self.reports.items():
-            witnesses = {r for r, (rnd, t) in by.items()
-                         if rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
-                         and self.states.get(r) == "online"}
-            others = {n for n, s in self.states.items() if s == "online" and n != peer}
-            if witnesses and len(witnesses) >= min(WITNESSES, len(others)):
+            if any(rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
+                   and self.states.get(r) == "online" for r, (rnd, t) in by.items()):
                 out.add(peer)
+        members = (set(self.newest.members) if self.views else set(self.states)) | self.evicted
+        if len((self.evicted | out) & members) * 2 >= len(members):
+            return set()  # a majority "silent" is a congested broker, not frozen nodes
         return out
 
     def is_down(self, node: int) -> bool:
@@ -225,8 +227,15 @@ class Membership:
         # offline or enough witnesses remove a member, only online/joining adds one.
         gone = {n for n, s in self.states.items() if s not in LIVE_STATES} | self.suspected()
         live = sorted((set(self.newest.members) - gone) | set(self.live()))
-        if list(self.newest.members) == live or self.newest.from_round > self.round:
-            return []  # nothing new, or the last change has not taken effect yet: batch
+        if list(self.newest.members) == live:
+            return []
+        if self.newest.from_round > self.round:
+            # The last change has not taken effect yet: additions wait for it (a burst of
+            # flaps is one change), but a node found down is taken out of the pending view
+            # itself while nobody can have reached its first round.
+            amend = (set(live) < set(self.newest.members) and self.newest.coordinator == self.node
+                     and self.newest.from_round >= self.round + LEAD_ROUNDS)
+            return self._publish(live, self.newest.epoch + 1, self.newest.from_round) if amend else []
         # Without its root no round of the current tree can finish, so nobody gets past the
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
