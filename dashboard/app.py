@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse
@@ -25,18 +26,23 @@ from dashboard.models import (
     EventModel,
     FleetModel,
     HealthModel,
+    IncidentModel,
     RoundModel,
     SnapshotMessage,
     event_model,
     fleet_model,
+    incident_model,
     round_model,
 )
+from dashboard.replay import RecordedRun, load_run, replay_into
 from dashboard.settings import DashboardSettings
-from dashboard.state import FleetState, events_since, rounds_since
+from dashboard.state import FleetState, RunInfo, events_since, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
+WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1008, 1013
+LATENCY_LIMIT_S = 60.0
 
 Publisher = Callable[[str, bytes], None]
 
@@ -46,17 +52,34 @@ class Dashboard:
 
     def __init__(self, settings: DashboardSettings, publisher: Publisher | None = None) -> None:
         self.settings = settings
+        recorded = load_run(settings.replay) if settings.replay is not None else None
+        fleet_size = settings.fleet_size or (recorded.fleet_size if recorded else None)
         initial = FleetState(
             max_rounds=settings.max_rounds,
             max_events=settings.max_events,
             suspect_after=settings.suspect_after,
             hung_after=settings.hung_after,
+            run=RunInfo(fleet_size=fleet_size),
         )
-        self.wall_offset = time.time() - time.monotonic()
+        self.wall_offset = recorded.started_at if recorded else time.time() - time.monotonic()
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
                                 self.wall_offset)
+        self.replayed_until = _replay(self.store, recorded)
         self.listener: MqttListener | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.websockets = 0
         self._publisher = publisher
+
+    def now(self) -> float:
+        """The dashboard's clock; a replay stands still at the run's last record."""
+        return self.replayed_until if self.replayed_until is not None else time.monotonic()
+
+    def feed(self, record: Mapping[str, Any]) -> None:
+        """A simulator record, from any thread: reduced on the server's event loop."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed under our feet
+                loop.call_soon_threadsafe(self.store.ingest_record, dict(record))
 
     def publish(self, topic: str, payload: bytes) -> None:
         if self._publisher is not None:
@@ -81,7 +104,8 @@ class Dashboard:
             self.settings.job,
             self.broker(),
             self.settings.controls_enabled,
-            time.monotonic(),
+            self.now(),
+            self.wall_offset,
         )
 
     def events(self, since: int | None) -> list[EventModel]:
@@ -94,7 +118,8 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.broker_url is not None:
+        dash.loop = asyncio.get_running_loop()
+        if settings.broker_url is not None and settings.replay is None:
             dash.listener = MqttListener(settings, dash.store)
             await dash.listener.start()
         try:
@@ -150,6 +175,11 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     ) -> list[EventModel]:
         return dash.events(since)
 
+    @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
+    async def incidents() -> list[IncidentModel]:
+        """Fault windows and incidents (inject -> detect -> heal), oldest first."""
+        return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+
 
 def _add_control(app: FastAPI, dash: Dashboard) -> None:
     @app.post(
@@ -164,17 +194,49 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         authorization: Annotated[str | None, Header()] = None,
     ) -> ControlResponse:
         _authorize(dash.settings.control_token, authorization)
+        state = dash.store.state
         try:
             message = Control(**request.model_dump())
             message.validate()
+            check_control(message, state)
         except (MessageError, ValueError) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
         topic = dash.settings.topics.control
+        after = state.controls[-1].seq if state.controls else 0
         try:
             dash.publish(topic, message.encode())
         except BrokerUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
-        return ControlResponse(published=True, topic=topic)
+        return ControlResponse(published=True, topic=topic, after=after)
+
+
+def fleet_ids(state: FleetState) -> list[int]:
+    """The node ids a command may name: the simulator's fleet, else every node seen."""
+    if state.run.fleet_size is not None:
+        return list(range(state.run.fleet_size))
+    seen = set(state.nodes) | set(state.view.members if state.view is not None else ())
+    return sorted(seen)
+
+
+def check_control(message: Control, state: FleetState) -> None:
+    """Refuse a command the fleet could not carry out; ValueError says why."""
+    ids = fleet_ids(state)
+    for role, node in (("node", message.node), ("peer", message.peer)):
+        if node is not None and ids and node not in ids:
+            raise ValueError(f"{role} {node} is not in this fleet (nodes {_id_ranges(ids)})")
+    if message.peer is not None and message.peer == message.node:
+        raise ValueError(f"a link needs two different nodes, not {message.node}->{message.peer}")
+    value = message.value
+    if message.action == "loss" and value is not None and not 0.0 <= value <= 1.0:
+        raise ValueError(f"loss is a probability between 0 and 1, not {value}")
+    if message.action == "latency" and value is not None and not 0.0 <= value <= LATENCY_LIMIT_S:
+        raise ValueError(f"latency is seconds between 0 and {LATENCY_LIMIT_S:.0f}, not {value}")
+
+
+def _id_ranges(ids: list[int]) -> str:
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ", ".join(str(i) for i in ids)
 
 
 def _authorize(token: str | None, authorization: str | None) -> None:
@@ -191,14 +253,44 @@ def _authorize(token: str | None, authorization: str | None) -> None:
 def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
     @app.websocket("/ws")
     async def ws(socket: WebSocket) -> None:
-        await socket.accept()
+        origin, host = socket.headers.get("origin"), socket.headers.get("host", "")
+        if not origin_allowed(origin, host, dash.settings.allowed_origins):
+            # Closing before accept refuses the handshake (HTTP 403).
+            await socket.close(code=WS_POLICY_VIOLATION, reason="origin not allowed")
+            return
+        if dash.websockets >= dash.settings.max_websockets:
+            await socket.close(code=WS_TRY_AGAIN_LATER, reason="too many connections")
+            return
+        dash.websockets += 1
         changed = dash.store.subscribe()
         try:
+            await socket.accept()
             await _push_snapshots(socket, dash, changed)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the browser went away (or the server is stopping)
         finally:
             dash.store.unsubscribe(changed)
+            dash.websockets -= 1
+
+
+def origin_allowed(origin: str | None, host: str, allowed: tuple[str, ...]) -> bool:
+    """A browser's page may open /ws only if it came from this dashboard (or an allowed origin).
+
+    Clients that send no Origin are not browsers (curl, scripts): a foreign web page cannot
+    make the operator's browser leave the header out.
+    """
+    if origin is None:
+        return True
+    if origin.rstrip("/") in {a.rstrip("/") for a in allowed}:
+        return True
+    return urlsplit(origin).netloc.lower() == host.lower() != ""
+
+
+def _replay(store: FleetStore, recorded: RecordedRun | None) -> float | None:
+    if recorded is None:
+        return None
+    replay_into(store, recorded)
+    return float(recorded.records[-1]["t"]) if recorded.records else 0.0
 
 
 async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.Event) -> None:

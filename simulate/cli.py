@@ -163,11 +163,16 @@ class Simulation:
                 error = f"{type(exc).__name__}: {exc}"
                 _say(f"simulate: stopping: {error}")
             finally:
+                # Before the agents go: the dashboard shows their exits as the run's end.
+                self.log.add("run", phase="stopping", replay=self.replay_command())
                 self._stop_fleet()
         self.log.add("run", phase="end", wall_time_s=round(time.monotonic() - started, 3),
                      halted=self.halted, interrupted=self.stop_event.is_set(), error=error)
         self.log.close()
         return self._report(config, error)
+
+    def replay_command(self) -> str:
+        return f"edgegrove dashboard --replay {self.run_dir}"
 
     def _config(self) -> dict[str, Any]:
         return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
@@ -269,11 +274,12 @@ class Simulation:
         settings = DashboardSettings(
             broker_url=url, job=self.job, username=admin[0] if admin else None,
             password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
-            event_log=self.run_dir / "dashboard-events.jsonl")
+            event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes)
         handle = run_in_thread(settings)
         stack.callback(handle.stop)
         self.dashboard_url = handle.url
         assert self.log is not None
+        self.log.listeners.append(handle.feed)  # faults, control outcomes, the run's end
         self.log.add("dashboard", url=handle.url)
         _say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
 
@@ -417,7 +423,8 @@ class Simulation:
             outcome = self.injector.obey(control)
         except (OSError, RuntimeError) as exc:
             outcome = f"failed: {exc}"
-        self.log.add("dashboard_control", action=control.action, node=control.node, outcome=outcome)
+        self.log.add("dashboard_control", action=control.action, node=control.node, peer=control.peer,
+                     applied=not outcome.startswith(("ignored", "failed")), outcome=outcome)
 
     def _stop_fleet(self) -> None:
         if self.fleet is None:
@@ -512,4 +519,5 @@ def _human_summary(s: dict[str, Any]) -> str:
             f"{'n/a' if acc is None else f'{acc:.4f}'}, faults {s['faults_injected']} injected / "
             f"{s['faults_detected']} detected, degraded rounds {s['degraded_rounds']}, "
             f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s\n"
-            f"simulate: report in {s['run_dir']}/report.md")
+            f"simulate: report in {s['run_dir']}/report.md\n"
+            f"simulate: open the run in the dashboard: edgegrove dashboard --replay {s['run_dir']}")
