@@ -54,12 +54,13 @@ class Dashboard:
         self.settings = settings
         recorded = load_run(settings.replay) if settings.replay is not None else None
         fleet_size = settings.fleet_size or (recorded.fleet_size if recorded else None)
+        total_rounds = settings.total_rounds or (recorded.total_rounds if recorded else None)
         initial = FleetState(
             max_rounds=settings.max_rounds,
             max_events=settings.max_events,
             suspect_after=settings.suspect_after,
             hung_after=settings.hung_after,
-            run=RunInfo(fleet_size=fleet_size),
+            run=RunInfo(fleet_size=fleet_size, total_rounds=total_rounds),
         )
         self.wall_offset = recorded.started_at if recorded else time.time() - time.monotonic()
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,

@@ -24,6 +24,7 @@ class RecordedRun:
     records: list[dict[str, Any]]
     started_at: float  # Unix time of t = 0
     fleet_size: int | None
+    total_rounds: int | None
 
 
 def check_run_dir(directory: Path) -> Path:
@@ -48,7 +49,8 @@ def load_run(directory: Path) -> RecordedRun:
             records.append(record)
     config = _read_json(directory / "config.json")
     started = (directory / "config.json").stat().st_mtime if config else 0.0
-    return RecordedRun(directory, records, started, _fleet_size(config))
+    return RecordedRun(directory, records, started, _fleet_value(config, "nodes"),
+                       _fleet_value(config, "rounds"))
 
 
 def replay_into(store: FleetStore, run: RecordedRun) -> None:
@@ -72,9 +74,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _fleet_size(config: dict[str, Any]) -> int | None:
+def _fleet_value(config: dict[str, Any], key: str) -> int | None:
     try:
-        nodes = config["scenario"]["fleet"]["nodes"]
+        value = config["scenario"]["fleet"][key]
     except (KeyError, TypeError):
         return None
-    return nodes if isinstance(nodes, int) else None
+    return value if isinstance(value, int) else None

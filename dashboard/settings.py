@@ -63,6 +63,7 @@ class DashboardSettings:
     # Serve a finished simulator run (its directory) instead of following a broker.
     replay: Path | None = None
     fleet_size: int | None = None  # the simulator's fleet size: control node ids are checked
+    total_rounds: int | None = None  # the simulator's rounds: an agent done with them exits
 
     def __post_init__(self) -> None:
         validate_job(self.job)

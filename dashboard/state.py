@@ -37,6 +37,9 @@ _LINK_EVENT: dict[str, str] = {
     "ok": "link_ok",
 }
 _MAX_TEXT = 200
+# An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
+# on the page that is a control the agent applied; injections are the simulator's to report.
+_AGENT_KIND_ALIASES = {"fault_injected": "control_applied"}
 
 
 def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
@@ -174,6 +177,7 @@ class ControlOutcome:
 class RunInfo:
     phase: RunPhase = "live"
     fleet_size: int | None = None  # known when a simulator drives the fleet
+    total_rounds: int | None = None  # the rounds the run trains, when known
     replay_hint: str = ""  # how to open this run again once it is over
     replay_of: str = ""  # set when this state is a replay of a finished run
 
@@ -259,10 +263,16 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
 
 
 def _offline_kind(state: FleetState, node: int) -> str:
-    if state.run.phase != "live":
-        return "exit"  # the simulator is stopping the fleet: not a failure
+    if state.run.phase != "live" or _finished_its_rounds(state, node):
+        return "exit"  # the run is over or being stopped: not a failure
     in_view = state.view is not None and node in state.view.members
     return "crash" if in_view else "offline"
+
+
+def _finished_its_rounds(state: FleetState, node: int) -> bool:
+    total, info = state.run.total_rounds, state.nodes.get(node)
+    last = info.last_round if info is not None else None
+    return total is not None and last is not None and last >= total - 1
 
 
 def apply_view(state: FleetState, msg: View, now: float) -> Result:
@@ -404,8 +414,9 @@ def _view_detail(old: View | None, new: View) -> str:
 def _telemetry_event(msg: Telemetry, raw: Mapping[str, Any]) -> Draft:
     peer = raw.get("peer")
     valid_peer = isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer <= 1023
+    kind = str(raw.get("kind", "unknown"))[:32]
     return Draft(
-        str(raw.get("kind", "unknown"))[:32],
+        _AGENT_KIND_ALIASES.get(kind, kind),
         msg.node,
         peer if valid_peer else None,
         msg.round,

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -41,6 +41,9 @@ from simulate.proxy import TcpProxy
 from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
 from simulate.telemetry import Collector, EventLog, FleetWatch
 from simulate.validate import check_args, check_credentials
+
+if TYPE_CHECKING:
+    from dashboard.server import DashboardHandle
 
 DESCRIPTION = __doc__
 EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -143,6 +146,7 @@ class Simulation:
         self.injector: Injector | None = None
         self.collector: Collector | None = None
         self.dashboard_url: str | None = None
+        self.dashboard_handle: DashboardHandle | None = None
         self.halted = False
 
     # -- the run --------------------------------------------------------------------------------
@@ -274,8 +278,10 @@ class Simulation:
         settings = DashboardSettings(
             broker_url=url, job=self.job, username=admin[0] if admin else None,
             password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
-            event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes)
+            event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
+            total_rounds=self.scenario.fleet.rounds)
         handle = run_in_thread(settings)
+        self.dashboard_handle = handle  # its last state stays readable after the run (tests)
         stack.callback(handle.stop)
         self.dashboard_url = handle.url
         assert self.log is not None
