@@ -41,7 +41,7 @@ from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
-WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1008, 1013
+WS_GOING_AWAY, WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1001, 1008, 1013
 LATENCY_LIMIT_S = 60.0
 
 Publisher = Callable[[str, bytes], None]
@@ -69,6 +69,9 @@ class Dashboard:
         self.listener: MqttListener | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.websockets = 0
+        self.sent_versions: dict[int, int] = {}  # per open socket: the state version it has
+        self._fed = self._ingested = 0  # simulator records handed over / reduced
+        self.closing = False
         self._publisher = publisher
 
     def now(self) -> float:
@@ -80,7 +83,31 @@ class Dashboard:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed under our feet
-                loop.call_soon_threadsafe(self.store.ingest_record, dict(record))
+                loop.call_soon_threadsafe(self._ingest, dict(record))
+                self._fed += 1
+
+    def _ingest(self, record: Mapping[str, Any]) -> None:
+        self.store.ingest_record(record)
+        self._ingested += 1
+
+    def close_sockets(self) -> None:
+        """From any thread: end every WebSocket (1001, going away), so a stopping server
+        does not wait for pages that would keep their sockets open forever."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._close_sockets)
+
+    def _close_sockets(self) -> None:
+        self.closing = True
+        self.store.wake_all()
+
+    def flushed(self) -> bool:
+        """Every record fed is reduced and every open page has the resulting state: the
+        server may stop without a page missing the run's end (it would reconnect forever)."""
+        version = self.store.state.version
+        return self._ingested >= self._fed and all(
+            sent >= version for sent in tuple(self.sent_versions.values()))
 
     def publish(self, topic: str, payload: bytes) -> None:
         if self._publisher is not None:
@@ -271,6 +298,7 @@ def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
             pass  # the browser went away (or the server is stopping)
         finally:
             dash.store.unsubscribe(changed)
+            dash.sent_versions.pop(id(socket), None)
             dash.websockets -= 1
 
 
@@ -298,7 +326,7 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
     """Full history first, then deltas: at most one message per push_interval."""
     sent_version: int | None = None
     sent_seq: int | None = None
-    while True:
+    while not dash.closing:
         changed.clear()
         state = dash.store.state
         changed_rounds = [r for r in rounds_since(state, None)
@@ -311,6 +339,8 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
         )
         await socket.send_text(message.model_dump_json())
         sent_version, sent_seq = state.version, state.next_seq - 1
+        dash.sent_versions[id(socket)] = sent_version
         await asyncio.sleep(dash.settings.push_interval)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), HEARTBEAT_SECONDS)
+    await socket.close(code=WS_GOING_AWAY)

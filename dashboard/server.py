@@ -17,6 +17,7 @@ from dashboard.records import SIMULATOR_ONLY
 from dashboard.settings import DashboardSettings
 
 STARTUP_TIMEOUT = 20.0
+FLUSH_TIMEOUT = 3.0  # at most this long for open pages to get the last state before stopping
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -72,6 +73,10 @@ class DashboardHandle:
             self.dashboard.feed(record)
 
     def stop(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + FLUSH_TIMEOUT
+        while self.thread.is_alive() and not self.dashboard.flushed() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.dashboard.close_sockets()
         self.server.should_exit = True
         self.thread.join(timeout)
 

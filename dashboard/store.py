@@ -78,6 +78,10 @@ class FleetStore:
         self._waiters.add(event)
         return event
 
+    def wake_all(self) -> None:
+        for waiter in self._waiters:
+            waiter.set()
+
     def unsubscribe(self, event: asyncio.Event) -> None:
         self._waiters.discard(event)
 

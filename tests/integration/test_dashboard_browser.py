@@ -159,6 +159,7 @@ def test_page_shows_fleet_link_cut_and_accuracy(
             assert page.evaluate(f"({link_is_bad})()"), (
                 f"link 1-3 back to {page.get_attribute(link, 'data-state')} while still revoked")
 
+        page.click('#event-filters button[data-filter="links"]')  # the timeline's link events
         page.wait_for_selector('#events li[data-kind="link_rerouted"], '
                                '#events li[data-kind="link_failed"]', timeout=10_000)
         accuracy_points = page.locator("#chart-accuracy circle.point").count()
