@@ -493,6 +493,7 @@ function drawBands(svg, context, c) {
     const band = el("rect", {
       class: "incident-band", "data-incident": i.id, "data-kind": i.kind,
       "data-start": i.start_round, "data-end": i.end_round ?? "", "data-active": i.active,
+      "data-source": i.source,
       x: c.sx(a), y: c.m.t, width: Math.max(2, c.sx(b) - c.sx(a)), height: c.height - c.m.t - c.m.b,
       fill: FAULT_COLORS[i.kind] || COLORS.failed,
     }, svg);
