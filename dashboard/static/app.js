@@ -539,7 +539,8 @@ function showTip(event) {
   if (!chart) return;
   const box = svg.getBoundingClientRect();
   const x = ((event.clientX - box.left) / box.width) * chart.width;
-  const round = Math.round(chart.x0 + ((x - chart.m.l) / (chart.width - chart.m.l - chart.m.r)) * (chart.x1 - chart.x0));
+  const pointed = chart.x0 + ((x - chart.m.l) / (chart.width - chart.m.l - chart.m.r)) * (chart.x1 - chart.x0);
+  const round = nearestRound(pointed);
   const r = model.rounds.get(round);
   const line = svg.querySelector(".hover-line");
   if (!r) { tip.hidden = true; if (line) line.setAttribute("visibility", "hidden"); return; }
@@ -558,6 +559,14 @@ function showTip(event) {
   const left = Math.min(event.clientX + 12, window.innerWidth - tip.offsetWidth - 8);
   tip.style.left = `${Math.max(4, left) + window.scrollX}px`;
   tip.style.top = `${event.clientY + 14 + window.scrollY}px`;
+}
+
+function nearestRound(pointed) {
+  let best = null;
+  for (const round of model.rounds.keys()) {
+    if (best === null || Math.abs(round - pointed) < Math.abs(best - pointed)) best = round;
+  }
+  return best;
 }
 
 function hideTip(event) {
