@@ -678,6 +678,7 @@ async function sendControl(event) {
   sessionStorage.setItem("edgegrove-token", token);
   const body = controlBody();
   const what = `${body.action} node ${body.node}${body.peer !== undefined ? `→${body.peer}` : ""}`;
+  setResult("sending", `sending ${what}…`);  // the previous command's outcome is not this one's
   if (CONFIRM_ACTIONS.has(body.action) && !window.confirm(`Really ${what}?`)) {
     setResult("cancelled", `not sent: ${what}`);
     return;

@@ -160,6 +160,8 @@ def send_control(page: Page, token: str, action: str, node: int) -> str:
     page.fill("#control-token", token)
     page.select_option("#control-action", action)
     page.fill("#control-node", str(node))
+    # The result of the previous command must not pass for this one's.
+    page.evaluate("document.querySelector('#control-result').dataset.state = ''")
     page.click("#control-send")
     page.wait_for_function(
         "() => ['refused', 'applied', 'ignored', 'unanswered', 'failed']"
@@ -206,9 +208,13 @@ def check_crash(page: Page, run: SimRun, narrow: Page, token: str) -> None:
 
 
 def rejoined_round(run: SimRun, after_t: float) -> int:
-    back = next(r for r in run.records() if r["type"] == "status" and r["node"] == 5
-                and r["t"] > after_t and r["state"] != "offline")
-    return int(back["fleet_round"])
+    """The fleet's round at node 5's first status after its restart, as the simulator saw it
+    (its own MQTT client may hear the status a moment after the dashboard did)."""
+    def back() -> list[dict[str, Any]]:
+        return [r for r in run.records() if r["type"] == "status" and r["node"] == 5
+                and r["t"] > after_t and r["state"] != "offline"]
+    wait_until(lambda: bool(back()), 30, "node 5's status after its restart in events.jsonl")
+    return int(back()[0]["fleet_round"])
 
 
 def check_rejoin(page: Page, run: SimRun) -> None:
