@@ -63,8 +63,12 @@ class SimRun:
         return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
     def fault(self, kind: str, action: str) -> dict[str, Any]:
-        return next(r for r in self.records()
-                    if r["type"] == "fault" and r["kind"] == kind and r["action"] == action)
+        """The simulator's record of a fault's inject or heal, waited for if not yet written."""
+        def found() -> list[dict[str, Any]]:
+            return [r for r in self.records()
+                    if r["type"] == "fault" and r["kind"] == kind and r["action"] == action]
+        wait_until(lambda: bool(found()), PHASE_TIMEOUT_MS / 1000, f"the {kind} fault's {action}")
+        return found()[0]
 
     def token(self) -> str:
         assert self.sim.dashboard_handle is not None
@@ -177,9 +181,9 @@ def check_link_cut(page: Page, run: SimRun) -> None:
     assert page.get_attribute(link, "data-start") == str(cut["round"])
     for chart in CHARTS:
         page.wait_for_selector(f'#{chart} rect.incident-band[data-kind="link"]', timeout=10_000)
-    heal = cut["round"] + 10
+    heal = run.fault("link", "heal")["round"]
+    assert heal == cut["round"] + 10
     wait_round(page, heal + 3)
-    assert run.fault("link", "heal")["round"] == heal
     assert page.locator(f'{link}[data-source="injected"]').count() == 0, (
         "the link cut is still listed as active after its heal")
 
@@ -232,13 +236,13 @@ def check_rejoin(page: Page, run: SimRun) -> None:
 def check_hang_and_loss(page: Page, run: SimRun) -> None:
     hang = incident_selector("hang", "6")
     page.wait_for_selector(hang, timeout=PHASE_TIMEOUT_MS)
-    wait_round(page, run.fault("hang", "inject")["round"] + 9)
+    wait_round(page, run.fault("hang", "heal")["round"] + 3)
     assert page.locator(hang).count() == 0, "the hang is still listed after its resume"
     loss = incident_selector("loss", "4")
     page.wait_for_selector(loss, timeout=PHASE_TIMEOUT_MS)
     # the node at fault is marked in the tree, not only its links
     assert page.get_attribute('#tree .node[data-node="4"]', "data-at-fault") == "true"
-    wait_round(page, run.fault("loss", "inject")["round"] + 23)
+    wait_round(page, run.fault("loss", "heal")["round"] + 3)
     assert page.locator(loss).count() == 0, "the loss is still listed after its heal"
 
 
