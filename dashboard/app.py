@@ -6,16 +6,17 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from agent.protocol.messages import Control, MessageError
+from dashboard.guards import check_control, origin_allowed
 from dashboard.listener import BrokerUnavailable, MqttListener
 from dashboard.models import (
     BrokerModel,
@@ -25,18 +26,22 @@ from dashboard.models import (
     EventModel,
     FleetModel,
     HealthModel,
+    IncidentModel,
     RoundModel,
     SnapshotMessage,
     event_model,
     fleet_model,
+    incident_model,
     round_model,
 )
+from dashboard.replay import RecordedRun, load_run, replay_into
 from dashboard.settings import DashboardSettings
-from dashboard.state import FleetState, events_since, rounds_since
+from dashboard.state import FleetState, RunInfo, events_since, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
+WS_GOING_AWAY, WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1001, 1008, 1013
 
 Publisher = Callable[[str, bytes], None]
 
@@ -46,17 +51,62 @@ class Dashboard:
 
     def __init__(self, settings: DashboardSettings, publisher: Publisher | None = None) -> None:
         self.settings = settings
+        recorded = load_run(settings.replay) if settings.replay is not None else None
+        fleet_size = settings.fleet_size or (recorded.fleet_size if recorded else None)
+        total_rounds = settings.total_rounds or (recorded.total_rounds if recorded else None)
         initial = FleetState(
             max_rounds=settings.max_rounds,
             max_events=settings.max_events,
             suspect_after=settings.suspect_after,
             hung_after=settings.hung_after,
+            run=RunInfo(fleet_size=fleet_size, total_rounds=total_rounds),
         )
-        self.wall_offset = time.time() - time.monotonic()
+        self.wall_offset = recorded.started_at if recorded else time.time() - time.monotonic()
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
                                 self.wall_offset)
+        self.replayed_until = _replay(self.store, recorded)
         self.listener: MqttListener | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.websockets = 0
+        self.sent_versions: dict[int, int] = {}  # per open socket: the state version it has
+        self._fed = self._ingested = 0  # simulator records handed over / reduced
+        self.closing = False
         self._publisher = publisher
+
+    def now(self) -> float:
+        """The dashboard's clock; a replay stands still at the run's last record."""
+        return self.replayed_until if self.replayed_until is not None else time.monotonic()
+
+    def feed(self, record: Mapping[str, Any]) -> None:
+        """A simulator record, from any thread: reduced on the server's event loop."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed under our feet
+                loop.call_soon_threadsafe(self._ingest, dict(record))
+                self._fed += 1
+
+    def _ingest(self, record: Mapping[str, Any]) -> None:
+        self.store.ingest_record(record)
+        self._ingested += 1
+
+    def close_sockets(self) -> None:
+        """From any thread: end every WebSocket (1001, going away), so a stopping server
+        does not wait for pages that would keep their sockets open forever."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._close_sockets)
+
+    def _close_sockets(self) -> None:
+        self.closing = True
+        self.store.wake_all()
+
+    def flushed(self) -> bool:
+        """Every record fed is reduced and every open page has the resulting state: the
+        server may stop without a page missing the run's end (it would reconnect forever)."""
+        version = self.store.state.version
+        return self._ingested >= self._fed and all(
+            sent >= version for sent in tuple(self.sent_versions.values()))
 
     def publish(self, topic: str, payload: bytes) -> None:
         if self._publisher is not None:
@@ -81,7 +131,8 @@ class Dashboard:
             self.settings.job,
             self.broker(),
             self.settings.controls_enabled,
-            time.monotonic(),
+            self.now(),
+            self.wall_offset,
         )
 
     def events(self, since: int | None) -> list[EventModel]:
@@ -94,7 +145,8 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.broker_url is not None:
+        dash.loop = asyncio.get_running_loop()
+        if settings.broker_url is not None and settings.replay is None:
             dash.listener = MqttListener(settings, dash.store)
             await dash.listener.start()
         try:
@@ -150,6 +202,11 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     ) -> list[EventModel]:
         return dash.events(since)
 
+    @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
+    async def incidents() -> list[IncidentModel]:
+        """Fault windows and incidents (inject -> detect -> heal), oldest first."""
+        return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+
 
 def _add_control(app: FastAPI, dash: Dashboard) -> None:
     @app.post(
@@ -164,17 +221,20 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         authorization: Annotated[str | None, Header()] = None,
     ) -> ControlResponse:
         _authorize(dash.settings.control_token, authorization)
+        state = dash.store.state
         try:
             message = Control(**request.model_dump())
             message.validate()
+            check_control(message, state)
         except (MessageError, ValueError) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
         topic = dash.settings.topics.control
+        after = state.controls[-1].seq if state.controls else 0
         try:
             dash.publish(topic, message.encode())
         except BrokerUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
-        return ControlResponse(published=True, topic=topic)
+        return ControlResponse(published=True, topic=topic, after=after)
 
 
 def _authorize(token: str | None, authorization: str | None) -> None:
@@ -191,21 +251,39 @@ def _authorize(token: str | None, authorization: str | None) -> None:
 def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
     @app.websocket("/ws")
     async def ws(socket: WebSocket) -> None:
-        await socket.accept()
+        origin, host = socket.headers.get("origin"), socket.headers.get("host", "")
+        if not origin_allowed(origin, host, dash.settings.allowed_origins):
+            # Closing before accept refuses the handshake (HTTP 403).
+            await socket.close(code=WS_POLICY_VIOLATION, reason="origin not allowed")
+            return
+        if dash.websockets >= dash.settings.max_websockets:
+            await socket.close(code=WS_TRY_AGAIN_LATER, reason="too many connections")
+            return
+        dash.websockets += 1
         changed = dash.store.subscribe()
         try:
+            await socket.accept()
             await _push_snapshots(socket, dash, changed)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the browser went away (or the server is stopping)
         finally:
             dash.store.unsubscribe(changed)
+            dash.sent_versions.pop(id(socket), None)
+            dash.websockets -= 1
+
+
+def _replay(store: FleetStore, recorded: RecordedRun | None) -> float | None:
+    if recorded is None:
+        return None
+    replay_into(store, recorded)
+    return float(recorded.records[-1]["t"]) if recorded.records else 0.0
 
 
 async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.Event) -> None:
     """Full history first, then deltas: at most one message per push_interval."""
     sent_version: int | None = None
     sent_seq: int | None = None
-    while True:
+    while not dash.closing:
         changed.clear()
         state = dash.store.state
         changed_rounds = [r for r in rounds_since(state, None)
@@ -218,6 +296,8 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
         )
         await socket.send_text(message.model_dump_json())
         sent_version, sent_seq = state.version, state.next_seq - 1
+        dash.sent_versions[id(socket)] = sent_version
         await asyncio.sleep(dash.settings.push_interval)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), HEARTBEAT_SECONDS)
+    await socket.close(code=WS_GOING_AWAY)

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "Serve the live dashboard of one Edgegrove job: it subscribes to the job's status, view "
     "and telemetry topics on the broker and serves the page, a REST API (/api/fleet, "
-    "/api/rounds, /api/events, docs at /docs) and a WebSocket. Fault controls are enabled only "
-    "with --control-token."
+    "/api/rounds, /api/events, /api/incidents, docs at /docs) and a WebSocket. Fault controls "
+    "are enabled only with --control-token. With --replay RUN_DIR it serves a finished "
+    "simulator run instead, with the same page, charts, incidents and timeline."
 )
 TOKEN_ENV = "EDGEGROVE_CONTROL_TOKEN"
 
@@ -52,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is shown as hung (suspected after a third of it)")
     parser.add_argument("--url-file", type=Path, metavar="PATH",
                         help="also write the dashboard's URL to this file once it listens")
+    parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
+                        help="serve a finished `edgegrove simulate` run (its directory, with "
+                             "events.jsonl) instead of following a broker")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
+                             "WebSocket; the dashboard's own host is always allowed (repeatable)")
+    parser.add_argument("--max-websockets", type=int, default=32,
+                        help="WebSocket connections served at once; more are refused")
 
 
 def read_credentials(path: Path, role: str = "dashboard") -> tuple[str, str]:
@@ -88,6 +97,10 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         username, password = read_credentials(args.credentials, "admin" if token else "dashboard")
     if password is not None and username is None:
         raise ValueError("--password needs --username")
+    if args.replay is not None:
+        from dashboard.replay import check_run_dir
+
+        check_run_dir(args.replay)
     return DashboardSettings(
         broker_url=args.broker,
         job=args.job,
@@ -96,12 +109,15 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         password=password,
         host=args.host,
         port=args.port,
-        control_token=token,
+        control_token=None if args.replay is not None else token,
         event_log=args.event_log,
         max_rounds=args.max_rounds,
         max_events=args.max_events,
         hung_after=args.hung_after,
         suspect_after=args.hung_after / 3,
+        replay=args.replay,
+        allowed_origins=tuple(args.allow_origin),
+        max_websockets=args.max_websockets,
     )
 
 
@@ -119,8 +135,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgegrove dashboard: {exc}", file=sys.stderr)
         return 2
     url = url_of(settings.host, sock.getsockname()[1])
-    print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
-          f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
+    if settings.replay is not None:
+        print(f"dashboard: {url}  (replay of {settings.replay})", flush=True)
+    else:
+        print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
+              f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
     if args.url_file is not None:
         args.url_file.write_text(url + "\n", encoding="utf-8")
     try:

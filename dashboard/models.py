@@ -7,7 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agent.protocol.topology import Tree
+from dashboard.incidents import Incident
 from dashboard.state import (
+    ControlOutcome,
     FleetEvent,
     FleetState,
     LinkInfo,
@@ -15,6 +17,9 @@ from dashboard.state import (
     RoundSummary,
     rejected_frames,
 )
+
+_BAD_LINK = ("suspected", "rerouted", "failed")
+_NODE_FAULTS = ("crash", "hang", "loss", "latency", "bandwidth", "isolate")
 
 
 class ViewModel(BaseModel):
@@ -44,6 +49,10 @@ class NodeModel(BaseModel):
     bytes_sent: int
     bytes_received: int
     reroutes: int
+    restarts: int = Field(description="times the agent came back as a new incarnation")
+    rejected: dict[str, int] = Field(description="frames this agent rejected, by reason")
+    at_fault: bool = Field(description="the node is the likely cause of its links' trouble")
+    faults: list[str] = Field(description="kinds of the active incidents that target it")
 
 
 class LinkModel(BaseModel):
@@ -51,6 +60,41 @@ class LinkModel(BaseModel):
     b: int
     kind: Literal["tree", "backup", "extra"]
     state: Literal["ok", "suspected", "failed", "rerouted", "unknown"]
+    blame: Literal["", "link", "node"] = Field(
+        description="link: this link is at fault; node: one of its ends is (see NodeModel)")
+
+
+class IncidentModel(BaseModel):
+    id: int
+    kind: str
+    targets: list[int]
+    title: str
+    source: Literal["injected", "detected"]
+    active: bool
+    start_round: int | None
+    end_round: int | None
+    detected_round: int | None
+    recovered_round: int | None
+    start_time: float = Field(description="Unix time it opened")
+    end_time: float | None
+    evidence: list[str]
+
+
+class ControlOutcomeModel(BaseModel):
+    seq: int
+    time: float
+    action: str
+    node: int
+    peer: int | None
+    applied: bool
+    outcome: str
+
+
+class RunModel(BaseModel):
+    phase: Literal["live", "ending", "finished"]
+    fleet_size: int | None
+    replay_hint: str
+    replay_of: str
 
 
 class CountersModel(BaseModel):
@@ -86,6 +130,10 @@ class FleetModel(BaseModel):
     nodes: list[NodeModel]
     links: list[LinkModel]
     counters: CountersModel
+    fleet_round: int | None = Field(description="the round the fleet is in (latest + 1)")
+    incidents: list[IncidentModel]
+    controls: list[ControlOutcomeModel]
+    run: RunModel
 
 
 class RoundModel(BaseModel):
@@ -97,7 +145,8 @@ class RoundModel(BaseModel):
     members: int
     loss: float | None
     accuracy: float | None
-    round_seconds: float
+    round_seconds: float = Field(description="the slowest agent's round time, seconds")
+    round_seconds_median: float = Field(description="the median agent's round time, seconds")
     bytes_sent: int
     reroutes: int
     timeouts: int
@@ -144,6 +193,7 @@ class ControlRequest(BaseModel):
 class ControlResponse(BaseModel):
     published: bool
     topic: str
+    after: int = Field(description="the simulator's outcome of this command will have seq > after")
 
 
 class SnapshotMessage(BaseModel):
@@ -156,7 +206,8 @@ class SnapshotMessage(BaseModel):
     events: list[EventModel]
 
 
-def node_model(info: NodeInfo, tree: Tree | None, now: float) -> NodeModel:
+def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
+               faults: list[str]) -> NodeModel:
     in_view = tree is not None and info.node in tree
     return NodeModel(
         node=info.node,
@@ -177,11 +228,50 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float) -> NodeModel:
         bytes_sent=info.bytes_sent,
         bytes_received=info.bytes_received,
         reroutes=info.reroutes,
+        restarts=info.restarts,
+        rejected=dict(info.rejected),
+        at_fault=info.node in blamed,
+        faults=faults,
     )
 
 
-def link_model(link: LinkInfo) -> LinkModel:
-    return LinkModel(a=link.a, b=link.b, kind=link.kind, state=link.state)
+def link_model(link: LinkInfo, blamed: frozenset[int]) -> LinkModel:
+    blame: Literal["", "link", "node"] = ""
+    if link.state in _BAD_LINK:
+        blame = "node" if {link.a, link.b} & blamed else "link"
+    return LinkModel(a=link.a, b=link.b, kind=link.kind, state=link.state, blame=blame)
+
+
+def blamed_nodes(state: FleetState) -> frozenset[int]:
+    """Nodes at fault: the targets of active node faults, and a node whose links are the bad
+    ones (five per cent loss at one node makes every link it uses look bad, but the links of
+    the other nodes only through it)."""
+    blamed = {t for i in state.incidents if i.active and i.kind in _NODE_FAULTS for t in i.targets}
+    degree: dict[int, int] = {}
+    for link in state.links.values():
+        if link.state in _BAD_LINK:
+            for end in (link.a, link.b):
+                degree[end] = degree.get(end, 0) + 1
+    ranked = sorted(degree.values(), reverse=True)
+    if ranked and ranked[0] >= 2 and (len(ranked) == 1 or ranked[0] > ranked[1]):
+        blamed |= {n for n, d in degree.items() if d == ranked[0]}
+    return frozenset(blamed)
+
+
+def incident_model(i: Incident, wall_offset: float) -> IncidentModel:
+    return IncidentModel(
+        id=i.id, kind=i.kind, targets=list(i.targets), title=i.title, source=i.source,
+        active=i.active, start_round=i.start_round, end_round=i.end_round,
+        detected_round=i.detected_round, recovered_round=i.recovered_round,
+        start_time=round(i.start_time + wall_offset, 3),
+        end_time=None if i.end_time is None else round(i.end_time + wall_offset, 3),
+        evidence=list(i.evidence),
+    )
+
+
+def control_outcome_model(c: ControlOutcome, wall_offset: float) -> ControlOutcomeModel:
+    return ControlOutcomeModel(seq=c.seq, time=round(c.time + wall_offset, 3), action=c.action,
+                               node=c.node, peer=c.peer, applied=c.applied, outcome=c.outcome)
 
 
 def counters_model(state: FleetState) -> CountersModel:
@@ -205,10 +295,13 @@ def counters_model(state: FleetState) -> CountersModel:
 
 
 def fleet_model(
-    state: FleetState, job: str, broker: BrokerModel, controls: bool, now: float
+    state: FleetState, job: str, broker: BrokerModel, controls: bool, now: float,
+    wall_offset: float = 0.0,
 ) -> FleetModel:
     tree = state.tree
     view = state.view
+    blamed = blamed_nodes(state)
+    active = [i for i in state.incidents if i.active]
     return FleetModel(
         job=job,
         version=state.version,
@@ -218,9 +311,15 @@ def fleet_model(
             epoch=view.epoch, members=list(view.members), arity=view.arity,
             coordinator=view.coordinator, from_round=view.from_round,
         ),
-        nodes=[node_model(state.nodes[n], tree, now) for n in sorted(state.nodes)],
-        links=[link_model(link) for link in state.links.values()],
+        nodes=[node_model(state.nodes[n], tree, now, blamed,
+                          [i.kind for i in active if n in i.targets]) for n in sorted(state.nodes)],
+        links=[link_model(link, blamed) for link in state.links.values()],
         counters=counters_model(state),
+        fleet_round=state.fleet_round,
+        incidents=[incident_model(i, wall_offset) for i in state.incidents],
+        controls=[control_outcome_model(c, wall_offset) for c in state.controls],
+        run=RunModel(phase=state.run.phase, fleet_size=state.run.fleet_size,
+                     replay_hint=state.run.replay_hint, replay_of=state.run.replay_of),
     )
 
 
@@ -228,7 +327,7 @@ def round_model(s: RoundSummary) -> RoundModel:
     return RoundModel(
         round=s.round, epoch=s.epoch, algorithm=s.algorithm, version=s.version,
         reports=s.reports, members=s.members, loss=s.loss, accuracy=s.accuracy,
-        round_seconds=s.round_seconds, bytes_sent=s.bytes_sent, reroutes=s.reroutes,
+        round_seconds=s.round_seconds, round_seconds_median=s.median_seconds, bytes_sent=s.bytes_sent, reroutes=s.reroutes,
         timeouts=s.timeouts, nacks=s.nacks, pulls=s.pulls, degraded=s.degraded,
         degraded_nodes=s.degraded_nodes, missing_chunks=s.missing_chunks,
         contributors=s.contributors, event_kinds=list(s.event_kinds),

@@ -5,14 +5,19 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
-from dashboard.app import create_app
+from dashboard.app import Dashboard, create_app
+from dashboard.records import SIMULATOR_ONLY
 from dashboard.settings import DashboardSettings
 
 STARTUP_TIMEOUT = 20.0
+FLUSH_TIMEOUT = 3.0  # at most this long for open pages to get the last state before stopping
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -54,7 +59,24 @@ class DashboardHandle:
     server: uvicorn.Server
     thread: threading.Thread
 
+    @property
+    def dashboard(self) -> Dashboard:
+        app = self.server.config.app
+        assert isinstance(app, FastAPI)
+        dash: Dashboard = app.state.dashboard
+        return dash
+
+    def feed(self, record: Mapping[str, Any]) -> None:
+        """Hand the dashboard one simulator record (thread-safe). Status, view and telemetry
+        are left out: the dashboard hears those on the broker itself."""
+        if record.get("type") in SIMULATOR_ONLY:
+            self.dashboard.feed(record)
+
     def stop(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + FLUSH_TIMEOUT
+        while self.thread.is_alive() and not self.dashboard.flushed() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.dashboard.close_sockets()
         self.server.should_exit = True
         self.thread.join(timeout)
 

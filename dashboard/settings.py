@@ -55,6 +55,15 @@ class DashboardSettings:
     # The WebSocket sends at most one snapshot per this many seconds.
     push_interval: float = 0.2
     client_id: str = ""
+    # WebSocket: browsers send Origin; only the dashboard's own host (the request's Host) and
+    # these origins (e.g. "https://fleet.example.org") may open /ws, so a foreign page in the
+    # operator's browser cannot read the fleet. Sockets beyond the cap are refused.
+    allowed_origins: tuple[str, ...] = ()
+    max_websockets: int = 32
+    # Serve a finished simulator run (its directory) instead of following a broker.
+    replay: Path | None = None
+    fleet_size: int | None = None  # the simulator's fleet size: control node ids are checked
+    total_rounds: int | None = None  # the simulator's rounds: an agent done with them exits
 
     def __post_init__(self) -> None:
         validate_job(self.job)
@@ -62,6 +71,12 @@ class DashboardSettings:
             parse_broker_url(self.broker_url)
         if self.control_token is not None and len(self.control_token) < 8:
             raise ValueError("the control token must have at least 8 characters")
+        if self.max_websockets < 1:
+            raise ValueError("--max-websockets must be at least 1")
+        for origin in self.allowed_origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"allowed origin {origin!r} is not valid: use http(s)://HOST[:PORT]")
 
     @property
     def topics(self) -> Topics:

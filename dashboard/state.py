@@ -17,11 +17,16 @@ from typing import Any, Literal
 
 from agent.protocol.messages import Status, Telemetry, View
 from agent.protocol.topology import Tree
+from dashboard import incidents as inc
+from dashboard.incidents import Incident, Observation
 
 NodeDisplay = Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
 LinkDisplay = Literal["ok", "suspected", "failed", "rerouted", "unknown"]
 LinkKind = Literal["tree", "backup", "extra"]
 Silence = Literal["", "suspected", "hung"]
+# live: following a fleet; ending: the simulator is stopping it (offline is an exit, not a
+# crash); finished: the run is over (its end seen, or a replay of a finished run).
+RunPhase = Literal["live", "ending", "finished"]
 
 # Worst wins when the two ends of a link disagree: a link is as bad as its worst report.
 _LINK_SEVERITY: dict[str, int] = {"unknown": 0, "ok": 1, "suspected": 2, "rerouted": 3, "failed": 4}
@@ -32,6 +37,9 @@ _LINK_EVENT: dict[str, str] = {
     "ok": "link_ok",
 }
 _MAX_TEXT = 200
+# An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
+# on the page that is a control the agent applied; injections are the simulator's to report.
+_AGENT_KIND_ALIASES = {"fault_injected": "control_applied"}
 
 
 def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
@@ -69,6 +77,7 @@ class NodeInfo:
     bytes_sent: int = 0  # totals over every round it reported
     bytes_received: int = 0
     reroutes: int = 0
+    restarts: int = 0  # new incarnations seen after the first
     # The agent's rejected-frame counters are totals since it started: keep its latest.
     rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     links: Mapping[int, str] = field(default_factory=lambda: _frozen({}))
@@ -110,6 +119,7 @@ class RoundSummary:
     accuracy_sum: float = 0.0
     accuracy_count: int = 0
     round_seconds: float = 0.0  # the slowest node's phase_seconds["total"]
+    node_seconds: tuple[float, ...] = ()  # every report's round time, for the median agent
     bytes_sent: int = 0
     reroutes: int = 0
     timeouts: int = 0
@@ -132,6 +142,11 @@ class RoundSummary:
     def degraded(self) -> bool:
         return self.degraded_nodes > 0
 
+    @property
+    def median_seconds(self) -> float:
+        times = sorted(self.node_seconds)
+        return times[len(times) // 2] if times else 0.0
+
 
 @dataclass(frozen=True)
 class Counters:
@@ -143,6 +158,28 @@ class Counters:
     timeouts: int = 0
     degraded_rounds: int = 0
     late_telemetry: int = 0  # telemetry for a round already dropped from the ring buffer
+
+
+@dataclass(frozen=True)
+class ControlOutcome:
+    """What the simulator did with a fault-control command (applied, or ignored and why)."""
+
+    seq: int
+    time: float
+    action: str
+    node: int
+    peer: int | None
+    applied: bool
+    outcome: str
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    phase: RunPhase = "live"
+    fleet_size: int | None = None  # known when a simulator drives the fleet
+    total_rounds: int | None = None  # the rounds the run trains, when known
+    replay_hint: str = ""  # how to open this run again once it is over
+    replay_of: str = ""  # set when this state is a replay of a finished run
 
 
 @dataclass(frozen=True)
@@ -159,10 +196,26 @@ class FleetState:
     events: tuple[FleetEvent, ...] = ()
     next_seq: int = 1
     counters: Counters = field(default_factory=Counters)
+    incidents: tuple[Incident, ...] = ()
+    controls: tuple[ControlOutcome, ...] = ()
+    run: RunInfo = field(default_factory=RunInfo)
+    # The simulator's fault index -> (kind, targets): its heal records name only the index.
+    fault_targets: Mapping[int, tuple[str, tuple[int, ...]]] = field(
+        default_factory=lambda: _frozen({}))
 
     @property
     def latest_round(self) -> int | None:
         return max(self.rounds) if self.rounds else None
+
+    @property
+    def fleet_round(self) -> int | None:
+        """The round the fleet is in now: one past the highest round any node finished.
+
+        Events that a message does not date reliably (a Last Will carries the round of the
+        node's last status, a restarted node's status its checkpoint's) are dated with it.
+        """
+        latest = self.latest_round
+        return None if latest is None else latest + 1
 
     @property
     def tree(self) -> Tree | None:
@@ -180,20 +233,21 @@ Result = tuple[FleetState, tuple[FleetEvent, ...]]
 def apply_status(state: FleetState, msg: Status, now: float) -> Result:
     old = state.nodes.get(msg.node)
     node = old or NodeInfo(msg.node)
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     returning = old is not None and old.status != "unknown" and (
         (old.status == "offline" and msg.state != "offline") or msg.incarnation > old.incarnation
     )
+    at = state.fleet_round
     if msg.state == "offline" and old is not None and old.status in ("online", "joining"):
-        in_view = state.view is not None and msg.node in state.view.members
-        kind = "crash" if in_view else "offline"
-        drafts.append(_Draft(kind, msg.node, None, msg.round, "status offline (Last Will or exit)"))
+        drafts.append(Draft(_offline_kind(state, msg.node), msg.node, None, at,
+                             f"status offline (Last Will or exit) at fleet round {at}"))
     elif returning:
-        detail = f"incarnation {msg.incarnation}, {msg.state}"
-        drafts.append(_Draft("rejoin", msg.node, None, msg.round, detail))
+        detail = f"{msg.state}, restart {node.restarts + 1}, resumes from round {msg.round}"
+        drafts.append(Draft("rejoin", msg.node, None, at, detail))
     elif (old is None or old.status == "unknown") and msg.state != "offline":
-        drafts.append(_Draft("join", msg.node, None, msg.round, msg.state))
+        drafts.append(Draft("join", msg.node, None, at, msg.state))
     rejoining = (returning or node.rejoining) and msg.state == "joining"
+    restarted = old is not None and old.incarnation != 0 and msg.incarnation > old.incarnation
     node = replace(
         node,
         status=msg.state,
@@ -201,17 +255,31 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
         pid=msg.pid,
         rejoining=rejoining,
         silence="" if returning else node.silence,
+        restarts=node.restarts + restarted,
     )
     state = _with_node(state, node)
     state = _count(state, "status")
     return _finish(state, drafts, now)
 
 
+def _offline_kind(state: FleetState, node: int) -> str:
+    if state.run.phase != "live" or _finished_its_rounds(state, node):
+        return "exit"  # the run is over or being stopped: not a failure
+    in_view = state.view is not None and node in state.view.members
+    return "crash" if in_view else "offline"
+
+
+def _finished_its_rounds(state: FleetState, node: int) -> bool:
+    total, info = state.run.total_rounds, state.nodes.get(node)
+    last = info.last_round if info is not None else None
+    return total is not None and last is not None and last >= total - 1
+
+
 def apply_view(state: FleetState, msg: View, now: float) -> Result:
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     old = state.view
     if old is None or (old.epoch, old.members, old.arity) != (msg.epoch, msg.members, msg.arity):
-        drafts.append(_Draft("view_change", msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
+        drafts.append(Draft("view_change", msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
     state = replace(state, view=msg)
     for member in msg.members:
         if member not in state.nodes:
@@ -224,10 +292,11 @@ def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
     drafts = [_telemetry_event(msg, e) for e in msg.events if isinstance(e, dict)]
     if msg.degraded and _round_degraded_count(state, msg.round) == 0:
         detail = f"{msg.missing_chunks} chunks missing at node {msg.node}"
-        drafts.append(_Draft("degraded", msg.node, None, msg.round, detail))
+        drafts.append(Draft("degraded", msg.node, None, msg.round, detail))
     node = state.nodes.get(msg.node) or NodeInfo(msg.node)
     if node.silence:
-        drafts.append(_Draft("recovered", msg.node, None, msg.round, f"was {node.silence}"))
+        detail = f"was {node.silence}, reports round {msg.round}"
+        drafts.append(Draft("recovered", msg.node, None, state.fleet_round, detail))
     updated = _node_with_telemetry(node, msg, now)
     state = _with_node(state, updated)
     state = _merge_round(state, msg, now, [d.kind for d in drafts])
@@ -248,17 +317,23 @@ def apply_malformed(state: FleetState, reason: str, now: float) -> Result:
 def tick(state: FleetState, now: float) -> Result:
     """Re-judge silent nodes: suspected, then hung, when the fleet moved on without them."""
     latest = state.latest_round
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     for node in list(state.nodes.values()):
         silence = _silence(state, node, latest, now)
         if silence != node.silence:
             state = _with_node(state, replace(node, silence=silence))
             if silence:
                 quiet = now - (node.last_seen or now)
-                drafts.append(_Draft(silence, node.node, None, node.last_round, f"silent {quiet:.1f} s"))
+                detail = f"silent {quiet:.1f} s, last reported round {node.last_round}"
+                drafts.append(Draft(silence, node.node, None, state.fleet_round, detail))
     if not drafts:
         return state, ()
     return _finish(state, drafts, now)
+
+
+def with_events(state: FleetState, drafts: Iterable[Draft], now: float) -> Result:
+    """Add events that no message caused (the simulator's records), without re-linking."""
+    return _finish(state, drafts, now, relink=False)
 
 
 def rounds_since(state: FleetState, since: int | None) -> list[RoundSummary]:
@@ -283,7 +358,7 @@ def events_since(state: FleetState, since: int | None) -> list[FleetEvent]:
 
 
 @dataclass(frozen=True)
-class _Draft:
+class Draft:
     """An event before it gets its sequence number and time."""
 
     kind: str
@@ -293,7 +368,7 @@ class _Draft:
     detail: str
 
 
-def _finish(state: FleetState, drafts: Iterable[_Draft], now: float, relink: bool = True) -> Result:
+def _finish(state: FleetState, drafts: Iterable[Draft], now: float, relink: bool = True) -> Result:
     """Bump the version, re-derive links (adding link events), number and store events."""
     state = replace(state, version=state.version + 1)
     all_drafts = list(drafts)
@@ -309,7 +384,9 @@ def _finish(state: FleetState, drafts: Iterable[_Draft], now: float, relink: boo
     )
     if events:
         kept = (*state.events, *events)[-state.max_events :]
-        state = replace(state, events=kept, next_seq=seq + len(events))
+        observed = [Observation(e.kind, e.node, e.peer, e.round, e.detail) for e in events]
+        incidents = inc.observe(state.incidents, observed, state.fleet_round, now)
+        state = replace(state, events=kept, next_seq=seq + len(events), incidents=incidents)
     return state, events
 
 
@@ -334,11 +411,12 @@ def _view_detail(old: View | None, new: View) -> str:
     return text
 
 
-def _telemetry_event(msg: Telemetry, raw: Mapping[str, Any]) -> _Draft:
+def _telemetry_event(msg: Telemetry, raw: Mapping[str, Any]) -> Draft:
     peer = raw.get("peer")
     valid_peer = isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer <= 1023
-    return _Draft(
-        str(raw.get("kind", "unknown"))[:32],
+    kind = str(raw.get("kind", "unknown"))[:32]
+    return Draft(
+        _AGENT_KIND_ALIASES.get(kind, kind),
         msg.node,
         peer if valid_peer else None,
         msg.round,
@@ -415,6 +493,7 @@ def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: in
         accuracy_sum=s.accuracy_sum + (msg.accuracy if msg.accuracy is not None else 0.0),
         accuracy_count=s.accuracy_count + (msg.accuracy is not None),
         round_seconds=max(s.round_seconds, total),
+        node_seconds=(*s.node_seconds, total)[-1024:],
         bytes_sent=s.bytes_sent + msg.bytes_sent,
         reroutes=s.reroutes + msg.reroutes,
         timeouts=s.timeouts + msg.timeouts,
@@ -499,8 +578,8 @@ def _link_changes(
     new: Mapping[tuple[int, int], LinkInfo],
     round_no: int | None,
     offline: frozenset[int],
-) -> list[_Draft]:
-    drafts: list[_Draft] = []
+) -> list[Draft]:
+    drafts: list[Draft] = []
     for key, link in new.items():
         before = old.get(key)
         previous = before.state if before is not None else "unknown"
@@ -511,5 +590,5 @@ def _link_changes(
         if link.state == "ok" and previous == "unknown":
             continue  # a link seen for the first time, working: not news
         detail = f"{link.kind} link {link.a}-{link.b}: {previous} -> {link.state}"
-        drafts.append(_Draft(_LINK_EVENT[link.state], link.a, link.b, round_no, detail))
+        drafts.append(Draft(_LINK_EVENT[link.state], link.a, link.b, round_no, detail))
     return drafts

@@ -16,6 +16,7 @@ from typing import IO
 
 from agent.protocol.messages import MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
+from dashboard.records import Record, apply_record
 from dashboard.state import (
     FleetEvent,
     FleetState,
@@ -63,11 +64,23 @@ class FleetStore:
     def tick(self) -> tuple[FleetEvent, ...]:
         return self._commit(tick(self.state, self._clock()))
 
+    def tick_at(self, now: float) -> tuple[FleetEvent, ...]:
+        """A silence check at a given time (a replay's recorded clock)."""
+        return self._commit(tick(self.state, now))
+
+    def ingest_record(self, record: Record, now: float | None = None) -> tuple[FleetEvent, ...]:
+        """One simulator record (live from the simulator, or a replayed line)."""
+        return self._commit(apply_record(self.state, record, self._clock() if now is None else now))
+
     def subscribe(self) -> asyncio.Event:
         """An Event set on every change; the caller clears it after reading the state."""
         event = asyncio.Event()
         self._waiters.add(event)
         return event
+
+    def wake_all(self) -> None:
+        for waiter in self._waiters:
+            waiter.set()
 
     def unsubscribe(self, event: asyncio.Event) -> None:
         self._waiters.discard(event)

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -41,6 +41,9 @@ from simulate.proxy import TcpProxy
 from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
 from simulate.telemetry import Collector, EventLog, FleetWatch
 from simulate.validate import check_args, check_credentials
+
+if TYPE_CHECKING:
+    from dashboard.server import DashboardHandle
 
 DESCRIPTION = __doc__
 EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -143,6 +146,7 @@ class Simulation:
         self.injector: Injector | None = None
         self.collector: Collector | None = None
         self.dashboard_url: str | None = None
+        self.dashboard_handle: DashboardHandle | None = None
         self.halted = False
 
     # -- the run --------------------------------------------------------------------------------
@@ -163,11 +167,16 @@ class Simulation:
                 error = f"{type(exc).__name__}: {exc}"
                 _say(f"simulate: stopping: {error}")
             finally:
+                # Before the agents go: the dashboard shows their exits as the run's end.
+                self.log.add("run", phase="stopping", replay=self.replay_command())
                 self._stop_fleet()
         self.log.add("run", phase="end", wall_time_s=round(time.monotonic() - started, 3),
                      halted=self.halted, interrupted=self.stop_event.is_set(), error=error)
         self.log.close()
         return self._report(config, error)
+
+    def replay_command(self) -> str:
+        return f"edgegrove dashboard --replay {self.run_dir}"
 
     def _config(self) -> dict[str, Any]:
         return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
@@ -269,11 +278,14 @@ class Simulation:
         settings = DashboardSettings(
             broker_url=url, job=self.job, username=admin[0] if admin else None,
             password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
-            event_log=self.run_dir / "dashboard-events.jsonl")
+            event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
+            total_rounds=self.scenario.fleet.rounds)
         handle = run_in_thread(settings)
+        self.dashboard_handle = handle  # its last state stays readable after the run (tests)
         stack.callback(handle.stop)
         self.dashboard_url = handle.url
         assert self.log is not None
+        self.log.listeners.append(handle.feed)  # faults, control outcomes, the run's end
         self.log.add("dashboard", url=handle.url)
         _say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
 
@@ -417,7 +429,8 @@ class Simulation:
             outcome = self.injector.obey(control)
         except (OSError, RuntimeError) as exc:
             outcome = f"failed: {exc}"
-        self.log.add("dashboard_control", action=control.action, node=control.node, outcome=outcome)
+        self.log.add("dashboard_control", action=control.action, node=control.node, peer=control.peer,
+                     applied=not outcome.startswith(("ignored", "failed")), outcome=outcome)
 
     def _stop_fleet(self) -> None:
         if self.fleet is None:
@@ -512,4 +525,5 @@ def _human_summary(s: dict[str, Any]) -> str:
             f"{'n/a' if acc is None else f'{acc:.4f}'}, faults {s['faults_injected']} injected / "
             f"{s['faults_detected']} detected, degraded rounds {s['degraded_rounds']}, "
             f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s\n"
-            f"simulate: report in {s['run_dir']}/report.md")
+            f"simulate: report in {s['run_dir']}/report.md\n"
+            f"simulate: open the run in the dashboard: edgegrove dashboard --replay {s['run_dir']}")

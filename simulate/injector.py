@@ -230,12 +230,13 @@ class Injector:
     # -- commands from the dashboard's fault controls -----------------------------------------
 
     def obey(self, control: Control) -> str:
-        """Carry out a process-level Control from outside (the dashboard); agent-side ones
-        (cut, heal, loss, latency) are applied by the agents themselves. Returns what was done."""
-        node = control.node
-        if node not in self.fleet.agents:
-            return f"ignored: node {node} is not in this fleet"
-        action = control.action
+        """Carry out a Control from outside (the dashboard). Process-level actions (crash,
+        restart, hang, resume, isolate) are ours; link, loss and latency ones the agents apply
+        themselves. Returns the outcome, "applied: ..." or "ignored: <why>"."""
+        refusal = self._refusal(control)
+        if refusal:
+            return f"ignored: {refusal}"
+        node, action = control.node, control.action
         if action == "crash":
             self.fleet.kill(node)
         elif action in ("restart", "rejoin"):
@@ -246,8 +247,29 @@ class Injector:
             self.fleet.pause(node)
         elif action == "resume":
             self.fleet.resume(node)
-        elif action == "isolate" and node in self.namespaces:
+        elif action == "isolate":
             self.namespaces[node].isolate()
         else:
-            return f"left to the agents: {action}"
-        return f"done: {action} node {node}"
+            target = f"link {node}->{control.peer}" if control.peer is not None else f"node {node}"
+            return f"applied: {action} {target}, by the agents themselves"
+        return f"applied: {action} node {node}"
+
+    def _refusal(self, control: Control) -> str:
+        """Why a command cannot be carried out in this fleet, or ''."""
+        ids = sorted(self.fleet.agents)
+        for role, node in (("node", control.node), ("peer", control.peer)):
+            if node is not None and node not in self.fleet.agents:
+                return f"{role} {node} is not in this fleet (nodes {ids[0]}-{ids[-1]})"
+        if control.peer is not None and control.peer == control.node:
+            return f"a link needs two different nodes, not {control.node}->{control.peer}"
+        agent = self.fleet.agents[control.node]
+        action = control.action
+        if action in ("crash", "hang") and not agent.running():
+            return f"node {control.node} is not running"
+        if action == "hang" and agent.stopped:
+            return f"node {control.node} is already hung"
+        if action == "resume" and not agent.stopped:
+            return f"node {control.node} is not hung"
+        if action == "isolate" and control.node not in self.namespaces:
+            return "isolation needs the node in a network namespace (root, and an isolate fault)"
+        return ""

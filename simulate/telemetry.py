@@ -36,6 +36,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._file: IO[str] | None = open(path, "a") if path is not None else None  # noqa: SIM115
         self.records: list[Record] = []
+        self.listeners: list[Callable[[Record], None]] = []  # e.g. the dashboard's feed
 
     def now(self) -> float:
         return self._clock() - self._start
@@ -47,6 +48,8 @@ class EventLog:
             if self._file is not None:
                 self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
                 self._file.flush()
+        for listener in self.listeners:
+            listener(record)
         return record
 
     def snapshot(self) -> list[Record]:
@@ -195,7 +198,8 @@ class Collector:
             if not payload:
                 return  # a cleared retained status
             status = Status.decode(payload)
-            self.log.add("status", **asdict(status))
+            # The status's own round may be stale (a Will's, a checkpoint's): note the fleet's.
+            self.log.add("status", fleet_round=self.watch.fleet_round, **asdict(status))
             self.watch.on_status(status)
         elif topic == t.view:
             if not payload:

@@ -6,26 +6,38 @@ const COLORS = {
   ok: "#2e9e5b", suspected: "#e0a100", failed: "#d63b3b", rerouted: "#7b4fd6", unknown: "#b8c0cc",
   online: "#2e9e5b", joining: "#3a7bd5", rejoining: "#13a3b5", hung: "#e46a17", offline: "#6b7280",
 };
-// Events that mark the charts' time axis, and the colour of their marker.
-const MARKERS = {
-  crash: "#d63b3b", offline: "#d63b3b", link_failed: "#d63b3b", hung: "#e46a17",
-  link_rerouted: "#7b4fd6", degraded: "#e0a100",
-  rejoin: "#13a3b5", view_change: "#3a7bd5",
+// One colour per fault kind: its window's shading on the charts, its incident, its marks.
+const FAULT_COLORS = {
+  link: "#d63b3b", crash: "#b42318", hang: "#e46a17", loss: "#e0a100", latency: "#7b4fd6",
+  bandwidth: "#7b4fd6", isolate: "#6b7280",
 };
-const MARKER_GROUPS = [
-  ["failure", "#d63b3b"], ["reroute", "#7b4fd6"], ["degraded", "#e0a100"],
-  ["rejoin", "#13a3b5"], ["view change", "#3a7bd5"],
-];
+const MARK_COLORS = { ...FAULT_COLORS, rejoin: "#13a3b5", view_change: "#3a7bd5" };
 const EVENT_BADGE = {
-  crash: "failed", offline: "offline", link_failed: "failed", timeout: "suspected",
+  crash: "failed", offline: "offline", exit: "offline", link_failed: "failed", timeout: "suspected",
   link_suspected: "suspected", suspected: "suspected", hung: "hung", reroute: "rerouted",
   link_rerouted: "rerouted", degraded: "suspected", rejoin: "rejoining", join: "joining",
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
-  nack: "suspected", link_dead: "failed", link_healed: "ok",
+  nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
+  fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
 };
-const MAX_EVENTS_SHOWN = 300;
+// Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
+const FILTERS = {
+  faults: new Set(["fault_injected", "fault_healed", "crash", "hung", "suspected", "recovered",
+    "rejoin", "control", "control_applied", "link_failed", "run_end", "offline"]),
+  membership: new Set(["join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"]),
+  links: new Set(["link_failed", "link_rerouted", "link_suspected", "link_ok", "link_dead",
+    "link_healed", "reroute", "timeout"]),
+};
+const CHATTY = new Set(["pull", "relay", "nack", "degraded", "timeout", "reroute", "resync"]);
+const MAX_EVENTS_KEPT = 1200;
+const MAX_ROWS_SHOWN = 300;
+const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate"]);
+const NEEDS_PEER = new Set(["cut", "heal"]);
+const NEEDS_VALUE = new Set(["loss", "latency"]);
+const OUTCOME_WAIT_MS = 8000;
 
 const model = { fleet: null, rounds: new Map(), events: [] };
+const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {} };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -34,6 +46,13 @@ function el(tag, attrs = {}, parent = null) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
   if (parent) parent.appendChild(node);
+  return node;
+}
+
+function html(tag, className = "", text = "") {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== "") node.textContent = text;
   return node;
 }
 
@@ -47,15 +66,21 @@ function fmtBytes(n) {
 }
 
 function fmtNum(v, digits = 3) { return v === null || v === undefined ? "–" : Number(v).toFixed(digits); }
+// One convention for percentages everywhere: accuracy as "92.6 %".
+function fmtPct(v) { return v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)} %`; }
+function fmtSeconds(v) { return v === null || v === undefined ? "–" : `${v.toFixed(v < 10 ? 2 : 1)} s`; }
+function targetsText(t) { return t.length === 2 ? `link ${t[0]}–${t[1]}` : `node ${t[0]}`; }
 
 // ------------------------------------------------------------------ connection
 
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   socket = new WebSocket(`${proto}://${location.host}/ws`);
-  socket.onopen = () => { retryDelay = 500; setPill("ws-pill", true, "live"); };
+  socket.onopen = () => { retryDelay = 500; renderConnection(true); };
   socket.onmessage = (msg) => { ingest(JSON.parse(msg.data)); };
   socket.onclose = () => {
+    // A finished run's dashboard goes away for good: say so instead of reconnecting forever.
+    if (runOver()) { renderConnection(false); return; }
     setPill("ws-pill", false, "reconnecting…");
     setTimeout(connect, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 5000);
@@ -63,17 +88,20 @@ function connect() {
   socket.onerror = () => socket.close();
 }
 
+function runOver() { return Boolean(model.fleet) && model.fleet.run.phase !== "live"; }
+
 function ingest(msg) {
   if (msg.full) { model.rounds.clear(); model.events = []; }
   for (const r of msg.rounds) model.rounds.set(r.round, r);
-  if (msg.events.length) {
-    model.events = model.events.concat(msg.events).slice(-MAX_EVENTS_SHOWN * 4);
-  }
+  if (msg.events.length) model.events = model.events.concat(msg.events).slice(-MAX_EVENTS_KEPT);
   model.fleet = msg.fleet;
-  if (!renderPending) {
-    renderPending = true;
-    requestAnimationFrame(() => { renderPending = false; render(); });
-  }
+  scheduleRender();
+}
+
+function scheduleRender() {
+  if (renderPending) return;
+  renderPending = true;
+  requestAnimationFrame(() => { renderPending = false; render(); });
 }
 
 function setPill(id, ok, text) {
@@ -82,17 +110,41 @@ function setPill(id, ok, text) {
   pill.textContent = text;
 }
 
+function renderConnection(open) {
+  const run = model.fleet ? model.fleet.run : null;
+  const banner = document.getElementById("run-banner");
+  if (run && run.replay_of) {
+    setPill("ws-pill", true, "replay");
+    banner.hidden = false;
+    banner.dataset.kind = "replay";
+    banner.textContent = `Replay of the finished run ${run.replay_of}`;
+  } else if (run && run.phase !== "live" && !open) {
+    setPill("ws-pill", false, "run finished");
+    banner.hidden = false;
+    banner.dataset.kind = "finished";
+    banner.textContent = "Run finished: this dashboard has stopped. "
+      + (run.replay_hint ? `Open the run again with: ${run.replay_hint}` : "");
+  } else {
+    setPill("ws-pill", open, open ? "live" : "reconnecting…");
+    banner.hidden = true;
+  }
+}
+
 // ------------------------------------------------------------------ rendering
 
 function render() {
   const fleet = model.fleet;
   if (!fleet) return;
   document.getElementById("job").textContent = fleet.job;
-  setPill("broker-pill", fleet.broker.connected,
-    fleet.broker.connected ? "broker connected" : `broker: ${fleet.broker.last_error || "disconnected"}`);
+  const replay = Boolean(fleet.run.replay_of);
+  setPill("broker-pill", fleet.broker.connected || replay,
+    replay ? "recorded run" : fleet.broker.connected ? "broker connected"
+      : `broker: ${fleet.broker.last_error || "disconnected"}`);
   const view = fleet.view;
   document.getElementById("view-pill").textContent = view
-    ? `epoch ${view.epoch} · ${view.members.length} members · arity ${view.arity}` : "no view yet";
+    ? `epoch ${view.epoch} · ${view.members.length} members` : "no view yet";
+  renderConnection(socket !== null && socket.readyState === WebSocket.OPEN);
+  renderIncidents(fleet);
   renderCounters(fleet);
   renderTree(fleet);
   renderEvents();
@@ -101,201 +153,274 @@ function render() {
   renderControls(fleet);
 }
 
+function renderIncidents(fleet) {
+  const active = fleet.incidents.filter((i) => i.active);
+  document.getElementById("incident-count").textContent =
+    `${active.length} active · ${fleet.incidents.length} in this run`;
+  const list = document.getElementById("incidents");
+  if (!active.length) {
+    list.replaceChildren(html("li", "none", "No active incidents."));
+    return;
+  }
+  list.replaceChildren(...active.map((i) => {
+    const li = html("li");
+    Object.assign(li.dataset, { incident: i.id, kind: i.kind, targets: i.targets.join("-"),
+      source: i.source, start: i.start_round ?? "" });
+    li.style.borderLeftColor = FAULT_COLORS[i.kind] || COLORS.failed;
+    const head = html("div", "head");
+    head.append(html("strong", "", `${i.kind} · ${targetsText(i.targets)}`),
+      html("span", "muted", ` since round ${i.start_round ?? "?"} · ${i.source}`
+        + (i.detected_round !== null ? ` · seen by the fleet at round ${i.detected_round}`
+          : " · not yet seen by the fleet")));
+    li.append(head, html("div", "title", i.title));
+    if (i.evidence.length) li.append(html("div", "evidence muted", i.evidence.slice(-2).join(" · ")));
+    return li;
+  }));
+}
+
 function renderCounters(fleet) {
   const c = fleet.counters;
-  const online = fleet.nodes.filter((n) => ["online", "joining", "rejoining"].includes(n.state)).length;
+  const up = fleet.nodes.filter((n) => ["online", "joining", "rejoining"].includes(n.state)).length;
+  const rejected = Object.entries(c.rejected_frames).sort((a, b) => b[1] - a[1]);
   const items = [
-    ["nodes up", `${online} / ${fleet.nodes.length}`, online < fleet.nodes.length],
-    ["round", c.latest_round ?? "–", false],
-    ["rounds seen", c.rounds, false],
-    ["bytes sent", fmtBytes(c.bytes_sent), false],
-    ["reroutes", c.reroutes, c.reroutes > 0],
-    ["timeouts", c.timeouts, c.timeouts > 0],
-    ["degraded rounds", c.degraded_rounds, c.degraded_rounds > 0],
-    ["rejected frames", c.rejected_total, c.rejected_total > 0],
-    ["ignored messages", c.malformed_total, c.malformed_total > 0],
+    ["nodes up", `${up} / ${fleet.nodes.length}`, up < fleet.nodes.length && fleet.run.phase === "live", ""],
+    ["round", fleet.fleet_round !== null ? fleet.fleet_round - 1 : "–", false, "highest round finished"],
+    ["bytes sent", fmtBytes(c.bytes_sent), false, ""],
+    ["reroutes", c.reroutes, c.reroutes > 0, ""],
+    ["timeouts", c.timeouts, c.timeouts > 0, ""],
+    ["degraded rounds", c.degraded_rounds, c.degraded_rounds > 0, ""],
+    ["rejected frames", c.rejected_total, c.rejected_total > 0,
+      rejected.map(([r, n]) => `${r} ${n}`).join(", ")],
+    ["ignored messages", c.malformed_total, c.malformed_total > 0,
+      Object.entries(c.malformed).map(([r, n]) => `${r} ${n}`).join(", ")],
   ];
   const box = document.getElementById("counters");
-  box.replaceChildren(...items.map(([label, value, alert]) => {
-    const div = document.createElement("div");
-    div.className = "counter";
+  box.replaceChildren(...items.map(([label, value, alert, detail]) => {
+    const div = html("div", "counter");
     div.dataset.alert = alert ? "true" : "false";
     div.dataset.counter = label;
-    div.innerHTML = `<div class="label"></div><div class="value"></div>`;
-    div.firstChild.textContent = label;
-    div.lastChild.textContent = value;
+    div.append(html("div", "label", label), html("div", "value", String(value)));
+    if (detail) { div.append(html("div", "detail", detail)); div.title = detail; }
     return div;
   }));
 }
 
 function renderLegend() {
   const legend = document.getElementById("legend");
-  const parts = [];
-  for (const s of ["online", "joining", "rejoining", "hung", "offline"]) {
-    parts.push(`<span class="item"><span class="dot" style="background:${COLORS[s]}"></span>${s}</span>`);
-  }
+  const item = (swatch, text) => `<span class="item">${swatch}${text}</span>`;
+  const parts = ["online", "joining", "rejoining", "suspected", "hung", "offline"].map((s) =>
+    item(`<span class="dot" style="background:${COLORS[s]}"></span>`, s));
+  parts.push(item(`<span class="dot ring"></span>`, "at fault"));
   parts.push(`<span class="sep"></span>`);
-  for (const s of ["ok", "suspected", "failed", "rerouted"]) {
-    parts.push(`<span class="item"><span class="bar" style="background:${COLORS[s]}"></span>${s}</span>`);
+  for (const s of ["ok", "suspected", "failed"]) {
+    parts.push(item(`<span class="bar" style="background:${COLORS[s]}"></span>`, `link ${s}`));
   }
-  parts.push(`<span class="item"><span class="bar" style="background:repeating-linear-gradient(90deg,#9aa4b2 0 4px,transparent 4px 7px)"></span>backup</span>`);
+  parts.push(item(`<span class="bar dashed"></span>`, "backup"));
+  parts.push(item(`<span class="bar" style="background:${COLORS.rerouted}"></span>`, "backup route in use"));
   legend.innerHTML = parts.join("");
   const markers = document.getElementById("marker-legend");
-  markers.innerHTML = "<span>chart markers:</span>" + MARKER_GROUPS.map(([name, color]) =>
-    `<span class="item"><span class="bar" style="background:${color}"></span>${name}</span>`).join("");
+  const windows = ["link", "crash", "hang", "loss", "latency"].map((k) =>
+    item(`<span class="band" style="background:${FAULT_COLORS[k]}"></span>`, `${k} window`));
+  const marks = [["crash", "crash"], ["rejoin", "rejoin"], ["hang", "hung"], ["view_change", "view change"]]
+    .map(([k, name]) => item(`<span class="mark" style="background:${MARK_COLORS[k]}"></span>`, name));
+  markers.innerHTML = `<span>charts:</span>${windows.join("")}${marks.join("")}`;
 }
 
-function treeLayout(fleet, width, height) {
-  // Heap-order k-ary tree: level d holds positions k^d-1 .. ; spread each level evenly.
+// ------------------------------------------------------------------ tree
+
+function homeIds(fleet) {
+  // Every node the run knows keeps one place, whatever happens to it: a crashed, hung or
+  // evicted node is drawn greyed where it was, not moved to a corner.
+  const ids = new Set(fleet.nodes.map((n) => n.node));
+  if (fleet.run.fleet_size) for (let i = 0; i < fleet.run.fleet_size; i += 1) ids.add(i);
+  if (fleet.view) for (const m of fleet.view.members) ids.add(m);
+  return [...ids].sort((a, b) => a - b);
+}
+
+function treeLayout(ids, arity, width, height) {
+  // Heap-order k-ary tree over the home ids: level d holds k^d slots, spread evenly.
   const pos = new Map();
-  const view = fleet.view;
-  const inView = view ? view.members : [];
-  const k = view ? view.arity : 2;
-  const outside = fleet.nodes.filter((n) => !inView.includes(n.node)).map((n) => n.node);
   let levels = 0;
-  for (let count = 0, width_ = 1; count < inView.length; count += width_, width_ *= k) levels += 1;
-  const bottom = outside.length ? height - 80 : height - 40;
-  const levelGap = levels > 1 ? (bottom - 34) / (levels - 1) : 0;
+  for (let count = 0, w = 1; count < ids.length; count += w, w *= arity) levels += 1;
+  const gap = levels > 1 ? (height - 70) / (levels - 1) : 0;
   let start = 0;
-  for (let d = 0, slots = 1; start < inView.length; d += 1, slots *= k) {
-    for (let i = 0; i < slots && start + i < inView.length; i += 1) {
-      pos.set(inView[start + i], { x: ((i + 0.5) / slots) * width, y: 34 + d * levelGap });
+  for (let d = 0, slots = 1; start < ids.length; d += 1, slots *= arity) {
+    for (let i = 0; i < slots && start + i < ids.length; i += 1) {
+      pos.set(ids[start + i], { x: ((i + 0.5) / slots) * width, y: 30 + d * gap });
     }
     start += slots;
   }
-  outside.forEach((node, i) => {
-    pos.set(node, { x: 40 + i * 44, y: height - 22, outside: true });
-  });
   return pos;
+}
+
+function linkShape(link, a, b, layer) {
+  const bad = !["ok", "unknown"].includes(link.state);
+  const inUse = link.kind === "backup" && link.state === "rerouted";
+  const attrs = {
+    class: "link", "data-a": link.a, "data-b": link.b, "data-state": link.state,
+    "data-kind": link.kind, "data-blame": link.blame, stroke: COLORS[link.state] || COLORS.unknown,
+  };
+  // A link whose trouble comes from a node at fault is drawn faint: the node carries the blame.
+  if (link.blame === "node") attrs.opacity = 0.4;
+  if (link.kind === "tree") {
+    return el("line", { ...attrs, x1: a.x, y1: a.y, x2: b.x, y2: b.y, "stroke-width": bad ? 4 : 2.5 }, layer);
+  }
+  // Backup and extra links bow away from the straight line so they never run through a node.
+  const mx = (a.x + b.x) / 2;
+  const my = Math.min(a.y, b.y) - 28 - Math.abs(a.x - b.x) * 0.12;
+  return el("path", {
+    ...attrs, d: `M ${a.x} ${a.y} Q ${mx} ${my} ${b.x} ${b.y}`,
+    "stroke-width": inUse ? 3.5 : bad ? 3 : 1.4, "stroke-dasharray": inUse ? "" : "5 4",
+    stroke: bad ? COLORS[link.state] : "#b5bdc9",
+  }, layer);
 }
 
 function renderTree(fleet) {
   const svg = document.getElementById("tree");
   const width = svg.clientWidth || 700;
-  const height = svg.clientHeight || 360;
+  const height = svg.clientHeight || 340;
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   clear(svg);
-  const pos = treeLayout(fleet, width, height);
-  const n = Math.max(1, fleet.view ? fleet.view.members.length : fleet.nodes.length);
-  const radius = Math.max(10, Math.min(18, (width / n) * 0.32));
+  const ids = homeIds(fleet);
+  const pos = treeLayout(ids, fleet.view ? fleet.view.arity : 2, width, height);
+  const radius = Math.max(10, Math.min(18, (width / Math.max(1, ids.length)) * 0.3));
   const linkLayer = el("g", { class: "links" }, svg);
   for (const link of fleet.links) {
     const a = pos.get(link.a);
     const b = pos.get(link.b);
     if (!a || !b) continue;
-    const healthy = link.state === "ok" || link.state === "unknown";
-    const attrs = {
-      class: "link", "data-a": link.a, "data-b": link.b, "data-state": link.state,
-      "data-kind": link.kind, stroke: COLORS[link.state] || COLORS.unknown,
-    };
-    let shape;
-    if (link.kind === "tree") {
-      shape = el("line", { ...attrs, x1: a.x, y1: a.y, x2: b.x, y2: b.y, "stroke-width": healthy ? 2.5 : 4 }, linkLayer);
-    } else {
-      // Backup links bow upwards between siblings/uncles so they do not hide tree links.
-      const mx = (a.x + b.x) / 2;
-      const my = Math.min(a.y, b.y) - 26 - Math.abs(a.x - b.x) * 0.08;
-      shape = el("path", {
-        ...attrs, d: `M ${a.x} ${a.y} Q ${mx} ${my} ${b.x} ${b.y}`,
-        "stroke-width": healthy ? 1.4 : 3, "stroke-dasharray": "5 4",
-        stroke: healthy ? "#b5bdc9" : COLORS[link.state],
-      }, linkLayer);
-    }
-    el("title", {}, shape).textContent = `${link.kind} link ${link.a}–${link.b}: ${link.state}`;
+    const shape = linkShape(link, a, b, linkLayer);
+    el("title", {}, shape).textContent = `${link.kind} link ${link.a}–${link.b}: ${link.state}`
+      + (link.blame === "node" ? " (a node at its end is at fault)" : "");
   }
-  const outsideCount = fleet.nodes.filter((x) => pos.get(x.node)?.outside).length;
-  if (outsideCount) {
-    const label = el("text", { class: "outside-label", x: 16, y: height - 48 }, svg);
-    label.textContent = "outside the current view";
-  }
+  const nodes = new Map(fleet.nodes.map((n) => [n.node, n]));
   const nodeLayer = el("g", { class: "nodes" }, svg);
-  for (const node of fleet.nodes) {
-    const p = pos.get(node.node);
-    if (!p) continue;
-    const g = el("g", {
-      class: "node", "data-node": node.node, "data-state": node.state,
-      transform: `translate(${p.x},${p.y})`,
-    }, nodeLayer);
-    const r = p.outside ? 13 : radius;
-    el("circle", { r, fill: COLORS[node.state] || COLORS.unknown }, g);
-    el("text", {}, g).textContent = node.node;
-    if (!p.outside && radius >= 14) {
-      el("text", { class: "sub", y: r + 11 }, g).textContent = node.last_round !== null ? `r${node.last_round}` : "";
-    }
-    el("title", {}, g).textContent =
-      `node ${node.node}: ${node.state}` + (node.last_round !== null ? `, round ${node.last_round}` : "")
-      + (node.seconds_silent !== null ? `, silent ${node.seconds_silent.toFixed(1)} s` : "");
+  for (const id of ids) {
+    drawNode(nodeLayer, id, nodes.get(id), pos.get(id), radius, fleet);
   }
 }
 
+function drawNode(layer, id, node, p, radius, fleet) {
+  const state = node ? node.state : "unknown";
+  const inView = node ? node.in_view : Boolean(fleet.view && fleet.view.members.includes(id));
+  const g = el("g", {
+    class: "node", "data-node": id, "data-state": state, "data-in-view": inView,
+    "data-at-fault": node ? node.at_fault : false, transform: `translate(${p.x},${p.y})`,
+  }, layer);
+  const down = ["offline", "hung", "unknown"].includes(state) || !inView;
+  if (node && node.at_fault) el("circle", { class: "fault-ring", r: radius + 5 }, g);
+  el("circle", {
+    r: radius, fill: COLORS[state] || COLORS.unknown, opacity: down ? 0.55 : 1,
+    "stroke-dasharray": inView ? "" : "3 2",
+  }, g);
+  el("text", {}, g).textContent = id;
+  const sub = !inView && fleet.view ? "not in view" : state === "offline" ? "offline"
+    : state === "hung" ? "hung" : node && node.last_round !== null && radius >= 14 ? `r${node.last_round}` : "";
+  el("text", { class: `sub ${down ? "down" : ""}`, y: radius + 12 }, g).textContent = sub;
+  el("title", {}, g).textContent = `node ${id}: ${state}${inView ? "" : ", not in the current view"}`
+    + (node && node.last_round !== null ? `, round ${node.last_round}` : "")
+    + (node && node.seconds_silent !== null ? `, silent ${node.seconds_silent.toFixed(1)} s` : "")
+    + (node && node.faults.length ? `, active fault: ${node.faults.join(", ")}` : "");
+}
+
+// ------------------------------------------------------------------ timeline
+
 function groupEvents(events) {
-  // A link that stays cut repeats the same timeout/reroute every round: show it once, with a
-  // count and the round range, instead of flooding the timeline.
+  // Chatty per-chunk rows (pull, relay, nack, ...) of nearby rounds collapse into one row with
+  // a count; a repeated identical event likewise.
   const groups = [];
   for (const e of events) {
-    const key = `${e.kind}|${e.node}|${e.peer}|${e.detail}`;
-    let merged = false;
-    for (let i = groups.length - 1; i >= Math.max(0, groups.length - 16); i -= 1) {
-      const g = groups[i];
-      if (g.key === key && e.round !== null && g.last.round !== null && e.round - g.last.round <= 2) {
-        g.count += 1;
-        g.last = e;
-        groups.splice(i, 1);
-        groups.push(g);
-        merged = true;
-        break;
-      }
+    const key = CHATTY.has(e.kind) ? e.kind : `${e.kind}|${e.node}|${e.peer}|${e.detail}`;
+    const last = groups.length ? groups[groups.length - 1] : null;
+    const near = last && e.round !== null && last.last.round !== null && e.round - last.last.round <= 2;
+    if (last && last.key === key && near) {
+      last.count += 1;
+      last.last = e;
+      last.nodes.add(e.node);
+    } else {
+      groups.push({ key, first: e, last: e, count: 1, nodes: new Set([e.node]) });
     }
-    if (!merged) groups.push({ key, first: e, last: e, count: 1 });
   }
   return groups;
 }
 
-function renderEvents() {
-  const list = document.getElementById("events");
-  const groups = groupEvents(model.events).slice(-MAX_EVENTS_SHOWN).reverse();
-  document.getElementById("event-count").textContent =
-    model.fleet ? `${model.fleet.counters.events} events` : "";
-  list.replaceChildren(...groups.map((g) => {
-    const e = g.last;
-    const li = document.createElement("li");
-    li.dataset.kind = e.kind;
-    const when = new Date(e.time * 1000).toLocaleTimeString([], { hour12: false });
-    const badge = COLORS[EVENT_BADGE[e.kind]] || COLORS.unknown;
-    const rounds = g.count > 1 && g.first.round !== e.round ? `r${g.first.round}–${e.round}` : `r${e.round}`;
-    const who = [e.round !== null ? rounds : "", e.node !== null ? `node ${e.node}` : "",
-      e.peer !== null ? `→ ${e.peer}` : ""].filter(Boolean).join(" ");
-    const times = g.count > 1 ? ` (×${g.count})` : "";
-    li.innerHTML = `<span class="when"></span><span><span class="badge"></span></span><span class="what"></span>`;
-    li.children[0].textContent = when;
-    li.children[1].firstChild.textContent = e.kind.replace(/_/g, " ");
-    li.children[1].firstChild.style.background = badge;
-    li.children[2].textContent = `${who}${who && e.detail ? " · " : ""}${e.detail}${times}`;
-    return li;
-  }));
+function filteredEvents() {
+  const kinds = FILTERS[ui.filter];
+  return kinds ? model.events.filter((e) => kinds.has(e.kind)) : model.events;
 }
 
-function eventMarkers() {
-  const byRound = new Map();
-  for (const e of model.events) {
-    if (e.round === null || !(e.kind in MARKERS)) continue;
-    if (!byRound.has(e.round)) byRound.set(e.round, { kinds: new Set(), color: MARKERS[e.kind] });
-    byRound.get(e.round).kinds.add(e.kind);
+function eventRow(g) {
+  const e = g.last;
+  const li = html("li");
+  Object.assign(li.dataset, { kind: e.kind, round: e.round ?? "", node: e.node ?? "", count: g.count });
+  const when = new Date(e.time * 1000).toLocaleTimeString([], { hour12: false });
+  const rounds = g.count > 1 && g.first.round !== e.round ? `r${g.first.round}–${e.round}` : `r${e.round}`;
+  const chatty = CHATTY.has(e.kind) && g.count > 1;
+  const who = chatty ? `${g.nodes.size} node${g.nodes.size > 1 ? "s" : ""}`
+    : [e.node !== null ? `node ${e.node}` : "", e.peer !== null ? `→ ${e.peer}` : ""].filter(Boolean).join(" ");
+  const head = [e.round !== null ? rounds : "", who].filter(Boolean).join(" ");
+  const detail = chatty ? `×${g.count}` : `${e.detail}${g.count > 1 ? ` (×${g.count})` : ""}`;
+  const badge = html("span", "badge", e.kind.replace(/_/g, " "));
+  badge.style.background = COLORS[EVENT_BADGE[e.kind]] || COLORS.unknown;
+  const badgeCell = html("span");
+  badgeCell.append(badge);
+  li.append(html("span", "when", when), badgeCell,
+    html("span", "what", `${head}${head && detail ? " · " : ""}${detail}`));
+  return li;
+}
+
+function renderEvents() {
+  const list = document.getElementById("events");
+  const groups = groupEvents(filteredEvents()).slice(-MAX_ROWS_SHOWN).reverse();
+  document.getElementById("event-count").textContent =
+    model.fleet ? `${model.fleet.counters.events} events` : "";
+  list.replaceChildren(...(groups.length ? groups.map(eventRow)
+    : [html("li", "none", "Nothing of this kind yet.")]));
+}
+
+// ------------------------------------------------------------------ charts
+
+function chartMarks(fleet) {
+  // From the server's incidents (kept for the whole run), not from the event ring buffer.
+  const marks = [];
+  for (const i of fleet.incidents) {
+    if (i.start_round !== null) marks.push({ round: i.start_round, kind: i.kind, text: `${i.kind} ${targetsText(i.targets)}` });
+    if (i.recovered_round !== null && i.kind === "crash") {
+      marks.push({ round: i.recovered_round, kind: "rejoin", text: `node ${i.targets[0]} rejoined` });
+    }
   }
-  return byRound;
+  for (const e of model.events) {
+    if (e.kind === "view_change" && e.round !== null) marks.push({ round: e.round, kind: "view_change", text: e.detail });
+  }
+  // One mark per kind and round: four links failing in one round are one mark.
+  const seen = new Map();
+  for (const mark of marks) {
+    const key = `${mark.kind}@${mark.round}`;
+    if (seen.has(key)) seen.get(key).text += `; ${mark.text}`;
+    else seen.set(key, mark);
+  }
+  return [...seen.values()];
+}
+
+function timeOf(r) {
+  const v = ui.timeAgent === "slowest" ? r.round_seconds : r.round_seconds_median;
+  return v > 0 ? v : null;
 }
 
 function renderCharts() {
+  const fleet = model.fleet;
   const rounds = [...model.rounds.values()].sort((a, b) => a.round - b.round);
-  const markers = eventMarkers();
+  const context = { rounds, marks: chartMarks(fleet), incidents: fleet.incidents,
+    now: fleet.fleet_round };
   const series = [
-    ["chart-loss", "loss-last", (r) => r.loss, (v) => v.toFixed(3)],
-    ["chart-accuracy", "accuracy-last", (r) => r.accuracy, (v) => `${(v * 100).toFixed(1)}%`],
-    ["chart-time", "time-last", (r) => (r.round_seconds > 0 ? r.round_seconds : null), (v) => `${v.toFixed(2)} s`],
+    ["chart-loss", "loss-last", (r) => r.loss, (v) => v.toFixed(3), "loss (cross-entropy)", false],
+    ["chart-accuracy", "accuracy-last", (r) => r.accuracy, fmtPct, "accuracy (%)", false],
+    ["chart-time", "time-last", timeOf, fmtSeconds, `${ui.timeAgent} agent (s)`, true],
   ];
-  for (const [id, lastId, pick, fmt] of series) {
+  for (const [id, lastId, pick, fmt, yTitle, robust] of series) {
     const points = rounds.filter((r) => pick(r) !== null).map((r) => [r.round, pick(r)]);
-    drawChart(document.getElementById(id), points, markers, rounds);
+    const svg = document.getElementById(id);
+    ui.charts[id] = drawChart(svg, points, context, { yTitle, robust, percent: id === "chart-accuracy" });
     const last = points.length ? points[points.length - 1] : null;
     document.getElementById(lastId).textContent = last ? `round ${last[0]}: ${fmt(last[1])}` : "";
   }
@@ -311,97 +436,253 @@ function niceTicks(lo, hi, count) {
   return ticks;
 }
 
-function drawChart(svg, points, markers, rounds) {
+function yRange(values, robust) {
+  // Round times: one frozen node's 13 s round must not squash every 0.2 s round to the axis,
+  // so the scale stops at a few times the 90th percentile and taller points are clipped.
+  const sorted = [...values].sort((a, b) => a - b);
+  let lo = sorted[0];
+  let hi = sorted[sorted.length - 1];
+  if (robust && sorted.length >= 10) {
+    const p90 = sorted[Math.floor(sorted.length * 0.9)];
+    hi = Math.min(hi, Math.max(p90 * 3, sorted[Math.floor(sorted.length / 2)] * 4));
+    lo = Math.min(lo, 0);
+  }
+  if (hi - lo < 1e-9) { lo -= 0.5 * (Math.abs(lo) || 1); hi += 0.5 * (Math.abs(hi) || 1); }
+  const pad = (hi - lo) * 0.08;
+  return [robust ? Math.max(0, lo - pad) : lo - pad, hi + pad];
+}
+
+function drawChart(svg, points, context, opts) {
   const width = svg.clientWidth || 360;
-  const height = svg.clientHeight || 190;
+  const height = svg.clientHeight || 200;
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   clear(svg);
-  const m = { l: 44, r: 10, t: 10, b: 24 };
+  const m = { l: 52, r: 10, t: 10, b: 36 };
   if (!points.length) {
     el("text", { class: "empty", x: width / 2, y: height / 2 }, svg).textContent = "no data yet";
-    return;
+    return null;
   }
-  const xs = rounds.map((r) => r.round);
+  const xs = context.rounds.map((r) => r.round);
   const x0 = Math.min(...xs);
-  const x1 = Math.max(x0 + 1, ...xs);
-  let y0 = Math.min(...points.map((p) => p[1]));
-  let y1 = Math.max(...points.map((p) => p[1]));
-  if (y1 - y0 < 1e-9) { y0 -= 0.5 * (Math.abs(y0) || 1); y1 += 0.5 * (Math.abs(y1) || 1); }
-  const pad = (y1 - y0) * 0.08;
-  y0 -= pad; y1 += pad;
+  const x1 = Math.max(x0 + 1, ...xs, context.now ?? 0);
+  const [y0, y1] = yRange(points.map((p) => p[1]), opts.robust);
   const sx = (x) => m.l + ((x - x0) / (x1 - x0)) * (width - m.l - m.r);
-  const sy = (y) => height - m.b - ((y - y0) / (y1 - y0)) * (height - m.t - m.b);
-  for (const t of niceTicks(y0, y1, 4)) {
-    el("line", { class: "grid", x1: m.l, x2: width - m.r, y1: sy(t), y2: sy(t) }, svg);
-    const label = el("text", { class: "tick", x: m.l - 6, y: sy(t) + 3, "text-anchor": "end" }, svg);
-    label.textContent = Math.abs(t) >= 100 ? t.toFixed(0) : +t.toPrecision(3);
-  }
-  for (const t of niceTicks(x0, x1, 6).filter((t) => Number.isInteger(t))) {
-    const label = el("text", { class: "tick", x: sx(t), y: height - 8, "text-anchor": "middle" }, svg);
-    label.textContent = t;
-  }
-  el("line", { class: "axis", x1: m.l, x2: width - m.r, y1: height - m.b, y2: height - m.b }, svg);
-  for (const [round, marker] of markers) {
-    if (round < x0 || round > x1) continue;
-    const line = el("line", {
-      class: "marker", "data-round": round, x1: sx(round), x2: sx(round), y1: m.t, y2: height - m.b,
-      stroke: marker.color, "stroke-width": 1.5, "stroke-dasharray": "3 3", opacity: 0.85,
-    }, svg);
-    el("title", {}, line).textContent = `round ${round}: ${[...marker.kinds].join(", ")}`;
-    el("path", { d: `M ${sx(round) - 4} ${m.t} L ${sx(round) + 4} ${m.t} L ${sx(round)} ${m.t + 6} Z`, fill: marker.color }, svg);
-  }
+  const sy = (y) => height - m.b - ((Math.min(y, y1) - y0) / (y1 - y0)) * (height - m.t - m.b);
+  const chart = { sx, x0, x1, m, width, height };
+  drawBands(svg, context, chart);
+  drawAxes(svg, chart, sy, y0, y1, opts);
+  drawMarks(svg, context.marks, chart);
   el("polyline", { class: "series", points: points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" ") }, svg);
   const dense = points.length > 80;
   for (const [x, y] of points) {
-    const dot = el("circle", { class: "point", cx: sx(x), cy: sy(y), r: dense ? 1.6 : 2.8, "data-round": x }, svg);
-    el("title", {}, dot).textContent = `round ${x}: ${+y.toPrecision(4)}`;
+    const clipped = y > y1;
+    el("circle", { class: clipped ? "point clipped" : "point", cx: sx(x), cy: sy(y),
+      r: clipped ? 3.5 : dense ? 1.6 : 2.8, "data-round": x }, svg);
+  }
+  el("line", { class: "hover-line", x1: 0, x2: 0, y1: m.t, y2: height - m.b, visibility: "hidden" }, svg);
+  return chart;
+}
+
+function drawBands(svg, context, c) {
+  for (const i of context.incidents) {
+    if (i.start_round === null) continue;
+    const end = i.end_round ?? context.now ?? c.x1;
+    const a = Math.max(c.x0, i.start_round);
+    const b = Math.min(c.x1, Math.max(end, i.start_round + 0.5));
+    if (b < c.x0 || a > c.x1) continue;
+    const band = el("rect", {
+      class: "incident-band", "data-incident": i.id, "data-kind": i.kind,
+      "data-start": i.start_round, "data-end": i.end_round ?? "", "data-active": i.active,
+      "data-source": i.source,
+      x: c.sx(a), y: c.m.t, width: Math.max(2, c.sx(b) - c.sx(a)), height: c.height - c.m.t - c.m.b,
+      fill: FAULT_COLORS[i.kind] || COLORS.failed,
+    }, svg);
+    el("title", {}, band).textContent = `${i.title}: rounds ${i.start_round}–${i.end_round ?? "now"}`;
   }
 }
+
+function drawAxes(svg, c, sy, y0, y1, opts) {
+  for (const t of niceTicks(y0, y1, 4)) {
+    el("line", { class: "grid", x1: c.m.l, x2: c.width - c.m.r, y1: sy(t), y2: sy(t) }, svg);
+    const label = el("text", { class: "tick", x: c.m.l - 6, y: sy(t) + 3, "text-anchor": "end" }, svg);
+    label.textContent = opts.percent ? `${+(t * 100).toPrecision(3)}` : Math.abs(t) >= 100 ? t.toFixed(0) : +t.toPrecision(3);
+  }
+  for (const t of niceTicks(c.x0, c.x1, 6).filter((v) => Number.isInteger(v))) {
+    el("text", { class: "tick", x: c.sx(t), y: c.height - 20, "text-anchor": "middle" }, svg).textContent = t;
+  }
+  el("line", { class: "axis", x1: c.m.l, x2: c.width - c.m.r, y1: c.height - c.m.b, y2: c.height - c.m.b }, svg);
+  el("text", { class: "axis-title", x: c.m.l + (c.width - c.m.l - c.m.r) / 2, y: c.height - 4,
+    "text-anchor": "middle" }, svg).textContent = "round";
+  el("text", { class: "axis-title", x: 0, y: 0, "text-anchor": "middle",
+    transform: `translate(11 ${c.m.t + (c.height - c.m.t - c.m.b) / 2}) rotate(-90)` }, svg).textContent = opts.yTitle;
+}
+
+function drawMarks(svg, marks, c) {
+  for (const mark of marks) {
+    if (mark.round < c.x0 || mark.round > c.x1) continue;
+    const color = MARK_COLORS[mark.kind] || COLORS.unknown;
+    const x = c.sx(mark.round);
+    const line = el("line", {
+      class: "mark", "data-kind": mark.kind, "data-round": mark.round, x1: x, x2: x, y1: c.m.t,
+      y2: c.height - c.m.b, stroke: color, "stroke-width": 1.5, "stroke-dasharray": "3 3",
+    }, svg);
+    el("title", {}, line).textContent = `round ${mark.round}: ${mark.text}`;
+    el("path", { d: `M ${x - 4} ${c.m.t} L ${x + 4} ${c.m.t} L ${x} ${c.m.t + 6} Z`, fill: color }, svg);
+  }
+}
+
+function showTip(event) {
+  // Hover: the round under the pointer, with that round's numbers.
+  const svg = event.currentTarget;
+  const chart = ui.charts[svg.id];
+  const tip = document.getElementById("chart-tip");
+  if (!chart) return;
+  const box = svg.getBoundingClientRect();
+  const x = ((event.clientX - box.left) / box.width) * chart.width;
+  const pointed = chart.x0 + ((x - chart.m.l) / (chart.width - chart.m.l - chart.m.r)) * (chart.x1 - chart.x0);
+  const round = nearestRound(pointed);
+  const r = model.rounds.get(round);
+  const line = svg.querySelector(".hover-line");
+  if (!r) { tip.hidden = true; if (line) line.setAttribute("visibility", "hidden"); return; }
+  if (line) {
+    line.setAttribute("x1", chart.sx(round));
+    line.setAttribute("x2", chart.sx(round));
+    line.setAttribute("visibility", "visible");
+  }
+  const active = model.fleet.incidents.filter((i) => i.start_round !== null && i.start_round <= round
+    && (i.end_round === null || round < i.end_round)).map((i) => `${i.kind} ${targetsText(i.targets)}`);
+  tip.textContent = `round ${round} · loss ${fmtNum(r.loss)} · accuracy ${fmtPct(r.accuracy)} · `
+    + `time median ${fmtSeconds(r.round_seconds_median)}, slowest ${fmtSeconds(r.round_seconds)}`
+    + ` · ${r.reports} reports${r.degraded ? ` · degraded (${r.missing_chunks} chunks missing)` : ""}`
+    + (active.length ? ` · faults: ${active.join(", ")}` : "");
+  tip.hidden = false;
+  const left = Math.min(event.clientX + 12, window.innerWidth - tip.offsetWidth - 8);
+  tip.style.left = `${Math.max(4, left) + window.scrollX}px`;
+  tip.style.top = `${event.clientY + 14 + window.scrollY}px`;
+}
+
+function nearestRound(pointed) {
+  let best = null;
+  for (const round of model.rounds.keys()) {
+    if (best === null || Math.abs(round - pointed) < Math.abs(best - pointed)) best = round;
+  }
+  return best;
+}
+
+function hideTip(event) {
+  document.getElementById("chart-tip").hidden = true;
+  const line = event.currentTarget.querySelector(".hover-line");
+  if (line) line.setAttribute("visibility", "hidden");
+}
+
+// ------------------------------------------------------------------ nodes
 
 function renderNodes(fleet) {
   const body = document.querySelector("#nodes tbody");
   body.replaceChildren(...fleet.nodes.map((n) => {
-    const tr = document.createElement("tr");
+    const tr = html("tr");
     tr.dataset.node = n.node;
+    const rejected = Object.entries(n.rejected).filter(([, v]) => v > 0);
     const cells = [
-      n.node, null, n.last_round ?? "–",
-      n.seconds_silent === null ? "–" : `${n.seconds_silent.toFixed(1)} s`,
-      fmtNum(n.loss), n.accuracy === null ? "–" : `${(n.accuracy * 100).toFixed(1)}%`,
-      fmtBytes(n.bytes_sent), n.reroutes, n.model_hash ? n.model_hash.slice(0, 10) : "–", n.incarnation,
+      [n.node, ""], [null, ""], [n.last_round ?? "–", ""],
+      [n.seconds_silent === null ? "–" : `${n.seconds_silent.toFixed(1)} s`, "wide"],
+      [fmtNum(n.loss), ""], [fmtPct(n.accuracy), ""], [fmtBytes(n.bytes_sent), "wide"],
+      [n.reroutes, "wide"], [n.restarts, ""],
+      [rejected.length ? rejected.map(([r, v]) => `${r} ${v}`).join(", ") : "0", "wide"],
+      [n.model_hash ? n.model_hash.slice(0, 10) : "–", "wide mono"],
     ];
-    cells.forEach((value, i) => {
-      const td = document.createElement("td");
+    cells.forEach(([value, cls], i) => {
+      const td = html("td", cls);
       if (i === 1) {
-        const badge = document.createElement("span");
-        badge.className = "badge";
+        const badge = html("span", "badge", n.at_fault ? `${n.state} · at fault` : n.state);
         badge.style.background = COLORS[n.state] || COLORS.unknown;
-        badge.textContent = n.state;
-        td.appendChild(badge);
+        td.append(badge);
       } else {
         td.textContent = value;
       }
-      if (i === 8) td.className = "mono";
-      tr.appendChild(td);
+      tr.append(td);
     });
     return tr;
   }));
 }
 
+// ------------------------------------------------------------------ controls
+
+function fleetIds(fleet) {
+  if (fleet.run.fleet_size) return [...Array(fleet.run.fleet_size).keys()];
+  return homeIds(fleet);
+}
+
 function renderControls(fleet) {
   const card = document.getElementById("controls");
-  card.hidden = !fleet.controls_enabled;
-  card.parentElement.classList.toggle("single", !fleet.controls_enabled);
+  const enabled = fleet.controls_enabled && !fleet.run.replay_of;
+  card.hidden = !enabled;
+  card.parentElement.classList.toggle("single", !enabled);
+  const ids = fleetIds(fleet);
+  if (ids.length) {
+    for (const id of ["control-node", "control-peer"]) {
+      document.getElementById(id).max = String(ids[ids.length - 1]);
+    }
+  }
+  updateControlForm();
+  showOutcome();
+}
+
+function controlProblem() {
+  // The same checks as the server's, so the operator sees them before sending.
+  const value = (id) => document.getElementById(id).value;
+  const action = value("control-action");
+  const ids = model.fleet ? fleetIds(model.fleet) : [];
+  const inFleet = (v) => !ids.length || ids.includes(Number(v));
+  if (!value("control-token")) return "enter the control token to send";
+  if (value("control-node") === "" || !inFleet(value("control-node"))) {
+    return `node must be one of the fleet's (${ids.length ? `${ids[0]}–${ids[ids.length - 1]}` : "none known"})`;
+  }
+  if (NEEDS_PEER.has(action) && value("control-peer") === "") return `${action} needs a peer`;
+  if (value("control-peer") !== "" && !inFleet(value("control-peer"))) return "peer is not in the fleet";
+  if (value("control-peer") !== "" && value("control-peer") === value("control-node")) return "a link needs two different nodes";
+  if (NEEDS_VALUE.has(action) && value("control-value") === "") return `${action} needs a value`;
+  return "";
+}
+
+function updateControlForm() {
+  const action = document.getElementById("control-action").value;
+  document.getElementById("control-peer").disabled = !NEEDS_PEER.has(action);
+  document.getElementById("control-one-way").disabled = !NEEDS_PEER.has(action);
+  document.getElementById("control-value").disabled = !NEEDS_VALUE.has(action);
+  const problem = controlProblem();
+  // Send stays disabled without a token; other problems are explained and checked by the server.
+  document.getElementById("control-send").disabled = !document.getElementById("control-token").value;
+  document.getElementById("control-hint").textContent = problem;
+}
+
+function controlBody() {
+  const value = (id) => document.getElementById(id).value;
+  const action = value("control-action");
+  const body = { action, node: Number(value("control-node")) };
+  if (NEEDS_PEER.has(action) && value("control-peer") !== "") body.peer = Number(value("control-peer"));
+  if (NEEDS_VALUE.has(action) && value("control-value") !== "") body.value = Number(value("control-value"));
+  if (NEEDS_PEER.has(action)) body.one_way = document.getElementById("control-one-way").checked;
+  return body;
+}
+
+function setResult(state, text) {
+  const result = document.getElementById("control-result");
+  result.dataset.state = state;
+  result.textContent = text;
 }
 
 async function sendControl(event) {
   event.preventDefault();
   const token = document.getElementById("control-token").value;
   sessionStorage.setItem("edgegrove-token", token);
-  const value = (id) => document.getElementById(id).value;
-  const body = { action: value("control-action"), node: Number(value("control-node")) };
-  if (value("control-peer") !== "") body.peer = Number(value("control-peer"));
-  if (value("control-value") !== "") body.value = Number(value("control-value"));
-  const result = document.getElementById("control-result");
+  const body = controlBody();
+  const what = `${body.action} node ${body.node}${body.peer !== undefined ? `→${body.peer}` : ""}`;
+  setResult("sending", `sending ${what}…`);  // the previous command's outcome is not this one's
+  if (CONFIRM_ACTIONS.has(body.action) && !window.confirm(`Really ${what}?`)) {
+    setResult("cancelled", `not sent: ${what}`);
+    return;
+  }
   try {
     const response = await fetch("/api/control", {
       method: "POST",
@@ -409,14 +690,60 @@ async function sendControl(event) {
       body: JSON.stringify(body),
     });
     const data = await response.json();
-    result.textContent = response.ok ? `sent ${body.action} to ${data.topic}` : `refused: ${JSON.stringify(data.detail)}`;
+    if (!response.ok) {
+      ui.pending = null;
+      setResult("refused", `refused by the dashboard: ${typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail)}`);
+      return;
+    }
+    ui.pending = { body, after: data.after, sentAt: Date.now(), what };
+    setResult("sent", `sent ${what}; waiting for the simulator's outcome…`);
+    setTimeout(showOutcome, OUTCOME_WAIT_MS + 50);
   } catch (err) {
-    result.textContent = `failed: ${err}`;
+    setResult("failed", `failed: ${err}`);
   }
 }
 
-window.addEventListener("resize", () => render());
+function showOutcome() {
+  const pending = ui.pending;
+  if (!pending || !model.fleet) return;
+  const outcome = model.fleet.controls.find((c) => c.seq > pending.after
+    && c.action === pending.body.action && c.node === pending.body.node);
+  if (outcome) {
+    setResult(outcome.applied ? "applied" : "ignored",
+      `${outcome.applied ? "applied" : "ignored by the simulator"}: ${pending.what} · ${outcome.outcome}`);
+    ui.pending = null;
+  } else if (Date.now() - pending.sentAt > OUTCOME_WAIT_MS) {
+    setResult("unanswered", `sent ${pending.what}; no simulator reported an outcome (the agents apply link, loss and latency commands themselves)`);
+    ui.pending = null;
+  }
+}
+
+// ------------------------------------------------------------------ wiring
+
+function setFilter(name) {
+  ui.filter = name;
+  for (const b of document.querySelectorAll("#event-filters button")) {
+    b.setAttribute("aria-pressed", b.dataset.filter === name ? "true" : "false");
+  }
+  renderEvents();
+}
+
+window.addEventListener("resize", () => scheduleRender());
 document.getElementById("control-form").addEventListener("submit", sendControl);
+document.getElementById("control-form").addEventListener("input", updateControlForm);
 document.getElementById("control-token").value = sessionStorage.getItem("edgegrove-token") || "";
+document.getElementById("event-filters").addEventListener("click", (e) => {
+  if (e.target.dataset && e.target.dataset.filter) setFilter(e.target.dataset.filter);
+});
+document.getElementById("time-agent").addEventListener("change", (e) => {
+  ui.timeAgent = e.target.value;
+  scheduleRender();
+});
+for (const id of ["chart-loss", "chart-accuracy", "chart-time"]) {
+  const svg = document.getElementById(id);
+  svg.addEventListener("mousemove", showTip);
+  svg.addEventListener("mouseleave", hideTip);
+}
 renderLegend();
+updateControlForm();
 connect();

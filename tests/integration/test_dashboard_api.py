@@ -170,3 +170,25 @@ def test_cli_serves_and_prints_its_url(mosquitto_broker: MosquittoBroker, tmp_pa
     # uvicorn shuts down gracefully, then re-raises SIGTERM: the conventional exit by signal.
     assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err
     assert f"dashboard: {url}" in out
+
+
+def test_websocket_handshake_from_a_foreign_origin_is_refused() -> None:
+    """A real server, a real WebSocket handshake: a page from another site gets HTTP 403."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+    from websockets.typing import Origin
+
+    from dashboard.server import run_in_thread
+
+    with run_in_thread(DashboardSettings(job=JOB, port=0, max_websockets=1)) as served:
+        ws_url = f"ws://127.0.0.1:{served.port}/ws"
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url, origin=Origin("http://evil.example"), open_timeout=10)
+        assert refused.value.response.status_code == 403
+        own = Origin(f"http://127.0.0.1:{served.port}")
+        with connect(ws_url, origin=own, open_timeout=10) as socket:
+            assert json.loads(socket.recv(timeout=10))["type"] == "snapshot"
+            # over the cap (1): refused while the first is open
+            with pytest.raises(InvalidStatus) as full:
+                connect(ws_url, origin=own, open_timeout=10)
+            assert full.value.response.status_code == 403

@@ -159,6 +159,7 @@ def test_page_shows_fleet_link_cut_and_accuracy(
             assert page.evaluate(f"({link_is_bad})()"), (
                 f"link 1-3 back to {page.get_attribute(link, 'data-state')} while still revoked")
 
+        page.click('#event-filters button[data-filter="links"]')  # the timeline's link events
         page.wait_for_selector('#events li[data-kind="link_rerouted"], '
                                '#events li[data-kind="link_failed"]', timeout=10_000)
         accuracy_points = page.locator("#chart-accuracy circle.point").count()
@@ -200,6 +201,47 @@ def test_page_reconnects_when_the_dashboard_restarts(
             page.wait_for_function(
                 f"document.querySelectorAll('#tree .node[data-state=\"online\"]').length "
                 f"=== {NODES}", timeout=30_000)
+    finally:
+        page.close()
+        fleet.stop()
+
+
+MEMBERSHIP_KINDS = {"join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"}
+
+
+def test_page_hover_timeline_filters_and_round_time_switch(
+    broker: MosquittoBroker, served: DashboardHandle, browser: Browser
+) -> None:
+    fleet = DemoDriver(broker)
+    fleet.start()
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(served.url)
+        page.wait_for_function("document.querySelectorAll('#chart-loss circle.point').length >= 4",
+                               timeout=60_000)
+        # Hover: the round under the pointer, with its numbers.
+        box = page.locator("#chart-loss").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)
+        tip = page.locator("#chart-tip")
+        tip.wait_for(state="visible", timeout=5_000)
+        assert "round " in tip.inner_text() and "loss " in tip.inner_text()
+        # Round time: the median agent by default, the slowest on request; axes say so.
+        assert "median agent (s)" in (page.text_content("#chart-time") or "")
+        assert "round" in (page.text_content("#chart-loss") or "")  # the x axis title
+        page.select_option("#time-agent", "slowest")
+        page.wait_for_function(
+            "document.querySelector('#chart-time').textContent.includes('slowest agent (s)')",
+            timeout=5_000)
+        # Timeline filters: membership shows only membership events; all shows more rows.
+        page.click('#event-filters button[data-filter="membership"]')
+        kinds = page.eval_on_selector_all("#events li[data-kind]", "els => els.map(e => e.dataset.kind)")
+        assert kinds and set(kinds) <= MEMBERSHIP_KINDS, kinds
+        page.click('#event-filters button[data-filter="all"]')
+        assert page.locator("#events li[data-kind]").count() >= len(kinds)
+        assert errors == []
     finally:
         page.close()
         fleet.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from agent.protocol.messages import MAX_MESSAGE_BYTES, Control, Status, Telemetry, View
 from dashboard.app import create_app
@@ -126,7 +127,8 @@ def test_control_with_token_publishes_a_control_message(client: TestClient, publ
     headers = {"Authorization": f"Bearer {TOKEN}"}
     response = client.post("/api/control", json={"action": "cut", "node": 1, "peer": 3}, headers=headers)
     assert response.status_code == 200
-    assert response.json() == {"published": True, "topic": "edgegrove/rec/control"}
+    assert response.json() == {"published": True, "topic": "edgegrove/rec/control",
+                               "after": 0}
     [(topic, payload)] = published
     assert topic == "edgegrove/rec/control"
     assert Control.decode(payload) == Control("cut", 1, 3)
@@ -194,3 +196,72 @@ def test_settings_reject_bad_input() -> None:
         DashboardSettings(job="no/slashes")
     with pytest.raises(ValueError, match="8 characters"):
         DashboardSettings(control_token="short")
+
+
+# ---------------------------------------------------------------- WebSocket origin and cap
+
+
+def test_websocket_refuses_a_foreign_origin_and_takes_its_own(client: TestClient) -> None:
+    # TestClient's requests go to host "testserver"; a page served from there may connect.
+    with client.websocket_connect("/ws", headers={"Origin": "http://testserver"}) as socket:
+        assert socket.receive_json()["type"] == "snapshot"
+    for foreign in ("http://evil.example", "http://testserver.evil.example", "null"):
+        with pytest.raises(WebSocketDisconnect) as refused, \
+                client.websocket_connect("/ws", headers={"Origin": foreign}):
+            pass
+        assert refused.value.code == 1008
+
+
+def test_websocket_allows_configured_origins_and_caps_connections() -> None:
+    settings = DashboardSettings(job="rec", allowed_origins=("https://fleet.example.org",),
+                                 max_websockets=2)
+    with TestClient(create_app(settings)) as client:
+        headers = {"Origin": "https://fleet.example.org"}
+        with client.websocket_connect("/ws", headers=headers) as one, \
+                client.websocket_connect("/ws") as two:
+            one.receive_json()
+            two.receive_json()
+            with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/ws"):
+                pass
+            assert refused.value.code == 1013
+        # closed sockets free their places
+        with client.websocket_connect("/ws") as again:
+            assert again.receive_json()["type"] == "snapshot"
+
+
+def test_settings_reject_bad_origins_and_caps() -> None:
+    with pytest.raises(ValueError, match="origin"):
+        DashboardSettings(allowed_origins=("evil.example",))
+    with pytest.raises(ValueError, match="max-websockets"):
+        DashboardSettings(max_websockets=0)
+
+
+# ---------------------------------------------------------------- controls checked against the fleet
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ({"action": "crash", "node": 99}, "node 99 is not in this fleet (nodes 0-6)"),
+    ({"action": "cut", "node": 1, "peer": 1}, "two different nodes"),
+    ({"action": "cut", "node": 1, "peer": 12}, "peer 12 is not in this fleet"),
+    ({"action": "loss", "node": 4, "value": 5}, "between 0 and 1"),
+    ({"action": "latency", "node": 4, "value": -1}, "latency is seconds"),
+])
+def test_control_naming_no_such_node_is_refused(client: TestClient, published: list,
+                                                body: dict, reason: str) -> None:
+    feed_recording(store_of(client), "reroute.jsonl")  # nodes 0..6
+    response = client.post("/api/control", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 422
+    assert reason in response.json()["detail"]
+    assert published == []
+
+
+def test_control_outcome_from_the_simulator_reaches_the_fleet(client: TestClient) -> None:
+    store = store_of(client)
+    feed_recording(store, "reroute.jsonl")
+    sent = client.post("/api/control", json={"action": "resume", "node": 2},
+                       headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    store.ingest_record({"type": "dashboard_control", "action": "resume", "node": 2,
+                         "outcome": "ignored: node 2 is not hung"})
+    controls = client.get("/api/fleet").json()["controls"]
+    assert [(c["seq"] > sent["after"], c["applied"], c["outcome"]) for c in controls] == [
+        (True, False, "ignored: node 2 is not hung")]

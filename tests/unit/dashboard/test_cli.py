@@ -78,3 +78,23 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     for option in ("--broker", "--job", "--username", "--password", "--credentials", "--host",
                    "--port", "--control-token", "--event-log", "--url-file"):
         assert option in text
+
+
+def test_replay_and_websocket_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "events.jsonl").write_text("")
+    settings = cli.settings_from_args(parse("--replay", str(run_dir), "--control-token", "t" * 12,
+                                            "--allow-origin", "https://ops.example.org",
+                                            "--max-websockets", "4"))
+    assert settings.replay == run_dir
+    assert settings.control_token is None  # a finished run takes no commands
+    assert (settings.allowed_origins, settings.max_websockets) == (("https://ops.example.org",), 4)
+    assert main(["dashboard", "--replay", str(tmp_path / "nowhere")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["dashboard", "--replay", str(tmp_path)]) == 2
+    assert "no events.jsonl" in capsys.readouterr().err
+    assert main(["dashboard", "--allow-origin", "ops.example.org"]) == 2
+    assert "http(s)://HOST[:PORT]" in capsys.readouterr().err
+    assert main(["dashboard", "--max-websockets", "0"]) == 2
+    assert "--max-websockets" in capsys.readouterr().err

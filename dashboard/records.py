@@ -1,0 +1,122 @@
+"""The simulator's records (its events.jsonl lines) as FleetState changes. PURE, like state.py.
+
+A simulator running the dashboard hands it the records only it knows: faults injected and
+healed (with the fleet's round), the outcome of each fault-control command, the end of the run.
+A replay (``edgegrove dashboard --replay``) feeds every line of a finished run the same way,
+status, view and telemetry included, so the page shows what the live page showed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from typing import Any, TypeVar
+
+from agent.protocol.messages import MessageError, Status, Telemetry, View
+from dashboard import incidents as inc
+from dashboard.state import (
+    ControlOutcome,
+    Draft,
+    FleetState,
+    Result,
+    apply_status,
+    apply_telemetry,
+    apply_view,
+    with_events,
+)
+
+Record = Mapping[str, Any]
+MAX_CONTROLS = 50
+# What only the simulator knows; the rest of its records it heard on the broker, like us.
+SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run"})
+Message = TypeVar("Message", Status, View, Telemetry)
+
+
+def apply_record(state: FleetState, record: Record, now: float) -> Result:
+    """One simulator record. Unknown or malformed records change nothing (never raise)."""
+    kind = record.get("type")
+    try:
+        if kind == "status":
+            return apply_status(state, _message(Status, record), now)
+        if kind == "view":
+            return apply_view(state, _message(View, record), now)
+        if kind == "telemetry":
+            return apply_telemetry(state, _message(Telemetry, record), now)
+        if kind == "fault":
+            return _fault(state, record, now)
+        if kind == "dashboard_control":
+            return _control_outcome(state, record, now)
+        if kind == "run":
+            return _run(state, record, now)
+    except (MessageError, KeyError, TypeError, ValueError):
+        pass
+    return state, ()
+
+
+def _message(cls: type[Message], record: Record) -> Message:
+    names = {f.name for f in fields(cls)}
+    message = cls(**{k: v for k, v in record.items() if k in names})
+    message.validate()
+    return message
+
+
+def _fault(state: FleetState, record: Record, now: float) -> Result:
+    """``inject`` opens an incident (with the fleet's round), ``heal`` closes it."""
+    round_no = record.get("round")
+    round_no = round_no if isinstance(round_no, int) else state.fleet_round
+    index, kind = int(record["index"]), str(record["kind"])
+    if record["action"] == "inject":
+        targets = tuple(int(t) for t in record.get("targets", []))
+        title = f"{record.get('description', kind)} ({record.get('mechanism', '')})"
+        state = _with_fault_targets(state, index, kind, targets)
+        incidents = inc.inject(state.incidents, kind, targets, title, round_no, now)
+        draft = _fault_draft("fault_injected", targets, round_no, title)
+    elif record["action"] == "heal":
+        kind, targets = state.fault_targets.get(index, (kind, ()))
+        incidents = inc.heal(state.incidents, kind, targets, round_no, now)
+        draft = _fault_draft("fault_healed", targets, round_no, f"{kind} undone")
+    else:
+        return state, ()
+    return with_events(replace(state, incidents=incidents), [draft], now)
+
+
+def _with_fault_targets(state: FleetState, index: int, kind: str, targets: tuple[int, ...]
+                        ) -> FleetState:
+    known = dict(state.fault_targets)
+    known[index] = (kind, inc.targets_of(kind, targets))
+    return replace(state, fault_targets=known)
+
+
+def _fault_draft(kind: str, targets: tuple[int, ...], round_no: int | None, detail: str) -> Draft:
+    node = targets[0] if targets else None
+    peer = targets[1] if len(targets) > 1 else None
+    return Draft(kind, node, peer, round_no, detail[:200])
+
+
+def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
+    outcome = str(record.get("outcome", ""))[:200]
+    applied = bool(record.get("applied", not outcome.startswith(("ignored", "failed"))))
+    peer = record.get("peer")
+    seq = state.controls[-1].seq + 1 if state.controls else 1
+    entry = ControlOutcome(seq, now, str(record["action"])[:16], int(record["node"]),
+                           peer if isinstance(peer, int) else None, applied, outcome)
+    state = replace(state, controls=(*state.controls, entry)[-MAX_CONTROLS:])
+    target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
+    detail = f"{entry.action} {target}: {outcome}"
+    draft = Draft("control", entry.node, entry.peer, state.fleet_round, detail)
+    return with_events(state, [draft], now)
+
+
+def _run(state: FleetState, record: Record, now: float) -> Result:
+    """The simulator stops the fleet (``stopping``), then the run ends (``end``)."""
+    phase = record.get("phase")
+    if phase not in ("stopping", "end"):
+        return state, ()
+    run = replace(state.run, phase="ending" if phase == "stopping" else "finished")
+    if record.get("replay"):
+        run = replace(run, replay_hint=str(record["replay"])[:300])
+    incidents = inc.close_all(state.incidents, state.fleet_round, now)
+    state = replace(state, run=run, incidents=incidents)
+    if phase == "stopping":
+        return replace(state, version=state.version + 1), ()
+    return with_events(state, [Draft("run_end", None, None, state.fleet_round, "run finished")], now)

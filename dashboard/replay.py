@@ -1,0 +1,82 @@
+"""Serve a finished run again: the simulator's events.jsonl fed through the same reducer.
+
+Record times (``t``, seconds since the run started) stand in for the clock, and the dashboard's
+once-a-second silence check runs between records as it did live, so suspected and hung nodes,
+incidents and rounds come out as the live page had them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dashboard.listener import TICK_SECONDS
+from dashboard.store import FleetStore
+
+EVENTS_FILE = "events.jsonl"
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    directory: Path
+    records: list[dict[str, Any]]
+    started_at: float  # Unix time of t = 0
+    fleet_size: int | None
+    total_rounds: int | None
+
+
+def check_run_dir(directory: Path) -> Path:
+    """The events file of a run directory; ValueError says what is wrong."""
+    if not directory.is_dir():
+        raise ValueError(f"--replay {directory}: not a directory (give a simulator run directory)")
+    events = directory / EVENTS_FILE
+    if not events.is_file():
+        raise ValueError(f"--replay {directory}: no {EVENTS_FILE} in it (not a simulator run?)")
+    return events
+
+
+def load_run(directory: Path) -> RecordedRun:
+    """Reads a run directory. Lines that are not JSON objects (a run cut short) are skipped."""
+    records: list[dict[str, Any]] = []
+    for line in check_run_dir(directory).read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("t"), (int, float)):
+            records.append(record)
+    config = _read_json(directory / "config.json")
+    started = (directory / "config.json").stat().st_mtime if config else 0.0
+    return RecordedRun(directory, records, started, _fleet_value(config, "nodes"),
+                       _fleet_value(config, "rounds"))
+
+
+def replay_into(store: FleetStore, run: RecordedRun) -> None:
+    next_tick = TICK_SECONDS
+    for record in run.records:
+        t = float(record["t"])
+        while next_tick <= t:
+            store.tick_at(next_tick)
+            next_tick += TICK_SECONDS
+        store.ingest_record(record, now=t)
+    state = store.state
+    store.state = replace(state, run=replace(state.run, phase="finished",
+                                             replay_of=str(run.directory)))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _fleet_value(config: dict[str, Any], key: str) -> int | None:
+    try:
+        value = config["scenario"]["fleet"][key]
+    except (KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) else None

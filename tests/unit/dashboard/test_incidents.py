@@ -1,0 +1,155 @@
+"""Incidents and simulator records: faults dated by the fleet's round, opened and healed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from agent.protocol.messages import Status, Telemetry, View
+from dashboard.app import create_app
+from dashboard.records import apply_record
+from dashboard.settings import DashboardSettings
+from dashboard.state import FleetEvent, FleetState, apply_status, apply_telemetry, apply_view, tick
+
+NODES = 7
+
+
+class Run:
+    """A fleet fed message by message, with the simulator's records in between."""
+
+    def __init__(self) -> None:
+        self.state = FleetState(suspect_after=5, hung_after=15)
+        self.events: list[FleetEvent] = []
+        self.now = 0.0
+        self.records: list[dict[str, Any]] = []
+        self._take(apply_view(self.state, View(1, list(range(NODES)), 2, 0, 0), self.now),
+                   {"type": "view", **asdict(View(1, list(range(NODES)), 2, 0, 0))})
+        for node in range(NODES):
+            self.status(Status(node, "online", 0, 100 + node, incarnation=1000))
+
+    def _take(self, result: tuple[FleetState, tuple[FleetEvent, ...]], record: dict[str, Any]) -> None:
+        self.state, events = result
+        self.events.extend(events)
+        self.records.append({"t": self.now, **record})
+
+    def status(self, msg: Status) -> None:
+        self._take(apply_status(self.state, msg, self.now), {"type": "status", **asdict(msg)})
+
+    def rounds(self, first: int, last: int, nodes: range | list[int] = range(NODES),
+               links: dict[int, dict[str, str]] | None = None) -> None:
+        for round_no in range(first, last + 1):
+            self.now += 0.2
+            for node in nodes:
+                msg = Telemetry(node, round_no, 1, "ft", 0.1, loss=1.0, accuracy=0.9,
+                                phase_seconds={"total": 0.2 + 0.01 * node},
+                                links=(links or {}).get(node, {}))
+                self._take(apply_telemetry(self.state, msg, self.now),
+                           {"type": "telemetry", **asdict(msg)})
+            self.state, events = tick(self.state, self.now)
+            self.events.extend(events)
+
+    def record(self, **record: Any) -> None:
+        self._take(apply_record(self.state, record, self.now), record)
+
+    def of_kind(self, kind: str) -> list[FleetEvent]:
+        return [e for e in self.events if e.kind == kind]
+
+
+def crash_and_restart(run: Run) -> None:
+    run.rounds(1, 59)
+    run.record(type="fault", action="inject", index=1, kind="crash", round=60,
+               description="crash node 5", mechanism="sigkill", targets=[5])
+    run.status(Status(5, "offline", 0, 105, incarnation=1000))  # the Will: round 0
+    run.rounds(60, 74, [n for n in range(NODES) if n != 5])
+    run.record(type="fault", action="heal", index=1, kind="crash", round=75)
+    run.status(Status(5, "joining", 50, 205, incarnation=2000))  # resumes from its checkpoint
+
+
+def test_crash_and_rejoin_are_dated_with_the_fleets_round() -> None:
+    run = Run()
+    crash_and_restart(run)
+    [crash] = run.of_kind("crash")
+    assert crash.node == 5 and crash.round == 60  # not the Will's round 0
+    [rejoin] = run.of_kind("rejoin")
+    assert rejoin.round == 75  # not the checkpoint's round 50
+    [injected] = run.of_kind("fault_injected")
+    assert (injected.node, injected.round) == (5, 60)
+    [incident] = run.state.incidents
+    assert (incident.kind, incident.targets, incident.source) == ("crash", (5,), "injected")
+    assert (incident.start_round, incident.end_round, incident.recovered_round) == (60, 75, 75)
+    assert not incident.active
+    assert any("crash node 5" in e for e in incident.evidence)
+    assert run.state.nodes[5].restarts == 1
+
+
+def test_an_injected_link_cut_is_active_until_its_heal_and_explains_the_link_events() -> None:
+    run = Run()
+    run.rounds(1, 29)
+    run.record(type="fault", action="inject", index=0, kind="link", round=30,
+               description="link 1-3 cut", mechanism="broker-dynsec", targets=[3, 1])
+    cut = {1: {"3": "failed", "4": "ok"}, 3: {"1": "failed", "4": "rerouted"}}
+    run.rounds(30, 39, links=cut)
+    [incident] = run.state.incidents
+    assert incident.active and incident.targets == (1, 3) and incident.start_round == 30
+    assert incident.detected_round is not None and 30 <= incident.detected_round <= 31
+    run.record(type="fault", action="heal", index=0, kind="link", round=40)
+    run.rounds(40, 42, links={1: {"3": "ok"}, 3: {"1": "ok"}})
+    [incident] = run.state.incidents  # the link events did not open a second one
+    assert not incident.active and incident.end_round == 40
+    assert [e.round for e in run.of_kind("fault_healed")] == [40]
+
+
+def test_a_silent_node_opens_a_detected_incident_that_closes_when_it_reports_again() -> None:
+    run = Run()
+    run.rounds(1, 10)
+    run.rounds(11, 120, [n for n in range(NODES) if n != 6])  # 22 s without node 6
+    [hang] = run.state.incidents
+    assert (hang.kind, hang.targets, hang.source, hang.active) == ("hang", (6,), "detected", True)
+    run.rounds(121, 122)
+    [hang] = run.state.incidents
+    assert not hang.active and hang.recovered_round == 122
+
+
+def test_the_fleet_stopped_at_the_end_of_a_run_is_no_crash() -> None:
+    run = Run()
+    run.rounds(1, 5)
+    run.record(type="run", phase="stopping", replay="edgegrove dashboard --replay runs/x")
+    for node in range(NODES):
+        run.status(Status(node, "offline", 5, 100 + node, incarnation=1000))
+    assert run.of_kind("crash") == []
+    assert len(run.of_kind("exit")) == NODES
+    assert run.state.run.phase == "ending"
+    assert run.state.run.replay_hint == "edgegrove dashboard --replay runs/x"
+
+
+def test_records_that_make_no_sense_change_nothing() -> None:
+    state = FleetState()
+    for record in ({"type": "fault", "action": "inject"}, {"type": "status", "node": "x"},
+                   {"type": "telemetry", "node": 1}, {"type": "surprise"}, {}):
+        assert apply_record(state, record, 1.0) == (state, ())
+
+
+def test_replay_serves_the_rounds_and_incidents_of_the_run(tmp_path: Path) -> None:
+    run = Run()
+    crash_and_restart(run)
+    run.rounds(75, 80)
+    run.record(type="run", phase="stopping", replay=f"edgegrove dashboard --replay {tmp_path}")
+    run.record(type="run", phase="end")
+    lines = [json.dumps(r) for r in run.records] + ["{truncated"]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "config.json").write_text(json.dumps({"scenario": {"fleet": {"nodes": NODES}}}))
+    with TestClient(create_app(DashboardSettings(replay=tmp_path))) as client:
+        rounds = client.get("/api/rounds").json()
+        incidents = client.get("/api/incidents").json()
+        fleet = client.get("/api/fleet").json()
+    assert [r["round"] for r in rounds] == sorted(run.state.rounds)
+    assert [(i["kind"], i["start_round"], i["end_round"]) for i in incidents] == [
+        (i.kind, i.start_round, i.end_round) for i in run.state.incidents]
+    assert fleet["run"] == {"phase": "finished", "fleet_size": NODES,
+                            "replay_hint": f"edgegrove dashboard --replay {tmp_path}",
+                            "replay_of": str(tmp_path)}
+    assert fleet["broker"]["url"] is None
