@@ -9,9 +9,12 @@ A fault counts as *detected* when the fleet's own signals show it — never from
 simulator knows it did:
   link      an end of the link reports a link_dead/reroute/timeout event naming the other
             end, or sees that link failed/rerouted/suspected
-  crash     the broker publishes the node's ``offline`` status (its Last Will)
-  hang      another agent reports a timeout/link_dead/reroute/pull naming the node, or sees its
-            link to the node failed/rerouted/suspected, or a round degrades
+  crash     the broker publishes the killed process's ``offline`` status (its Last Will: the
+            same pid) between the kill and the restart; a clean exit later is no evidence
+  hang      said how: the fleet's witnesses suspect the node (an agent's ``suspected`` event),
+            a view leaves it out, or the broker's Will takes it offline; else another agent
+            reports a timeout/link_dead/reroute/pull naming the node, or sees its link to the
+            node failed/rerouted/suspected, or a round degrades
   isolate   as a crash or a hang (offline status, or peers reporting it silent)
   loss      the node or a peer reports NACKs, missing chunks, timeouts, reroutes or a degraded
             round while the loss is on
@@ -182,10 +185,14 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
                 return True, f"round {rec['round']}: {why}"
         return False, "no end of the link reported it"
     node = targets[0] if targets else -1
-    if fault.kind in ("crash", "isolate"):
+    if fault.kind == "crash":
+        return _will_of_the_killed(fault, node, records)
+    if fault.kind == "isolate":
         for rec in statuses:
             if rec["node"] == node and rec["state"] == "offline":
                 return True, f"status/{node} offline at t={rec['t']:.2f}s"
+    if fault.kind == "hang" and (how := _how_the_fleet_saw_a_hang(node, t0, records)):
+        return True, how
     if fault.kind in ("hang", "isolate", "latency", "bandwidth"):
         for rec in tels:
             if rec["node"] != node and (why := _names_peer(rec, node)):
@@ -203,6 +210,47 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
     if fault.kind in ("latency", "bandwidth"):
         return _slowdown(fault, records)
     return False, "no sign of it in telemetry or status"
+
+
+def _process_window(node: int, t: float, records: Sequence[Record]) -> tuple[int | None, float, float]:
+    """(pid, spawned at, next spawn at) of the node's process running at time ``t``."""
+    spawns = [r for r in records if r.get("type") == "process" and r.get("event") == "spawn"
+              and r.get("node") == node]
+    before = [r for r in spawns if r["t"] <= t]
+    if not before:
+        return None, 0.0, float("inf")
+    current = before[-1]
+    later = [r["t"] for r in spawns if r["t"] > t]
+    return current.get("pid"), current["t"], (later[0] if later else float("inf"))
+
+
+def _will_of_the_killed(fault: FaultOutcome, node: int, records: Sequence[Record]) -> tuple[bool, str]:
+    """A crash is detected by the broker's Last Will of the process we killed: an offline
+    status with its pid, after it started and before the restart (the Will may come before
+    the fault's record is written)."""
+    pid, started, restarted = _process_window(node, fault.injected_t or 0.0, records)
+    for rec in records:
+        if (rec.get("type") == "status" and rec.get("node") == node and rec.get("state") == "offline"
+                and started <= rec["t"] < restarted and (pid is None or rec.get("pid") == pid)):
+            return True, f"Last Will: status/{node} offline (pid {rec.get('pid')}) at t={rec['t']:.2f}s"
+    return False, f"no Last Will of node {node}'s killed process (pid {pid}) before its restart"
+
+
+def _how_the_fleet_saw_a_hang(node: int, t0: float, records: Sequence[Record]) -> str:
+    """The first of: the fleet's witnesses suspected it, a view left it out, a Will."""
+    for rec in records:
+        if rec.get("type") == "telemetry" and rec["t"] >= t0 and rec.get("node") != node:
+            for event in rec.get("events", []) or []:
+                if event.get("kind") == "suspected" and event.get("peer") == node:
+                    return f"suspicion: node {rec['node']} round {rec['round']} (silent by the fleet's witnesses)"
+    for rec in records:
+        if rec.get("type") == "view" and rec["t"] >= t0 and node not in rec.get("members", [node]):
+            return f"view change: epoch {rec.get('epoch')} without node {node} from round {rec.get('from_round')}"
+    for rec in records:
+        if (rec.get("type") == "status" and rec["t"] >= t0 and rec.get("node") == node
+                and rec.get("state") == "offline"):
+            return f"Last Will: status/{node} offline at t={rec['t']:.2f}s"
+    return ""
 
 
 def _slowdown(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:

@@ -41,10 +41,14 @@ def serial_faults_log(detect_second: bool = True) -> list[dict[str, Any]]:
             records += [_fault("inject", 0, "link", [0, 1], 5, 5.5), _fault("inject", 1, "link", [1, 3], 5, 5.5)]
         if rnd == 10:
             records += [_fault("heal", 0, "link", [0, 1], 10, 10.5), _fault("heal", 1, "link", [1, 3], 10, 10.5)]
+        if rnd == 0:
+            records.append({"type": "process", "t": 0.1, "event": "spawn", "node": 6, "pid": 4242,
+                            "incarnation": 1})
         if rnd == 12:
+            # The Will is on the broker before the simulator writes the fault's record.
+            records.append({"type": "status", "t": 12.45, "node": 6, "state": "offline", "round": 0,
+                            "pid": 4242, "incarnation": 1})
             records.append(_fault("inject", 2, "crash", [6], 12, 12.5))
-            records.append({"type": "status", "t": 12.7, "node": 6, "state": "offline", "round": 0,
-                            "pid": 0, "incarnation": 1})
         in_fault = 5 <= rnd < 10
         for node in range(NODES):
             if rnd >= 12 and node == 6:
@@ -79,7 +83,7 @@ def test_every_injected_fault_is_detected_from_telemetry_and_status() -> None:
         (0, "injected", True), (1, "injected", True), (2, "injected", True), (3, "skipped", False)]
     assert "reroute 1->0" in faults[0].evidence
     assert "link_dead 3->1" in faults[1].evidence
-    assert "offline" in faults[2].evidence
+    assert "Last Will" in faults[2].evidence and "pid 4242" in faults[2].evidence
     assert faults[0].end_round == 10 and faults[2].end_round is None
 
 
@@ -94,6 +98,31 @@ def test_link_state_alone_counts_as_detection() -> None:
     records = [_fault("plan", 0, "link", [2, 5], 0, 0.0), _fault("inject", 0, "link", [2, 5], 3, 3.0),
                _telemetry(5, 3, links={"2": "failed"}), _telemetry(2, 3)]
     assert report.fault_outcomes(records)[0].detected
+
+
+def test_a_crash_without_its_will_is_undetected_even_if_a_clean_exit_follows() -> None:
+    records = [_fault("plan", 0, "crash", [5], 0, 0.0),
+               {"type": "process", "t": 0.1, "event": "spawn", "node": 5, "pid": 100, "incarnation": 1},
+               _fault("inject", 0, "crash", [5], 3, 3.0),
+               {"type": "process", "t": 6.0, "event": "spawn", "node": 5, "pid": 200, "incarnation": 2},
+               # the restarted process's clean exit at the end of the run: not the crash's Will
+               {"type": "status", "t": 9.0, "node": 5, "state": "offline", "round": 20, "pid": 200,
+                "incarnation": 2}]
+    outcome = report.fault_outcomes(records)[0]
+    assert not outcome.detected and "no Last Will" in outcome.evidence
+    will = {"type": "status", "t": 3.2, "node": 5, "state": "offline", "round": 0, "pid": 100, "incarnation": 1}
+    assert report.fault_outcomes([*records, will])[0].detected
+
+
+def test_a_hang_says_how_the_fleet_saw_it() -> None:
+    base = [_fault("plan", 0, "hang", [4], 0, 0.0), _fault("inject", 0, "hang", [4], 3, 3.0)]
+    suspected = _telemetry(1, 4, events=[{"kind": "suspected", "peer": 4, "detail": ""}])
+    view = {"type": "view", "t": 5.5, "epoch": 2, "members": [0, 1, 2, 3, 5, 6], "arity": 2,
+            "coordinator": 0, "from_round": 6}
+    will = {"type": "status", "t": 8.0, "node": 4, "state": "offline", "round": 0, "pid": 1, "incarnation": 1}
+    assert report.fault_outcomes([*base, suspected, view, will])[0].evidence.startswith("suspicion")
+    assert report.fault_outcomes([*base, view, will])[0].evidence.startswith("view change")
+    assert report.fault_outcomes([*base, will])[0].evidence.startswith("Last Will")
 
 
 def test_hang_is_detected_by_the_peers() -> None:
