@@ -375,10 +375,14 @@ class AgentCore:
         return out
 
     def on_gradient(self, round: int, loss: float, gradient: np.ndarray, model_hash: int,
-                    now: float) -> list[CoreAction]:
+                    now: float, compute_seconds: float | None = None) -> list[CoreAction]:
+        """The gradient asked for; ``compute_seconds``, when the driver measured it, is the
+        compute phase (else: since the request, which may include an evaluation run first)."""
         current = self.current
         if self.phase != Phase.COMPUTING or current is None or round != self.round:
             return []  # a gradient for a round given up meanwhile
+        if compute_seconds is not None:
+            current.started = now - compute_seconds
         current.computed, current.loss, current.own_hash = now, loss, model_hash
         current.gradient = gradient
         current.bytes_sent, current.bytes_received = self.counters.bytes_sent, self.counters.bytes_received
@@ -394,7 +398,7 @@ class AgentCore:
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
         # (a loaded gateway, the embedded one) give the suspect as long as our links need.
         rto = max((self.links.rto(p) for p in tree.members if p != self.node), default=0.0)
-        self.membership.grace = max(self.config.suspicion_grace, 2 * rto)
+        self.membership.grace = max(self.config.suspicion_grace, rto)
         out: list[CoreAction] = []
         for peer in tree.members:
             if peer != self.node and self.membership.is_down(peer):

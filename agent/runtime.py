@@ -161,10 +161,12 @@ class AgentRuntime:
                 self._do(action)
 
     def _compute(self, action: ComputeGradient) -> list[CoreAction]:
+        started = self.clock.now()
         x, y = next(self.batches)
         loss, grad = self.backend.gradients(x, y)
+        now = self.clock.now()
         return self.core.on_gradient(action.round, float(loss), grad, self.backend.model_hash(),
-                                     self.clock.now())
+                                     now, compute_seconds=now - started)
 
     def _do(self, action: CoreAction) -> None:
         if isinstance(action, Send):

@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, Command] = {
     "allreduce": Command("simulate.bench.allreduce", "allreduce step time on real mosquitto: no/1/2 faults, fixed and adaptive timeouts, vs the thesis and the broker bound"),
     "accuracy": Command("simulate.bench.accuracy", "MNIST accuracy and time to accuracy of tree, ft-tree, rps fleets vs one machine"),
     "loss": Command("simulate.bench.loss", "accuracy after a fixed number of rounds under chunk loss p (the RPS claim)"),
+    "silent": Command("simulate.bench.silent", "what a frozen (SIGSTOP) or crashed root/inner/leaf costs a real fleet, and how fast it is back"),
     "round-profile": Command("simulate.bench.round_profile", "where a fault-free round's time goes: per-agent compute/allreduce, CPU of agents and mosquitto, vs the bound"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

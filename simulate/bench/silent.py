@@ -1,0 +1,202 @@
+"""`edgegrove bench silent`: what a silent (frozen) or crashed node costs a real fleet.
+
+For every fleet size in ``--nodes``: one fault-free run, then one run per case on real
+mosquitto (`edgegrove simulate`, one agent process per node, default adaptive timeouts):
+  hang-<role>   the root, an inner node or a leaf is frozen with SIGSTOP (its connection stays
+                open, so no Will comes) for ``--short`` rounds, later for ``--long-seconds``
+                (longer than the broker's Will, 1.5 x keepalive), and resumed each time;
+  crash-root    the root and coordinator is killed with SIGKILL and restarted from its
+                checkpoint.
+Each hang or crash is one "episode". Per episode, from the agents' own telemetry: the silent
+round (the longest survivor's allreduce of the round the node went silent in, and the next),
+the median and the worst while it is silent, degraded survivor rounds and distinct survivor
+model hashes while silent, the rounds until it is back in the view with the fleet's model hash
+after the resume/restart, and the median after that; per run, identical models at the end and
+the final accuracy against the fault-free run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.validate import arg, output_dir, positive_seconds
+from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
+from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
+
+DESCRIPTION = __doc__
+CASES = ("hang-root", "hang-inner", "hang-leaf", "crash-root")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, nargs="+", default=[7, 15], help="fleet sizes")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="which faults")
+    parser.add_argument("--short", type=int, default=5, help="rounds of the short hang")
+    parser.add_argument("--long-seconds", type=arg(positive_seconds), default=30.0,
+                        help="seconds of the long hang (longer than the Will at the default keepalive 10 s)")
+    parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
+                        help="wall-clock budget of one run in seconds (interrupted after it)")
+    parser.add_argument("--keep", type=arg(output_dir), default=None, help="keep the run directories here")
+    add_output_arguments(parser)
+
+
+def _role_node(case: str, nodes: int) -> int:
+    """Root 0; inner: the root's first child; leaf: the last id (a leaf of the heap tree)."""
+    return {"root": 0, "inner": 1, "leaf": nodes - 1}[case.split("-")[1]]
+
+
+@dataclass(frozen=True)
+class SilentScenario(FleetScenario):
+    """A fleet scenario with hang or crash fault tables."""
+
+    faults_toml: str = ""
+
+    def toml(self) -> str:
+        return super().toml() + self.faults_toml
+
+
+def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]]) -> FleetScenario:
+    agent = {"eval_every": 25, "checkpoint_every": 5}
+    node = _role_node(case, nodes) if case != "fault-free" else 0
+    lines: list[str] = []
+    for start, end in episodes:
+        kind, end_field = ("crash", "restart_round") if case.startswith("crash") else ("hang", "resume_round")
+        lines += ["", "[[faults]]", f'kind = "{kind}"', f"node = {node}", f"at_round = {start}",
+                  f"{end_field} = {end}"]
+    return SilentScenario(f"{case}-{nodes}", nodes, rounds, agent,
+                          faults_toml="\n".join(lines) + ("\n" if lines else ""))
+
+
+def _telemetry(run: FleetRun) -> dict[int, dict[int, dict[str, Any]]]:
+    """round -> node -> its telemetry record."""
+    out: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+    path = run.run_dir / "events.jsonl"
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "telemetry":
+            out[int(rec["round"])][int(rec["node"])] = rec
+    return out
+
+
+def _survivors(tel: dict[int, dict[str, Any]], node: int) -> list[dict[str, Any]]:
+    return [t for n, t in tel.items() if n != node]
+
+
+def _allreduce_max(recs: list[dict[str, Any]]) -> float | None:
+    values = [float(t.get("phase_seconds", {}).get("allreduce", 0.0)) for t in recs]
+    return max(values) if values else None
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start: int, end: int,
+                   last: int) -> dict[str, Any]:
+    silent = [v for r in (start, start + 1) if (v := _allreduce_max(_survivors(tels.get(r, {}), node))) is not None]
+    during = [r for r in range(start + 2, end) if tels.get(r)]
+    times = [v for r in during if (v := _allreduce_max(_survivors(tels[r], node))) is not None]
+    degraded = sum(1 for r in during if any(t.get("degraded") for t in _survivors(tels[r], node)))
+    hashes = max((len({t.get("model_hash") for t in _survivors(tels[r], node)}) for r in during), default=0)
+    back = None
+    for r in range(end, last + 1):
+        tel = tels.get(r, {})
+        fleet = {t.get("model_hash") for t in _survivors(tel, node)}
+        mine = tel.get(node)
+        if mine is not None and not mine.get("degraded") and len(fleet) == 1 and mine.get("model_hash") in fleet:
+            back = r
+            break
+    after = [v for r in range((back or last) + 1, min(last, (back or last) + 20) + 1)
+             if (v := _allreduce_max(list(tels.get(r, {}).values()))) is not None]
+    return {"start": start, "end": end, "silent_round_s": max(silent) if silent else None,
+            "silent_median_s": _median(times), "silent_max_s": max(times) if times else None,
+            "silent_rounds": len(during), "degraded_while_silent": degraded,
+            "max_survivor_hashes": hashes, "rounds_to_rejoin": None if back is None else back - end,
+            "after_median_s": _median(after)}
+
+
+def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, int]]) -> dict[str, Any]:
+    tels = _telemetry(run)
+    last = max(tels) if tels else 0
+    node = _role_node(case, nodes) if case != "fault-free" else -1
+    base = [v for r in sorted(tels)[3:] if (v := _allreduce_max(list(tels[r].values()))) is not None]
+    final = tels.get(last, {})
+    accs = [float(t["accuracy"]) for t in final.values() if t.get("accuracy") is not None]
+    return {"case": case, "nodes": nodes, "node": node, "finished": run.finished, "error": run.error,
+            "rounds": len(tels), "median_s": _median(base),
+            "identical_at_end": len({t.get("model_hash") for t in final.values()}) == 1 if final else False,
+            "final_accuracy": round(statistics.mean(accs), 4) if accs else None,
+            "episodes": [episode_result(tels, node, s, e, last) for s, e in episodes],
+            "wall_seconds": round(run.wall_seconds, 1)}
+
+
+def run(args: argparse.Namespace) -> int:
+    if any(n < 3 for n in args.nodes) or args.short < 1:
+        progress("edgegrove bench silent: --nodes >= 3 and --short >= 1")
+        return 2
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="edgegrove-bench-silent-") as tmp:
+        root = args.keep or Path(tmp)
+        for nodes in args.nodes:
+            spec = _scenario("fault-free", nodes, 80, [])
+            clean = run_result("fault-free", nodes, run_fleet(spec, root / spec.name, args.budget), [])
+            results.append(clean)
+            round_s = max(clean["median_s"] or 0.2, 0.05) + 0.05  # + compute and apply
+            long_rounds = math.ceil(args.long_seconds / round_s)
+            for case in args.cases:
+                if case.startswith("crash"):
+                    episodes = [(30, 30 + args.short * 4)]
+                else:
+                    episodes = [(30, 30 + args.short), (60, 60 + long_rounds)]
+                rounds = episodes[-1][1] + 40
+                spec = _scenario(case, nodes, rounds, episodes)
+                results.append(run_result(case, nodes, run_fleet(spec, root / spec.name, args.budget), episodes))
+                progress(f"  -> {case}, {nodes} agents: {results[-1]['episodes']}")
+    for r in results:
+        ref = next((x for x in results if x["nodes"] == r["nodes"] and x["case"] == "fault-free"), None)
+        r["accuracy_drop_pp"] = (round(100 * (ref["final_accuracy"] - r["final_accuracy"]), 2)
+                                 if ref and ref["final_accuracy"] is not None and r["final_accuracy"] is not None
+                                 else None)
+    doc = document("silent", short_rounds=args.short, long_seconds=args.long_seconds, results=results,
+                   method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
+                           "default adaptive timeouts; SIGSTOP/SIGCONT for a hang, SIGKILL and a "
+                           "restart from the checkpoint for a crash; times are the slowest "
+                           "survivor's allreduce from the agents' telemetry"))
+    emit(doc, args, render_table(doc))
+    return 1 if any(r["error"] for r in results) else 0
+
+
+TABLE_HEADERS = ["case", "nodes", "hang", "fault-free median s", "silent round s", "median while silent s",
+                 "worst while silent s", "degraded while silent", "survivor hashes",
+                 "rounds to rejoin", "median after s", "identical at end", "accuracy drop pp"]
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for r in doc["results"]:
+        ref: dict[str, Any] = next(
+            (x for x in doc["results"] if x["nodes"] == r["nodes"] and x["case"] == "fault-free"), {})
+        for e in r["episodes"]:
+            length = e["end"] - e["start"]
+            rows.append([r["case"], r["nodes"], f"{length} rounds", ref.get("median_s"), e["silent_round_s"],
+                         e["silent_median_s"], e["silent_max_s"], e["degraded_while_silent"],
+                         e["max_survivor_hashes"], e["rounds_to_rejoin"], e["after_median_s"],
+                         r["identical_at_end"], r["accuracy_drop_pp"]])
+    return rows
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    return (f"silent and crashed nodes on real mosquitto; short hang {doc['short_rounds']} rounds, "
+            f"long hang ~{doc['long_seconds']:.0f} s\n" + format_table(TABLE_HEADERS, table_rows(doc)))
