@@ -7,6 +7,7 @@
 | loss      | Control ``loss`` p to the agent (it drops sent and received link frames)   |
 | latency   | the agent's TCP proxy delays its traffic, or Control ``latency``           |
 | bandwidth | the agent's TCP proxy paces its traffic                                    |
+| flap      | the agent's TCP proxy cuts its broker connection N times (it reconnects)   |
 | crash     | SIGKILL; respawned with the same checkpoint dir at restart_round           |
 | hang      | SIGSTOP; SIGCONT at resume_round                                           |
 | isolate   | iptables DROP inside the agent's network namespace (root only)            |
@@ -20,6 +21,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +33,7 @@ from simulate.proxy import TcpProxy
 from simulate.scenario import (
     BandwidthFault,
     CrashFault,
+    FlapFault,
     HangFault,
     IsolateFault,
     LatencyFault,
@@ -77,7 +81,7 @@ def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool) -> list[Plan
             plans.append(Plan("agent-loss"))
         elif isinstance(fault, LatencyFault):
             plans.append(Plan("agent-latency" if fault.via == "agent" else "proxy"))
-        elif isinstance(fault, BandwidthFault):
+        elif isinstance(fault, BandwidthFault | FlapFault):
             plans.append(Plan("proxy"))
         elif isinstance(fault, CrashFault):
             plans.append(Plan("sigkill"))
@@ -194,6 +198,9 @@ class Injector:
                 self.publish_control(Control("latency", fault.node, value=0.0 if undo else fault.seconds))
         elif isinstance(fault, BandwidthFault):
             self.proxies[fault.node].set_bandwidth(None if undo else fault.bytes_per_second)
+        elif isinstance(fault, FlapFault):
+            if not undo:
+                self._flap(fault)
         elif isinstance(fault, CrashFault):
             if undo:
                 self.fleet.spawn(fault.node)
@@ -212,6 +219,19 @@ class Injector:
                 ns.isolate()
         else:
             raise ValueError(f"no injector for {type(fault).__name__}")
+
+    def _flap(self, fault: FlapFault) -> None:
+        """Drop the node's connection ``times`` times, ``every`` seconds apart, in the
+        background (the injector returns at once; the fleet goes on meanwhile)."""
+        proxy = self.proxies[fault.node]
+
+        def flap() -> None:
+            for i in range(fault.times):
+                if i:
+                    time.sleep(fault.every)
+                proxy.drop_connections()
+
+        threading.Thread(target=flap, name=f"flap-{fault.node}", daemon=True).start()
 
     def _link(self, fault: LinkFault, mechanism: str, undo: bool) -> None:
         a, b = fault.nodes

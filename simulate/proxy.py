@@ -132,6 +132,15 @@ class TcpProxy:
         self.set_latency(0.0)
         self.set_bandwidth(None)
 
+    def drop_connections(self) -> None:
+        """Cut every connection through the proxy now, without a word to either side (like a
+        Wi-Fi link that goes away): the broker sees the agent vanish, the agent reconnects."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        for task in list(self._tasks):
+            loop.call_soon_threadsafe(task.cancel)
+
     def stop(self) -> None:
         loop = self._loop
         if loop is None or loop.is_closed():

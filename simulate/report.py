@@ -16,6 +16,7 @@ simulator knows it did:
             reports a timeout/link_dead/reroute/pull naming the node, or sees its link to the
             node failed/rerouted/suspected, or a round degrades
   isolate   as a crash or a hang (offline status, or peers reporting it silent)
+  flap      the broker publishes the node's Will at the drops (counted)
   loss      the node or a peer reports NACKs, missing chunks, timeouts, reroutes or a degraded
             round while the loss is on
   latency / bandwidth  timeouts/reroutes/events naming the node, or the median allreduce time
@@ -193,6 +194,10 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
                 return True, f"status/{node} offline at t={rec['t']:.2f}s"
     if fault.kind == "hang" and (how := _how_the_fleet_saw_a_hang(node, t0, records)):
         return True, how
+    if fault.kind == "flap":
+        drops = [r for r in statuses if r["node"] == node and r["state"] == "offline"]
+        if drops:
+            return True, f"{len(drops)} Last Wills of node {node}, the first at t={drops[0]['t']:.2f}s"
     if fault.kind in ("hang", "isolate", "latency", "bandwidth"):
         for rec in tels:
             if rec["node"] != node and (why := _names_peer(rec, node)):

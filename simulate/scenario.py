@@ -21,7 +21,7 @@ Example::
     timeout = 0.5
 
     [[faults]]
-    kind = "link"                # link | loss | latency | bandwidth | crash | hang | isolate
+    kind = "link"                # link | loss | latency | bandwidth | flap | crash | hang | isolate
     nodes = [1, 3]               # the link's two ends
     at_round = 5
     heal_round = 10
@@ -149,6 +149,20 @@ class BandwidthFault(_NodeFault):
         return f"node {self.node} limited to {self.bytes_per_second / 1e6:g} MB/s"
 
 
+class FlapFault(_NodeFault):
+    """The node's broker connection drops ``times`` times, every ``every`` seconds (its TCP
+    proxy cuts it; the agent reconnects each time): a flaky Wi-Fi link, or a client-id
+    takeover fight. The broker publishes its Will at each drop."""
+
+    kind: Literal["flap"]
+    times: int = Field(10, ge=1, le=1000)
+    every: float = Field(1.5, gt=0.0, le=60.0)
+    heal_round: int | None = None
+
+    def describe(self) -> str:
+        return f"node {self.node}'s connection drops {self.times} times, every {self.every:g} s"
+
+
 class CrashFault(_NodeFault):
     """SIGKILL the node's process; respawn it (same checkpoint dir) at restart_round."""
 
@@ -182,10 +196,11 @@ class IsolateFault(_NodeFault):
 
 
 Fault = Annotated[
-    LinkFault | LossFault | LatencyFault | BandwidthFault | CrashFault | HangFault | IsolateFault,
+    LinkFault | LossFault | LatencyFault | BandwidthFault | FlapFault | CrashFault | HangFault
+    | IsolateFault,
     Field(discriminator="kind"),
 ]
-FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "crash", "hang", "isolate")
+FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "flap", "crash", "hang", "isolate")
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 

@@ -46,7 +46,7 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
 from agent.transport.memory import FakeClock, MemoryBus
 
-FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart"]
+FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap"]
 Phase = Literal["reduce", "broadcast"]
 GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
 JOB = "virtual"
@@ -57,7 +57,8 @@ TOPICS = Topics(JOB)
 class FaultSpec:
     """``action`` on ``node`` (and ``peer`` for links) when round ``round`` enters ``phase``
     (reduce: the round's first start; broadcast: the root's first result chunk), ``after``
-    seconds later. ``value`` is the loss probability."""
+    seconds later. ``value`` is the loss probability; for ``flap``, the number of connection
+    drops (one every 50 ms; the broker publishes the Will, the agent reconnects at once)."""
 
     action: FaultAction
     round: int
@@ -161,7 +162,8 @@ class SimAgent:
     def connect(self) -> None:
         will = (TOPICS.status(self.node), self.core.status("offline").encode(), True)
         self.fleet.bus.connect(self.name, self.on_message, self.core.subscriptions(), will)
-        self.execute([PublishStatus(self.core.status("online"))])  # the birth message
+        # The birth message, as the MQTT transport publishes it after every (re)connect.
+        self.execute([PublishStatus(self.core.status("online"))])
 
     # ------------------------------------------------------------------ events in
 
@@ -363,6 +365,28 @@ class VirtualFleet:
             self.resume(node)
         elif spec.action == "restart":
             self.restart(node)
+        elif spec.action == "flap":
+            self.flap(node, max(1, int(spec.value)))
+
+    def flap(self, node: int, times: int, every: float = 0.05) -> None:
+        """The node's connection drops ``times`` times (the broker publishes its Will) and the
+        agent reconnects each time, the same process going on."""
+        agent = self.agents.get(node)
+        if agent is None or not agent.alive:
+            return
+
+        def drop_and_reconnect() -> None:
+            if agent.alive and self.agents.get(node) is agent:
+                self.bus.crash(agent.name)
+                agent.connect()
+
+        for i in range(times):
+            self.pending_faults += 1
+            self.bus.call_at(self.clock.now() + i * every, partial(self._flap_once, drop_and_reconnect))
+
+    def _flap_once(self, drop: Callable[[], None]) -> None:
+        self.pending_faults -= 1
+        drop()
 
     def crash(self, node: int) -> None:
         agent = self.agents.get(node)

@@ -45,6 +45,7 @@ from agent.protocol.topology import Tree
 
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
+STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
 
@@ -91,6 +92,7 @@ class Membership:
         self.grace = grace  # how long a report stands unrefuted before it counts
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
+        self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
 
     # ------------------------------------------------------------------ inputs
 
@@ -99,6 +101,8 @@ class Membership:
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
         self.incarnations[status.node] = status.incarnation
+        if status.state == "offline":
+            self.went_down[status.node] = self.round
         self.states[status.node] = status.state
         if status.state != "online" or status.round + SUSPICION_ROUNDS >= self.round:
             # It speaks again, at the fleet's round (a node that resumes far behind is not
@@ -226,7 +230,10 @@ class Membership:
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
         # offline or enough witnesses remove a member, only online/joining adds one.
         gone = {n for n, s in self.states.items() if s not in LIVE_STATES} | self.suspected()
-        live = sorted((set(self.newest.members) - gone) | set(self.live()))
+        # A connection that flaps is taken back once it stayed up a while, not at every
+        # reconnect: a burst of flaps is one removal and one return.
+        settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
+        live = sorted((set(self.newest.members) - gone) | (set(self.live()) - (settling - set(self.newest.members))))
         if list(self.newest.members) == live:
             return []
         if self.newest.from_round > self.round:

@@ -1,4 +1,4 @@
-"""The fault matrix: (crash, hang, link cut, loss, restart) x (root, inner, leaf) x
+"""The fault matrix: (crash, hang, link cut, loss, flap, restart) x (root, inner, leaf) x
 (reduce, broadcast), each on a 7-node FT-tree fleet for several rounds on the in-memory bus."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def faults_for(kind: str, node: int, phase: str) -> tuple[FaultSpec, ...]:
     if kind == "hang":
         return (FaultSpec("hang", node=node, **at),  # type: ignore[arg-type]
                 FaultSpec("resume", node=node, round=FAULT_ROUND, phase=phase, after=0.4))  # type: ignore[arg-type]
+    if kind == "flap":
+        return (FaultSpec("flap", node=node, value=5, **at),)  # type: ignore[arg-type]
     if kind == "cut":
         peer = 1 if node == 0 else (0 if node == 1 else 1)
         return (FaultSpec("cut", node=node, peer=peer, **at),)  # type: ignore[arg-type]
@@ -45,7 +47,7 @@ def check_deadlines(records: list[RoundRecord]) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["reduce", "broadcast"])
 @pytest.mark.parametrize("role", list(ROLES))
-@pytest.mark.parametrize("kind", ["crash", "hang", "cut", "loss", "restart"])
+@pytest.mark.parametrize("kind", ["crash", "hang", "cut", "loss", "flap", "restart"])
 def test_fault_matrix(kind: str, role: str, phase: str) -> None:
     node = ROLES[role]
     records = run_fleet(NODES, ROUNDS, length=37, allreduce=CONFIG, keep_gradients=True,
