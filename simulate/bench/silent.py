@@ -6,7 +6,9 @@ mosquitto (`edgegrove simulate`, one agent process per node, default adaptive ti
                 open, so no Will comes) for ``--short`` rounds, later for ``--long-seconds``
                 (longer than the broker's Will, 1.5 x keepalive), and resumed each time;
   crash-root    the root and coordinator is killed with SIGKILL and restarted from its
-                checkpoint.
+                checkpoint;
+  flap-inner    an inner node's broker connection drops 10 times in 15 s (its TCP proxy cuts
+                it; the agent reconnects), the episode ends at its last Will.
 Each hang or crash is one "episode". Per episode, from the agents' own telemetry: the silent
 round (the longest survivor's allreduce of the round the node went silent in, and the next),
 the median and the worst while it is silent, degraded survivor rounds and distinct survivor
@@ -32,7 +34,7 @@ from simulate.bench.common import add_output_arguments, document, emit, format_t
 from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
 
 DESCRIPTION = __doc__
-CASES = ("hang-root", "hang-inner", "hang-leaf", "crash-root")
+CASES = ("hang-root", "hang-inner", "hang-leaf", "crash-root", "flap-inner")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +69,10 @@ def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]
     node = _role_node(case, nodes) if case != "fault-free" else 0
     lines: list[str] = []
     for start, end in episodes:
+        if case.startswith("flap"):
+            lines += ["", "[[faults]]", 'kind = "flap"', f"node = {node}", "times = 10", "every = 1.5",
+                      f"at_round = {start}"]
+            continue
         kind, end_field = ("crash", "restart_round") if case.startswith("crash") else ("hang", "resume_round")
         lines += ["", "[[faults]]", f'kind = "{kind}"', f"node = {node}", f"at_round = {start}",
                   f"{end_field} = {end}"]
@@ -74,20 +80,36 @@ def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]
                           faults_toml="\n".join(lines) + ("\n" if lines else ""))
 
 
-def _telemetry(run: FleetRun) -> dict[int, dict[int, dict[str, Any]]]:
-    """round -> node -> its telemetry record."""
-    out: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+def _records(run: FleetRun) -> list[dict[str, Any]]:
     path = run.run_dir / "events.jsonl"
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
+    out: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(rec, dict) and rec.get("type") == "telemetry":
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _telemetry(records: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any]]]:
+    """round -> node -> its telemetry record."""
+    out: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for rec in records:
+        if rec.get("type") == "telemetry":
             out[int(rec["round"])][int(rec["node"])] = rec
     return out
+
+
+def _flap_end(records: list[dict[str, Any]], node: int, start: int) -> int:
+    """The fleet's round at the node's last Will (the end of its flapping), plus one."""
+    wills = [r["t"] for r in records if r.get("type") == "status" and r.get("node") == node
+             and r.get("state") == "offline"]
+    if not wills:
+        return start + 1
+    rounds = [int(r["round"]) for r in records if r.get("type") == "telemetry" and r["t"] <= wills[-1]]
+    return max([start, *rounds]) + 1
 
 
 def _survivors(tel: dict[int, dict[str, Any]], node: int) -> list[dict[str, Any]]:
@@ -128,9 +150,12 @@ def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start:
 
 
 def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, int]]) -> dict[str, Any]:
-    tels = _telemetry(run)
+    records = _records(run)
+    tels = _telemetry(records)
     last = max(tels) if tels else 0
     node = _role_node(case, nodes) if case != "fault-free" else -1
+    if case.startswith("flap"):
+        episodes = [(s, _flap_end(records, node, s)) for s, _ in episodes]
     base = [v for r in sorted(tels)[3:] if (v := _allreduce_max(list(tels[r].values()))) is not None]
     final = tels.get(last, {})
     accs = [float(t["accuracy"]) for t in final.values() if t.get("accuracy") is not None]
@@ -158,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
             for case in args.cases:
                 if case.startswith("crash"):
                     episodes = [(30, 30 + args.short * 4)]
+                elif case.startswith("flap"):
+                    episodes = [(30, 30 + long_rounds)]  # ends at the last Will, read back
                 else:
                     episodes = [(30, 30 + args.short), (60, 60 + long_rounds)]
                 rounds = episodes[-1][1] + 40
