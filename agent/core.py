@@ -58,6 +58,7 @@ from agent.protocol.state_transfer import (
 )
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
+from agent.transport.base import RECONNECTED
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
 # rounds ahead means the fleet went on without us.
@@ -97,6 +98,7 @@ class CoreConfig:
     checkpoint_every: int = 0  # 0: no checkpoints
     state_pull_timeout: float = 3.0  # a peer silent this long during a state transfer: next one
     suspicion_grace: float = 0.4  # a report about a silent node counts if unrefuted this long
+    reconnect_hold: float = 3.0  # after a reconnect, statuses come back for this long: no verdicts
     linger: float = 0.0  # seconds to keep answering after the last round
     state_chunk_values: int = STATE_CHUNK_VALUES
 
@@ -280,6 +282,8 @@ class AgentCore:
 
     def on_message(self, topic: str, payload: bytes, now: float) -> list[CoreAction]:
         """One message as the broker delivered it (bytes crossing the boundary are checked here)."""
+        if topic == RECONNECTED:
+            return self.on_reconnect(now)
         link = self.topics.parse_link(topic)
         if link is not None:
             self.counters.bytes_received += len(payload)
@@ -345,6 +349,21 @@ class AgentCore:
     def on_view(self, view: View, now: float) -> list[CoreAction]:
         self.membership.on_view(view)
         return self._advance(now)
+
+    def on_reconnect(self, now: float) -> list[CoreAction]:
+        """The connection to the broker came back; the broker may have restarted and lost
+        every retained status and the view. Say again who we are (the transport's birth
+        message is the status of our start), the coordinator republishes its view, and
+        nobody decides views or evictions from the partial picture for a while."""
+        self.notes.append(Note("reconnected", None, "statuses and view published again"))
+        self.membership.hold(now + self.config.reconnect_hold)
+        out: list[CoreAction] = []
+        if self.phase not in (Phase.CONNECTING, Phase.DONE):
+            out.append(PublishStatus(self.status("joining" if self.joining else "online")))
+        latest = self.membership.latest
+        if latest is not None and latest.coordinator == self.node and self.membership.coordinator() == self.node:
+            out.append(PublishView(latest))
+        return out
 
     def on_suspect(self, report: Suspect, now: float) -> list[CoreAction]:
         """A member reports a peer silent. Unrefuted for the grace, the report excuses the

@@ -179,7 +179,8 @@ class AgentRuntime:
         elif isinstance(action, PublishSuspect):
             log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
                         action.report.peer, action.report.round)
-            self._publish(self.topics.suspect(self.core.node), action.report.encode())
+            # QoS 0: a report that cannot go out now (broker away) is stale later.
+            self._publish(self.topics.suspect(self.core.node), action.report.encode(), reliable=False)
         elif isinstance(action, PublishView):
             view = action.view
             log.info("coordinator: view epoch %d members %s from round %d",

@@ -93,6 +93,7 @@ class Membership:
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
+        self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
 
     # ------------------------------------------------------------------ inputs
 
@@ -118,14 +119,18 @@ class Membership:
         self.reports.setdefault(report.peer, {})[report.node] = (report.round, now)
         return self.check(now)
 
+    def hold(self, until: float) -> None:
+        """Decide nothing until ``until``: right after a reconnect (a restarted broker lost
+        the retained statuses, which come back one by one) the picture is partial."""
+        self.hold_until = max(self.hold_until, until)
+
     def check(self, now: float) -> list[PublishView]:
         """Reports that stood unrefuted for ``grace`` count (call when time passes)."""
         self.now = now
-        newly = self._witnessed(now) - self.evicted
-        if not newly:
+        if now < self.hold_until:
             return []
-        self.evicted |= newly
-        return self._coordinate()
+        self.evicted |= self._witnessed(now) - self.evicted
+        return self._coordinate()  # also what a hold kept back
 
     def on_view(self, view: View) -> bool:
         """Keep a view if it is newer than every one known; True when it was new."""
@@ -168,9 +173,11 @@ class Membership:
                 if t + self.grace <= now]
 
     def next_check(self) -> float | None:
-        """When a pending report's grace ends (None: nothing pending)."""
+        """When a pending report's grace ends, or a hold (None: nothing pending)."""
         times = [t + self.grace for peer, by in self.reports.items() if peer not in self.evicted
                  for _, t in by.values() if t + self.grace > self.now]
+        if self.hold_until > self.now:
+            times.append(self.hold_until)
         return min(times) if times else None
 
     def _witnessed(self, now: float) -> set[int]:
@@ -223,7 +230,7 @@ class Membership:
     # ------------------------------------------------------------------ coordinator
 
     def _coordinate(self) -> list[PublishView]:
-        if self.coordinator() != self.node:
+        if self.coordinator() != self.node or self.now < self.hold_until:
             return []
         if not self.views:
             return self._first_view()

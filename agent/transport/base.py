@@ -14,6 +14,12 @@ class TransportError(Exception):
     """Anything that went wrong below the transport boundary (socket, paho, broker refusal)."""
 
 
+# Not an MQTT topic: a transport queues a message on it after it reconnected (the broker may
+# have restarted and lost every retained message). "$" topics are the broker's, and nobody
+# subscribes to this one, so no client can send it to us.
+RECONNECTED = "$edgegrove/reconnected"
+
+
 @dataclass(frozen=True)
 class Message:
     topic: str

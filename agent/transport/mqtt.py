@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
-from agent.transport.base import Message, TransportError, Will
+from agent.transport.base import RECONNECTED, Message, TransportError, Will
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -256,6 +256,10 @@ class MqttTransport:
                 self._first_connack.set()
             return
         self._counts["connects"] += 1
+        if self._counts["connects"] > 1:
+            with self._arrived:  # tell the runtime: retained state on the broker may be gone
+                self._queue.append(Message(RECONNECTED, b"", False))
+                self._arrived.notify()
         if self._subscriptions:
             _, self._subscribe_mid = client.subscribe([(t, 0) for t in self._subscriptions])
         if self._birth is not None:

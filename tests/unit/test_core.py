@@ -16,8 +16,10 @@ from agent.core import (
     ReportRound,
 )
 from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, View
 from agent.protocol.wire import Frame, Kind
+from agent.transport.base import RECONNECTED
 from simulate.virtual_fleet import FleetConfig, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
@@ -84,3 +86,18 @@ def test_a_fleet_that_runs_without_us_makes_us_join() -> None:
     assert core.phase == Phase.JOINING
     assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["joining"]
     assert not any(isinstance(a, ReportRound | ComputeGradient) for a in actions)
+
+
+def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_nothing_for_a_while() -> None:
+    core = AgentCore(CoreConfig(node=0, allreduce=CONFIG, state_size=4, reconnect_hold=3.0), 7)
+    core.on_view(View(2, [0, 1, 2], 2, 0, 0), 0.0)
+    core.on_status(Status(0, "online", incarnation=7), 0.0)
+    for peer in (1, 2):
+        core.on_status(Status(peer, "online"), 0.0)
+    actions = core.on_message(RECONNECTED, b"", 5.0)  # the broker restarted, nothing retained
+    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["online"]
+    assert [a.view for a in actions if isinstance(a, PublishView)] == [View(2, [0, 1, 2], 2, 0, 0)]
+    # A Will-less partial picture: node 2 offline (say, its status came back as its Will).
+    assert not [a for a in core.on_status(Status(2, "offline"), 6.0) if isinstance(a, PublishView)]
+    later = core.on_tick(8.1)  # the hold is over: now the coordinator acts on what it knows
+    assert [a.view.members for a in later if isinstance(a, PublishView)] == [[0, 1]]
