@@ -232,6 +232,8 @@ class AgentCore:
         self.transfer: StateTransfer | None = None
         self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
         self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
+        self.served: set[tuple[int, int]] = set()  # (puller, round) states sent
+        self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.notes: list[Note] = []
         self.counters = Counters()
@@ -526,6 +528,8 @@ class AgentCore:
         # Machines older than the last finished round have nothing left to answer.
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
             del self.machines[r]
+        self.served = {(p, r) for p, r in self.served if r >= self.round - 1}
+        self.ahead = {r: s for r, s in self.ahead.items() if r > self.round}
         return [*out, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
 
     def _evicted(self) -> bool:
@@ -655,6 +659,8 @@ class AgentCore:
     def _report(self, result: RoundResult | None, now: float) -> RoundReport:
         current = self.current
         assert current is not None
+        if result is not None and result.stats.implausible:
+            self.counters.rejected["implausible_values"] += result.stats.implausible
         computed = current.computed or now
         seconds = {"compute": computed - current.started, "allreduce": now - computed,
                    "total": now - current.started}
@@ -692,12 +698,19 @@ class AgentCore:
         if (self.joining or self.transfer is not None or self.done
                 or frame.sender not in self.membership.live()):
             return []  # a transfer under way takes any newer state than it asked for
-        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        # One peer's word never makes us give our round up: two members must show it (or
+        # the only other one, in a fleet that small).
+        witnesses = self.ahead.setdefault(frame.round, set())
+        witnesses.add(frame.sender)
         others = self.membership.online_peers(self.membership.live())
-        # Ask for the state of the round AFTER the peer's: it is served as that round starts,
-        # so we join it in step. The peer's current state would be a round old on arrival.
-        return self._fetch_state(frame.round + 1,
-                                 [frame.sender, *(p for p in others if p != frame.sender)], now)
+        if len(witnesses) < min(2, len(others)):
+            return []
+        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        # Ask for the state of the round AFTER the peers': it is served as that round starts,
+        # so we join it in step. Ask the coordinator first, then those who showed the round.
+        first = [p for p in (self.membership.coordinator(),) if p is not None and p in others]
+        order = list(dict.fromkeys([*first, *sorted(witnesses), *others]))
+        return self._fetch_state(frame.round + 1, [p for p in order if p != self.node], now)
 
     def _fetch_state(self, round: int, peers: list[int], now: float) -> list[CoreAction]:
         """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
@@ -711,6 +724,11 @@ class AgentCore:
         out = self._run(self.transfer.on_frame(frame, now), self.round)
         if self.transfer.result is not None:
             rnd, state, _ = self.transfer.result
+            if not np.all(np.isfinite(state)):
+                # A peer's state with NaN or inf (buggy or hostile) is never installed: ask
+                # the next peer for it.
+                self.counters.rejected["state_not_finite"] += 1
+                return out + self._run(self.transfer.reject("values not finite", now), self.round)
             self.transfer = None
             if rnd >= self.round:
                 self.received_state = (rnd, state)
@@ -733,8 +751,14 @@ class AgentCore:
         for puller, request in list(self.pending_pulls.items()):
             if request.round <= self.round:
                 del self.pending_pulls[puller]
-                if not self.joining and self.phase != Phase.CONNECTING:
-                    out.append(SendState(request, self.round))
+                if self.joining or self.phase == Phase.CONNECTING:
+                    continue
+                if (puller, self.round) in self.served:
+                    # One full state per peer and round: a pull flood costs the flooder, not us.
+                    self.counters.rejected["model_pull_repeat"] += 1
+                    continue
+                self.served.add((puller, self.round))
+                out.append(SendState(request, self.round))
         return out
 
     # -- plumbing ---------------------------------------------------------------------------

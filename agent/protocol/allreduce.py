@@ -98,6 +98,7 @@ class RoundStats:
     dropped: int = 0  # frames of this round that made no sense here (wrong size, not ours)
     overlaps: int = 0  # contributions refused because they overlapped counted ones
     retransmits: int = 0  # units resent on the same link (lost frame or lost ACK)
+    implausible: int = 0  # units refused: values far beyond any honest gradient (see ft_tree)
 
 
 @dataclass(frozen=True)

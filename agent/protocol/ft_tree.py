@@ -47,6 +47,7 @@ from agent.protocol.wire import DType, Flag, Frame, Kind
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
+IMPLAUSIBLE_FACTOR = 1000.0  # x our own largest gradient value, at least 1 (see _plausible)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class FtTreeRound(Outbox):
         self.seen_floods: set[tuple[object, ...]] = set()
         self.relayed_pairs: set[tuple[int, int]] = set()
         self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
+        self._value_limit: float | None = None  # computed on first use (see _plausible)
         self.nacked: set[tuple[int, bool, int]] = set()
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
@@ -354,9 +356,25 @@ class FtTreeRound(Outbox):
         if ids & ch.covered:
             self.stats.overlaps += 1
             return
-        ch.units.append((ids, frame.values()))
+        values = frame.values()
+        if not self._plausible(values, frame.sender):
+            return
+        ch.units.append((ids, values))
         ch.covered |= ids
         self._try_forward(j, now)
+
+    def _plausible(self, values: np.ndarray, sender: int) -> bool:
+        """A mean of honest gradients is never far larger than our own gradient (same model,
+        same data distribution): a unit beyond ``IMPLAUSIBLE_FACTOR`` times our largest
+        value is a buggy or hostile peer's, refused and counted, never averaged in."""
+        if self._value_limit is None:
+            own = float(np.max(np.abs(self.grad))) if len(self.grad) else 0.0
+            self._value_limit = IMPLAUSIBLE_FACTOR * max(own, 1.0)
+        if len(values) and float(np.max(np.abs(values))) > self._value_limit:
+            self.stats.implausible += 1
+            self._note("implausible", sender, f"values beyond {self._value_limit:.3g}")
+            return False
+        return True
 
     def _learn_route(self, origin: int, hop: int, how: str) -> None:
         if how == DIRECT:
@@ -418,7 +436,10 @@ class FtTreeRound(Outbox):
             self.root_hash = frame.model_hash
         if self.cfg.nack and how == DIRECT and frame.sender == self.parent:
             self._nack_gaps(frame, lambda i: self.chunks[i].final is not None)
-        self._set_final(j, frame.contributors, frame.values(), now)
+        values = frame.values()
+        if not self._plausible(values, frame.sender):
+            return
+        self._set_final(j, frame.contributors, values, now)
 
     # ------------------------------------------------------------------ frames in
 

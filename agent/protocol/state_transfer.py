@@ -126,6 +126,15 @@ class StateTransfer:
         return (frame.kind == Kind.MODEL and frame.job == self.job and frame.dtype == DType.F32
                 and frame.round >= self.round)
 
+    def reject(self, why: str, now: float) -> list[Action]:
+        """The assembled state is unusable (the caller checked it): ask the next peer."""
+        sender = self.peer
+        self.result = None
+        self.parts.clear()
+        self.count = self.state_round = None
+        self.peer_i += 1
+        return [Note("state_rejected", sender, why), *self._ask(now)]
+
     def next_timer(self) -> float | None:
         return None if self.result is not None else self.last_progress + self.timeout
 

@@ -15,7 +15,7 @@ from agent.core import (
     PublishStatus,
     ReportRound,
 )
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import AllreduceConfig, Send
 from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, View
 from agent.protocol.wire import Frame, Kind
@@ -101,3 +101,42 @@ def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_noth
     assert not [a for a in core.on_status(Status(2, "offline"), 6.0) if isinstance(a, PublishView)]
     later = core.on_tick(8.1)  # the hold is over: now the coordinator acts on what it knows
     assert [a.view.members for a in later if isinstance(a, PublishView)] == [[0, 1]]
+
+
+def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3)) -> AgentCore:
+    core = AgentCore(CoreConfig(node=node, rounds=50, allreduce=CONFIG, state_size=4), 3)
+    core.on_view(View(1, list(members), 2, 0, 0), 0.0)
+    for peer in members:
+        core.on_status(Status(peer, "online", incarnation=3 if peer == node else 0), 0.0)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    return core
+
+
+def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
+    core = _running_core()
+    pull = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)
+    sent = [a for _ in range(100) for a in core.on_frame(pull, 0.02) if type(a).__name__ == "SendState"]
+    assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
+
+
+def test_one_peer_claiming_the_fleet_is_ahead_does_not_make_us_fetch_its_state() -> None:
+    core = _running_core()
+    ahead = Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)
+    assert not [a for a in core.on_frame(ahead, 0.02) if isinstance(a, Send)]
+    assert core.transfer is None and core.phase == Phase.RUNNING
+    # A second member shows the same: now it is the fleet, and the coordinator is asked first.
+    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
+    assert core.transfer is not None and core.transfer.peers[0] == 0
+
+
+def test_a_state_with_nan_is_never_installed_and_the_next_peer_is_asked() -> None:
+    core = _running_core()
+    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3), 0.02)
+    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
+    assert core.transfer is not None
+    asked = core.transfer.peer
+    bad = Frame(Kind.MODEL, CONFIG.job, 8, asked, 0, 1, target=1).with_values(
+        np.array([1.0, np.nan, 0.0, 0.0], np.float32))
+    out = core.on_frame(bad, 0.05)
+    assert core.received_state is None and core.counters.rejected["state_not_finite"] == 1
+    assert [a.dst for a in out if isinstance(a, Send)] == [core.transfer.peer] != [asked]

@@ -129,3 +129,13 @@ def test_config_rejects_nonsense() -> None:
             AllreduceConfig(**bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         new_round(CFG, TREE, 9, 0, np.zeros(4), 0, CFG.new_links(), 0.0)
+
+
+def test_a_contribution_far_beyond_any_honest_gradient_is_refused_and_counted() -> None:
+    m = root(0.5)
+    m.on_frame(data(1, {1}, 1e20), 0.01)  # a buggy or hostile peer (valid CRC, valid set)
+    assert m.stats.implausible == 1  # type: ignore[attr-defined]
+    m.on_frame(data(1, {1}, 3.0), 0.02)  # its honest resend is still welcome
+    m.on_frame(data(2, {2}, 6.0), 0.03)
+    assert m.result is not None and np.isfinite(m.result.values).all()
+    assert m.result.values.tolist() == [3.1666667461395264] * 4
