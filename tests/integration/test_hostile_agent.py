@@ -1,0 +1,98 @@
+"""One bad device with valid credentials, against a real 4-agent fleet on mosquitto with
+dynamic security: it must not halt the fleet, poison everyone's model or go uncounted.
+
+The attacker holds agent 3's credentials (a stolen or buggy device) and, while the fleet
+trains, sends what issue 16 saw break the fleet: contributions with huge values, a model-pull
+flood, and frames of a far-ahead round that used to make an agent abandon its round and adopt
+whatever state answered."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.protocol.topics import Topics
+from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
+from agent.transport.mqtt import MqttTransport
+from simulate.brokers import MosquittoBroker, start_mosquitto
+from tests.integration.fleet_harness import FleetListener, agent_logs, start_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+JOB = "hostile"
+NODES = 4
+ROUNDS = 40
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    with start_mosquitto(tmp_path / "broker", job=JOB, nodes=NODES) as b:
+        yield b
+
+
+def _attacker(broker: MosquittoBroker) -> MqttTransport:
+    creds = broker.credentials_for(3)
+    transport = MqttTransport(f"edgegrove-{JOB}-3-evil", broker.url, username=creds.username,
+                              password=creds.password)
+    transport.connect([])
+    return transport
+
+
+def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
+    topics, job = Topics(JOB), job_hash(JOB)
+    # Forged contributions: valid CRC, a contributor set node 3 may send, values 1e20, for
+    # the round after node 1's (kept until it starts, then taken before the real node 3's).
+    for r in (at_round,):
+        for j in range(25):
+            frame = Frame(Kind.DATA, job, r, 3, j, 25, contributors=frozenset({3}))
+            evil.publish(topics.link(3, 1), encode(frame.with_values(np.full(16384, 1e20, np.float32), DType.F32)))
+    # A model-pull flood on node 0, for a round it has reached (answered at once, each time).
+    pull = encode(Frame(Kind.MODEL_PULL, job, node0_round, 3, 0, 1))
+    for _ in range(400):
+        evil.publish(topics.link(3, 0), pull)
+    # A frame of a round far ahead: alone it must not make anybody give its round up.
+    for dst in (0, 1, 2):
+        evil.publish(topics.link(3, dst), encode(Frame(Kind.DATA, job, at_round + 6, 3, 0, 25,
+                                                       contributors=frozenset({3}))
+                                                 .with_values(np.zeros(16384, np.float32), DType.F32)))
+
+
+def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
+    broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    creds = broker.dashboard_credentials
+    listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, "eval_every": 0})
+    evil = _attacker(broker)
+    try:
+        listener.wait_for(lambda: listener.reached([0, 1, 2], 10), 120, "round 10")
+        sent_before = [t.bytes_sent for t in listener.telemetry[0][3:10]]
+        attacked_at = listener.last(1).round
+        _attack(evil, attacked_at + 2, listener.last(0).round)
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")
+        hashes = listener.hashes_at(ROUNDS - 1)
+        assert len(set(hashes.values())) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
+        losses = {t.round: t.loss for t in listener.telemetry[0] if t.loss is not None}
+        before = [losses[r] for r in range(attacked_at - 4, attacked_at + 1) if r in losses]
+        after = [losses[r] for r in range(ROUNDS - 5, ROUNDS) if r in losses]
+        # A gradient of 1e20 in Adam's second moment would freeze the model for good.
+        assert np.mean(after) < np.mean(before) - 0.1, f"the fleet stopped learning: {before} -> {after}"
+        assert all(t.loss is not None and np.isfinite(t.loss) for ts in listener.telemetry.values() for t in ts)
+        # What it tried is rejected and counted.
+        assert listener.last(1).rejected.get("implausible_values", 0) >= 1, listener.last(1).rejected
+        assert listener.last(0).rejected.get("model_pull_repeat", 0) >= 100, listener.last(0).rejected
+        # The flood did not turn node 0 into an amplifier: at most one state (params + Adam
+        # moments) per peer and round on top of a normal round (before: 4.3 GB in 10 s).
+        flood = max(t.bytes_sent for t in listener.telemetry[0][10:20])
+        state_bytes = 3 * 407_050 * 4
+        assert flood <= 1.5 * max(sent_before) + 1.1 * state_bytes, (flood, sent_before)
+        assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
+    finally:
+        evil.close()
+        forced = fleet.stop_all(grace=10)
+        listener.close()
+        assert forced == [], agent_logs(tmp_path)
+    time.sleep(0)  # nothing else to wait for: every process was stopped by handle above
