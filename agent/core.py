@@ -254,7 +254,7 @@ class AgentCore:
                       incarnation=self.incarnation)
 
     def subscriptions(self) -> list[str]:
-        return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.view,
+        return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.all_views(),
                 self.topics.control, self.topics.all_suspect()]
 
     def next_deadline(self) -> float | None:
@@ -297,8 +297,8 @@ class AgentCore:
         try:
             if self.topics.parse_status(topic) is not None:
                 return self.on_status(Status.decode(payload), now)
-            if topic == self.topics.view:
-                return self.on_view(View.decode(payload), now)
+            if (publisher := self.topics.parse_view(topic)) is not None:
+                return self.on_view(View.decode(payload), now, publisher)
             if self.topics.parse_suspect(topic) is not None:
                 return self.on_suspect(Suspect.decode(payload), now)
             if topic == self.topics.control:
@@ -348,8 +348,12 @@ class AgentCore:
                 out += self._run(machine.peer_down(status.node, now), rnd)
         return out + self._advance(now)
 
-    def on_view(self, view: View, now: float) -> list[CoreAction]:
-        self.membership.on_view(view)
+    def on_view(self, view: View, now: float, publisher: int | None = None) -> list[CoreAction]:
+        """A view; ``publisher`` is the id its topic names (None: given locally, trusted)."""
+        if publisher is None:
+            self.membership.on_view(view)
+        elif why := self.membership.offer_view(view, publisher):
+            self.counters.rejected[why] += 1
         return self._advance(now)
 
     def on_reconnect(self, now: float) -> list[CoreAction]:

@@ -185,7 +185,7 @@ class AgentRuntime:
             view = action.view
             log.info("coordinator: view epoch %d members %s from round %d",
                      view.epoch, view.members, view.from_round)
-            self._publish(self.topics.view, view.encode(), retain=True)
+            self._publish(self.topics.view_of(self.core.node), view.encode(), retain=True)
         elif isinstance(action, ApplyUpdate):
             started = self.clock.now()
             self.backend.set_learning_rate(action.learning_rate)

@@ -121,7 +121,7 @@ class DemoFleet:
             node.start()
         view = View(1, list(self.tree.members), self.tree.arity, self.tree.root, 0)
         root = self.nodes[self.tree.root].client
-        root.publish(self.topics.view, view.encode(), 1, retain=True)
+        root.publish(self.topics.view_of(view.coordinator), view.encode(), 1, retain=True)
 
     def start_background(self) -> None:
         self.start()

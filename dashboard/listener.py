@@ -94,7 +94,8 @@ class MqttListener:
         self.connects += 1
         self.last_error = ""
         topics = self.store.topics
-        client.subscribe([(topics.all_status(), 1), (topics.view, 1), (topics.all_telemetry(), 0)])
+        client.subscribe([(topics.all_status(), 1), (topics.all_views(), 1), (topics.view, 1),
+                          (topics.all_telemetry(), 0)])
 
     def _on_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
         self.connected = False

@@ -91,7 +91,7 @@ class FleetStore:
             self._log_file = None
 
     def _reduce(self, topic: str, payload: bytes, now: float) -> Result:
-        if topic == self.topics.view:
+        if self.topics.is_view(topic):
             return apply_view(self.state, View.decode(payload), now)
         node = self.topics.parse_status(topic)
         if node is not None:

@@ -179,7 +179,7 @@ class Collector:
             self.log.add("collector", event="connect_refused", reason=str(reason))
             return
         t = self.topics
-        client.subscribe([(t.all_status(), 1), (t.view, 1), (t.all_telemetry(), 0), (t.control, 1)])
+        client.subscribe([(t.all_status(), 1), (t.all_views(), 1), (t.all_telemetry(), 0), (t.control, 1)])
         self._connected.set()
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, msg: mqtt.MQTTMessage) -> None:
@@ -201,7 +201,7 @@ class Collector:
             # The status's own round may be stale (a Will's, a checkpoint's): note the fleet's.
             self.log.add("status", fleet_round=self.watch.fleet_round, **asdict(status))
             self.watch.on_status(status)
-        elif topic == t.view:
+        elif t.is_view(topic):
             if not payload:
                 return
             view = View.decode(payload)

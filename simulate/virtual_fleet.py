@@ -216,7 +216,7 @@ class SimAgent:
         elif isinstance(action, PublishSuspect):
             bus.publish(self.name, TOPICS.suspect(self.node), action.report.encode())
         elif isinstance(action, PublishView):
-            bus.publish(self.name, TOPICS.view, action.view.encode(), retain=True)
+            bus.publish(self.name, TOPICS.view_of(self.node), action.view.encode(), retain=True)
         elif isinstance(action, ComputeGradient):
             bus.call_at(fleet.clock.now() + fleet.config.compute_time, partial(self.compute, action))
         elif isinstance(action, ApplyUpdate):
@@ -275,7 +275,7 @@ class VirtualFleet:
     # ------------------------------------------------------------------ run
 
     def run(self) -> list[RoundRecord]:
-        self.bus.publish("fleet", TOPICS.view, self.initial_view.encode(), retain=True, force=True)
+        self.bus.publish("fleet", TOPICS.view_of(0), self.initial_view.encode(), retain=True, force=True)
         for node in range(self.config.nodes):
             agent = SimAgent(self, node, 0, self.initial_state.copy())
             self.agents[node] = agent

@@ -46,6 +46,7 @@ from agent.protocol.topology import Tree
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
+MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
 
@@ -94,6 +95,7 @@ class Membership:
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
+        self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
 
     # ------------------------------------------------------------------ inputs
 
@@ -105,11 +107,13 @@ class Membership:
         if status.state == "offline":
             self.went_down[status.node] = self.round
         self.states[status.node] = status.state
-        if status.state != "online" or status.round + SUSPICION_ROUNDS >= self.round:
+        if status.node != self.node and (status.state != "online"
+                                         or status.round + SUSPICION_ROUNDS >= self.round):
             # It speaks again, at the fleet's round (a node that resumes far behind is not
             # back until it rejoins through the join path, which it then announces).
             self.reports.pop(status.node, None)
             self.evicted.discard(status.node)
+        self._retry_pending_views()
         return self._coordinate()
 
     def on_suspect(self, report: Suspect, now: float) -> list[PublishView]:
@@ -130,7 +134,42 @@ class Membership:
         if now < self.hold_until:
             return []
         self.evicted |= self._witnessed(now) - self.evicted
+        self._retry_pending_views()
         return self._coordinate()  # also what a hold kept back
+
+    def offer_view(self, view: View, publisher: int) -> str:
+        """A view from ``view/<publisher>`` (the ACL lets each agent write only its own).
+        Returns "" when taken (or old news), else why not: only the coordinator's view counts
+        (one that may become it later waits) and epochs advance by small steps, so one
+        agent's forged view cannot split or halt the fleet."""
+        if view.coordinator != publisher:
+            return "view_not_its_publishers"
+        if self.views:
+            newest = self.newest
+            if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
+                return ""
+            if view.epoch > newest.epoch + MAX_EPOCH_STEP:
+                return "view_epoch_jump"
+            # The fleet reported us silent and went on without us: its new coordinator's view
+            # is news to us even though we would still coordinate (we resumed from a hang).
+            taken_out = self.node not in view.members and any(
+                rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
+            if publisher != self.coordinator() and not taken_out:
+                self.pending_views[publisher] = view  # not counted: it may be legitimate soon
+                return ""
+        self.on_view(view)
+        return ""
+
+    def _retry_pending_views(self) -> None:
+        """A view that came before the evidence that made its publisher the coordinator (its
+        predecessor's Will, the suspicion) is taken once that evidence is here."""
+        for publisher, view in sorted(self.pending_views.items()):
+            newest = self.newest
+            if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
+                del self.pending_views[publisher]
+            elif publisher == self.coordinator():
+                del self.pending_views[publisher]
+                self.on_view(view)
 
     def on_view(self, view: View) -> bool:
         """Keep a view if it is newer than every one known; True when it was new."""
@@ -183,6 +222,8 @@ class Membership:
     def _witnessed(self, now: float) -> set[int]:
         out: set[int] = set()
         for peer, by in self.reports.items():
+            if peer == self.node:
+                continue  # reports about us are for the others to judge (see offer_view)
             if any(rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
                    and self.states.get(r) == "online" for r, (rnd, t) in by.items()):
                 out.add(peer)

@@ -56,7 +56,16 @@ class Topics:
 
     @property
     def view(self) -> str:
+        """The job-wide view topic of older versions (read by the dashboard's replays only)."""
         return f"{self.prefix}/view"
+
+    def view_of(self, coordinator: int) -> str:
+        """Where ``coordinator`` publishes its views: each agent may write only its own (ACL),
+        so a view's publisher is known and a non-coordinator's view is rejected."""
+        return f"{self.prefix}/view/{coordinator}"
+
+    def all_views(self) -> str:
+        return f"{self.prefix}/view/+"
 
     def telemetry(self, node: int) -> str:
         return f"{self.prefix}/telemetry/{node}"
@@ -76,6 +85,14 @@ class Topics:
     def parse_status(self, topic: str) -> int | None:
         ids = self._ints(topic, "status", 1)
         return None if ids is None else ids[0]
+
+    def parse_view(self, topic: str) -> int | None:
+        """The publisher of a view topic (its coordinator), None for anything else."""
+        ids = self._ints(topic, "view", 1)
+        return None if ids is None else ids[0]
+
+    def is_view(self, topic: str) -> bool:
+        return topic == self.view or self.parse_view(topic) is not None
 
     def parse_suspect(self, topic: str) -> int | None:
         ids = self._ints(topic, "suspect", 1)

@@ -34,6 +34,7 @@ from simulate.bench.common import add_output_arguments, document, emit, format_t
 from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
 
 DESCRIPTION = __doc__
+FLAP_SECONDS = 15.0  # 10 drops, 1.5 s apart
 CASES = ("hang-root", "hang-inner", "hang-leaf", "crash-root", "flap-inner")
 
 
@@ -108,6 +109,8 @@ def _flap_end(records: list[dict[str, Any]], node: int, start: int) -> int:
              and r.get("state") == "offline"]
     if not wills:
         return start + 1
+    # The drops of the flapping (10 x 1.5 s), not the clean exit at the end of the run.
+    wills = [t for t in wills if t <= wills[0] + FLAP_SECONDS + 5.0]
     rounds = [int(r["round"]) for r in records if r.get("type") == "telemetry" and r["t"] <= wills[-1]]
     return max([start, *rounds]) + 1
 

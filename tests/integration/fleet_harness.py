@@ -33,7 +33,7 @@ class FleetListener:
         self.telemetry: dict[int, list[Telemetry]] = defaultdict(list)
         self.status: dict[int, Status] = {}
         self.views: list[View] = []
-        self.transport.connect([self.topics.all_status(), self.topics.view,
+        self.transport.connect([self.topics.all_status(), self.topics.all_views(),
                                 self.topics.all_telemetry()])
 
     def pump(self, timeout: float = 0.1) -> None:
@@ -44,7 +44,7 @@ class FleetListener:
                 elif self.topics.parse_status(message.topic) is not None:
                     status = Status.decode(message.payload)
                     self.status[status.node] = status
-                elif message.topic == self.topics.view:
+                elif self.topics.is_view(message.topic):
                     self.views.append(View.decode(message.payload))
             except MessageError:
                 pass

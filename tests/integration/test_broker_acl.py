@@ -25,15 +25,16 @@ def test_agent_cannot_publish_as_another_agent(
     dash = transport_factory(broker, "dashboard", [f"{TOPICS.prefix}/#"])
     a1 = transport_factory(broker, 1, [])
     forged = [TOPICS.link(2, 0), TOPICS.link(2, 1), TOPICS.status(2), TOPICS.telemetry(2),
-              TOPICS.control]
+              TOPICS.control, TOPICS.view_of(2), TOPICS.view, TOPICS.suspect(2)]
     for topic in forged:
         a1.publish(topic, b"forged")
-    own = [TOPICS.link(1, 0), TOPICS.status(1), TOPICS.telemetry(1), TOPICS.view]
+    own = [TOPICS.link(1, 0), TOPICS.status(1), TOPICS.telemetry(1), TOPICS.suspect(1),
+           TOPICS.view_of(1)]
     for topic in own:
         a1.publish(topic, b"own")
     # One publisher's messages reach the dashboard in order: once the last allowed one is
     # in, any forged one the broker let through would have arrived before it.
-    got = collect(dash, lambda ms: any(m.topic == TOPICS.view for m in ms))
+    got = collect(dash, lambda ms: any(m.topic == TOPICS.view_of(1) for m in ms))
     assert [m.topic for m in got] == own
     assert all(m.payload == b"own" for m in got)
 
@@ -48,7 +49,7 @@ def test_agent_cannot_read_frames_meant_for_another_agent(
             transport_factory(broker, 1, snoop)
         snoop = snoop[1:]
     # With acl_file, mosquitto grants any subscription and filters each delivery instead.
-    spy = transport_factory(broker, 1, [*snoop, TOPICS.all_status(), TOPICS.view,
+    spy = transport_factory(broker, 1, [*snoop, TOPICS.all_status(), TOPICS.all_views(),
                                         TOPICS.control])
     admin = transport_factory(broker, "admin", [])
     admin.publish(TOPICS.link(0, 2), b"for agent 2")

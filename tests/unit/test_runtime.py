@@ -96,7 +96,7 @@ class Peer:
         if TOPICS.parse_status(topic) is not None and self.membership is not None:
             for out in self.membership.on_status(Status.decode(payload), self.bus.now()):
                 self.views.append(out.view)
-                self.publish(TOPICS.view, out.view.encode(), retain=True)
+                self.publish(TOPICS.view_of(self.node), out.view.encode(), retain=True)
         link = TOPICS.parse_link(topic)
         frame = decode(payload, expected_sender=link[0], job=job_hash(JOB)) if link else None
         if isinstance(frame, Frame) and frame.kind == Kind.MODEL_PULL:
@@ -121,7 +121,7 @@ def test_the_first_view_waits_for_the_expected_members_then_the_grace() -> None:
     bus = MemoryBus(will_delay=1.0)
     agent = runtime(bus, 0, fleet_size=3, join_grace=5.0, rounds=2)
     assert agent.run() == 0
-    view = View.decode(bus.retained[TOPICS.view][0])
+    view = View.decode(bus.retained[TOPICS.view_of(0)][0])
     assert view.members == [0] and view.from_round == 0 and view.epoch == 1
     assert agent.round == 2 and agent.backend.values.tolist() == [-2.0] * SIZE
     # Alone, 2 of the 3 expected missing: the coordinator published only after the grace.
@@ -160,7 +160,7 @@ def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> 
 def test_a_joiner_pulls_the_fleets_state_before_it_contributes() -> None:
     bus = MemoryBus()
     fleet_view = View(epoch=3, members=[0, 1], arity=2, coordinator=0, from_round=10)
-    bus.publish("fleet", TOPICS.view, fleet_view.encode(), retain=True, force=True)
+    bus.publish("fleet", TOPICS.view_of(0), fleet_view.encode(), retain=True, force=True)
     fleet_state = np.arange(SIZE, dtype=np.float32)
     coordinator = Membership(0, 2, fleet_view)
     coordinator.round_started(10, 0.0)
@@ -181,7 +181,7 @@ def test_a_round_that_fell_back_to_the_own_gradient_resyncs_the_next_round() -> 
     bus = MemoryBus()
     fleet_state = np.full(SIZE, 5.0, np.float32)
     silent_root = Peer(bus, 0, fleet_state, 1)  # never takes part in a round, serves its state
-    bus.publish("fleet", TOPICS.view, View(1, [0, 1], 2, 0, 0).encode(), retain=True, force=True)
+    bus.publish("fleet", TOPICS.view_of(0), View(1, [0, 1], 2, 0, 0).encode(), retain=True, force=True)
     reports: list[RoundReport] = []
     agent = runtime(bus, 1, rounds=2, fleet_size=2)
     agent.on_round = reports.append

@@ -210,3 +210,26 @@ def test_a_report_counts_only_after_the_grace_and_a_refutation_cancels_it() -> N
     assert m.suspected() == {0}
     m.on_status(Status(0, "joining", round=11), 4.1)
     assert not m.suspected()
+
+
+def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -> None:
+    m = Membership(2, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(40, 0.0)
+    # Node 3 (valid credentials, not the coordinator) on its own view topic: two members left.
+    forged = View(1, [2, 3], 2, 3, 41)
+    assert m.offer_view(forged, 3) == "" and m.newest == START  # held back, not taken
+    assert m.offer_view(View(1, [2, 3], 2, 0, 41), 3) == "view_not_its_publishers"
+    assert m.offer_view(View(2**53, [0, 1, 2, 3], 2, 0, 41), 0) == "view_epoch_jump"
+    assert m.newest == START
+    legit = View(1, [0, 1, 2], 2, 0, 42)
+    assert m.offer_view(legit, 0) == "" and m.newest == legit
+    # A view held back is taken once its publisher is the coordinator (the one before is gone).
+    m2 = Membership(2, 2, START)
+    for s in online(0, 1, 2, 3):
+        m2.on_status(s, 0.0)
+    takeover = View(1, [1, 2, 3], 2, 1, 12)
+    assert m2.offer_view(takeover, 1) == "" and m2.newest == START
+    m2.on_status(Status(0, "offline"), 0.1)  # node 0's Will, arriving after the view
+    assert m2.newest == takeover

@@ -18,7 +18,12 @@ def test_default_prefix_and_every_topic() -> None:
     assert TOPICS.links_to(1) == "edgegrove/mnist-7/link/+/1"
     assert TOPICS.status(4) == "edgegrove/mnist-7/status/4"
     assert TOPICS.all_status() == "edgegrove/mnist-7/status/+"
-    assert TOPICS.view == "edgegrove/mnist-7/view"
+    assert TOPICS.view == "edgegrove/mnist-7/view"  # older versions' job-wide view
+    assert TOPICS.view_of(0) == "edgegrove/mnist-7/view/0"
+    assert TOPICS.all_views() == "edgegrove/mnist-7/view/+"
+    assert TOPICS.parse_view("edgegrove/mnist-7/view/12") == 12
+    assert TOPICS.parse_view(TOPICS.view) is None and TOPICS.is_view(TOPICS.view)
+    assert TOPICS.suspect(3) == "edgegrove/mnist-7/suspect/3" and TOPICS.parse_suspect(TOPICS.suspect(3)) == 3
     assert TOPICS.telemetry(2) == "edgegrove/mnist-7/telemetry/2"
     assert TOPICS.all_telemetry() == "edgegrove/mnist-7/telemetry/+"
     assert TOPICS.control == "edgegrove/mnist-7/control"
