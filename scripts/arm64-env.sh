@@ -124,7 +124,10 @@ build_wheel() {
   src=$(mktemp -d)
   cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/agent" "$REPO/dashboard" "$REPO/simulate" "$src/"
   find "$src" -name __pycache__ -prune -exec rm -rf {} +
-  pip_quiet wheel -q --no-deps --no-build-isolation -w "$out" "$src" >&2 || { rm -rf "$src"; die "building the wheel failed"; }
+  # Offline with the host's setuptools (>= 70.1, the dev extra); else pip fetches a build backend.
+  if ! pip_quiet wheel -q --no-deps --no-build-isolation -w "$out" "$src" >/dev/null 2>&1; then
+    pip_quiet wheel -q --no-deps -w "$out" "$src" >&2 || { rm -rf "$src"; die "building the wheel failed"; }
+  fi
   rm -rf "$src"
   ls "$out"/edgegrove-*.whl
 }
