@@ -32,7 +32,9 @@ from simulate.brokers import MosquittoBroker, start_mosquitto
 from simulate.fleet import AgentSpec, Fleet
 from tests.integration.fleet_harness import FAST_AGENT, FleetListener
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Whichever test runs first also builds the aarch64 userland and site (fixture time counts).
+pytestmark = [pytest.mark.integration, pytest.mark.slow,
+              pytest.mark.timeout(INSTALL_TIMEOUT * 2 + 1200)]
 
 JOB = "hetero"
 NODES = 4
@@ -123,7 +125,6 @@ def _logs(tmp_path: Path) -> str:
                      for p in sorted(tmp_path.glob("agent-*.log")))
 
 
-@pytest.mark.timeout(INSTALL_TIMEOUT * 2 + 1200)
 def test_an_aarch64_agent_and_a_litert_agent_train_bit_identical_with_x86_numpy_agents(
     arm64_site: Arm64Site, broker: MosquittoBroker, tmp_path: Path
 ) -> None:
