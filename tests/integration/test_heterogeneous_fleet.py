@@ -198,3 +198,52 @@ def test_bench_agent_reports_the_machine_and_peak_memory_of_an_aarch64_agent(
     assert 20 < result["peak_rss_mb"]["0"] < result["pi_budget_mb"], result
     print(f"\nbench agent with an aarch64 agent: machines {result['machines']}, peak RSS MB "
           f"{result['peak_rss_mb']} (the aarch64 figure is qemu's process, guest included)")
+
+
+APPLY_SCRIPT = """
+import sys
+import numpy as np
+from agent.model.backend import make_backend
+from agent.model.optim import scheduled_lr
+
+data = np.load(sys.argv[1])
+out = {}
+for optimizer in ("adam", "sgd"):
+    for name in ("numpy", "litert"):
+        backend = make_backend(name, np.random.default_rng(11), optimizer)
+        for step, grad in enumerate(data["gradients"]):
+            backend.set_learning_rate(scheduled_lr(0.01, step, len(data["gradients"]), "linear"))
+            backend.apply(grad)
+        out[f"{optimizer}-{name}"] = backend.state()
+np.savez(sys.argv[2], **out)
+"""
+
+
+def test_the_optimizer_steps_give_the_same_bits_on_aarch64_and_x86_for_both_backends(
+    arm64_site: Arm64Site, tmp_path: Path
+) -> None:
+    """The optimizer step alone, 20 steps of Adam and SGD from the same gradients: x86 numpy,
+    x86 LiteRT, aarch64 numpy and aarch64 LiteRT must end with the same state bytes."""
+    rng = np.random.default_rng(5)
+    gradients = (rng.standard_normal((20, 407050)) * rng.uniform(1e-4, 1.0, (20, 1))).astype(np.float32)
+    np.savez(tmp_path / "gradients.npz", gradients=gradients)
+    script = tmp_path / "apply.py"
+    script.write_text(APPLY_SCRIPT)
+    for where, run in (("x86_64", [sys.executable]),
+                       ("aarch64", None)):
+        target = tmp_path / f"{where}.npz"
+        if run is None:
+            done = arm64_site.python(str(script), str(tmp_path / "gradients.npz"), str(target), timeout=600)
+        else:
+            done = subprocess.run([*run, str(script), str(tmp_path / "gradients.npz"), str(target)],
+                                  capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"{where}: {done.stderr[-3000:]}"
+    x86, arm = np.load(tmp_path / "x86_64.npz"), np.load(tmp_path / "aarch64.npz")
+    for optimizer in ("adam", "sgd"):
+        reference = x86[f"{optimizer}-numpy"]
+        assert reference[407050] == 20  # the step count: it ran
+        for label, state in ((f"x86_64 litert {optimizer}", x86[f"{optimizer}-litert"]),
+                             (f"aarch64 numpy {optimizer}", arm[f"{optimizer}-numpy"]),
+                             (f"aarch64 litert {optimizer}", arm[f"{optimizer}-litert"])):
+            differing = int(np.sum(state != reference))
+            assert differing == 0, f"{label}: {differing} values differ from x86_64 numpy"
