@@ -21,6 +21,9 @@ apt_packages=(mosquitto mosquitto-clients)
 # that resolves compose service names, and debootstrap for a base image made here (podman-compose
 # itself comes from PyPI with the dev extra: Debian's 1.0.3 has no `kill` and leaves networks).
 [ $dev = 1 ] && apt_packages+=(podman runc golang-github-containernetworking-plugin-dnsname debootstrap)
+# qemu-user-static: the aarch64 agent of tests/integration/test_heterogeneous_fleet.py
+# (scripts/arm64-env.sh builds its userland into a cache with debootstrap on first use).
+[ $dev = 1 ] && apt_packages+=(qemu-user-static)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

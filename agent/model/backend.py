@@ -7,13 +7,13 @@ agent loads a peer's state and continues byte-identical with it.
 
 from __future__ import annotations
 
-import zlib
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from agent.model import mlp
+from agent.model.flat import check_flat, params_hash
 from agent.model.optim import SGD, Adam, make_optimizer
 
 F32 = npt.NDArray[np.float32]
@@ -50,16 +50,7 @@ class Backend(Protocol):
     def model_hash(self) -> int: ...
 
 
-def params_hash(params: F32) -> int:
-    """Stable 32-bit hash of the parameter bytes (little-endian float32)."""
-    return zlib.crc32(np.ascontiguousarray(params, dtype="<f4").tobytes())
-
-
-def check_flat(flat: npt.ArrayLike, length: int, what: str) -> F32:
-    array = np.asarray(flat, dtype=np.float32)
-    if array.shape != (length,):
-        raise ValueError(f"{what} must be a flat float32 vector of {length}, got {array.shape}")
-    return array
+__all__ = ["BACKENDS", "Backend", "NumpyBackend", "check_flat", "make_backend", "params_hash"]
 
 
 class NumpyBackend:

@@ -83,8 +83,33 @@ class SGD:
         self.velocity = velocity if velocity.size else None
 
 
+def exact_power(base: float, exponent: int) -> float:
+    """``base ** exponent`` by squaring, in float64 multiplications only.
+
+    Not libm's ``pow``: its last bit differs between libm builds (x86_64 and aarch64, FMA or
+    not), and agents on different CPUs must compute the same bias correction to the bit. IEEE
+    multiplication is correctly rounded everywhere, so this is the same number on every machine.
+    """
+    if exponent < 0:
+        raise ValueError("exponent must be >= 0")
+    result, square = 1.0, float(base)
+    while exponent:
+        if exponent & 1:
+            result *= square
+        square *= square
+        exponent >>= 1
+    return result
+
+
+def bias_corrections(b1: float, b2: float, step: int) -> tuple[np.float32, np.float32]:
+    """Adam's (1 - b1**t, 1 - b2**t) for step ``t`` (1-based) as float32, bit-identical on
+    every machine; the LiteRT graph takes them as an input instead of computing POW."""
+    return (np.float32(1.0 - exact_power(b1, step)), np.float32(1.0 - exact_power(b2, step)))
+
+
 class Adam:
-    """Adam (Kingma & Ba) with bias correction, float32 throughout."""
+    """Adam (Kingma & Ba) with bias correction, float32 throughout (the corrections come from
+    ``bias_corrections``: float64 products, rounded once to float32)."""
 
     name = "adam"
 
@@ -105,7 +130,7 @@ class Adam:
             self.init_slots(params.size)
         assert self.m is not None and self.v is not None
         self.steps += 1
-        t = np.float32(self.steps)
+        correction1, correction2 = bias_corrections(self.b1, self.b2, self.steps)
         f32 = np.float32
         # The formula of Kingma & Ba, evaluated in place (same operations in the same order,
         # so the same float32 bits as the LiteRT graph) to spare seven 1.6 MB temporaries.
@@ -116,8 +141,8 @@ class Adam:
         g2 *= f32(1.0 - self.b2)
         v *= f32(self.b2)
         v += g2
-        m_hat = m / (f32(1.0) - f32(self.b1) ** t)
-        v_hat = np.divide(v, f32(1.0) - f32(self.b2) ** t, out=g2)
+        m_hat = m / correction1
+        v_hat = np.divide(v, correction2, out=g2)
         m_hat *= f32(self.lr)
         np.sqrt(v_hat, out=v_hat)
         v_hat += f32(self.eps)

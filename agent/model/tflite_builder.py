@@ -11,7 +11,7 @@ CALL_ONCE of an init subgraph:
 Signatures (one subgraph each):
 
     infer(x) -> logits                    evaluate(x, y) -> loss, logits
-    gradients(x, y) -> loss, gradients    apply(gradients) -> step
+    gradients(x, y) -> loss, gradients    apply(gradients, lr[, bias_corrections]) -> step
     get_weights() -> params               set_weights(params) -> step
     get_state() -> state                  set_state(state) -> step
 
@@ -273,9 +273,9 @@ def _gradient(g: _Graph, x: int, y: int) -> tuple[int, int]:
     return loss, g.concat(grads, "gradients", mlp.PARAM_COUNT)
 
 
-def _apply(g: _Graph, grad: int, lr: int, spec: OptimizerSpec) -> int:
+def _apply(g: _Graph, grad: int, lr: int, spec: OptimizerSpec, bias: int | None = None) -> int:
     """One optimizer step with rate ``lr`` on the variables; returns the new step count.
-    As ``optim``."""
+    As ``optim``; Adam's ``bias`` is the input [1 - b1**t, 1 - b2**t] of this step t."""
     n = [mlp.PARAM_COUNT]
     params = g.read("params", n)
     step = g.binary("ADD", g.read("opt_step", [1]), g.const("one", [1.0]), "step", [1])
@@ -291,12 +291,10 @@ def _apply(g: _Graph, grad: int, lr: int, spec: OptimizerSpec) -> int:
         squared = g.binary("MUL", grad, grad, "grad_squared", n)
         v = g.binary("ADD", g.binary("MUL", c("b2", spec.b2), g.read("opt_slot1", n), "v_decayed", n),
                      g.binary("MUL", c("one_minus_b2", 1.0 - spec.b2), squared, "v_new", n), "v", n)
-        one = c("one_scalar", 1.0)
-        corrections = [
-            g.binary("SUB", one, g.op("POW", [c(f"b{i}", b), step], (f"b{i}_pow", [1], "FLOAT32"),
-                                      g.options("PowOptions")), f"correction{i}", [1])
-            for i, b in ((1, spec.b1), (2, spec.b2))
-        ]
+        # (1 - b1**t, 1 - b2**t) come in from optim.bias_corrections, not from a POW here:
+        # libm's pow differs in the last bit between machines.
+        assert bias is not None
+        corrections = [g.slice(bias, i, 1, f"correction{i + 1}") for i in range(2)]
         m_hat = g.binary("DIV", m, corrections[0], "m_hat", n)
         v_hat = g.binary("DIV", v, corrections[1], "v_hat", n)
         root = g.op("SQRT", [v_hat], ("v_hat_sqrt", n, "FLOAT32"))
@@ -358,7 +356,8 @@ def _signature_graphs(parts: _ModelParts, spec: OptimizerSpec, init_index: int) 
                     g.output("loss", _loss(g, logits, y)[0])
                 g.output("logits", logits)
         elif name == "apply":
-            g.output("step", _apply(g, g.input("gradients", n), g.input("lr", [1]), spec))
+            bias = g.input("bias_corrections", [2]) if spec.name == "adam" else None
+            g.output("step", _apply(g, g.input("gradients", n), g.input("lr", [1]), spec, bias))
         elif name == "get_weights":
             g.output("params", g.read("params", n))
         elif name == "set_weights":

@@ -178,6 +178,9 @@ class Telemetry(_JsonMessage):
     links: dict[str, str] = field(default_factory=dict)
     model_hash: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
+    # The agent's CPU architecture (platform.machine(): "x86_64", "aarch64", ...); optional, ""
+    # from an agent that does not say.
+    machine: str = ""
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
@@ -190,6 +193,8 @@ class Telemetry(_JsonMessage):
             raise ValueError("degraded must be a boolean")
         if not isinstance(self.algorithm, str) or not isinstance(self.model_hash, str):
             raise ValueError("algorithm and model_hash must be strings")
+        if not isinstance(self.machine, str) or len(self.machine) > 64:
+            raise ValueError("machine must be a string of at most 64 characters")
         _check_number("wall_time", self.wall_time)
         _check_number("loss", self.loss, optional=True)
         _check_number("accuracy", self.accuracy, optional=True)

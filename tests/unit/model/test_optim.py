@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from agent.model.optim import SGD, Adam, make_optimizer
+from agent.model.optim import SGD, Adam, bias_corrections, exact_power, make_optimizer
 
 
 def test_sgd_with_momentum_is_heavy_ball() -> None:
@@ -71,3 +71,28 @@ def test_linear_schedule_runs_from_base_to_the_final_fraction() -> None:
     assert scheduled_lr(0.01, 5, 11, "constant") == 0.01
     with pytest.raises(ValueError, match="lr schedule"):
         scheduled_lr(0.01, 5, 11, "cosine")
+
+
+def test_exact_power_is_repeated_multiplication_and_close_to_pow() -> None:
+    assert exact_power(0.9, 0) == 1.0 and exact_power(0.9, 1) == 0.9
+    assert exact_power(0.5, 10) == 2.0**-10  # powers of two are exact
+    for t in (2, 3, 7, 100, 12345):
+        assert exact_power(0.999, t) == pytest.approx(0.999**t, rel=1e-13)
+    with pytest.raises(ValueError):
+        exact_power(0.9, -1)
+
+
+def test_adam_bias_corrections_are_float32_of_float64_products() -> None:
+    c1, c2 = bias_corrections(0.9, 0.999, 3)
+    assert c1.dtype == np.float32 and c2.dtype == np.float32
+    assert c1 == np.float32(1.0 - 0.9 * 0.9 * 0.9)
+    assert c2 == np.float32(1.0 - exact_power(0.999, 3))
+    # Adam uses them: one step from zero slots moves by lr * g / (|g| + eps) exactly as written.
+    opt = Adam(lr=1e-3)
+    g = np.array([0.5, -2.0], np.float32)
+    p1 = opt.step(np.zeros(2, np.float32), g)
+    c1, c2 = bias_corrections(0.9, 0.999, 1)
+    m = np.float32(0.9) * np.float32(0) + np.float32(1 - 0.9) * g
+    v = np.float32(0.999) * np.float32(0) + (g * g) * np.float32(1 - 0.999)
+    expected = -((m / c1) * np.float32(1e-3)) / (np.sqrt(v / c2) + np.float32(1e-7))
+    assert p1.tobytes() == expected.astype(np.float32).tobytes()

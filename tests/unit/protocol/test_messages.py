@@ -28,7 +28,7 @@ EXAMPLES: list[_JsonMessage] = [
               bytes_received=3256400, contributors=7, members=7, reroutes=1, timeouts=1,
               degraded=True, missing_chunks=2, rejected={"bad_crc": 1}, links={"0": "failed",
               "5": "rerouted"}, model_hash="0badf00d",
-              events=[{"kind": "reroute", "peer": 0, "detail": "via 1"}]),
+              events=[{"kind": "reroute", "peer": 0, "detail": "via 1"}], machine="aarch64"),
     Control(action="cut", node=1, peer=3, one_way=True),
     Control(action="loss", node=4, value=0.25),
 ]
@@ -41,6 +41,14 @@ def _fields(message: _JsonMessage) -> dict[str, Any]:
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
 def test_round_trip(message: _JsonMessage) -> None:
     assert type(message).decode(message.encode()) == message
+
+
+def test_telemetry_machine_is_optional_and_round_trips() -> None:
+    old = b'{"node": 1, "round": 2, "epoch": 0, "algorithm": "ft-tree", "wall_time": 1.0}'
+    assert Telemetry.decode(old).machine == ""  # an agent that does not say
+    arm = Telemetry(node=1, round=2, epoch=0, algorithm="ft-tree", wall_time=1.0, machine="aarch64")
+    assert _fields(arm)["machine"] == "aarch64"
+    assert Telemetry.decode(arm.encode()) == arm
 
 
 @settings(max_examples=100)
@@ -100,7 +108,8 @@ WRONG: dict[str, list[tuple[str, Any]]] = {
                   ("phase_seconds", [1]), ("phase_seconds", {"reduce": "fast"}),
                   ("bytes_sent", -5), ("degraded", 1), ("rejected", {"bad_crc": "many"}),
                   ("rejected", []), ("links", {"1": "broken"}), ("links", []),
-                  ("events", {"kind": "x"}), ("events", ["reroute"]), ("model_hash", 7)],
+                  ("events", {"kind": "x"}), ("events", ["reroute"]), ("model_hash", 7),
+                  ("machine", 64), ("machine", "x" * 65)],
     "Control": [("action", "explode"), ("action", None), ("node", -1), ("peer", "3"),
                 ("value", "fast"), ("value", True), ("one_way", "yes")],
 }
