@@ -789,7 +789,7 @@ class AgentCore:
 
 
 def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model_hash: int,
-                  wall_time: float) -> Telemetry:
+                  wall_time: float, machine: str = "") -> Telemetry:
     """The telemetry message of one reported round."""
     result = report.result
     stats = result.stats if result is not None else None
@@ -808,6 +808,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         links={str(k): v for k, v in result.link_states.items()} if result is not None else {},
         model_hash=f"{model_hash:08x}",
         events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
+        machine=machine,
     )
 
 

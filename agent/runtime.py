@@ -9,7 +9,6 @@ Paho's thread never runs any of this: the transport hands messages over a bounde
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -219,8 +218,8 @@ class AgentRuntime:
             self.on_round(report)
         if self.config.telemetry:
             telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
-                                      model_hash=self.backend.model_hash(), wall_time=time.time())
-            telemetry = dataclasses.replace(telemetry, machine=os.uname().machine)
+                                      model_hash=self.backend.model_hash(), wall_time=time.time(),
+                                      machine=os.uname().machine)
             self._publish(self.topics.telemetry(self.core.node), telemetry.encode())
 
     def _evaluate(self) -> float | None:
