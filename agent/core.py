@@ -58,7 +58,7 @@ from agent.protocol.state_transfer import (
 )
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
-from agent.transport.base import RECONNECTED
+from agent.transport.base import DISCONNECTED, RECONNECTED
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
 # rounds ahead means the fleet went on without us.
@@ -241,6 +241,7 @@ class AgentCore:
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
         self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
+        self.connected = True  # to the broker (the transport tells us when it drops)
         self.root_wait_until: float | None = None  # waiting for a view without a dead root
 
     # -- queries ----------------------------------------------------------------------------
@@ -286,6 +287,8 @@ class AgentCore:
         """One message as the broker delivered it (bytes crossing the boundary are checked here)."""
         if topic == RECONNECTED:
             return self.on_reconnect(now)
+        if topic == DISCONNECTED:
+            return self.on_disconnect(now)
         link = self.topics.parse_link(topic)
         if link is not None:
             self.counters.bytes_received += len(payload)
@@ -356,12 +359,20 @@ class AgentCore:
             self.counters.rejected[why] += 1
         return self._advance(now)
 
+    def on_disconnect(self, now: float) -> list[CoreAction]:
+        """The broker is away: the round under way ends by its deadline, and no new round
+        starts until we are back (alone, a node would race through rounds nobody else runs)."""
+        self.connected = False
+        self.notes.append(Note("disconnected", None, "no new round until the broker is back"))
+        return []
+
     def on_reconnect(self, now: float) -> list[CoreAction]:
         """The connection to the broker came back; the broker may have restarted and lost
         every retained status and the view. Say again who we are (the transport's birth
         message is the status of our start), the coordinator republishes its view, and
         nobody decides views or evictions from the partial picture for a while."""
         self.notes.append(Note("reconnected", None, "statuses and view published again"))
+        self.connected = True
         self.membership.hold(now + self.config.reconnect_hold)
         out: list[CoreAction] = []
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
@@ -525,7 +536,7 @@ class AgentCore:
             return out
         if self.node not in view.members:
             return out + self._rejoin()
-        if self._root_is_down(view, now):
+        if self._root_is_down(view, now) or not self.connected:
             return out
         self.current = _RoundInProgress(view=view, started=now)
         self.phase = Phase.COMPUTING

@@ -47,6 +47,7 @@ LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's c
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
+MASS_DOWN_HOLD = 10.0  # s: half the view offline at once is the broker, not crashes: wait
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
 
@@ -96,6 +97,7 @@ class Membership:
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
+        self.mass_down_since: float | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -282,7 +284,7 @@ class Membership:
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
         live = sorted((set(self.newest.members) - gone) | (set(self.live()) - (settling - set(self.newest.members))))
-        if list(self.newest.members) == live:
+        if list(self.newest.members) == live or self._mass_down(gone):
             return []
         if self.newest.from_round > self.round:
             # The last change has not taken effect yet: additions wait for it (a burst of
@@ -295,6 +297,17 @@ class Membership:
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1, self.round + lead)
+
+    def _mass_down(self, gone: set[int]) -> bool:
+        """Half the view gone at once: a broker shutting down publishes every client's Will,
+        and the statuses come back when it does. Hold the view for ``MASS_DOWN_HOLD`` s."""
+        members, down = set(self.newest.members), len(set(self.newest.members) & gone)
+        if down < 2 or down * 2 < len(members):
+            self.mass_down_since = None
+            return False
+        if self.mass_down_since is None:
+            self.mass_down_since = self.now
+        return self.now - self.mass_down_since < MASS_DOWN_HOLD
 
     def _first_view(self) -> list[PublishView]:
         live = self.live()

@@ -18,6 +18,7 @@ class TransportError(Exception):
 # have restarted and lost every retained message). "$" topics are the broker's, and nobody
 # subscribes to this one, so no client can send it to us.
 RECONNECTED = "$edgegrove/reconnected"
+DISCONNECTED = "$edgegrove/disconnected"  # the same, when the connection is lost
 
 
 @dataclass(frozen=True)

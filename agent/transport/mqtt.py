@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
-from agent.transport.base import RECONNECTED, Message, TransportError, Will
+from agent.transport.base import DISCONNECTED, RECONNECTED, Message, TransportError, Will
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -280,6 +280,10 @@ class MqttTransport:
 
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                        properties: Any) -> None:
+        if self._connected.is_set():
+            with self._arrived:  # the runtime stops starting rounds it could not take part in
+                self._queue.append(Message(DISCONNECTED, b"", False))
+                self._arrived.notify()
         self._connected.clear()
         if not self._first_connack.is_set():
             # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
