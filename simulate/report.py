@@ -374,6 +374,7 @@ def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
         "round_time_fault_window_median_s": _median(in_faults),
         "bytes_per_round_median": _median([float(r.bytes_sent) for r in rows]),
         "models_identical_at_end": bool(last and last.distinct_hashes == 1),
+        "last_round_reporters": last.reporters if last else 0,  # identical among these
         "halted": bool(end.get("halted", False)),
         "interrupted": bool(end.get("interrupted", False)),
         "baseline_final_accuracy": (baseline or {}).get("final_accuracy"),
@@ -410,7 +411,8 @@ def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
         f"fault-free rounds: {_fmt(s['round_time_fault_free_median_s'])} s; "
         f"rounds with a fault active: {_fmt(s['round_time_fault_window_median_s'])} s",
         f"- wall time: {_fmt(s['wall_time_s'], '.1f')} s; models identical at the end: "
-        f"{s['models_identical_at_end']}; halted: {s['halted']}; interrupted: {s['interrupted']}",
+        f"{s['models_identical_at_end']} (among the {s.get('last_round_reporters')} agents that "
+        f"reported the last round); halted: {s['halted']}; interrupted: {s['interrupted']}",
         "",
         "## Faults",
         "",

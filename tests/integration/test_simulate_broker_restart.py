@@ -65,12 +65,13 @@ def test_the_broker_is_restarted_on_its_port_and_every_agent_reconnects(restart_
     assert fault["detected"] and "agents [0, 1, 2, 3, 4, 5, 6] reconnected" in fault["evidence"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17, agent side: after a broker restart the agents "
-                   "split into several views and stop reporting rounds (the run halts)")
+@pytest.mark.xfail(strict=True, reason="issue 17, agent side: during the outage agents go on "
+                   "alone (degraded rounds, views of their own); after it the fleet stays split "
+                   "and most agents stop reporting rounds (the run halts)")
 def test_the_fleet_trains_to_its_last_round_with_one_model(restart_run: Run) -> None:
     code, summary, events = restart_run
     assert code == 0 and summary["rounds"] == ROUNDS and not summary["halted"]
-    assert summary["models_identical_at_end"]
+    assert summary["models_identical_at_end"] and summary["last_round_reporters"] == 7
     recovery = broker_recovery(events, _broker(events, "stopped")["t"])
     assert recovery is not None and recovery.reporting == tuple(range(7))
     assert recovery.settled_round is not None and recovery.first_round is not None

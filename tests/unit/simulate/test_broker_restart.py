@@ -116,3 +116,9 @@ def test_the_dashboard_opens_and_closes_an_incident_for_it() -> None:
     state, events = apply_record(state, _fault("heal", 0, "broker-restart", [], 12, 12.2), 12.2)
     assert not state.incidents[0].active
     assert [e.kind for e in events] == ["fault_healed"]
+
+
+def test_the_summary_says_how_many_agents_the_identical_models_are_among() -> None:
+    summary = report.summarize(_restart_log(quiet=frozenset({5, 6})))
+    assert summary["models_identical_at_end"] and summary["last_round_reporters"] == NODES - 2
+    assert "(among the 5 agents that reported the last round)" in report.render_markdown(summary, [])
