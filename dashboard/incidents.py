@@ -37,7 +37,7 @@ _SYMPTOMS = frozenset({"timeout", "nack", "degraded", "link_suspected", "reroute
 @dataclass(frozen=True)
 class Incident:
     id: int
-    kind: str  # link | crash | hang | loss | latency | bandwidth | isolate
+    kind: str  # link | crash | hang | loss | latency | bandwidth | isolate | broker-restart
     targets: tuple[int, ...]
     title: str
     source: IncidentSource

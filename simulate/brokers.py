@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import IO, Any
 
+from agent.transport.base import TransportError
 from agent.transport.mqtt import MqttTransport
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +170,7 @@ class MosquittoBroker:
         self._credentials = credentials
         self._proc: subprocess.Popen[str] | None = None
         self._watcher: _LineWatcher | None = None
-        self._admin: MqttTransport | None = None
+        self._admin: DynsecAdmin | None = None
         self._revoked: set[tuple[int, int]] = set()
         self._acl_base = (workdir / "acl").read_text()
 
@@ -298,7 +299,43 @@ class MosquittoBroker:
         if not self.dynsec:
             raise BrokerError("this mosquitto runs without the dynamic-security plugin: start it "
                               "with dynsec=True to revoke links at the broker")
-        admin = self._admin_client()
+        if self._admin is None:
+            self._admin = DynsecAdmin(self.url, self.admin_credentials, self.prefix, self.ca_file)
+        self._admin.command(command, timeout)
+
+
+class DynsecAdmin:
+    """The ``admin`` user of any mosquitto with the dynamic-security plugin (ours or one the
+    user runs, e.g. ``edgegrove broker``): revokes and restores link topics at run time."""
+
+    def __init__(self, url: str, admin: Credentials, prefix: str,
+                 ca_file: str | None = None) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._creds = admin
+        self._ca_file = ca_file
+        self._client: MqttTransport | None = None
+
+    def revoke_link(self, src: int, dst: int) -> None:
+        self.command({"command": "addRoleACL", "rolename": f"agent-{src}",
+                      "acltype": "publishClientSend", "topic": f"{self.prefix}/link/{src}/{dst}",
+                      "priority": 100, "allow": False})
+
+    def restore_link(self, src: int, dst: int) -> None:
+        self.command({"command": "removeRoleACL", "rolename": f"agent-{src}",
+                      "acltype": "publishClientSend", "topic": f"{self.prefix}/link/{src}/{dst}"})
+
+    def probe(self, timeout: float = 5.0) -> str:
+        """'' when the broker answers dynamic-security commands of this admin, else why not."""
+        try:
+            self.command({"command": "getRole", "rolename": "admin"}, timeout)
+        except (BrokerError, TransportError, OSError) as exc:
+            self.close()
+            return str(exc)
+        return ""
+
+    def command(self, command: dict[str, Any], timeout: float = 5.0) -> None:
+        admin = self._connected()
         correlation = uuid.uuid4().hex
         command = {**command, "correlationData": correlation}
         admin.publish(DYNSEC_TOPIC, json.dumps({"commands": [command]}).encode())
@@ -307,15 +344,19 @@ class MosquittoBroker:
             raise BrokerError(f"dynamic-security refused {command['command']}: "
                               f"{response['error']}")
 
-    def _admin_client(self) -> MqttTransport:
-        if self._admin is None:
-            creds = self.admin_credentials
-            admin = MqttTransport(f"edgegrove-admin-{uuid.uuid4().hex[:8]}", self.url,
-                                  username=creds.username, password=creds.password,
-                                  tls_ca=self.ca_file)
-            admin.connect([f"{DYNSEC_TOPIC}/response"])
-            self._admin = admin
-        return self._admin
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _connected(self) -> MqttTransport:
+        if self._client is None:
+            client = MqttTransport(f"edgegrove-admin-{uuid.uuid4().hex[:8]}", self.url,
+                                   username=self._creds.username, password=self._creds.password,
+                                   tls_ca=self._ca_file)
+            client.connect([f"{DYNSEC_TOPIC}/response"])
+            self._client = client
+        return self._client
 
     @staticmethod
     def _await_response(admin: MqttTransport, correlation: str, timeout: float) -> dict[str, Any]:
@@ -333,12 +374,15 @@ class MosquittoBroker:
 def start_mosquitto(
     workdir: str | Path, *, job: str, nodes: int | Iterable[int], port: int | None = None,
     dynsec: bool = True, tls: bool = False, bind: str = "127.0.0.1", prefix: str = "",
+    persistence: bool = True,
 ) -> MosquittoBroker:
     """Render broker-config/ into ``workdir``, start mosquitto, return once it is running.
 
     ``nodes`` is a count (ids 0..n-1) or the ids. ``port=None`` picks a free one (and another
     if that was taken meanwhile). ``tls=True`` creates a throw-away CA and server certificate
     with openssl (``broker.ca_file``); TLS with dynsec is not offered by the templates.
+    ``persistence`` (on, as in the templates) keeps retained statuses and the view in
+    ``workdir/mosquitto.db`` across ``restart()``; off, a restart forgets them.
     """
     if tls and dynsec:
         raise BrokerError("the templates offer TLS with passwd/acl files (dynsec=False) or "
@@ -356,6 +400,7 @@ def start_mosquitto(
                                                   bind=bind, port=chosen)
         conf = workdir / ("mosquitto-dynsec.conf" if dynsec else
                           "mosquitto-tls.conf" if tls else "mosquitto.conf")
+        set_persistence(conf, persistence)
         host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind
         broker = MosquittoBroker(workdir, conf, chosen, host, creds, dynsec, tls)
         try:
@@ -367,6 +412,16 @@ def start_mosquitto(
                 raise
     assert last_error is not None
     raise last_error
+
+
+def set_persistence(conf: Path, on: bool) -> None:
+    """Turn the rendered config's ``persistence`` line on or off."""
+    lines = conf.read_text().splitlines()
+    if not any(line.startswith("persistence ") for line in lines):
+        raise BrokerError(f"{conf} has no `persistence` line: is it from broker-config/?")
+    value = "true" if on else "false"
+    conf.write_text("\n".join(f"persistence {value}" if line.startswith("persistence ") else line
+                              for line in lines) + "\n")
 
 
 def make_test_certificates(certs_dir: Path, host: str = "127.0.0.1") -> Path:
@@ -452,7 +507,7 @@ def start_embedded(port: int | None = None, host: str = "127.0.0.1",
 
 
 __all__ = [
-    "BrokerError", "Credentials", "EmbeddedBroker", "MosquittoBroker",
+    "BrokerError", "Credentials", "DynsecAdmin", "EmbeddedBroker", "MosquittoBroker",
     "broker_config_dir", "free_port", "make_test_certificates", "mosquitto_available",
-    "start_embedded", "start_mosquitto",
+    "set_persistence", "start_embedded", "start_mosquitto",
 ]

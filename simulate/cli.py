@@ -31,8 +31,10 @@ from agent.validate import UsageError, one_line
 from simulate.fleet import AgentSpec, Fleet
 from simulate.injector import (
     Injector,
+    LinkRevoker,
     NetNamespace,
     Plan,
+    Restartable,
     isolated_nodes,
     plan_mechanisms,
     proxied_nodes,
@@ -40,7 +42,7 @@ from simulate.injector import (
 from simulate.proxy import TcpProxy
 from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
 from simulate.telemetry import Collector, EventLog, FleetWatch
-from simulate.validate import check_args, check_credentials
+from simulate.validate import check_args, check_credentials, choose_job
 
 if TYPE_CHECKING:
     from dashboard.server import DashboardHandle
@@ -64,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mosquitto, embedded, or mqtt://HOST:PORT of a running broker")
     parser.add_argument("--credentials", type=Path, default=None,
                         help="with --broker mqtt://...: credentials.json from broker-config/make-credentials")
+    parser.add_argument("--job", default=None,
+                        help="job name (topics edgegrove/JOB); default: the job of --credentials, "
+                             "else a new sim-<timestamp> name")
+    parser.add_argument("--no-persistence", action="store_true",
+                        help="the simulator's own mosquitto without persistence (a broker restart "
+                             "then forgets the retained statuses and view)")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<timestamp>)")
     parser.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8080,
@@ -113,6 +121,21 @@ def check_broker_choice(choice: str) -> str:
     raise ScenarioError(f"--broker {choice!r}: use auto, mosquitto, embedded or mqtt://HOST:PORT")
 
 
+def fresh_job_name() -> str:
+    return f"sim-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class BrokerSetup:
+    """The broker a run talks to, and what the simulator may do to it."""
+
+    url: str
+    credentials: Path | None  # credentials.json for the agents (None: no authentication)
+    admin: tuple[str, str] | None  # user name and password with rights on the whole job
+    revoker: LinkRevoker | None = None  # cuts links at the broker
+    restartable: Restartable | None = None  # the simulator's own broker
+
+
 @dataclass
 class FaultSlot:
     index: int
@@ -136,9 +159,10 @@ class Simulation:
     stall_timeout: float = 90.0
     stop_event: threading.Event = field(default_factory=threading.Event)
     job: str = ""
+    persistence: bool = True
 
     def __post_init__(self) -> None:
-        self.job = self.job or f"sim-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        self.job = self.job or fresh_job_name()
         self.topics = Topics(self.job)
         self.watch = FleetWatch()
         self.log: EventLog | None = None
@@ -185,9 +209,10 @@ class Simulation:
     def _start(self, stack: ExitStack) -> None:
         assert self.log is not None
         scenario = self.scenario
-        broker, url, creds_file, admin = self._start_broker(stack)
-        can_revoke = bool(getattr(broker, "dynsec", False))
-        plans = plan_mechanisms(scenario.faults, can_revoke)
+        broker = self._start_broker(stack)
+        url, creds_file, admin = broker.url, broker.credentials, broker.admin
+        plans = plan_mechanisms(scenario.faults, broker.revoker is not None,
+                                broker.restartable is not None)
         self.slots = [FaultSlot(i, f, p) for i, (f, p) in enumerate(zip(scenario.faults, plans, strict=True))]
         for slot in self.slots:
             self.log.add("fault", action="plan", index=slot.index, kind=slot.fault.kind,
@@ -208,11 +233,12 @@ class Simulation:
         self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces),
                            on_event=lambda kind, data: log.add("process", event=kind, **data))
         self.injector = Injector(self.fleet, self.collector.publish_control, self.log.add,
-                                 broker if can_revoke else None, proxies, namespaces)
+                                 broker.revoker, proxies, namespaces, broker.restartable)
+        stack.callback(self.injector.close)  # before the broker stops: no start after its stop
         self.fleet.start_all()
         self._await_ready()
 
-    def _start_broker(self, stack: ExitStack) -> tuple[Any, str, Path | None, tuple[str, str] | None]:
+    def _start_broker(self, stack: ExitStack) -> BrokerSetup:
         from simulate import brokers
 
         choice = self.broker_choice
@@ -224,22 +250,41 @@ class Simulation:
         assert self.log is not None
         if choice == "mosquitto":
             mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
-                                           nodes=self.scenario.fleet.nodes, dynsec=True)
+                                           nodes=self.scenario.fleet.nodes, dynsec=True,
+                                           persistence=self.persistence)
             stack.callback(mosq.stop)
             creds = mosq.admin_credentials
-            self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid)
-            return mosq, mosq.url, mosq.credentials_path, (creds.username, creds.password)
+            self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid,
+                         persistence=self.persistence)
+            return BrokerSetup(mosq.url, mosq.credentials_path, (creds.username, creds.password),
+                               revoker=mosq, restartable=mosq)
         if choice == "embedded":
             embedded = brokers.start_embedded(log_path=self.run_dir / "broker.log")
             stack.callback(embedded.stop)
             self.log.add("broker", kind="embedded", url=embedded.url, pid=embedded.pid)
-            return embedded, embedded.url, None, None
-        admin: tuple[str, str] | None = None
-        if self.credentials is not None:
-            table = json.loads(self.credentials.read_text())
-            admin = (table["admin"]["username"], table["admin"]["password"])
-        self.log.add("broker", kind="external", url=choice)
-        return None, choice, self.credentials, admin
+            return BrokerSetup(embedded.url, None, None)
+        return self._external_broker(stack, choice)
+
+    def _external_broker(self, stack: ExitStack, url: str) -> BrokerSetup:
+        """A broker the user runs: with credentials, its dynamic security (if it answers the
+        admin) cuts links; else the agents drop frames themselves."""
+        from simulate import brokers
+
+        assert self.log is not None
+        self.log.add("broker", kind="external", url=url)
+        if self.credentials is None:
+            return BrokerSetup(url, None, None)
+        table = json.loads(self.credentials.read_text())
+        admin = brokers.Credentials(table["admin"]["username"], table["admin"]["password"])
+        dynsec = brokers.DynsecAdmin(url, admin, self.topics.prefix)
+        problem = dynsec.probe()
+        if problem:
+            _say(f"simulate: the broker's dynamic security does not answer the admin ({problem}); "
+                 "link cuts become agent-side drops")
+            return BrokerSetup(url, self.credentials, (admin.username, admin.password))
+        stack.callback(dynsec.close)
+        _say("simulate: link cuts through the broker's dynamic security (admin of --credentials)")
+        return BrokerSetup(url, self.credentials, (admin.username, admin.password), revoker=dynsec)
 
     def _start_network(self, stack: ExitStack, url: str, plans: list[Plan]
                        ) -> tuple[dict[int, TcpProxy], dict[int, NetNamespace]]:
@@ -387,6 +432,10 @@ class Simulation:
                     self._apply(slot, fleet_round)
             if slot.state == "armed" and slot.fire_at is not None and now >= slot.fire_at:
                 self._apply(slot, fleet_round)
+            if slot.state == "active" and self.injector.finished(fault):
+                slot.state = "done"
+                self.log.add("fault", action="heal", index=slot.index, kind=fault.kind, round=fleet_round)
+                _say(f"simulate: round {fleet_round}: fault {slot.index} is over ({fault.describe()})")
             end = fault.end_round
             if slot.state == "active" and end is not None and fleet_round >= end:
                 self.injector.undo(fault, slot.plan)
@@ -492,13 +541,16 @@ def run(args: argparse.Namespace) -> int:
             scenario = scenario.model_copy(update={"agent": merged})
         check_broker_choice(args.broker)
         check_credentials(args.credentials, scenario.fleet.nodes)
+        job = choose_job(args.job, args.credentials, fresh_job_name())
     except (ScenarioError, UsageError) as exc:
         print(f"edgegrove simulate: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    _say(job.line())
     out = args.out or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
                      args.dashboard_port, args.dashboard_host, args.baseline == "auto",
-                     args.ready_timeout, args.stall_timeout)
+                     args.ready_timeout, args.stall_timeout, job=job.job,
+                     persistence=not args.no_persistence)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")

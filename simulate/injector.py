@@ -11,6 +11,8 @@
 | crash     | SIGKILL; respawned with the same checkpoint dir at restart_round           |
 | hang      | SIGSTOP; SIGCONT at resume_round                                           |
 | isolate   | iptables DROP inside the agent's network namespace (root only)            |
+| broker-   | the simulator's own mosquitto is stopped (by handle) and started again on  |
+| restart   | the same port ``outage`` seconds later, in the background                  |
 
 ``plan_mechanisms`` decides up front how each fault will be done (and which must be skipped,
 with the reason), so the run starts the proxies and namespaces it needs.
@@ -32,6 +34,7 @@ from simulate.fleet import Fleet
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
     BandwidthFault,
+    BrokerRestartFault,
     CrashFault,
     FlapFault,
     HangFault,
@@ -45,6 +48,15 @@ from simulate.scenario import (
 class LinkRevoker(Protocol):
     def revoke_link(self, src: int, dst: int) -> None: ...
     def restore_link(self, src: int, dst: int) -> None: ...
+
+
+class Restartable(Protocol):
+    """The simulator's own broker: stopped and started again on the same port."""
+
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+    @property
+    def pid(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,8 @@ def netns_supported() -> str:
     return ""
 
 
-def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool) -> list[Plan]:
+def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,
+                    broker_restartable: bool = False) -> list[Plan]:
     plans = []
     netns_problem = netns_supported()
     for fault in faults:
@@ -89,6 +102,10 @@ def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool) -> list[Plan
             plans.append(Plan("sigstop"))
         elif isinstance(fault, IsolateFault):
             plans.append(Plan("netns-iptables", netns_problem))
+        elif isinstance(fault, BrokerRestartFault):
+            plans.append(Plan("stop-start", "" if broker_restartable else
+                              "only the simulator's own mosquitto can be restarted (--broker "
+                              "auto or mosquitto, with mosquitto installed)"))
         else:
             plans.append(Plan("unknown", f"no injector for {type(fault).__name__}"))
     return plans
@@ -171,13 +188,17 @@ class Injector:
     def __init__(self, fleet: Fleet, publish_control: Callable[[Control], None],
                  record: Callable[..., Any], broker: LinkRevoker | None = None,
                  proxies: dict[int, TcpProxy] | None = None,
-                 namespaces: dict[int, NetNamespace] | None = None) -> None:
+                 namespaces: dict[int, NetNamespace] | None = None,
+                 restartable: Restartable | None = None) -> None:
         self.fleet = fleet
         self.publish_control = publish_control
         self.record = record
         self.broker = broker
         self.proxies = proxies or {}
         self.namespaces = namespaces or {}
+        self.restartable = restartable
+        self._closing = threading.Event()
+        self._background: dict[int, tuple[threading.Thread, threading.Event]] = {}
 
     def inject(self, fault: Any, plan: Plan) -> None:
         self._act(fault, plan, undo=False)
@@ -217,6 +238,9 @@ class Injector:
                 ns.heal()
             else:
                 ns.isolate()
+        elif isinstance(fault, BrokerRestartFault):
+            if not undo:
+                self._restart_broker(fault)
         else:
             raise ValueError(f"no injector for {type(fault).__name__}")
 
@@ -232,6 +256,48 @@ class Injector:
                 proxy.drop_connections()
 
         threading.Thread(target=flap, name=f"flap-{fault.node}", daemon=True).start()
+
+    def _restart_broker(self, fault: BrokerRestartFault) -> None:
+        """Stop the broker now; start it again on the same port after the outage, in the
+        background (``finished`` tells when it is back; ``close`` cancels a pending start)."""
+        broker = self.restartable
+        if broker is None:
+            raise RuntimeError("no broker of the simulator's own to restart")
+        pid = broker.pid
+        broker.stop()
+        self.record("broker", event="stopped", pid=pid, outage_s=fault.outage)
+        done = threading.Event()
+
+        def back_up() -> None:
+            try:
+                if not self._closing.wait(fault.outage):
+                    self._start_again(broker)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=back_up, name="broker-restart", daemon=True)
+        self._background[id(fault)] = (thread, done)
+        thread.start()
+
+    def _start_again(self, broker: Restartable) -> None:
+        try:
+            broker.start()
+        except (OSError, RuntimeError) as exc:
+            self.record("broker", event="restart_failed", error=str(exc))
+            return
+        self.record("broker", event="started", pid=broker.pid)
+
+    def finished(self, fault: Any) -> bool:
+        """A fault that ends by itself in the background (a broker restart) is over."""
+        entry = self._background.get(id(fault))
+        return entry is not None and entry[1].is_set()
+
+    def close(self) -> None:
+        """Cancel what is still pending in the background and wait for it (a broker that is
+        being started is started, so that whoever stops it next finds it)."""
+        self._closing.set()
+        for thread, _ in self._background.values():
+            thread.join(30.0)
 
     def _link(self, fault: LinkFault, mechanism: str, undo: bool) -> None:
         a, b = fault.nodes

@@ -21,6 +21,9 @@ simulator knows it did:
             round while the loss is on
   latency / bandwidth  timeouts/reroutes/events naming the node, or the median allreduce time
             of the fault's rounds at least 1.5x the median before it
+  broker-restart  the agents reconnected: telemetry from them after the broker is back (a
+            retained status may be replayed by a persistent broker, telemetry never is); the
+            evidence says how many, and when the fleet had one view and one model again
 """
 
 from __future__ import annotations
@@ -185,6 +188,8 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
             if why:
                 return True, f"round {rec['round']}: {why}"
         return False, "no end of the link reported it"
+    if fault.kind == "broker-restart":
+        return _broker_restart(fault, records)
     node = targets[0] if targets else -1
     if fault.kind == "crash":
         return _will_of_the_killed(fault, node, records)
@@ -215,6 +220,71 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
     if fault.kind in ("latency", "bandwidth"):
         return _slowdown(fault, records)
     return False, "no sign of it in telemetry or status"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How the fleet came back after a broker restart (from the event log alone)."""
+
+    back_t: float  # when the broker was started again
+    reconnected: tuple[int, ...]  # nodes that published a status or telemetry after that
+    reporting: tuple[int, ...]  # nodes with telemetry after that
+    first_round: int | None  # first round reported after the restart
+    settled_round: int | None  # first round since with all nodes, one hash, one view
+    views: tuple[tuple[int, int], ...]  # (epoch, coordinator) of views published after it
+
+
+def broker_recovery(records: Sequence[Record], t0: float) -> Recovery | None:
+    """None when the broker did not come back after ``t0``."""
+    back = next((r for r in records if r.get("type") == "broker" and r.get("event") == "started"
+                 and r["t"] >= t0), None)
+    if back is None:
+        return None
+    tb = float(back["t"])
+    after = [r for r in records if r.get("type") == "telemetry" and r["t"] >= tb]
+    reporting = {int(r["node"]) for r in after}
+    # A status the agent published after the restart (its birth); Wills say "offline".
+    born = {int(r["node"]) for r in records if r.get("type") == "status" and r["t"] >= tb
+            and r.get("state") != "offline"}
+    first = min((int(r["round"]) for r in after), default=None)
+    views = tuple(dict.fromkeys((int(r.get("epoch", -1)), int(r.get("coordinator", -1)))
+                                for r in records if r.get("type") == "view" and r["t"] >= tb))
+    fleet = len({int(r["node"]) for r in records if r.get("type") == "telemetry"})
+    return Recovery(tb, tuple(sorted(reporting | born)), tuple(sorted(reporting)), first,
+                    _settled_round(after, fleet), views)
+
+
+def _settled_round(after: Sequence[Record], nodes: int) -> int | None:
+    """The first round (of those reported after the restart) whose every report came from
+    all ``nodes`` with one model hash, one view epoch and every node a member."""
+    for row in rounds_table(after):
+        tels = [r for r in after if int(r["round"]) == row.round]
+        one_view = len({r.get("epoch") for r in tels}) == 1
+        everyone = all(int(r.get("members", 0)) >= nodes for r in tels)
+        if row.reporters >= nodes and row.distinct_hashes == 1 and one_view and everyone:
+            return row.round
+    return None
+
+
+def _broker_restart(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
+    rec = broker_recovery(records, fault.injected_t or 0.0)
+    if rec is None:
+        return False, "the broker did not come back (no start after the stop)"
+    if not rec.reconnected:
+        return False, f"broker back at t={rec.back_t:.2f}s, but no agent reconnected"
+    views = ", ".join(f"epoch {e} coord {c}" for e, c in rec.views) or "none"
+    return True, (f"broker back at t={rec.back_t:.2f}s; agents {list(rec.reconnected)} "
+                  f"reconnected; {_training_after(rec)}; views since: {views}")
+
+
+def _training_after(rec: Recovery) -> str:
+    if not rec.reporting:
+        return "no agent reported a round after it (the fleet stopped training)"
+    text = f"agents {list(rec.reporting)} reported rounds after it (from round {rec.first_round})"
+    if rec.settled_round is None:
+        return text + "; the fleet never again had one model and one view"
+    return (text + f"; one model and one view again from round {rec.settled_round} "
+            f"({rec.settled_round - (rec.first_round or 0)} rounds after)")
 
 
 def _process_window(node: int, t: float, records: Sequence[Record]) -> tuple[int | None, float, float]:
@@ -304,6 +374,7 @@ def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
         "round_time_fault_window_median_s": _median(in_faults),
         "bytes_per_round_median": _median([float(r.bytes_sent) for r in rows]),
         "models_identical_at_end": bool(last and last.distinct_hashes == 1),
+        "last_round_reporters": last.reporters if last else 0,  # identical among these
         "halted": bool(end.get("halted", False)),
         "interrupted": bool(end.get("interrupted", False)),
         "baseline_final_accuracy": (baseline or {}).get("final_accuracy"),
@@ -340,7 +411,8 @@ def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
         f"fault-free rounds: {_fmt(s['round_time_fault_free_median_s'])} s; "
         f"rounds with a fault active: {_fmt(s['round_time_fault_window_median_s'])} s",
         f"- wall time: {_fmt(s['wall_time_s'], '.1f')} s; models identical at the end: "
-        f"{s['models_identical_at_end']}; halted: {s['halted']}; interrupted: {s['interrupted']}",
+        f"{s['models_identical_at_end']} (among the {s.get('last_round_reporters')} agents that "
+        f"reported the last round); halted: {s['halted']}; interrupted: {s['interrupted']}",
         "",
         "## Faults",
         "",

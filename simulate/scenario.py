@@ -22,9 +22,13 @@ Example::
 
     [[faults]]
     kind = "link"                # link | loss | latency | bandwidth | flap | crash | hang | isolate
+                                 # | broker-restart
     nodes = [1, 3]               # the link's two ends
     at_round = 5
     heal_round = 10
+
+A ``broker-restart`` (``outage = 5.0`` seconds) names no node and no end round: it is over
+when the broker is back. Only the simulator's own mosquitto can be restarted.
 """
 
 from __future__ import annotations
@@ -195,12 +199,32 @@ class IsolateFault(_NodeFault):
         return f"node {self.node} isolated (netns + iptables)"
 
 
+class BrokerRestartFault(_Fault):
+    """Stop the simulator's own mosquitto and start it again on the same port ``outage``
+    seconds later (same config, same credentials; its persistence file, if on, is kept)."""
+
+    kind: Literal["broker-restart"]
+    outage: float = Field(5.0, gt=0.0, le=600.0, description="seconds the broker stays down")
+
+    @property
+    def end_round(self) -> int | None:
+        return None  # it ends when the broker is back, whatever round that is
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return ()
+
+    def describe(self) -> str:
+        return f"broker restarted ({self.outage:g} s outage)"
+
+
 Fault = Annotated[
     LinkFault | LossFault | LatencyFault | BandwidthFault | FlapFault | CrashFault | HangFault
-    | IsolateFault,
+    | IsolateFault | BrokerRestartFault,
     Field(discriminator="kind"),
 ]
-FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "flap", "crash", "hang", "isolate")
+FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "flap", "crash", "hang", "isolate",
+               "broker-restart")
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 

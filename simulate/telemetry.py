@@ -150,6 +150,8 @@ class Collector:
             self.client.tls_set()
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
+        # Back soon after a broker restart (paho's default back-off grows to 120 s).
+        self.client.reconnect_delay_set(min_delay=1, max_delay=2)
 
     def start(self, timeout: float = 20.0) -> None:
         self.client.connect(self.address.host, self.address.port, keepalive=30)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.protocol.topics import validate_job
 from agent.validate import (
     UsageError,
     broker_url,
@@ -26,6 +28,9 @@ def check_args(args: argparse.Namespace) -> None:
     """Every value of the command line that the scenario does not check itself."""
     _fleet(args.nodes, args.rounds)
     _broker(args.broker, args.credentials)
+    if getattr(args, "no_persistence", False) and args.broker not in ("auto", "mosquitto"):
+        raise UsageError(f"--no-persistence is for the simulator's own mosquitto, not --broker "
+                         f"{args.broker}: drop it")
     _flag("--out", output_dir, args.out or Path("runs"))  # the default: runs/<time> here
     if not args.no_dashboard:
         _flag("--dashboard-port", port, str(args.dashboard_port))
@@ -99,3 +104,53 @@ def check_credentials(path: Path | None, nodes: int) -> None:
     if missing:
         raise UsageError(f"--credentials {path} has no entry for agent {missing[0]}: generate it "
                          f"with broker-config/make-credentials --nodes {nodes}")
+
+
+@dataclass(frozen=True)
+class JobChoice:
+    job: str
+    why: str  # e.g. "from --credentials creds.json"
+
+    def line(self) -> str:
+        return f"simulate: job {self.job} ({self.why})"
+
+
+def choose_job(job: str | None, credentials: Path | None, fresh: str) -> JobChoice:
+    """The job to run: the credentials' own (their ACL allows no other), else ``--job``,
+    else ``fresh`` (a new name). ``--job`` that contradicts the credentials is a UsageError."""
+    if job is not None:
+        _flag("--job", _job_name, job)
+    own = _credentials_job(credentials) if credentials is not None else None
+    if own is not None and job is not None and job != own:
+        raise UsageError(f"--job {job} does not match the job of --credentials {credentials} "
+                         f"({own}): its ACL allows only edgegrove/{own}/...: drop --job or "
+                         f"give --job {own}")
+    if own is not None:
+        return JobChoice(own, f"from --credentials {credentials}")
+    if job is not None:
+        return JobChoice(job, "from --job")
+    return JobChoice(fresh, "a new name for this run; --job or --credentials choose one")
+
+
+def _job_name(text: str) -> str:
+    try:
+        return validate_job(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _credentials_job(path: Path) -> str | None:
+    """The job a credentials.json was made for (None: an old file without one)."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--credentials {path} cannot be read: {exc}") from None
+    job = table.get("job") if isinstance(table, dict) else None
+    if job is None:
+        return None
+    _flag(f"--credentials {path}: job", _job_name, job if isinstance(job, str) else repr(job))
+    prefix = table.get("prefix", f"edgegrove/{job}")
+    if prefix != f"edgegrove/{job}":
+        raise UsageError(f"--credentials {path} uses the topic prefix {prefix!r}; agents use "
+                         f"edgegrove/<job>: make credentials without --prefix")
+    return str(job)

@@ -9,7 +9,7 @@ const COLORS = {
 // One colour per fault kind: its window's shading on the charts, its incident, its marks.
 const FAULT_COLORS = {
   link: "#d63b3b", crash: "#b42318", hang: "#e46a17", loss: "#e0a100", latency: "#7b4fd6",
-  bandwidth: "#7b4fd6", isolate: "#6b7280",
+  bandwidth: "#7b4fd6", isolate: "#6b7280", "broker-restart": "#1f2937",
 };
 const MARK_COLORS = { ...FAULT_COLORS, rejoin: "#13a3b5", view_change: "#3a7bd5" };
 const EVENT_BADGE = {

@@ -1,0 +1,78 @@
+"""Issue 17: a scenario restarts the simulator's own mosquitto (outage 5 s) mid-run, with and
+without persistence. What the simulator does is asserted as it stands: the broker is stopped
+and started again on the same port, every agent reconnects, the report says so. Whether the
+fleet then trains to its last round with one view and one model is the agents' part of the
+issue; that test is marked xfail until it holds (strict: it fails once it passes, so that the
+marker goes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from simulate.report import broker_recovery
+from tests.integration.simulate_helpers import FAST, pid_alive, read_events, run_simulate
+
+pytestmark = pytest.mark.integration
+
+ROUNDS, AT_ROUND, OUTAGE = 30, 10, 5.0
+SCENARIO = f"""name = "broker-restart-5s"
+[fleet]
+nodes = 7
+rounds = {ROUNDS}
+[agent]
+eval_every = 0
+[[faults]]
+kind = "broker-restart"
+at_round = {AT_ROUND}
+outage = {OUTAGE}
+"""
+
+Run = tuple[int, dict[str, Any], list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["persistence", "no-persistence"])
+def restart_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp = tmp_path_factory.mktemp("broker-restart")
+    scenario = tmp / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    flags = [] if request.param else ["--no-persistence"]
+    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out",
+                        str(tmp / "run"), "--json", *flags, *FAST)
+    assert done.stdout, done.stderr[-3000:]
+    return done.returncode, json.loads(done.stdout), read_events(tmp / "run")
+
+
+def _broker(events: list[dict[str, Any]], event: str) -> dict[str, Any]:
+    found = [e for e in events if e["type"] == "broker" and e.get("event") == event]
+    assert len(found) == 1, f"broker {event}: {found}"
+    return found[0]
+
+
+def test_the_broker_is_restarted_on_its_port_and_every_agent_reconnects(restart_run: Run) -> None:
+    _, summary, events = restart_run
+    (fault,) = summary["faults"]
+    assert fault["kind"] == "broker-restart" and fault["status"] == "injected"
+    assert fault["at_round"] >= AT_ROUND and fault["end_round"] is not None
+    stopped, started = _broker(events, "stopped"), _broker(events, "started")
+    assert started["t"] - stopped["t"] >= OUTAGE and started["pid"] != stopped["pid"]
+    assert not pid_alive(stopped["pid"]) and not pid_alive(started["pid"])
+    born = {e["node"] for e in events if e["type"] == "status" and e["t"] > started["t"]
+            and e["state"] != "offline"}
+    assert born == set(range(7)), f"agents that re-published their status: {sorted(born)}"
+    assert fault["detected"] and "agents [0, 1, 2, 3, 4, 5, 6] reconnected" in fault["evidence"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 17, agent side: during the outage agents go on "
+                   "alone (degraded rounds, views of their own); after it the fleet stays split "
+                   "and most agents stop reporting rounds (the run halts)")
+def test_the_fleet_trains_to_its_last_round_with_one_model(restart_run: Run) -> None:
+    code, summary, events = restart_run
+    assert code == 0 and summary["rounds"] == ROUNDS and not summary["halted"]
+    assert summary["models_identical_at_end"] and summary["last_round_reporters"] == 7
+    recovery = broker_recovery(events, _broker(events, "stopped")["t"])
+    assert recovery is not None and recovery.reporting == tuple(range(7))
+    assert recovery.settled_round is not None and recovery.first_round is not None
+    assert recovery.settled_round - recovery.first_round <= 5
