@@ -363,6 +363,9 @@ class AgentCore:
         """The broker is away: the round under way ends by its deadline, and no new round
         starts until we are back (alone, a node would race through rounds nobody else runs)."""
         self.connected = False
+        # The broker may have published everybody's Will as it went down: none of that is
+        # news about the peers until it is back and they could say otherwise.
+        self.membership.hold_until = float("inf")
         self.notes.append(Note("disconnected", None, "no new round until the broker is back"))
         return []
 
@@ -373,7 +376,7 @@ class AgentCore:
         nobody decides views or evictions from the partial picture for a while."""
         self.notes.append(Note("reconnected", None, "statuses and view published again"))
         self.connected = True
-        self.membership.hold(now + self.config.reconnect_hold)
+        self.membership.hold_until = now + self.config.reconnect_hold
         out: list[CoreAction] = []
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
@@ -536,7 +539,7 @@ class AgentCore:
             return out
         if self.node not in view.members:
             return out + self._rejoin()
-        if self._root_is_down(view, now) or not self.connected:
+        if self._root_is_down(view, now) or not self.connected or self._mostly_down(view):
             return out
         self.current = _RoundInProgress(view=view, started=now)
         self.phase = Phase.COMPUTING
@@ -569,6 +572,12 @@ class AgentCore:
         self.joining = True
         self.phase = Phase.JOINING
         return [PublishStatus(self.status("joining"))]
+
+    def _mostly_down(self, view: View) -> bool:
+        """Most of the view down at once (a broker that went away published every Will):
+        alone we would race through rounds nobody else runs. Wait for the view to change."""
+        up = [m for m in view.members if m == self.node or not self.membership.is_down(m)]
+        return len(view.members) > 2 and len(up) * 2 <= len(view.members)
 
     def _root_is_down(self, view: View, now: float) -> bool:
         """No round of a tree whose root is offline or silent can finish: wait (bounded) for

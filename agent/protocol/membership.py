@@ -48,6 +48,7 @@ SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many aft
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
 MASS_DOWN_HOLD = 10.0  # s: half the view offline at once is the broker, not crashes: wait
+OFFLINE_SETTLE = 1.0  # s: a Will is acted on in views after this (a broker going down sends all)
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
 
@@ -95,6 +96,7 @@ class Membership:
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
+        self.offline_at: dict[int, float] = {}  # node -> when its offline status came
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
         self.mass_down_since: float | None = None
@@ -108,6 +110,7 @@ class Membership:
         self.incarnations[status.node] = status.incarnation
         if status.state == "offline":
             self.went_down[status.node] = self.round
+            self.offline_at[status.node] = now
         self.states[status.node] = status.state
         if status.node != self.node and (status.state != "online"
                                          or status.round + SUSPICION_ROUNDS >= self.round):
@@ -219,6 +222,10 @@ class Membership:
                  for _, t in by.values() if t + self.grace > self.now]
         if self.hold_until > self.now:
             times.append(self.hold_until)
+        times += [t + OFFLINE_SETTLE for n, t in self.offline_at.items()
+                  if self.states.get(n) == "offline" and t + OFFLINE_SETTLE > self.now]
+        if self.mass_down_since is not None and self.mass_down_since + MASS_DOWN_HOLD > self.now:
+            times.append(self.mass_down_since + MASS_DOWN_HOLD)
         return min(times) if times else None
 
     def _witnessed(self, now: float) -> set[int]:
@@ -279,7 +286,10 @@ class Membership:
             return self._first_view()
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
         # offline or enough witnesses remove a member, only online/joining adds one.
-        gone = {n for n, s in self.states.items() if s not in LIVE_STATES} | self.suspected()
+        # A Will counts for views after OFFLINE_SETTLE: a broker going down publishes every
+        # client's Will just before our own connection drops (which holds all decisions).
+        gone = {n for n, s in self.states.items() if s not in LIVE_STATES
+                and self.now - self.offline_at.get(n, -1e9) >= OFFLINE_SETTLE} | self.suspected()
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
