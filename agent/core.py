@@ -99,6 +99,7 @@ class CoreConfig:
     state_pull_timeout: float = 3.0  # a peer silent this long during a state transfer: next one
     suspicion_grace: float = 0.4  # a report about a silent node counts if unrefuted this long
     reconnect_hold: float = 3.0  # after a reconnect, statuses come back for this long: no verdicts
+    offline_settle: float = 1.0  # a Will changes views this long after it came (broker shutdowns)
     linger: float = 0.0  # seconds to keep answering after the last round
     state_chunk_values: int = STATE_CHUNK_VALUES
 
@@ -220,7 +221,8 @@ class AgentCore:
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
-            config.expected_members, config.join_grace, now), grace=config.suspicion_grace)
+            config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
+            offline_settle=config.offline_settle)
         self.resumed = resumed_round is not None
         self.round = resumed_round or 0
         self.phase = Phase.CONNECTING

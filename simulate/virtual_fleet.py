@@ -136,6 +136,8 @@ def core_config(config: FleetConfig, node: int) -> CoreConfig:
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
         suspicion_grace=2 * (ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.min_timeout),
+        # No broker here publishes everybody's Will as it stops: a Will is a crash at once.
+        offline_settle=0.0,
     )
 
 

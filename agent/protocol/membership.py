@@ -48,7 +48,6 @@ SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many aft
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
 MASS_DOWN_HOLD = 10.0  # s: half the view offline at once is the broker, not crashes: wait
-OFFLINE_SETTLE = 1.0  # s: a Will is acted on in views after this (a broker going down sends all)
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
 
@@ -83,7 +82,8 @@ class StartupGate:
 
 class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
-                 gate: StartupGate | None = None, grace: float = 0.0) -> None:
+                 gate: StartupGate | None = None, grace: float = 0.0,
+                 offline_settle: float = 0.0) -> None:
         self.node = node
         self.arity = arity
         self.gate = gate or StartupGate()
@@ -93,6 +93,9 @@ class Membership:
         self.round = 0
         self.now = self.gate.started_at
         self.grace = grace  # how long a report stands unrefuted before it counts
+        # A Will counts for views this long after it came: a broker going down publishes every
+        # client's Will just before our own connection drops (which then holds all decisions).
+        self.offline_settle = offline_settle
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
@@ -222,8 +225,8 @@ class Membership:
                  for _, t in by.values() if t + self.grace > self.now]
         if self.hold_until > self.now:
             times.append(self.hold_until)
-        times += [t + OFFLINE_SETTLE for n, t in self.offline_at.items()
-                  if self.states.get(n) == "offline" and t + OFFLINE_SETTLE > self.now]
+        times += [t + self.offline_settle for n, t in self.offline_at.items()
+                  if self.states.get(n) == "offline" and t + self.offline_settle > self.now]
         if self.mass_down_since is not None and self.mass_down_since + MASS_DOWN_HOLD > self.now:
             times.append(self.mass_down_since + MASS_DOWN_HOLD)
         return min(times) if times else None
@@ -286,10 +289,8 @@ class Membership:
             return self._first_view()
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
         # offline or enough witnesses remove a member, only online/joining adds one.
-        # A Will counts for views after OFFLINE_SETTLE: a broker going down publishes every
-        # client's Will just before our own connection drops (which holds all decisions).
         gone = {n for n, s in self.states.items() if s not in LIVE_STATES
-                and self.now - self.offline_at.get(n, -1e9) >= OFFLINE_SETTLE} | self.suspected()
+                and self.now - self.offline_at.get(n, -1e9) >= self.offline_settle} | self.suspected()
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
