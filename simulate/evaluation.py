@@ -351,6 +351,18 @@ def _plot_loss(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def render_silent(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.silent import TABLE_HEADERS, table_rows
+
+    return "\n\n".join([
+        f"{doc.get('method', '')}. A short hang of {doc['short_rounds']} rounds, a long one of "
+        f"~{doc['long_seconds']:.0f} s (longer than the broker's Will); *silent round* = the "
+        "slowest survivor's allreduce in the round the node froze in (and the next); *rounds to "
+        "rejoin* = rounds after the resume/restart until the node reports a round with the "
+        "fleet's model hash; *accuracy drop* against the fault-free run of the same size.",
+        markdown_table(TABLE_HEADERS, table_rows(doc))])
+
+
 def render_allreduce_reference() -> str:
     rows = [[f"{timeout} s", nodes, *(f"{v:.3f}" for v in values)] for timeout, table in THESIS_STEP_S.items()
             for nodes, values in table.items()]
@@ -403,6 +415,12 @@ SECTIONS: tuple[Section, ...] = (
             "edgegrove bench loss --out docs/results/loss.json",
             "Accuracy after a fixed number of rounds for chunk loss p in {0, 0.05, 0.1, 0.2, 0.3}.",
             render_loss),
+    Section("silent", "Silent and crashed nodes: a frozen root, inner node or leaf",
+            "edgegrove bench silent --out docs/results/silent.json",
+            "A node frozen with SIGSTOP (its connection open, no Will for 15 s) or killed: what "
+            "the round it goes silent in costs, the rounds while it is silent, and how fast it "
+            "is back with the fleet's model.",
+            render_silent),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",

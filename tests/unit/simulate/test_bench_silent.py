@@ -1,0 +1,48 @@
+"""bench silent: the per-episode figures from the agents' telemetry, and its section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulate.bench import silent
+
+
+def _tel(node: int, rnd: int, allreduce: float, model_hash: str = "aa", degraded: bool = False) -> dict[str, Any]:
+    return {"type": "telemetry", "node": node, "round": rnd, "t": float(rnd),
+            "phase_seconds": {"allreduce": allreduce}, "model_hash": model_hash, "degraded": degraded}
+
+
+def test_an_episode_measures_the_silent_round_the_rounds_without_the_node_and_the_rejoin() -> None:
+    tels: dict[int, dict[int, dict[str, Any]]] = {}
+    for rnd in range(20):
+        tels[rnd] = {}
+        for node in range(4):
+            if node == 2 and 5 <= rnd < 12:
+                continue  # frozen: it reports nothing
+            slow = 0.9 if rnd == 5 else 0.1
+            stale = "bb" if node == 2 and rnd == 12 else "aa"  # back, but not yet in step
+            tels[rnd][node] = _tel(node, rnd, slow, stale)
+    e = silent.episode_result(tels, node=2, start=5, end=10, last=19)
+    assert e["silent_round_s"] == 0.9 and e["silent_median_s"] == 0.1
+    assert e["degraded_while_silent"] == 0 and e["max_survivor_hashes"] == 1
+    assert e["rounds_to_rejoin"] == 3  # round 13 is its first round with the fleet's hash
+
+
+def test_the_flapping_ends_at_its_last_will_not_at_the_clean_exit() -> None:
+    records = [{"type": "status", "node": 1, "state": "offline", "t": t} for t in (10.0, 11.5, 13.0)]
+    records += [_tel(0, r, 0.1) | {"t": 9.0 + r * 0.5} for r in range(40)]
+    records.append({"type": "status", "node": 1, "state": "offline", "t": 60.0})  # the end
+    assert silent._flap_end(records, 1, 2) == 9  # round 8 ended at t=13.0
+
+
+def test_the_table_has_a_row_per_episode() -> None:
+    doc = {"short_rounds": 5, "long_seconds": 30.0, "results": [
+        {"case": "fault-free", "nodes": 7, "median_s": 0.15, "episodes": [], "identical_at_end": True,
+         "accuracy_drop_pp": 0.0},
+        {"case": "hang-leaf", "nodes": 7, "median_s": 0.16, "identical_at_end": True, "accuracy_drop_pp": 0.1,
+         "episodes": [{"start": 30, "end": 35, "silent_round_s": 0.8, "silent_median_s": 0.15,
+                       "silent_max_s": 0.2, "degraded_while_silent": 0, "max_survivor_hashes": 1,
+                       "rounds_to_rejoin": 2, "after_median_s": 0.15}]}]}
+    rows = silent.table_rows(doc)
+    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.2, 0, 1, 2, 0.15, True, 0.1]]
+    assert "hang-leaf" in silent.render_table(doc)
