@@ -162,12 +162,31 @@ def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, i
     base = [v for r in sorted(tels)[3:] if (v := _allreduce_max(list(tels[r].values()))) is not None]
     final = tels.get(last, {})
     accs = [float(t["accuracy"]) for t in final.values() if t.get("accuracy") is not None]
+    by_round = {r: round(statistics.mean(a), 4) for r in sorted(tels)
+                if (a := [float(t["accuracy"]) for t in tels[r].values() if t.get("accuracy") is not None])}
     return {"case": case, "nodes": nodes, "node": node, "finished": run.finished, "error": run.error,
             "rounds": len(tels), "median_s": _median(base),
             "identical_at_end": len({t.get("model_hash") for t in final.values()}) == 1 if final else False,
             "final_accuracy": round(statistics.mean(accs), 4) if accs else None,
+            "accuracy_by_round": by_round,
             "episodes": [episode_result(tels, node, s, e, last) for s, e in episodes],
             "wall_seconds": round(run.wall_seconds, 1)}
+
+
+def add_accuracy_drops(results: list[dict[str, Any]]) -> None:
+    """Each run's accuracy against the fault-free run of its size at the same round: the
+    last round both evaluated (the runs with faults are longer)."""
+    for r in results:
+        ref = next((x for x in results if x["nodes"] == r["nodes"] and x["case"] == "fault-free"), None)
+        r["accuracy_drop_pp"] = None
+        if ref is None or not ref.get("accuracy_by_round"):
+            continue
+        theirs = {int(k): v for k, v in ref["accuracy_by_round"].items()}
+        mine = {int(k): v for k, v in (r.get("accuracy_by_round") or {}).items()}
+        if common := set(theirs) & set(mine):
+            at = max(common)
+            r["accuracy_drop_pp"] = round(100 * (theirs[at] - mine[at]), 2)
+            r["accuracy_compared_at_round"] = at
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,11 +213,7 @@ def run(args: argparse.Namespace) -> int:
                 spec = _scenario(case, nodes, rounds, episodes)
                 results.append(run_result(case, nodes, run_fleet(spec, root / spec.name, args.budget), episodes))
                 progress(f"  -> {case}, {nodes} agents: {results[-1]['episodes']}")
-    for r in results:
-        ref = next((x for x in results if x["nodes"] == r["nodes"] and x["case"] == "fault-free"), None)
-        r["accuracy_drop_pp"] = (round(100 * (ref["final_accuracy"] - r["final_accuracy"]), 2)
-                                 if ref and ref["final_accuracy"] is not None and r["final_accuracy"] is not None
-                                 else None)
+    add_accuracy_drops(results)
     doc = document("silent", short_rounds=args.short, long_seconds=args.long_seconds, results=results,
                    method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
                            "default adaptive timeouts; SIGSTOP/SIGCONT for a hang, SIGKILL and a "

@@ -46,3 +46,12 @@ def test_the_table_has_a_row_per_episode() -> None:
     rows = silent.table_rows(doc)
     assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.2, 0, 1, 2, 0.15, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
+
+
+def test_accuracy_is_compared_at_the_last_round_both_runs_evaluated() -> None:
+    results = [{"case": "fault-free", "nodes": 7, "accuracy_by_round": {"24": 0.90, "49": 0.92, "79": 0.93}},
+               {"case": "hang-leaf", "nodes": 7, "accuracy_by_round": {"24": 0.90, "49": 0.915, "99": 0.94}},
+               {"case": "crash-root", "nodes": 7, "accuracy_by_round": {}}]
+    silent.add_accuracy_drops(results)
+    assert results[1]["accuracy_drop_pp"] == 0.5 and results[1]["accuracy_compared_at_round"] == 49
+    assert results[2]["accuracy_drop_pp"] is None
