@@ -367,7 +367,7 @@ class AgentCore:
         self.connected = False
         # The broker may have published everybody's Will as it went down: none of that is
         # news about the peers until it is back and they could say otherwise.
-        self.membership.hold_until = float("inf")
+        self.membership.hold(float("inf"))
         self.notes.append(Note("disconnected", None, "no new round until the broker is back"))
         return []
 
@@ -378,7 +378,7 @@ class AgentCore:
         nobody decides views or evictions from the partial picture for a while."""
         self.notes.append(Note("reconnected", None, "statuses and view published again"))
         self.connected = True
-        self.membership.hold_until = now + self.config.reconnect_hold
+        self.membership.hold(now + self.config.reconnect_hold)
         out: list[CoreAction] = []
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
@@ -549,6 +549,11 @@ class AgentCore:
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
             del self.machines[r]
         self.served = {(p, r) for p, r in self.served if r >= self.round - 1}
+        # What was reported, excused or refuted for rounds long gone is kept no longer.
+        old = self.round - ANSWERING_ROUNDS - 2
+        self.reported = {(p, r) for p, r in self.reported if r >= old}
+        self.excused = {(p, r) for p, r in self.excused if r >= old}
+        self.refuted = {(n, r) for n, r in self.refuted if r >= old}
         self.ahead = {r: s for r, s in self.ahead.items() if r > self.round}
         return [*out, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
 

@@ -173,7 +173,7 @@ class AgentRuntime:
             self._send(action.dst, action.frame)
         elif isinstance(action, SendState):
             for send in self.core.state_frames(action, self.backend.state(), self.backend.model_hash()):
-                self._publish(self.topics.link(self.core.node, send.dst), encode(send.frame), reliable=False)
+                self._send(send.dst, send.frame)
         elif isinstance(action, PublishStatus):
             self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
         elif isinstance(action, PublishSuspect):

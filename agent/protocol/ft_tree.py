@@ -137,7 +137,8 @@ class FtTreeRound(Outbox):
         self.seen_floods: set[tuple[object, ...]] = set()
         self.relayed_pairs: set[tuple[int, int]] = set()
         self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
-        self._value_limit: float | None = None  # computed on first use (see _plausible)
+        own = float(np.max(np.abs(gradient))) if len(gradient) else 0.0
+        self.value_limit = IMPLAUSIBLE_FACTOR * max(own, 1.0)  # see _plausible
         self.nacked: set[tuple[int, bool, int]] = set()
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
@@ -367,12 +368,9 @@ class FtTreeRound(Outbox):
         """A mean of honest gradients is never far larger than our own gradient (same model,
         same data distribution): a unit beyond ``IMPLAUSIBLE_FACTOR`` times our largest
         value is a buggy or hostile peer's, refused and counted, never averaged in."""
-        if self._value_limit is None:
-            own = float(np.max(np.abs(self.grad))) if len(self.grad) else 0.0
-            self._value_limit = IMPLAUSIBLE_FACTOR * max(own, 1.0)
-        if len(values) and float(np.max(np.abs(values))) > self._value_limit:
+        if len(values) and float(np.max(np.abs(values))) > self.value_limit:
             self.stats.implausible += 1
-            self._note("implausible", sender, f"values beyond {self._value_limit:.3g}")
+            self._note("implausible", sender, f"values beyond {self.value_limit:.3g}")
             return False
         return True
 

@@ -132,9 +132,10 @@ class Membership:
         return self.check(now)
 
     def hold(self, until: float) -> None:
-        """Decide nothing until ``until``: right after a reconnect (a restarted broker lost
-        the retained statuses, which come back one by one) the picture is partial."""
-        self.hold_until = max(self.hold_until, until)
+        """Decide nothing until ``until`` (inf: until told otherwise): while the broker is
+        away, and right after a reconnect (a restarted broker lost the retained statuses,
+        which come back one by one), the picture is partial."""
+        self.hold_until = until
 
     def check(self, now: float) -> list[PublishView]:
         """Reports that stood unrefuted for ``grace`` count (call when time passes)."""
