@@ -27,8 +27,10 @@ class AgentConfig(BaseModel):
     password: str | None = Field(None, description="MQTT password")
     credentials: Path | None = Field(
         None, description="credentials.json written by broker-config/make-credentials; "
-        "this agent's entry supplies username and password"
+        "this agent's entry supplies username, password and MQTT client id"
     )
+    client_id: str | None = Field(None, description="MQTT client id (default: from the credentials file, "
+                                  "else edgegrove-<job>-<id>); a dynamic-security broker admits only the bound one")
     tls_ca: Path | None = Field(None, description="CA certificate for mqtts://")
     mqtt_version: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
     keepalive: int = Field(10, ge=2, le=600, description="MQTT keepalive (s); a hung agent's Last Will comes after ~1.5x this")
@@ -164,7 +166,10 @@ def _with_credentials(config: AgentConfig) -> AgentConfig:
     try:
         table = json.loads(input_file(config.credentials).read_text())
         entry = table["agents"][str(config.id)]
-        return config.model_copy(update={"username": entry["username"], "password": entry["password"]})
+        update = {"username": entry["username"], "password": entry["password"]}
+        if config.client_id is None and isinstance(entry.get("client_id"), str):
+            update["client_id"] = entry["client_id"]
+        return config.model_copy(update=update)
     except UsageError as exc:
         raise ConfigError(f"credentials: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

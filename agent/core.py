@@ -39,7 +39,13 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.membership import Membership, PublishView, StartupGate, view_root, view_tree
+from agent.protocol.membership import (
+    Membership,
+    PublishView,
+    StartupGate,
+    view_root,
+    view_tree,
+)
 from agent.protocol.messages import (
     Control,
     MessageError,
@@ -55,6 +61,8 @@ from agent.protocol.state_transfer import (
     StateTransfer,
     resync_reason,
     serve_model_pull,
+    serve_share,
+    state_chunk_count,
 )
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
@@ -148,6 +156,7 @@ class SendState:
 
     request: Frame
     round: int
+    chunks: tuple[int, ...] | None = None  # the chunks to send (None: what the request asks)
 
 
 @dataclass(frozen=True)
@@ -187,8 +196,17 @@ class ReportRound:
     report: RoundReport
 
 
+@dataclass(frozen=True)
+class Displaced:
+    """A newer process runs as this node (same id and credentials): stop, without fighting
+    for the session and without taking it offline (no offline status, no checkpoint)."""
+
+    by_incarnation: int
+    pid: int | None
+
+
 CoreAction = (Send | PublishView | PublishStatus | PublishSuspect | ComputeGradient | ApplyUpdate | LoadState
-              | SendState | SaveCheckpoint | ApplyControl | ReportRound)
+              | SendState | SaveCheckpoint | ApplyControl | ReportRound | Displaced)
 
 
 @dataclass
@@ -234,7 +252,7 @@ class AgentCore:
         self.transfer: StateTransfer | None = None
         self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
         self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
-        self.served: set[tuple[int, int]] = set()  # (puller, round) states sent
+        self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.notes: list[Note] = []
@@ -275,10 +293,11 @@ class AgentCore:
             times.append(t)
         return min(times) if times else None
 
-    def state_frames(self, action: SendState, state: np.ndarray, params_hash: int) -> list[Send]:
+    def state_frames(self, action: SendState, state: np.ndarray) -> list[Send]:
         """The MODEL frames answering ``action`` with ``state`` (the driver's current state)."""
+        chunks = list(action.chunks) if action.chunks is not None else None
         sends = serve_model_pull(action.request, self.node, self.job, state, action.round,
-                                 self.config.state_chunk_values, params_hash)
+                                 self.config.state_chunk_values, chunks)
         for send in sends:
             self.counters.bytes_sent += frame_size(send.frame)
         return sends
@@ -337,6 +356,12 @@ class AgentCore:
         return out + self._advance(now)
 
     def on_status(self, status: Status, now: float) -> list[CoreAction]:
+        # A newer life of this node (even its Will: mosquitto publishes it when our own
+        # reconnect takes the session from it) means we are the obsolete one.
+        if status.node == self.node and status.incarnation > self.incarnation and self.phase != Phase.DONE:
+            self.phase = Phase.DONE
+            self.notes.append(Note("displaced", self.node, f"by incarnation {status.incarnation}"))
+            return [Displaced(status.incarnation, status.pid)]
         was_down = self.membership.is_down(status.node)
         out: list[CoreAction] = list(self.membership.on_status(status, now))
         if was_down and not self.membership.is_down(status.node):
@@ -548,7 +573,7 @@ class AgentCore:
         # Machines older than the last finished round have nothing left to answer.
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
             del self.machines[r]
-        self.served = {(p, r) for p, r in self.served if r >= self.round - 1}
+        self.served = {k: v for k, v in self.served.items() if k[1] >= self.round - 1}
         # What was reported, excused or refuted for rounds long gone is kept no longer.
         old = self.round - ANSWERING_ROUNDS - 2
         self.reported = {(p, r) for p, r in self.reported if r >= old}
@@ -745,14 +770,21 @@ class AgentCore:
 
     def _fetch_state(self, round: int, peers: list[int], now: float) -> list[CoreAction]:
         """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
-        self.transfer = StateTransfer(self.node, self.job, round, peers,
-                                      self.config.state_pull_timeout, now, size=self.config.state_size)
+        self.transfer = StateTransfer(self.node, self.job, round, peers, self.config.state_pull_timeout,
+                                      now, size=self.config.state_size,
+                                      chunk_values=self.config.state_chunk_values)
         return self._run(self.transfer.start(now), self.round)
 
     def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
         if self.transfer is None:
-            return []  # late or duplicate chunks of a transfer already done
-        out = self._run(self.transfer.on_frame(frame, now), self.round)
+            # Nothing asked for it (or a late copy of a chunk a transfer no longer needs).
+            self.counters.rejected["state_unasked"] += 1
+            return []
+        actions = self.transfer.on_frame(frame, now)
+        for note in actions:
+            if isinstance(note, Note) and note.kind in ("state_unasked", "state_rejected"):
+                self.counters.rejected[note.kind] += 1
+        out = self._run(actions, self.round)
         if self.transfer.result is not None:
             rnd, state, _ = self.transfer.result
             if not np.all(np.isfinite(state)):
@@ -784,13 +816,30 @@ class AgentCore:
                 del self.pending_pulls[puller]
                 if self.joining or self.phase == Phase.CONNECTING:
                     continue
-                if (puller, self.round) in self.served:
-                    # One full state per peer and round: a pull flood costs the flooder, not us.
+                chunks = self._share_for(puller, request)
+                if chunks == ():
+                    # At most a share of one state per peer and round: a pull flood costs
+                    # the flooder, not us.
                     self.counters.rejected["model_pull_repeat"] += 1
                     continue
-                self.served.add((puller, self.round))
-                out.append(SendState(request, self.round))
+                out.append(SendState(request, self.round, chunks))
         return out
+
+    def _share_for(self, puller: int, request: Frame) -> tuple[int, ...] | None:
+        """The state chunks ``puller`` gets of this round's state: what it asks for, less what
+        it already got this round, up to ``serve_share`` (None: no state size to count with)."""
+        if self.config.state_size is None:
+            first = (puller, self.round) not in self.served
+            self.served.setdefault((puller, self.round), set())
+            return None if first else ()
+        count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
+        sent = self.served.setdefault((puller, self.round), set())
+        others = len(set(self.membership.live()) - {puller, self.node})
+        room = serve_share(count, others) - len(sent)
+        asked = [j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent]
+        chunks = tuple(asked[:max(0, room)])
+        sent.update(chunks)
+        return chunks
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from agent.core import (
     ApplyUpdate,
     ComputeGradient,
     CoreAction,
+    Displaced,
     LoadState,
     Phase,
     PublishStatus,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgegrove.agent")
 
 POLL_SECONDS = 0.05
+DISPLACED_EXIT = 4  # another agent took over this node id (exit codes: 2 usage, 3 broker)
 EVAL_CHUNK = 1000
 
 __all__ = ["AgentRuntime", "RoundReport", "new_incarnation", "run_agent"]
@@ -94,6 +96,7 @@ class AgentRuntime:
         self.on_round = on_round
         self.topics = Topics(config.job)
         self.incarnation = new_incarnation()
+        self.displaced: Displaced | None = None
         resumed = self._resume()
         self.core = AgentCore(core_config(config, int(backend.state().size)), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
@@ -115,7 +118,7 @@ class AgentRuntime:
                 self._pump(wait)
         finally:
             self._shutdown()
-        return 0
+        return DISPLACED_EXIT if self.displaced is not None else 0
 
     def _connect(self) -> None:
         # The Will carries our incarnation: it must take THIS life offline, and, arriving
@@ -140,8 +143,9 @@ class AgentRuntime:
         return saved.round
 
     def _shutdown(self) -> None:
-        self._publish(self.topics.status(self.core.node), self.core.status("offline").encode(),
-                      retain=True)
+        if self.displaced is None:  # else the node's retained status is the newer agent's
+            self._publish(self.topics.status(self.core.node), self.core.status("offline").encode(),
+                          retain=True)
         self.transport.close()
 
     # -- the loop ---------------------------------------------------------------------------
@@ -172,7 +176,7 @@ class AgentRuntime:
         if isinstance(action, Send):
             self._send(action.dst, action.frame)
         elif isinstance(action, SendState):
-            for send in self.core.state_frames(action, self.backend.state(), self.backend.model_hash()):
+            for send in self.core.state_frames(action, self.backend.state()):
                 self._send(send.dst, send.frame)
         elif isinstance(action, PublishStatus):
             self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
@@ -202,6 +206,10 @@ class AgentRuntime:
             self._apply_control(action)
         elif isinstance(action, ReportRound):
             self._report(action.report)
+        elif isinstance(action, Displaced):
+            self.displaced = action
+            log.error("another agent (pid %s, started later) runs as node %d with these credentials: "
+                      "stopping this one; run one agent per node id", action.pid or "?", self.core.node)
 
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
@@ -277,7 +285,7 @@ def run_agent(config: AgentConfig) -> int:
                           np.random.default_rng([config.seed, config.id]))
     try:
         mqtt = MqttTransport(
-            f"edgegrove-{config.job}-{config.id}", config.broker,
+            config.client_id or f"edgegrove-{config.job}-{config.id}", config.broker,
             username=config.username, password=config.password,
             tls_ca=str(config.tls_ca) if config.tls_ca else None, protocol=config.mqtt_version,
             keepalive=config.keepalive,

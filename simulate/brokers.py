@@ -45,6 +45,7 @@ class BrokerError(RuntimeError):
 class Credentials:
     username: str
     password: str
+    client_id: str | None = None  # the one a dynamic-security broker admits (agents only)
 
 
 def broker_config_dir() -> Path:
@@ -236,7 +237,7 @@ class MosquittoBroker:
         if entry is None:
             raise KeyError(f"no credentials for node {node}: the broker was set up for nodes "
                            f"{', '.join(self._credentials['agents'])}")
-        return Credentials(entry["username"], entry["password"])
+        return Credentials(entry["username"], entry["password"], entry.get("client_id"))
 
     @property
     def dashboard_credentials(self) -> Credentials:
@@ -374,7 +375,7 @@ class DynsecAdmin:
 def start_mosquitto(
     workdir: str | Path, *, job: str, nodes: int | Iterable[int], port: int | None = None,
     dynsec: bool = True, tls: bool = False, bind: str = "127.0.0.1", prefix: str = "",
-    persistence: bool = True,
+    persistence: bool = True, bind_client_ids: bool = True,
 ) -> MosquittoBroker:
     """Render broker-config/ into ``workdir``, start mosquitto, return once it is running.
 
@@ -383,6 +384,9 @@ def start_mosquitto(
     with openssl (``broker.ca_file``); TLS with dynsec is not offered by the templates.
     ``persistence`` (on, as in the templates) keeps retained statuses and the view in
     ``workdir/mosquitto.db`` across ``restart()``; off, a restart forgets them.
+    ``bind_client_ids`` (dynsec): each agent user may connect only with its client id from
+    credentials.json; off, tests can stand a second session with an agent's credentials in
+    for what a compromised device would send over its own.
     """
     if tls and dynsec:
         raise BrokerError("the templates offer TLS with passwd/acl files (dynsec=False) or "
@@ -397,7 +401,7 @@ def start_mosquitto(
     for _ in range(attempts):
         chosen = port if port is not None else free_port(bind if bind != "0.0.0.0" else "127.0.0.1")
         creds = make_credentials.make_credentials(workdir, node_ids, job=job, prefix=prefix,
-                                                  bind=bind, port=chosen)
+                                                  bind=bind, port=chosen, bind_client_ids=bind_client_ids)
         conf = workdir / ("mosquitto-dynsec.conf" if dynsec else
                           "mosquitto-tls.conf" if tls else "mosquitto.conf")
         set_persistence(conf, persistence)

@@ -30,6 +30,7 @@ from agent.core import (
     ComputeGradient,
     CoreAction,
     CoreConfig,
+    Displaced,
     LoadState,
     PublishStatus,
     PublishSuspect,
@@ -211,7 +212,7 @@ class SimAgent:
         if isinstance(action, Send):
             fleet.send(self, action.dst, action.frame)
         elif isinstance(action, SendState):
-            for send in self.core.state_frames(action, self.state, state_hash(self.params)):
+            for send in self.core.state_frames(action, self.state):
                 fleet.send(self, send.dst, send.frame)
         elif isinstance(action, PublishStatus):
             bus.publish(self.name, TOPICS.status(self.node), action.status.encode(), retain=True)
@@ -228,6 +229,8 @@ class SimAgent:
             fleet.record_catch_up(self, action.round)
         elif isinstance(action, ReportRound):
             fleet.record_report(self, action.report)
+        elif isinstance(action, Displaced):
+            raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
         elif isinstance(action, SaveCheckpoint | ApplyControl):
             pass  # no disk and no transport faults in here: the bus takes faults directly
 

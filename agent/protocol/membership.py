@@ -164,8 +164,10 @@ class Membership:
             taken_out = self.node not in view.members and any(
                 rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
             if publisher != self.coordinator() and not taken_out:
-                self.pending_views[publisher] = view  # not counted: it may be legitimate soon
-                return ""
+                # Held, not taken: it counts once its publisher is the coordinator (its
+                # predecessor's Will or eviction may still be on the way); counted meanwhile.
+                self.pending_views[publisher] = view
+                return "view_not_coordinator"
         self.on_view(view)
         return ""
 

@@ -1,11 +1,13 @@
 """Full training-state transfer for a (re)joining, drifted or lagging node, over MODEL_PULL/MODEL.
 
 The state is an opaque float32 vector (parameters + optimizer state, laid out by the runtime).
-A node asks a live peer for the state at the start of round ``round`` (MODEL_PULL, payload =
-missing chunk indices, empty = all). The peer answers, once it has reached that round, with
-MODEL chunks labelled with the round whose start state they hold (``serve_model_pull``); the
-puller assembles them, retries the missing chunks on the next peer when a peer stays silent
-for ``timeout``, and ends with (round, state, params hash). The puller installs the state at a
+A node asks two live peers for a stripe each of the state at the start of round ``round``
+(MODEL_PULL, payload = chunk indices, empty = all). A peer answers, once it has reached that
+round, with MODEL chunks labelled with the round whose start state they hold and the state's
+hash (``serve_model_pull``); the puller takes the state only when both stripes meet at one
+round and hash to what both peers vouched for, tries the next pair of peers (for a newer
+round) when a peer stays silent for ``timeout`` or a stripe is forged, and ends with (round,
+state, state hash). The puller installs the state at a
 round boundary, so it continues byte-identical with the fleet. ``resync_reason`` says when a
 member must fetch the fleet's state after a round. Pure: frames and ``now`` in, actions out.
 """
@@ -21,6 +23,8 @@ from agent.protocol.wire import DType, Flag, Frame, Kind
 
 # Values per MODEL frame when the runtime serves its state (256 KiB of float32).
 STATE_CHUNK_VALUES = 1 << 16
+# Peers a state is fetched from at once, one stripe each: each vouches for the state's hash.
+STATE_STRIPES = 2
 
 
 def state_hash(values: np.ndarray) -> int:
@@ -43,104 +47,213 @@ def resync_reason(result: RoundResult, own_hash: int) -> str | None:
 
 def serve_model_pull(
     request: Frame, node: int, job: int, state: np.ndarray, round: int, chunk_size: int,
-    params_hash: int = 0,
+    chunks: list[int] | None = None,
 ) -> list[Send]:
-    """MODEL frames answering ``request`` with ``state`` (the state at the start of ``round``)."""
+    """MODEL frames answering ``request`` with ``state`` (the state at the start of ``round``):
+    the chunks it asks for, or ``chunks`` when given. Every frame carries the whole state's
+    hash, which the puller checks against the assembled values and the other stripe's."""
     state = np.asarray(state, dtype=np.float32)  # the copy must be exact: always float32
     bounds = chunk_bounds(len(state), chunk_size)
-    wanted = request.indices() or list(range(len(bounds)))
+    wanted = chunks if chunks is not None else (request.indices() or list(range(len(bounds))))
+    digest = state_hash(state)
     out: list[Send] = []
     for j in wanted:
         if not 0 <= j < len(bounds):
             continue
         lo, hi = bounds[j]
         frame = Frame(Kind.MODEL, job, round, node, j, len(bounds), Flag.NONE,
-                      target=request.sender, model_hash=params_hash)
+                      target=request.sender, model_hash=digest)
         out.append(Send(request.sender, frame.with_values(state[lo:hi])))
     return out
 
 
-class StateTransfer:
-    """Fetch the state at the start of ``round`` (or a later one) from ``peers``, in turn.
+def state_chunk_count(size: int, chunk_values: int) -> int:
+    """MODEL frames of a state of ``size`` values (the same on every agent of a job)."""
+    return max(1, -(-size // chunk_values))
 
-    ``size``, when given, is the state's length: an assembled state of another length is
-    dropped (a peer with another model) and the missing state asked again of the next peer.
+
+def serve_share(chunks: int, other_peers: int) -> int:
+    """The most chunks of one state a node serves one puller in one round. With another
+    peer to serve the other stripe, half: a pull flood costs the victim at most half a state
+    per round on top of its round, and a state always comes from two peers that vouch for it."""
+    return chunks if other_peers <= 0 else -(-chunks // STATE_STRIPES)
+
+
+class StateTransfer:
+    """Fetch the state at the start of ``round`` (or a later one) from ``peers``.
+
+    The state is fetched in ``STATE_STRIPES`` stripes (chunk j in stripe j mod stripes), each
+    from another peer, so no peer serves all of it and every state is vouched for by two
+    peers: it is taken only when every chunk's header carries one hash, the assembled values
+    hash to it, and two distinct peers sent it (one, when there is only one peer). A peer's
+    word alone never installs a state.
+
+    Within a round each peer is asked once: a stripe whose peer stays silent for ``timeout``
+    is asked of a peer not asked yet (a peer still behind that round answers on reaching it);
+    a forged or corrupt stripe (the hashes disagree) burns
+    the round, and the next pair of peers is asked for the next round. So one liar among
+    three peers delays a transfer by a round, never poisons it. MODEL frames from a peer not
+    asked for that chunk are refused. ``size``, when given, is the state's length.
     """
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
-                 now: float, size: int | None = None) -> None:
+                 now: float, size: int | None = None, chunk_values: int = STATE_CHUNK_VALUES) -> None:
         if not peers:
             raise ValueError("a state transfer needs at least one peer")
         self.node, self.job, self.round = node, job, round
         self.peers = list(peers)
         self.timeout = timeout
         self.size = size
-        self.peer_i = 0
+        self.count = state_chunk_count(size, chunk_values) if size is not None else None
+        # Distinct peers that must vouch for a state (stripes need the chunk count).
+        self.needed = min(STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
+        self.peer_i = 0  # rotation: where the next peers asked come from
+        self.target = round  # the round whose state we assemble
+        self.floor = round  # older MODEL frames answer a burnt round
         self.last_progress = now
-        self.parts: dict[int, np.ndarray] = {}
-        self.count: int | None = None
-        self.state_round: int | None = None
-        self.params_hash = 0
+        self.asked_in: dict[int, set[int]] = {}  # round -> peers asked for it
+        self.assigned: dict[int, set[int] | None] = {}  # peer -> chunks asked of it (None: all)
+        self.parts: dict[int, dict[int, tuple[int, int, np.ndarray]]] = {}  # round -> chunk -> (sender, hash, values)
         self.attempts = 0
-        self.result: tuple[int, np.ndarray, int] | None = None  # (round, state, params hash)
+        self.result: tuple[int, np.ndarray, int] | None = None  # (round, state, state hash)
 
     @property
     def peer(self) -> int:
-        return self.peers[self.peer_i % len(self.peers)]
+        """The peer asked last (named in notes)."""
+        return self.peers[(self.peer_i - 1) % len(self.peers)]
 
     def start(self, now: float) -> list[Action]:
-        return self._ask(now)
+        return self._ask_round(now)
 
-    def _ask(self, now: float) -> list[Action]:
+    def _ask_round(self, now: float) -> list[Action]:
+        """Every stripe of ``self.target``'s state, each from a peer not asked for it yet."""
         self.attempts += 1
         self.last_progress = now
-        missing = [] if self.count is None else [j for j in range(self.count) if j not in self.parts]
-        frame = Frame(Kind.MODEL_PULL, self.job, self.round, self.node, 0, 1).with_indices(missing)
-        return [Note("state_pull", self.peer, f"attempt {self.attempts}"), Send(self.peer, frame)]
+        out: list[Action] = []
+        for stripe in range(self.needed):
+            out += self._ask_stripe(stripe, self._stripe(stripe))
+        return [Note("state_pull", self.peer, f"attempt {self.attempts}"), *out]
+
+    def _fresh_peer(self) -> int | None:
+        asked = self.asked_in.setdefault(self.target, set())
+        for _ in range(len(self.peers)):
+            peer = self.peers[self.peer_i % len(self.peers)]
+            self.peer_i += 1
+            if peer not in asked:
+                return peer
+        return None
+
+    def _ask_stripe(self, stripe: int, chunks: list[int]) -> list[Action]:
+        peer = self._fresh_peer()
+        if peer is None:
+            return []
+        self.asked_in[self.target].add(peer)
+        self.assigned[peer] = None if not chunks else (self.assigned.get(peer) or set()) | set(chunks)
+        frame = Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks)
+        return [Send(peer, frame)]
+
+    def _stripe(self, stripe: int) -> list[int]:
+        """Chunk indices of one stripe (empty = all: a single peer, or the count unknown)."""
+        if self.needed == 1 or self.count is None:
+            return []
+        return [j for j in range(self.count) if j % self.needed == stripe]
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         if self.result is not None or not self._wanted(frame):
             return []
-        if self.state_round is not None and frame.round != self.state_round:
-            if frame.round < self.state_round:
-                return []
-            self.parts.clear()  # a newer state: start over
-            self.count = None
-        self.state_round, self.count = frame.round, frame.chunk_count
-        self.params_hash = frame.model_hash
-        self.parts[frame.chunk_index] = frame.values()
+        if frame.sender not in self.assigned or not _in_stripe(frame.chunk_index, self.assigned[frame.sender]):
+            return [Note("state_unasked", frame.sender, f"chunk {frame.chunk_index} of round {frame.round}")]
+        if self.count is not None and frame.chunk_count != self.count:
+            return [Note("state_rejected", frame.sender, f"{frame.chunk_count} chunks, expected {self.count}")]
+        parts = self.parts.setdefault(frame.round, {})
+        parts[frame.chunk_index] = (frame.sender, frame.model_hash, frame.values())
         self.last_progress = now
-        if len(self.parts) < self.count:
+        out = self._follow(frame.round)
+        if len(parts) < frame.chunk_count:
+            return out
+        return out + self._assemble(frame.round, frame.chunk_count, now)
+
+    def _follow(self, round: int) -> list[Action]:
+        """A stripe answered with a newer round than we asked (its peer was past it): ask for
+        the other stripes of that round, so the stripes meet at one state."""
+        if round <= self.target:
             return []
-        state = np.concatenate([self.parts[j] for j in range(self.count)]).astype(np.float32)
+        self.target = round
+        for old in [r for r in self.parts if r < round - 1]:
+            del self.parts[old]
+        parts = self.parts[round]
+        answered = {sender for sender, _, _ in parts.values()}
+        self.asked_in.setdefault(round, set()).update(answered)
+        out: list[Action] = []
+        for stripe in range(self.needed):
+            chunks = self._stripe(stripe)
+            if not any(j in parts for j in chunks or [0]):
+                out += self._ask_stripe(stripe, chunks)
+        return out
+
+    def _assemble(self, round: int, count: int, now: float) -> list[Action]:
+        parts = self.parts[round]
+        senders = {sender for sender, _, _ in parts.values()}
+        hashes = {h for _, h, _ in parts.values()}
+        state = np.concatenate([parts[j][2] for j in range(count)]).astype(np.float32)
+        why = None
         if self.size is not None and state.size != self.size:
-            self.parts.clear()
-            self.count = self.state_round = None
-            return [Note("state_rejected", frame.sender, f"{state.size} values, expected {self.size}")]
-        self.result = (frame.round, state, self.params_hash)
-        return [Note("state_received", frame.sender, f"round {frame.round}")]
+            why = f"{state.size} values, expected {self.size}"
+        elif len(hashes) != 1 or state_hash(state) not in hashes:
+            why = "the stripes do not hash to what their peers vouched for"
+        elif len(senders) < self.needed:
+            return []  # both stripes from one peer (asked again alone): wait for another's
+        if why is not None:
+            return self.reject(why, now, sorted(senders))
+        del self.parts[round]
+        self.result = (round, state, hashes.pop())
+        return [Note("state_received", min(senders), f"round {round} from {sorted(senders)}")]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked
-        for (older ones are late answers to an earlier transfer)."""
+        for (older ones are late answers to an earlier transfer or a burnt round)."""
         return (frame.kind == Kind.MODEL and frame.job == self.job and frame.dtype == DType.F32
-                and frame.round >= self.round)
+                and frame.round >= self.floor)
 
-    def reject(self, why: str, now: float) -> list[Action]:
-        """The assembled state is unusable (the caller checked it): ask the next peer."""
-        sender = self.peer
+    def reject(self, why: str, now: float, senders: list[int] | None = None) -> list[Action]:
+        """The assembled state is unusable: ask for the next round's, from the next peers."""
         self.result = None
+        blamed = senders[0] if senders else self.peer
+        return [Note("state_rejected", blamed, why), *self._next_round(now)]
+
+    def _next_round(self, now: float) -> list[Action]:
+        self.target = self.floor = max([self.target, *self.parts]) + 1
         self.parts.clear()
-        self.count = self.state_round = None
-        self.peer_i += 1
-        return [Note("state_rejected", sender, why), *self._ask(now)]
+        return self._ask_round(now)
 
     def next_timer(self) -> float | None:
         return None if self.result is not None else self.last_progress + self.timeout
 
     def on_timer(self, now: float) -> list[Action]:
+        """Silence: the stripes still missing are asked of peers not asked for this round yet
+        (none left: every peer holds our pull, answered as it reaches the round)."""
         if self.result is not None or now < self.last_progress + self.timeout:
             return []
-        self.peer_i += 1
-        return [Note("timeout", self.peers[(self.peer_i - 1) % len(self.peers)], "state transfer"),
-                *self._ask(now)]
+        parts = self.parts.get(self.target, {})
+        missing = [(s, [j for j in chunks if j not in parts])
+                   for s in range(self.needed) if (chunks := self._stripe(s) or self._all())
+                   if any(j not in parts for j in chunks)] if self.count is not None else [(0, [])]
+        silent = sorted({p for p in self.asked_in.get(self.target, set())
+                         if not any(sender == p for sender, _, _ in parts.values())})
+        notes: list[Action] = [Note("timeout", p, "state transfer") for p in silent] or [Note("timeout", None, "state transfer")]
+        self.attempts += 1
+        self.last_progress = now
+        fresh = len(self.peers) - len(self.asked_in.get(self.target, set()))
+        if fresh < len(missing):
+            return notes  # every peer has our pull: it is answered when they reach the round
+        out = list(notes)
+        for stripe, chunks in missing:
+            out += self._ask_stripe(stripe, chunks)
+        return out
+
+    def _all(self) -> list[int]:
+        return list(range(self.count or 0))
+
+
+def _in_stripe(chunk: int, stripe: set[int] | None) -> bool:
+    return stripe is None or chunk in stripe

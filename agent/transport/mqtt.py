@@ -32,6 +32,8 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
     "5": MQTTProtocolVersion.MQTTv5,
 }
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
+SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,9 @@ class MqttTransport:
         self._counts = {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0,
                         "messages_received": 0, "dropped": 0, "unsent": 0, "connects": 0}
         self._paced_seconds = 0.0
+        self._reconnect_min_s, self._reconnect_max_s = reconnect_min_s, reconnect_max_s
+        self._connected_at = 0.0
+        self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
         self._client = self._make_client(username, password, tls_ca, tls_insecure,
                                          reconnect_min_s, reconnect_max_s)
 
@@ -256,6 +261,7 @@ class MqttTransport:
                 self._first_connack.set()
             return
         self._counts["connects"] += 1
+        self._connected_at = time.monotonic()
         if self._counts["connects"] > 1:
             with self._arrived:  # tell the runtime: retained state on the broker may be gone
                 self._queue.append(Message(RECONNECTED, b"", False))
@@ -284,12 +290,22 @@ class MqttTransport:
             with self._arrived:  # the runtime stops starting rounds it could not take part in
                 self._queue.append(Message(DISCONNECTED, b"", False))
                 self._arrived.notify()
+            self._back_off(client, time.monotonic() - self._connected_at)
         self._connected.clear()
         if not self._first_connack.is_set():
             # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
             self._refusal = (f"the connection was closed before CONNACK ({reason_code}); "
                              "is it the right port, TLS setting and protocol version?")
             self._first_connack.set()
+
+    def _back_off(self, client: paho.Client, lived: float) -> None:
+        """paho retries at the minimum delay after every successful CONNACK: two clients with
+        one client id (a duplicate agent) would take the session from each other forever, and
+        a flapping link would be hammered. Connections that die young back off exponentially,
+        which also gives a displaced agent the quiet moment to see who displaced it."""
+        self._short_lived = min(self._short_lived + 1, SHORT_LIVED_BACKOFF_STEPS) if lived < SHORT_LIVED_S else 0
+        delay = min(self._reconnect_max_s, self._reconnect_min_s * 2 ** self._short_lived)
+        client.reconnect_delay_set(delay, self._reconnect_max_s)  # type: ignore[arg-type]
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         payload = bytes(msg.payload)

@@ -47,6 +47,9 @@ def mosquitto_factory(tmp_path: Path) -> Iterator[Callable[..., MosquittoBroker]
     def start(**kwargs: Any) -> MosquittoBroker:
         kwargs.setdefault("job", JOB)
         kwargs.setdefault("nodes", NODES)
+        # Test clients stand in for agents next to them with the agents' credentials; the
+        # binding itself is tested in test_broker_acl.py (and on by default everywhere else).
+        kwargs.setdefault("bind_client_ids", False)
         broker = start_mosquitto(tmp_path / f"broker{len(started)}", **kwargs)
         started.append(broker)
         return broker

@@ -67,3 +67,25 @@ def test_clients_without_valid_credentials_cannot_connect(
     with pytest.raises(TransportError, match="refused client 'intruder'"):
         transport.connect([TOPICS.all_status()])
     assert not transport.is_connected
+
+
+def test_an_agents_credentials_connect_only_with_its_own_client_id(
+    mosquitto_factory: Callable[..., MosquittoBroker],
+) -> None:
+    """Issue 16: mosquitto lets any user take any client id (the old session is kicked off),
+    so one device's credentials could halt another. With dynamic security each agent user is
+    bound to the client id in credentials.json (whose random part nobody else knows)."""
+    broker = mosquitto_factory(dynsec=True, bind_client_ids=True)
+    own, other = broker.credentials_for(3), broker.credentials_for(0)
+    assert own.client_id and other.client_id and own.client_id != other.client_id
+    assert own.client_id.startswith(f"edgegrove-{broker.job}-3-")
+    for client_id in (other.client_id, f"edgegrove-{broker.job}-0", "anything"):
+        thief = MqttTransport(client_id, broker.url, username=own.username, password=own.password)
+        with pytest.raises(TransportError, match="refused client"):
+            thief.connect([])
+    mine = MqttTransport(own.client_id, broker.url, username=own.username, password=own.password)
+    try:
+        mine.connect([TOPICS.all_status()])
+        assert mine.is_connected
+    finally:
+        mine.close()

@@ -11,13 +11,16 @@ from agent.core import (
     AgentCore,
     ComputeGradient,
     CoreConfig,
+    Displaced,
     Phase,
     PublishStatus,
     ReportRound,
+    SendState,
 )
 from agent.protocol.allreduce import AllreduceConfig, Send
 from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, View
+from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import RECONNECTED
 from simulate.virtual_fleet import FleetConfig, VirtualFleet
@@ -119,6 +122,22 @@ def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
 
 
+def test_a_puller_gets_at_most_half_of_a_state_per_round_while_another_peer_can_serve_the_rest() -> None:
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
+    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
+    for peer in (0, 1, 2, 3):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # no indices: all 10 chunks
+    first = [a for a in core.on_frame(everything, 0.02) if isinstance(a, SendState)]
+    assert len(first) == 1 and first[0].chunks == (0, 1, 2, 3, 4)
+    frames = core.state_frames(first[0], np.arange(40, dtype=np.float32))
+    assert [s.frame.chunk_index for s in frames] == [0, 1, 2, 3, 4]
+    assert all(s.frame.model_hash == state_hash(np.arange(40, dtype=np.float32)) for s in frames)
+    again = [a for a in core.on_frame(everything, 0.03) if isinstance(a, SendState)]
+    assert again == [] and core.counters.rejected["model_pull_repeat"] == 1
+
+
 def test_one_peer_claiming_the_fleet_is_ahead_does_not_make_us_fetch_its_state() -> None:
     core = _running_core()
     ahead = Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)
@@ -135,8 +154,17 @@ def test_a_state_with_nan_is_never_installed_and_the_next_peer_is_asked() -> Non
     core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
     assert core.transfer is not None
     asked = core.transfer.peer
-    bad = Frame(Kind.MODEL, CONFIG.job, 8, asked, 0, 1, target=1).with_values(
-        np.array([1.0, np.nan, 0.0, 0.0], np.float32))
+    nan = np.array([1.0, np.nan, 0.0, 0.0], np.float32)
+    bad = Frame(Kind.MODEL, CONFIG.job, 8, asked, 0, 1, target=1, model_hash=state_hash(nan)).with_values(nan)
     out = core.on_frame(bad, 0.05)
     assert core.received_state is None and core.counters.rejected["state_not_finite"] == 1
     assert [a.dst for a in out if isinstance(a, Send)] == [core.transfer.peer] != [asked]
+
+
+def test_a_newer_agent_with_our_id_makes_us_stop_without_a_fight() -> None:
+    core = _running_core(node=1)
+    core.on_status(Status(1, "online", incarnation=2), 0.1)  # an older life's status: ignored
+    assert core.phase != Phase.DONE
+    out = core.on_status(Status(1, "online", incarnation=9, pid=4242), 0.2)
+    assert out == [Displaced(9, 4242)] and core.phase == Phase.DONE
+    assert core.on_status(Status(1, "online", incarnation=10), 0.3) == []  # said once

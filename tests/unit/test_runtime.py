@@ -17,7 +17,7 @@ import pytest
 from agent.config import AgentConfig
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, Suspect, View
-from agent.protocol.state_transfer import serve_model_pull, state_hash
+from agent.protocol.state_transfer import STATE_CHUNK_VALUES, serve_model_pull, state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
 from agent.runtime import AgentRuntime, RoundReport, new_incarnation
@@ -101,7 +101,8 @@ class Peer:
         frame = decode(payload, expected_sender=link[0], job=job_hash(JOB)) if link else None
         if isinstance(frame, Frame) and frame.kind == Kind.MODEL_PULL:
             self.pulls.append(frame)
-            for send in serve_model_pull(frame, self.node, job_hash(JOB), self.state, self.round, 3):
+            for send in serve_model_pull(frame, self.node, job_hash(JOB), self.state, self.round,
+                                         STATE_CHUNK_VALUES):
                 self.publish(TOPICS.link(self.node, send.dst), encode(send.frame))
 
 

@@ -219,7 +219,7 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     m.round_started(40, 0.0)
     # Node 3 (valid credentials, not the coordinator) on its own view topic: two members left.
     forged = View(1, [2, 3], 2, 3, 41)
-    assert m.offer_view(forged, 3) == "" and m.newest == START  # held back, not taken
+    assert m.offer_view(forged, 3) == "view_not_coordinator" and m.newest == START  # held back, not taken
     assert m.offer_view(View(1, [2, 3], 2, 0, 41), 3) == "view_not_its_publishers"
     assert m.offer_view(View(2**53, [0, 1, 2, 3], 2, 0, 41), 0) == "view_epoch_jump"
     assert m.newest == START
@@ -230,6 +230,6 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     for s in online(0, 1, 2, 3):
         m2.on_status(s, 0.0)
     takeover = View(1, [1, 2, 3], 2, 1, 12)
-    assert m2.offer_view(takeover, 1) == "" and m2.newest == START
+    assert m2.offer_view(takeover, 1) == "view_not_coordinator" and m2.newest == START
     m2.on_status(Status(0, "offline"), 0.1)  # node 0's Will, arriving after the view
     assert m2.newest == takeover

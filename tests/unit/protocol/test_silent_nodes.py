@@ -86,5 +86,7 @@ def test_any_hangs_and_resumes_never_halt_never_double_count_and_views_drop_the_
             continue
         silent = [r for r in records if r.start >= hang_at and r.start + 0.2 < hang_at + length]
         for k, rec in enumerate(silent):
-            if k >= 3:  # the round it froze in, and two more while the new view comes
-                assert node not in rec.members, (node, rec.round, rec.members)
+            # The round it froze in, and two more while the new view comes; a round that
+            # started just before the resume may have it back already (then it trains in it).
+            if k >= 3:
+                assert node not in rec.members or node in rec.results, (node, rec.round, rec.members)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from agent.protocol.allreduce import Action, Note, RoundResult, RoundStats, Send
-from agent.protocol.state_transfer import StateTransfer, resync_reason, serve_model_pull, state_hash
+from agent.protocol.state_transfer import (
+    StateTransfer,
+    resync_reason,
+    serve_model_pull,
+    serve_share,
+    state_hash,
+)
 from agent.protocol.wire import DType, Frame, Kind
 
 
@@ -13,70 +19,137 @@ def sends(actions: list[Action]) -> list[Send]:
     return [a for a in actions if isinstance(a, Send)]
 
 
-def test_state_transfer_assembles_the_state_and_retries_on_another_peer() -> None:
-    state = np.arange(10, dtype=np.float32)
-    transfer = StateTransfer(node=5, job=9, round=12, peers=[1, 2], timeout=0.5, now=0.0)
-    first = sends(transfer.start(0.0))
-    assert first[0].dst == 1 and first[0].frame.kind == Kind.MODEL_PULL and first[0].frame.round == 12
-    assert transfer.on_timer(0.2) == []
-    retry = sends(transfer.on_timer(0.5))
-    assert retry[0].dst == 2
-    answer = serve_model_pull(retry[0].frame, 2, 9, state, 12, 4, params_hash=state_hash(state))
-    assert [s.frame.chunk_index for s in answer] == [0, 1, 2]
-    assert all(s.dst == 5 for s in answer)
-    transfer.on_frame(answer[0].frame, 0.6)
-    transfer.on_frame(answer[2].frame, 0.6)
-    # peer 2 goes quiet: ask peer 1 for the missing chunk only
-    again = sends(transfer.on_timer(1.1))
-    assert again[0].dst == 1 and again[0].frame.indices() == [1]
-    partial = serve_model_pull(again[0].frame, 1, 9, state, 12, 4, params_hash=state_hash(state))
-    assert len(partial) == 1
-    notes = transfer.on_frame(partial[0].frame, 1.2)
-    assert isinstance(notes[0], Note) and transfer.result is not None
-    round_, got, params_hash = transfer.result
-    assert round_ == 12 and got.tobytes() == state.tobytes() and params_hash == state_hash(state)
+STATE = np.arange(10, dtype=np.float32)  # 3 chunks of 4 values: stripes [0, 2] and [1]
+
+
+def pulls(actions: list[Action]) -> dict[int, Frame]:
+    return {s.dst: s.frame for s in sends(actions) if s.frame.kind == Kind.MODEL_PULL}
+
+
+def answer(request: Frame, peer: int, state: np.ndarray = STATE, round: int = 12) -> list[Frame]:
+    return [s.frame for s in serve_model_pull(request, peer, 9, state, round, 4)]
+
+
+def feed(transfer: StateTransfer, frames: list[Frame], now: float) -> list[Action]:
+    return [a for f in frames for a in transfer.on_frame(f, now)]
+
+
+def kinds(actions: list[Action]) -> list[str]:
+    return [a.kind for a in actions if isinstance(a, Note)]
+
+
+def test_a_state_comes_in_two_stripes_from_two_peers_that_vouch_for_its_hash() -> None:
+    transfer = StateTransfer(node=5, job=9, round=12, peers=[1, 2, 3], timeout=0.5, now=0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    assert {p: f.indices() for p, f in asked.items()} == {1: [0, 2], 2: [1]}
+    assert all(f.round == 12 for f in asked.values())
+    assert kinds(feed(transfer, answer(asked[1], 1), 0.1)) == [] and transfer.result is None
+    assert kinds(feed(transfer, answer(asked[2], 2), 0.2)) == ["state_received"]
+    assert transfer.result is not None
+    round_, got, digest = transfer.result
+    assert round_ == 12 and got.tobytes() == STATE.tobytes() and digest == state_hash(STATE)
     assert transfer.next_timer() is None
 
 
-def test_a_newer_state_restarts_the_assembly() -> None:
-    transfer = StateTransfer(5, 9, 3, [1], 1.0, 0.0)
-    old = Frame(Kind.MODEL, 9, 3, 1, 0, 2).with_values(np.zeros(2, np.float32))
-    new = [Frame(Kind.MODEL, 9, 4, 1, j, 2).with_values(np.ones(2, np.float32)) for j in range(2)]
-    transfer.on_frame(old, 0.1)
-    transfer.on_frame(new[1], 0.2)
+def test_a_silent_stripe_is_asked_of_a_peer_not_asked_yet() -> None:
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    feed(transfer, answer(asked[1], 1), 0.1)
+    assert transfer.on_timer(0.3) == []
+    retry = transfer.on_timer(0.6)
+    assert ("timeout", 2) in [(a.kind, a.peer) for a in retry if isinstance(a, Note)]
+    again = pulls(retry)
+    assert list(again) == [3] and again[3].indices() == [1]  # only the silent stripe
+    feed(transfer, answer(again[3], 3), 0.7)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+
+
+def test_with_every_peer_asked_a_timeout_waits_for_them_to_reach_the_round() -> None:
+    """Peers still behind the round answer as they reach it: asking again would only move
+    our pull further away."""
+    transfer = StateTransfer(5, 9, 12, [1, 2], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    assert pulls(transfer.on_timer(0.6)) == {}
+    feed(transfer, answer(asked[1], 1) + answer(asked[2], 2), 0.9)
+    assert transfer.result is not None and transfer.result[0] == 12
+
+
+def test_a_forged_stripe_is_never_installed_and_the_next_round_is_asked_of_other_peers() -> None:
+    """Node 2 answers its stripe with values of its own: the assembled state hashes to
+    nothing both peers vouched for, so it is refused, and round 13 is asked of the next pair
+    (3 and 1), which the liar cannot spoil."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    forged = np.full(10, 3e38, np.float32)
+    out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, forged), 0.1)
+    assert "state_rejected" in kinds(out) and transfer.result is None
+    retry = pulls(out)
+    assert {p: (f.round, f.indices()) for p, f in retry.items()} == {3: (13, [0, 2]), 1: (13, [1])}
+    assert transfer.on_frame(answer(asked[2], 2, forged)[0], 0.15) == []  # round 12 is burnt
+    good = np.arange(10, 20, dtype=np.float32)
+    feed(transfer, [f for p, req in retry.items() for f in answer(req, p, good, round=13)], 0.2)
+    assert transfer.result is not None and transfer.result[1].tobytes() == good.tobytes()
+
+
+def test_frames_from_a_peer_not_asked_for_them_are_refused() -> None:
+    transfer = StateTransfer(5, 9, 12, [1, 2], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    # Node 3 was never asked; node 1 sends a chunk of node 2's stripe.
+    wrong_stripe = Frame(Kind.MODEL, 9, 12, 1, 1, 3).with_values(np.zeros(4, np.float32))
+    uninvited = [*answer(asked[1], 3), wrong_stripe]
+    assert kinds(feed(transfer, uninvited, 0.1)) == ["state_unasked"] * 3
+    assert transfer.parts == {}
+
+
+def test_stripes_of_different_rounds_meet_at_the_newer_one() -> None:
+    transfer = StateTransfer(5, 9, 12, [1, 2], 1.0, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    newer = np.ones(10, np.float32)
+    out = feed(transfer, answer(asked[2], 2, newer, round=13), 0.1)  # node 2 was already past 12
+    follow = pulls(out)
+    assert list(follow) == [1] and follow[1].round == 13 and follow[1].indices() == [0, 2]
+    feed(transfer, answer(asked[1], 1), 0.2)  # round 12's stripe: the round we left
     assert transfer.result is None
-    transfer.on_frame(old, 0.3)  # older than what we now assemble: ignored
-    transfer.on_frame(new[0], 0.4)
-    assert transfer.result is not None and transfer.result[0] == 4
-    assert np.all(transfer.result[1] == 1)
+    feed(transfer, answer(follow[1], 1, newer, round=13), 0.3)
+    assert transfer.result is not None and transfer.result[0] == 13
 
 
 def test_a_state_older_than_asked_for_is_a_late_answer_and_ignored() -> None:
     """A node that fell behind asks for round 20; chunks of round 15 (an earlier resync's
     late answer) must not be taken for the fleet's state."""
     transfer = StateTransfer(5, 9, 20, [1], 1.0, 0.0)
+    transfer.start(0.0)
     late = Frame(Kind.MODEL, 9, 15, 1, 0, 1).with_values(np.zeros(3, np.float32))
     assert transfer.on_frame(late, 0.1) == [] and transfer.result is None
-    fresh = Frame(Kind.MODEL, 9, 21, 1, 0, 1).with_values(np.ones(3, np.float32))
-    transfer.on_frame(fresh, 0.2)
+    fresh = Frame(Kind.MODEL, 9, 21, 1, 0, 1, model_hash=state_hash(np.ones(3, np.float32)))
+    transfer.on_frame(fresh.with_values(np.ones(3, np.float32)), 0.2)
     assert transfer.result is not None and transfer.result[0] == 21  # a newer state is fine
 
 
-def test_a_state_of_the_wrong_size_or_inexact_dtype_is_dropped_and_asked_again() -> None:
-    transfer = StateTransfer(5, 9, 2, [1, 3], 1.0, 0.0, size=4)
-    transfer.start(0.0)
+def test_a_state_of_the_wrong_size_or_inexact_dtype_is_dropped() -> None:
+    transfer = StateTransfer(5, 9, 2, [1, 3], 1.0, 0.0, size=4, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    assert list(asked) == [1] and asked[1].indices() == []  # one chunk: one stripe, one peer
     half = Frame(Kind.MODEL, 9, 2, 1, 0, 1).with_values(np.ones(4, np.float32), DType.F16)
     assert transfer.on_frame(half, 0.1) == []  # float16 is not an exact copy
-    short = Frame(Kind.MODEL, 9, 2, 1, 0, 1).with_values(np.ones(3, np.float32))
-    notes = transfer.on_frame(short, 0.2)
-    assert [n.kind for n in notes if isinstance(n, Note)] == ["state_rejected"]
+    short = answer(asked[1], 1, np.ones(3, np.float32), round=2)
+    out = feed(transfer, short, 0.2)
+    assert kinds(out)[0] == "state_rejected" and list(pulls(out)) == [3]  # the next peer, next round
     assert transfer.result is None
-    retry = sends(transfer.on_timer(1.2))
-    assert retry[0].dst == 3 and retry[0].frame.indices() == []  # all chunks, from the next peer
-    good = serve_model_pull(retry[0].frame, 3, 9, np.arange(4, dtype=np.float64), 2, 4)
-    transfer.on_frame(good[0].frame, 1.3)
-    assert transfer.result is not None and transfer.result[1].dtype == np.float32
-    assert transfer.result[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_with_one_peer_its_word_is_all_there_is() -> None:
+    transfer = StateTransfer(5, 9, 12, [1], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    assert asked[1].indices() == []
+    feed(transfer, answer(asked[1], 1), 0.1)
+    assert transfer.result is not None
+
+
+def test_a_server_gives_one_puller_at_most_half_a_state_per_round_when_others_can_serve() -> None:
+    assert serve_share(19, other_peers=0) == 19
+    assert serve_share(19, other_peers=1) == 10
+    assert serve_share(19, other_peers=5) == 10
 
 
 def test_serving_ignores_chunk_indices_out_of_range() -> None:

@@ -56,7 +56,10 @@ def test_a_cut_stalls_plain_tree_until_the_deadline_but_not_ft_tree() -> None:
     plain = run_fleet(7, 1, length=37, allreduce=config(algorithm="tree"), faults=cut, keep_gradients=True)[0]
     rps = run_fleet(7, 1, length=37, allreduce=config(algorithm="rps"), faults=cut, keep_gradients=True)[0]
     ft = run_fleet(7, 1, length=37, allreduce=config(), faults=cut, keep_gradients=True)[0]
-    assert plain.degraded and plain.duration == pytest.approx(1.0, abs=0.01)
+    # The allreduce runs to the deadline (the last round's final sync then finds no two
+    # peers with one model to agree on: every node fell back to its own).
+    ends = [r.finished_at - plain.start for r in plain.results.values()]
+    assert plain.degraded and max(ends) == pytest.approx(1.0, abs=0.01)
     assert rps.degraded  # 3 <-> 1 blocks fall back to the local value
     assert not ft.degraded and ft.duration < 0.2
     for rec in (plain, rps, ft):
