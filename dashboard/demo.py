@@ -34,6 +34,7 @@ PROBE_BYTES = 64
 class NodeCredentials:
     username: str
     password: str
+    client_id: str | None = None  # the one a dynamic-security broker binds to this user
 
 
 class DemoNode:
@@ -45,7 +46,8 @@ class DemoNode:
         self.received: dict[int, set[int]] = defaultdict(set)  # round -> peers heard
         self.lock = threading.Lock()
         topics = fleet.topics
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"demo-{fleet.job}-{node}")
+        client_id = creds.client_id if creds is not None and creds.client_id else f"demo-{fleet.job}-{node}"
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
         if creds is not None:
             self.client.username_pw_set(creds.username, creds.password)
         self.client.will_set(topics.status(node), Status(node, "offline").encode(), 1, retain=True)

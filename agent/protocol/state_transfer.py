@@ -90,10 +90,10 @@ class StateTransfer:
 
     Within a round each peer is asked once: a stripe whose peer stays silent for ``timeout``
     is asked of a peer not asked yet (a peer still behind that round answers on reaching it);
-    a forged or corrupt stripe (the hashes disagree) burns
-    the round, and the next pair of peers is asked for the next round. So one liar among
-    three peers delays a transfer by a round, never poisons it. MODEL frames from a peer not
-    asked for that chunk are refused. ``size``, when given, is the state's length.
+    a forged or corrupt stripe (the hashes disagree) is dropped with the other stripe of its
+    pair, and a fresh pair is asked for the same round (none left: the next round, from the
+    next pair). So one liar delays a transfer, never poisons it. MODEL frames from a peer not
+    asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the state's length.
     """
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
@@ -216,10 +216,18 @@ class StateTransfer:
                 and frame.round >= self.floor)
 
     def reject(self, why: str, now: float, senders: list[int] | None = None) -> list[Action]:
-        """The assembled state is unusable: ask for the next round's, from the next peers."""
+        """The assembled state is unusable: its stripes are dropped and their peers' further
+        frames refused; the same round is asked of peers not asked for it yet (after the
+        fleet's last round there is no next one), or, too few left, the next round."""
         self.result = None
-        blamed = senders[0] if senders else self.peer
-        return [Note("state_rejected", blamed, why), *self._next_round(now)]
+        blamed = senders or [self.peer]
+        for peer in blamed:
+            self.assigned.pop(peer, None)
+        self.parts.pop(self.target, None)
+        note = Note("state_rejected", blamed[0], why)
+        if len(self.peers) - len(self.asked_in.get(self.target, set())) >= self.needed:
+            return [note, *self._ask_round(now)]
+        return [note, *self._next_round(now)]
 
     def _next_round(self, now: float) -> list[Action]:
         self.target = self.floor = max([self.target, *self.parts]) + 1

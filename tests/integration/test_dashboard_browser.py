@@ -66,7 +66,7 @@ class DemoDriver:
 
     def __init__(self, broker: MosquittoBroker) -> None:
         logins = {n: broker.credentials_for(n) for n in range(NODES)}
-        creds = {n: NodeCredentials(c.username, c.password) for n, c in logins.items()}
+        creds = {n: NodeCredentials(c.username, c.password, c.client_id) for n, c in logins.items()}
         self.fleet = DemoFleet(broker.url, JOB, NODES, credentials=creds, round_window=0.3)
 
     def start(self) -> None:

@@ -171,3 +171,16 @@ def test_resync_after_a_local_fallback_or_a_hash_unlike_the_roots() -> None:
     assert fallback is not None and "2 chunks" in fallback
     drift = resync_reason(result(root_hash=8), own_hash=7)
     assert drift is not None and "00000008" in drift
+
+
+def test_after_a_dispute_the_same_round_is_asked_of_a_fresh_pair_while_there_is_one() -> None:
+    """After the fleet's last round there is no next round to ask for: a dispute must be
+    settled by other peers' copies of the same state."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3, 4], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+    retry = pulls(out)
+    assert {p: f.round for p, f in retry.items()} == {3: 12, 4: 12}
+    assert kinds(feed(transfer, answer(asked[2], 2), 0.15)) == ["state_unasked"]  # its stripe was dropped
+    feed(transfer, [f for p, req in retry.items() for f in answer(req, p)], 0.2)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
