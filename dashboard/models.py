@@ -30,9 +30,13 @@ class ViewModel(BaseModel):
     from_round: int
 
 
+NodeState = Literal["online", "joining", "rejoining", "suspected", "hung", "evicted", "offline", "unknown"]
+
+
 class NodeModel(BaseModel):
     node: int
-    state: Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
+    state: NodeState = Field(
+        description="evicted: connected (or silent) but out of the current view, routed around until it rejoins")
     status: str = Field(description="last status message: online, joining, offline or unknown")
     incarnation: int
     pid: int
@@ -206,12 +210,20 @@ class SnapshotMessage(BaseModel):
     events: list[EventModel]
 
 
+def node_state(info: NodeInfo, outside_view: bool) -> NodeState:
+    """The state the page shows: a node the fleet took out of its view (suspected silent, or
+    its connection flapping) while it is not offline is *evicted* until it rejoins."""
+    if not outside_view or info.status not in ("online", "joining"):
+        return info.display
+    return "rejoining" if info.status == "joining" else "evicted"
+
+
 def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
                faults: list[str]) -> NodeModel:
     in_view = tree is not None and info.node in tree
     return NodeModel(
         node=info.node,
-        state=info.display,
+        state=node_state(info, tree is not None and not in_view),
         status=info.status,
         incarnation=info.incarnation,
         pid=info.pid,

@@ -4,7 +4,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = {
   ok: "#2e9e5b", suspected: "#e0a100", failed: "#d63b3b", rerouted: "#7b4fd6", unknown: "#b8c0cc",
-  online: "#2e9e5b", joining: "#3a7bd5", rejoining: "#13a3b5", hung: "#e46a17", offline: "#6b7280",
+  online: "#2e9e5b", joining: "#3a7bd5", rejoining: "#13a3b5", hung: "#e46a17", evicted: "#a4262c", offline: "#6b7280",
 };
 // One colour per fault kind: its window's shading on the charts, its incident, its marks.
 const FAULT_COLORS = {
@@ -208,7 +208,7 @@ function renderCounters(fleet) {
 function renderLegend() {
   const legend = document.getElementById("legend");
   const item = (swatch, text) => `<span class="item">${swatch}${text}</span>`;
-  const parts = ["online", "joining", "rejoining", "suspected", "hung", "offline"].map((s) =>
+  const parts = ["online", "joining", "rejoining", "suspected", "hung", "evicted", "offline"].map((s) =>
     item(`<span class="dot" style="background:${COLORS[s]}"></span>`, s));
   parts.push(item(`<span class="dot ring"></span>`, "at fault"));
   parts.push(`<span class="sep"></span>`);

@@ -246,3 +246,17 @@ def test_reducer_does_not_mutate_its_input() -> None:
     frozen_copy = replace(state)
     apply_telemetry(state, Telemetry(1, 9, 1, "ft", 0.1, links={"3": "failed"}), 99.0)
     assert state == frozen_copy and state.links[(1, 3)].state == "ok"
+
+
+def test_a_node_out_of_the_view_but_not_offline_shows_as_evicted_until_it_rejoins() -> None:
+    from dashboard.models import node_state
+
+    state = _fleet_with_rounds(rounds=10, silent_from=4)  # node 6 last seen at t=4
+    state, _ = tick(state, 20.0)
+    assert state.nodes[6].display == "hung" and node_state(state.nodes[6], False) == "hung"
+    # The fleet suspected it and took it out of the view: evicted while the page still sees it.
+    assert node_state(state.nodes[6], True) == "evicted"
+    state, _ = apply_status(state, Status(6, "joining", incarnation=state.nodes[6].incarnation), 21.0)
+    assert node_state(state.nodes[6], True) == "rejoining"  # on its way back
+    state, _ = apply_status(state, Status(6, "offline", incarnation=state.nodes[6].incarnation), 22.0)
+    assert node_state(state.nodes[6], True) == "offline"
