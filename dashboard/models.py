@@ -213,9 +213,9 @@ class SnapshotMessage(BaseModel):
 def node_state(info: NodeInfo, outside_view: bool) -> NodeState:
     """The state the page shows: a node the fleet took out of its view (suspected silent, or
     its connection flapping) while it is not offline is *evicted* until it rejoins."""
-    if not outside_view or info.status not in ("online", "joining"):
-        return info.display
-    return "rejoining" if info.status == "joining" else "evicted"
+    if outside_view and info.status == "online":
+        return "evicted"
+    return info.display  # joining: "joining", or "rejoining" after an earlier life
 
 
 def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
