@@ -93,6 +93,8 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         # round on top of a normal round, within 2x of a normal round (before: 4.3 GB in 10 s).
         flood = max(t.bytes_sent for t in listener.telemetry[0][10:20])
         assert flood <= 2 * max(sent_before), (flood, sent_before)
+        print(f"pull flood: node 0 sent at most {flood / 1e6:.2f} MB in a round, "
+              f"{flood / max(sent_before):.2f}x its largest normal round")
         assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
     finally:
         evil.close()
