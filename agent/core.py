@@ -540,6 +540,9 @@ class AgentCore:
         latest = self.membership.latest
         if latest is None or self.node not in latest.members:
             return []
+        # The view takes us from its from_round: a state of an earlier round (fetched before
+        # this view came) would have us run rounds the fleet already finished, alone.
+        self.round = max(self.round, latest.from_round)
         if self.received_state is not None:
             rnd, state = self.received_state
             self.received_state = None
@@ -550,10 +553,12 @@ class AgentCore:
                 self.phase = Phase.WAITING
                 return [LoadState(rnd, state), PublishStatus(self.status("online")),
                         *self._serve_pulls()]
-        self.round = max(self.round, latest.from_round)
         peers = self.membership.online_peers(self.membership.live())
-        if peers and (self.transfer is None or not set(self.transfer.peers) & set(peers)):
-            return self._fetch_state(self.round, peers, now)  # the old one's peers are all gone
+        transfer = self.transfer
+        if peers and (transfer is None or transfer.round < self.round
+                      or not set(transfer.peers) & set(peers)):
+            # None yet, one for a round before the view's, or its peers are all gone.
+            return self._fetch_state(self.round, peers, now)
         return []
 
     def _step_waiting(self, now: float) -> list[CoreAction]:
