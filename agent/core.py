@@ -418,9 +418,11 @@ class AgentCore:
         every round machine still running, and the coordinator drops it."""
         out: list[CoreAction] = list(self.membership.on_suspect(report, now))
         if (report.peer == self.node and (report.node, report.round) not in self.refuted
-                and self.phase not in (Phase.CONNECTING, Phase.LINGERING, Phase.DONE)):
+                and self.phase not in (Phase.CONNECTING, Phase.DONE)):
             # We are not silent (cut links around us, a slow moment, or rejoining): say so at
-            # once. Membership ignores an "online" from a node far behind the fleet.
+            # once, also while lingering after our last round (the others may still be in it:
+            # an unrefuted root there ends it for everybody). Membership ignores an "online"
+            # from a node far behind the fleet.
             self.refuted.add((report.node, report.round))
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
         return out + self._apply_suspicions(now) + self._advance(now)
