@@ -18,6 +18,7 @@ and the edgegrove arms are still measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 from pathlib import Path
@@ -100,7 +101,10 @@ def _run_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
         return {"samples_ms": out["samples_ms"]}
     env = [f"PYTHONPATH={args.baseline}"] if arm == BEFORE else []
     options = ["wire_dtype=float16"] if arm == FP16 else []
-    with tempfile.TemporaryDirectory(prefix="edgegrove-compare-") as tmp:
+    # `python -m` puts the working directory first on sys.path, before PYTHONPATH: the agents
+    # of the baseline arm must start in the baseline checkout, or they run this one's code.
+    where = contextlib.chdir(args.baseline) if arm == BEFORE else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="edgegrove-compare-") as tmp, where:
         try:
             res = round_profile.measure_fleet(nodes, _fleet_args(args, env, options), Path(tmp))
         except SystemExit as exc:  # measure_fleet gives up with a message
