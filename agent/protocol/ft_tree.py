@@ -407,16 +407,21 @@ class FtTreeRound(Outbox):
     def _finalize_chunk(self, j: int, now: float) -> None:
         ch = self.chunks[j]
         ids, mean = merge_means(ch.units)
+        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
+            mean, self.cfg.wire_dtype)
         if self.cfg.wire_dtype != DType.F32:
             # Everybody applies what the wire carries, the root included: byte-identical.
-            mean = Frame(Kind.DATA, 0, 0, 0).with_values(mean, self.cfg.wire_dtype).values()
-        self._set_final(j, ids, mean, now)
+            mean = frame.values()
+        self._set_final(j, ids, mean, now, frame)
 
-    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
+    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float,
+                   wire: Frame) -> None:
+        """``wire``: a frame whose payload carries ``values`` in the wire dtype; it is passed
+        on as it is (no second quantization, no copy)."""
         ch = self.chunks[j]
         ch.final, ch.final_ids = values, ids
-        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
-            values, self.cfg.wire_dtype)
+        frame = replace(self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
+                        dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
         for peer in self._broadcast_peers():
             routes = self._down_routes(peer)
             if routes:
@@ -454,7 +459,7 @@ class FtTreeRound(Outbox):
         values = frame.values()
         if not self._plausible(values, frame.sender):
             return
-        self._set_final(j, frame.contributors, values, now)
+        self._set_final(j, frame.contributors, values, now, frame)
 
     # ------------------------------------------------------------------ frames in
 

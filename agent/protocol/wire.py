@@ -300,6 +300,11 @@ def _check_values(frame: Frame) -> Frame | Rejection:
     return frame
 
 
+_F16_EXPONENT = 0x7C00  # all ones: inf or NaN
+
+
 def _all_finite(payload: bytes, dtype: DType) -> bool:
     # On the wire dtype itself: no dequantized copy just to look at it.
+    if dtype == DType.F16:  # numpy's isfinite on float16 is scalar code: 10x slower than this
+        return not bool(((np.frombuffer(payload, dtype="<u2") & _F16_EXPONENT) == _F16_EXPONENT).any())
     return bool(np.isfinite(np.frombuffer(payload, dtype=_ITEM[dtype])).all())
