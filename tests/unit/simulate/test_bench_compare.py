@@ -63,3 +63,14 @@ def test_without_torch_only_edgegrove_runs(monkeypatch: pytest.MonkeyPatch,
     captured = capsys.readouterr()
     assert ran == ["edgegrove", "edgegrove"]
     assert "torch is not installed" in captured.err and "edgegrove" in captured.out
+
+
+def test_the_report_section_shows_every_arm_and_the_baseline(tmp_path: Any) -> None:
+    from simulate.evaluation import Context, render_compare
+
+    out = compare.summarize(7, {"gloo": [{"samples_ms": [20.0]}], "edgegrove": [_fleet([50.0], 0.1)],
+                                "before": [_fleet([150.0], 0.2)]})
+    doc = {"alternations": 2, "rounds": 14, "warmup": 4, "gloo_iterations": 20, "torch": "2.x",
+           "baseline": "/tmp/base", "agent_options": [], "values": 1, "results": [out]}
+    text = render_compare(doc, Context({}, tmp_path, ""))
+    assert "`before`" in text and "| 7 | before | 150 |" in text and "| 7 | edgegrove | 50 |" in text
