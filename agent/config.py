@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.protocol.allreduce import DEFAULT_CHUNK_VALUES
 from agent.protocol.topics import validate_job
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
@@ -56,7 +57,7 @@ class AgentConfig(BaseModel):
     max_timeout: float = Field(2.0, gt=0, description="adaptive timeout upper clamp (s)")
     round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
     remember_dead_links: bool = Field(True, description="route around a link that timed out in an earlier round from the start (probing it to notice when it heals); off: detect it again every round, as the thesis measured")
-    chunk_size: int = Field(16384, ge=64, le=1 << 20, description="values per chunk")
+    chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=64, le=1 << 20, description="values per chunk")
     wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")

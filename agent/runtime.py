@@ -289,6 +289,7 @@ def run_agent(config: AgentConfig) -> int:
             username=config.username, password=config.password,
             tls_ca=str(config.tls_ca) if config.tls_ca else None, protocol=config.mqtt_version,
             keepalive=config.keepalive,
+            threaded=False,  # paho's loop in this thread: no wake-up and GIL hand-over per message
             max_publish_bytes_per_s=config.publish_rate * 1e6 if config.publish_rate else None,
         )
         transport = FaultyTransport(mqtt, config.id, Topics(config.job),

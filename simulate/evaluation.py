@@ -177,6 +177,24 @@ def _plot_gloo(rows: list[dict[str, Any]], bound: dict[int, float], path: Path) 
     plt.close(fig)
 
 
+def render_compare(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.compare import TABLE_HEADERS, table_rows
+
+    parts = [f"Interleaved x{doc['alternations']} per fleet size (gloo, edgegrove, ...), "
+             f"edgegrove {doc['rounds'] - doc['warmup']} measured rounds per run (slowest agent's "
+             f"allreduce phase), gloo {doc['gloo_iterations']} iterations per run (slowest rank); "
+             f"torch {doc.get('torch') or 'absent (no gloo arm)'}. 'x gloo': the arm's median over "
+             "gloo's median in the same run; 'bound': bytes through the broker / its measured "
+             "throughput; CPU: all agents' user + system seconds per round (median over runs)."]
+    if doc.get("baseline"):
+        parts.append("Arm `before`: the agents of the code before this change "
+                     f"(`{doc['baseline']}`), measured in the same run.")
+    if doc.get("agent_options"):
+        parts.append(f"Agent options: `{' '.join(doc['agent_options'])}`.")
+    parts.append(markdown_table(TABLE_HEADERS, table_rows(doc)))
+    return "\n\n".join(parts)
+
+
 def render_model(doc: dict[str, Any], ctx: Context) -> str:
     rows = [[r["backend"], "error: " + r["error"]] + [""] * 6 if "error" in r else
             [r["backend"], r["step_ms_median"], r["step_ms_p90"], r["gradients_ms_median"],
@@ -425,6 +443,11 @@ SECTIONS: tuple[Section, ...] = (
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",
             render_isolation),
+    Section("compare", "Fault-free speed side by side: gloo and edgegrove in one run",
+            "edgegrove bench compare --baseline DIR --out docs/results/compare.json",
+            "gloo and an edgegrove fleet interleaved on the same host, same N, same vector: "
+            "median step, ratio, broker bound, agents' CPU per round (issue 13).",
+            render_compare),
     Section("gloo", "For scale: torch.distributed gloo allreduce",
             "edgegrove bench gloo --out docs/results/gloo.json",
             "A fault-intolerant direct-TCP allreduce of the same 1.63 MB vector among the same "

@@ -21,6 +21,11 @@ from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import HEADER_SIZE, DType, Frame
 
+# Values per chunk (1 MB frames in float32: the thesis model's 407,050 values in 2 chunks). Per
+# message costs dominate on small devices and a shared host: measured with `bench
+# round-profile` at 7, 15 and 31 agents, 262,144 beat 16,384, 65,536, 131,072 and one chunk
+# (docs/PROFILE.md).
+DEFAULT_CHUNK_VALUES = 262_144
 Algorithm = Literal["ft-tree", "tree", "rps"]
 TimeoutMode = Literal["adaptive", "fixed"]
 ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
@@ -29,7 +34,7 @@ ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
 @dataclass(frozen=True)
 class AllreduceConfig:
     algorithm: Algorithm = "ft-tree"
-    chunk_size: int = 16384
+    chunk_size: int = DEFAULT_CHUNK_VALUES
     wire_dtype: DType = DType.F32
     timeout_mode: TimeoutMode = "adaptive"
     fixed_timeout: float = 0.5

@@ -21,6 +21,13 @@ it from the start and sends the peer a PROBE instead, which the peer answers; an
 an ACK of a frame sent straight to the peer) proves the link works both ways and heals it.
 A permanent cut thus costs one RTO once, not every round.
 
+ACKs: a unit that came straight from its sender is ACKed in a batch, one ACK frame listing
+the chunk indices (u32 payload) of every unit with the same contributor set from that sender:
+at once when the unit is the last chunk or ``ACK_EVERY`` units wait, else ``ACK_DELAY`` after
+the first waiting one (at most a quarter of the link's RTO), and at once when the round ends
+here. Frames on one link arrive in order, so a gap in an ACK still means a loss (fast
+retransmit). Relayed and flooded units are ACKed one by one, as before.
+
 Counting: a unit is accepted only when its contributor set is disjoint from everything
 counted for that chunk; a unit whose set is already covered is a duplicate (ACKed, not
 counted); a partial overlap is refused. Hence no contribution is ever counted twice.
@@ -48,6 +55,8 @@ from agent.protocol.wire import DType, Flag, Frame, Kind
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
 IMPLAUSIBLE_FACTOR = 1000.0  # x our own largest gradient value, at least 1 (see _plausible)
+ACK_EVERY = 8  # direct units ACKed by one frame at most (see the module docstring)
+ACK_DELAY = 0.005  # s: longest wait of a direct unit for its batched ACK (<= a quarter RTO)
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,9 @@ class FtTreeRound(Outbox):
         self.pull_chain = self._pull_chain()
         self.pull_i = 0
         self.over = False  # past the hard deadline: only answer frames
+        # Batched ACKs of direct units: sender -> (flags, contributors) -> chunk indices.
+        self.ack_due: dict[int, dict[tuple[Flag, frozenset[int]], list[int]]] = {}
+        self.ack_at: dict[int, float] = {}  # sender -> when its batch goes out at the latest
         self._out: list[Action] = []
 
     # ------------------------------------------------------------------ public API
@@ -200,7 +212,11 @@ class FtTreeRound(Outbox):
             self.pending.clear()
             if self.result is None:
                 self._finish(now)
+            self._send_acks()
             return self._flush()
+        for sender, at in list(self.ack_at.items()):
+            if now >= at:
+                self._send_acks(sender)
         if not self.wait_fired and now >= self.wait_at:
             self.wait_fired = True
             for j in range(self.n):
@@ -223,6 +239,7 @@ class FtTreeRound(Outbox):
             times.append(self.pull_at)
         times.extend(self._due(p) for p in self.pending.values())
         times.extend(at + self._rto(t) for t, at in self.relay_watch.items())
+        times.extend(self.ack_at.values())
         return min(times)
 
     def peer_down(self, peer: int, now: float) -> list[Action]:
@@ -348,7 +365,7 @@ class FtTreeRound(Outbox):
         if not ids or not ids <= self.subtree or frame.origin not in self.subtree or self.node in ids:
             self.stats.dropped += 1
             return
-        self._ack(frame, how)
+        self._ack(frame, how, now)
         self._learn_route(frame.origin, frame.sender, how)
         if self.cfg.nack and how == DIRECT:
             self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
@@ -390,16 +407,21 @@ class FtTreeRound(Outbox):
     def _finalize_chunk(self, j: int, now: float) -> None:
         ch = self.chunks[j]
         ids, mean = merge_means(ch.units)
+        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
+            mean, self.cfg.wire_dtype)
         if self.cfg.wire_dtype != DType.F32:
             # Everybody applies what the wire carries, the root included: byte-identical.
-            mean = Frame(Kind.DATA, 0, 0, 0).with_values(mean, self.cfg.wire_dtype).values()
-        self._set_final(j, ids, mean, now)
+            mean = frame.values()
+        self._set_final(j, ids, mean, now, frame)
 
-    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
+    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float,
+                   wire: Frame) -> None:
+        """``wire``: a frame whose payload carries ``values`` in the wire dtype; it is passed
+        on as it is (no second quantization, no copy)."""
         ch = self.chunks[j]
         ch.final, ch.final_ids = values, ids
-        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
-            values, self.cfg.wire_dtype)
+        frame = replace(self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
+                        dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
         for peer in self._broadcast_peers():
             routes = self._down_routes(peer)
             if routes:
@@ -424,7 +446,7 @@ class FtTreeRound(Outbox):
 
     def _on_final(self, frame: Frame, now: float, how: str) -> None:
         j = frame.chunk_index
-        self._ack(frame, how)
+        self._ack(frame, how, now)
         if self.chunks[j].final is not None:
             return
         if not frame.contributors or self.parent is None:
@@ -437,7 +459,7 @@ class FtTreeRound(Outbox):
         values = frame.values()
         if not self._plausible(values, frame.sender):
             return
-        self._set_final(j, frame.contributors, values, now)
+        self._set_final(j, frame.contributors, values, now, frame)
 
     # ------------------------------------------------------------------ frames in
 
@@ -487,18 +509,26 @@ class FtTreeRound(Outbox):
                 self._send(frame.target, onward)
             return
         broadcast = frame.is_broadcast
-        key = (broadcast, frame.chunk_index, frame.origin if broadcast else frame.contributors)
-        pending = self.pending.pop(key, None)
-        if pending is None:
+        indices = frame.indices() if frame.payload else [frame.chunk_index]
+        if len(indices) > self.n:
+            self.stats.dropped += 1
             return
-        route = pending.route
+        unit = frame.origin if broadcast else frame.contributors
+        latest: dict[Route, int] = {}  # direct route -> highest send seq ACKed by this frame
+        for j in indices:
+            pending = self.pending.pop((broadcast, j, unit), None)
+            if pending is None:
+                continue
+            route = pending.route
+            if route.kind == DIRECT and not pending.retransmitted:
+                self.links.observe(route.target, now - pending.sent_at)
+            self.progress[route.hop_key] = now
+            if route.kind == DIRECT:
+                latest[route] = max(latest.get(route, 0), pending.seq)
         if frame.sender == frame.origin and not frame.flags & Flag.FLOOD:
             self._heal(frame.sender)  # an ACK straight from the peer: a round trip worked
-        if route.kind == DIRECT and not pending.retransmitted:
-            self.links.observe(route.target, now - pending.sent_at)
-        self.progress[route.hop_key] = now
-        if route.kind == DIRECT:
-            self._fast_retransmit(route, pending.seq, now)
+        for route, seq in latest.items():
+            self._fast_retransmit(route, seq, now)
         self._check_reduce_done(now)
 
     def _fast_retransmit(self, route: Route, acked_seq: int, now: float) -> None:
@@ -677,7 +707,19 @@ class FtTreeRound(Outbox):
             if peer != exclude and peer not in self.dead and peer not in self.down:
                 self._send(peer, replace(frame, sender=self.node))
 
-    def _ack(self, frame: Frame, how: str) -> None:
+    def _ack(self, frame: Frame, how: str, now: float) -> None:
+        if how == DIRECT and not self.over and self.result is None:
+            # Batched (see the module docstring); frames on a link arrive in order.
+            sender = frame.sender
+            batch = self.ack_due.setdefault(sender, {}).setdefault(
+                (frame.flags & Flag.BROADCAST, frame.contributors), [])
+            if frame.chunk_index not in batch:
+                batch.append(frame.chunk_index)
+            if frame.chunk_index == self.n - 1 or len(batch) >= ACK_EVERY:
+                self._send_acks(sender)
+            elif sender not in self.ack_at:
+                self.ack_at[sender] = now + min(ACK_DELAY, self._rto(sender) / 4)
+            return
         flags = (frame.flags & Flag.BROADCAST) | (Flag.FLOOD if how == FLOOD else Flag.NONE)
         ack = Frame(Kind.ACK, self.cfg.job, self.round, self.node, frame.chunk_index, self.n,
                     Flag(flags), origin=self.node, target=frame.origin,
@@ -687,6 +729,15 @@ class FtTreeRound(Outbox):
             self._flood(ack, exclude=None)
         else:
             self._send(frame.sender, ack)
+
+    def _send_acks(self, sender: int | None = None) -> None:
+        """Send the batched ACKs of ``sender`` (everybody's when None)."""
+        for peer in [sender] if sender is not None else list(self.ack_due):
+            self.ack_at.pop(peer, None)
+            for (flags, ids), indices in self.ack_due.pop(peer, {}).items():
+                ack = Frame(Kind.ACK, self.cfg.job, self.round, self.node, max(indices), self.n,
+                            flags, origin=self.node, target=peer, contributors=ids)
+                self._send(peer, ack.with_indices(sorted(indices)) if len(indices) > 1 else ack)
 
     def _nack_gaps(self, frame: Frame, have: object) -> None:
         broadcast = frame.is_broadcast
@@ -787,3 +838,4 @@ class FtTreeRound(Outbox):
             missing_chunks=tuple(missing), degraded=degraded, root_model_hash=self.root_hash,
             stats=self.stats, link_states=dict(self.book.states), finished_at=now,
         )
+        self._send_acks()  # done here: nobody waits for our timer any more

@@ -1,10 +1,16 @@
 """The Transport over MQTT (paho-mqtt 2.x, callback API version 2), QoS 0 only.
 
-Threads: paho's network loop runs in its own thread (``loop_start``). Its callbacks do nothing
-but bookkeeping: ``on_message`` puts a ``Message`` into a bounded queue (a full queue drops and
-counts, it never blocks paho), ``on_connect`` (re)subscribes and republishes the birth message,
-so that a reconnect after a broker restart restores everything by itself. The runtime thread
-publishes (paced by a token bucket) and drains the queue with ``receive``.
+Threads: by default paho's network loop runs in its own thread (``loop_start``). Its callbacks
+do nothing but bookkeeping: ``on_message`` puts a ``Message`` into a bounded queue (a full queue
+drops and counts, it never blocks paho), ``on_connect`` (re)subscribes and republishes the birth
+message, so that a reconnect after a broker restart restores everything by itself. The runtime
+thread publishes (paced by a token bucket) and drains the queue with ``receive``.
+
+``threaded=False`` (what agents use): no paho thread. ``receive`` drives paho's loop itself
+(select on the socket, read every packet that is there, keepalive, reconnect with the same
+backoff) and ``publish`` writes straight to the socket: no socketpair wake-up of another thread
+and no GIL hand-over per message. The caller must then call ``receive`` regularly (the
+runtime does, every 50 ms at most) and from one thread only.
 
 Every paho, ssl or socket error is turned into ``TransportError`` right where it enters.
 """
@@ -12,6 +18,7 @@ Every paho, ssl or socket error is turned into ``TransportError`` right where it
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import threading
@@ -34,6 +41,7 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
+PUBLISH_FLUSH_S = 1.0  # inline mode: longest a publish waits for a full socket (the rest: receive)
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ class MqttTransport:
         connect_timeout: float = 10.0,
         reconnect_min_s: float = 0.2,
         reconnect_max_s: float = 5.0,
+        threaded: bool = True,
     ) -> None:
         if protocol not in _PROTOCOLS:
             raise ValueError(f"MQTT protocol {protocol!r} is not supported: use '3.1.1' or '5'")
@@ -162,7 +171,10 @@ class MqttTransport:
         self._counts = {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0,
                         "messages_received": 0, "dropped": 0, "unsent": 0, "connects": 0}
         self._paced_seconds = 0.0
+        self._threaded = threaded
         self._reconnect_min_s, self._reconnect_max_s = reconnect_min_s, reconnect_max_s
+        self._reconnect_delay = reconnect_min_s
+        self._reconnect_at = 0.0  # inline mode: the next reconnect attempt (monotonic)
         self._connected_at = 0.0
         self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
         self._client = self._make_client(username, password, tls_ca, tls_insecure,
@@ -221,8 +233,11 @@ class MqttTransport:
             raise TransportError(f"cannot reach the MQTT broker at {self.address.url}: {exc}. "
                                  "Is it running, and are host, port and TLS setting right?"
                                  ) from None
-        self._client.loop_start()
-        if not self._first_connack.wait(self._connect_timeout):
+        if self._threaded:
+            self._client.loop_start()
+        else:
+            self._drive_until(self._first_connack, self._connect_timeout)
+        if not self._first_connack.wait(self._connect_timeout if self._threaded else 0.0):
             self._shutdown()
             raise TransportError(f"no answer (CONNACK) from the MQTT broker at {self.address.url} "
                                  f"within {self._connect_timeout:.0f} s")
@@ -232,12 +247,16 @@ class MqttTransport:
                                  f"{self.client_id!r}: {self._refusal}. Check username/password "
                                  "(credentials.json of the broker) and the ACL.")
         self._await_first_suback()
+        if not self._threaded:
+            self._flush_inline(self._connect_timeout)  # the subscription and birth from on_connect
 
     def _await_first_suback(self) -> None:
         """Return once the broker confirmed our subscriptions, so nothing sent later is missed."""
         if not self._subscriptions:
             return
-        if not self._first_suback.wait(self._connect_timeout):
+        if not self._threaded:
+            self._drive_until(self._first_suback, self._connect_timeout)
+        if not self._first_suback.wait(self._connect_timeout if self._threaded else 0.0):
             self._shutdown()
             raise TransportError(f"the MQTT broker at {self.address.url} did not confirm the "
                                  f"subscriptions within {self._connect_timeout:.0f} s")
@@ -262,6 +281,7 @@ class MqttTransport:
             return
         self._counts["connects"] += 1
         self._connected_at = time.monotonic()
+        self._reconnect_delay = self._reconnect_min_s
         if self._counts["connects"] > 1:
             with self._arrived:  # tell the runtime: retained state on the broker may be gone
                 self._queue.append(Message(RECONNECTED, b"", False))
@@ -306,6 +326,9 @@ class MqttTransport:
         self._short_lived = min(self._short_lived + 1, SHORT_LIVED_BACKOFF_STEPS) if lived < SHORT_LIVED_S else 0
         delay = min(self._reconnect_max_s, self._reconnect_min_s * 2 ** self._short_lived)
         client.reconnect_delay_set(delay, self._reconnect_max_s)  # type: ignore[arg-type]
+        self._reconnect_delay = delay  # the inline loop's backoff
+        if self._short_lived:
+            self._reconnect_at = time.monotonic() + delay
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         payload = bytes(msg.payload)
@@ -334,6 +357,10 @@ class MqttTransport:
             info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
         except (ValueError, TypeError, OSError) as exc:
             raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+        if not self._threaded and self._client.want_write():
+            # The socket took only part of it: write the rest now (a sender that publishes a
+            # burst and then stops receiving must not leave it in paho's queue).
+            self._flush_inline(PUBLISH_FLUSH_S)
         if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or reliable:
             with self._publish_lock:
                 self._counts["messages_sent"] += 1
@@ -352,6 +379,8 @@ class MqttTransport:
             time.sleep(delay)
 
     def receive(self, timeout: float) -> list[Message]:
+        if not self._threaded and self._started and not self._closed:
+            self._drive(timeout)
         with self._arrived:
             if not self._queue and timeout > 0:
                 self._arrived.wait_for(lambda: bool(self._queue), timeout)
@@ -374,9 +403,75 @@ class MqttTransport:
     def _shutdown(self) -> None:
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             self._client.disconnect()
-        with contextlib.suppress(RuntimeError):
-            self._client.loop_stop()
+        if self._threaded:
+            with contextlib.suppress(RuntimeError):
+                self._client.loop_stop()
+        else:
+            self._flush_inline(2.0)
         self._connected.clear()
+
+    # -- inline mode: paho's loop driven by the caller's thread ---------------------------
+
+    def _drive(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the first message, then take every packet that is
+        already there; keepalive and reconnects happen here too."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self._step(max(0.0, deadline - time.monotonic()))
+            if got or self._queue or time.monotonic() >= deadline:
+                return
+
+    def _drive_until(self, event: threading.Event, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not event.is_set() and time.monotonic() < deadline:
+            self._step(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def _step(self, timeout: float) -> bool:
+        """One select on the socket (at most ``timeout`` s); True when a message arrived."""
+        client = self._client
+        sock: Any = client.socket()
+        if sock is None:
+            self._reconnect(timeout)
+            return False
+        pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, not selectable
+        if pending is not None and pending() > 0:
+            timeout = 0.0
+        try:
+            readable, writable, _ = select.select([sock], [sock] if client.want_write() else [], [],
+                                                  timeout)
+        except (OSError, ValueError, TypeError):
+            readable, writable = [], []
+        before = self._counts["messages_received"]
+        if readable or (pending is not None and pending() > 0):
+            # paho reads ONE packet per loop_read: read on until a call brings nothing new.
+            while True:
+                count = self._counts["messages_received"]
+                if client.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or client.socket() is None:
+                    break
+                if self._counts["messages_received"] == count:
+                    break
+        if writable and client.socket() is not None:
+            client.loop_write()
+        if client.socket() is not None:
+            client.loop_misc()  # keepalive: PINGREQ, and a dead broker noticed
+        return self._counts["messages_received"] > before
+
+    def _reconnect(self, timeout: float) -> None:
+        """Not connected: try again when the backoff allows (doubling, as paho's thread does)."""
+        now = time.monotonic()
+        if now < self._reconnect_at:
+            time.sleep(min(timeout, self._reconnect_at - now))
+            return
+        self._reconnect_at = now + self._reconnect_delay
+        self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
+        with contextlib.suppress(OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
+            self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
+
+    def _flush_inline(self, timeout: float) -> None:
+        """Write what is still queued in paho (a DISCONNECT, a last status) before returning."""
+        deadline = time.monotonic() + timeout
+        while self._client.want_write() and self._client.socket() is not None and time.monotonic() < deadline:
+            self._step(0.05)
 
     # -- helpers for the runtime ----------------------------------------------------------
 

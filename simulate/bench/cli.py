@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, Command] = {
     "accuracy": Command("simulate.bench.accuracy", "MNIST accuracy and time to accuracy of tree, ft-tree, rps fleets vs one machine"),
     "loss": Command("simulate.bench.loss", "accuracy after a fixed number of rounds under chunk loss p (the RPS claim)"),
     "silent": Command("simulate.bench.silent", "what a frozen (SIGSTOP) or crashed root/inner/leaf costs a real fleet, and how fast it is back"),
+    "compare": Command("simulate.bench.compare", "gloo and edgegrove interleaved in one run: medians, ratio, broker bound, agents' CPU per round"),
     "round-profile": Command("simulate.bench.round_profile", "where a fault-free round's time goes: per-agent compute/allreduce, CPU of agents and mosquitto, vs the bound"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

@@ -95,7 +95,9 @@ def _vector(rank: int, values: int) -> Any:
     return np.random.default_rng(rank).standard_normal(values).astype(np.float32)
 
 
-def measure(world: int, values: int, iterations: int, warmup: int, timeout: float) -> dict[str, Any]:
+def measure(world: int, values: int, iterations: int, warmup: int, timeout: float,
+            keep_samples: bool = False) -> dict[str, Any]:
+    """``keep_samples``: also return every iteration's ms (``samples_ms``), for pooling."""
     from simulate.brokers import free_port
 
     ctx = multiprocessing.get_context("spawn")
@@ -119,9 +121,12 @@ def measure(world: int, values: int, iterations: int, warmup: int, timeout: floa
     if "error" in outcome:
         return {"nodes": world, "error": outcome["error"]}
     ms = outcome["ms"]
-    return {"nodes": world, "values": values, "iterations": iterations,
-            "ms": {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(ms).items()},
-            "ms_mean": round(statistics.fmean(ms), 3)}
+    out = {"nodes": world, "values": values, "iterations": iterations,
+           "ms": {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(ms).items()},
+           "ms_mean": round(statistics.fmean(ms), 3)}
+    if keep_samples:
+        out["samples_ms"] = ms
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -136,12 +136,23 @@ def measure_fleet(nodes: int, args: argparse.Namespace, work: Path) -> dict[str,
         if not watch.wait_for(reached(args.warmup - 1), args.timeout):
             raise SystemExit(f"the fleet of {nodes} did not finish its warm-up rounds in time")
         cpu0, t0 = _cpu_seconds(pids), time.monotonic()
-        if not watch.wait_for(reached(args.rounds - 1), args.timeout):
+        if not _wait_done(watch, fleet, reached(args.rounds - 1), args.timeout):
             raise SystemExit(f"the fleet of {nodes} did not finish {args.rounds} rounds in time")
         cpu1, t1 = _cpu_seconds(pids), time.monotonic()
         if args.py_spy is not None:
             _wait_exited(fleet, 60.0)
     return _summarize(nodes, args, watch.reports, cpu0, cpu1, t1 - t0)
+
+
+def _wait_done(watch: FleetWatch, fleet: Fleet, reached: Any, timeout: float) -> bool:
+    """Every agent reported the last round, or every agent has exited (one that skipped the
+    last round's report, e.g. by installing the fleet's state, would otherwise be waited for
+    until the timeout). Exits send no telemetry, so the wait polls."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if watch.wait_for(reached, 1.0) or not fleet.running_nodes():
+            return True
+    return False
 
 
 def _py_spy_prefix(args: argparse.Namespace, nodes: int, node: int) -> tuple[str, ...]:

@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent.config import AgentConfig
 from agent.model.backend import make_backend
+from agent.model.mlp import PARAM_COUNT
+from agent.protocol.allreduce import chunk_bounds
 from agent.protocol.messages import View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_chunk_count, state_hash
 from agent.protocol.topics import Topics
@@ -28,6 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile"
 NODES = 4
 ROUNDS = 40
+# The agents' chunk geometry (default options): forged frames must fit it to be looked at.
+CHUNKS = chunk_bounds(PARAM_COUNT, AgentConfig.model_fields["chunk_size"].default)
 
 
 @pytest.fixture
@@ -51,18 +56,18 @@ def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
     # Forged contributions: valid CRC, a contributor set node 3 may send, values 1e20, for
     # the round after node 1's (kept until it starts, then taken before the real node 3's).
     for r in (at_round,):
-        for j in range(25):
-            frame = Frame(Kind.DATA, job, r, 3, j, 25, contributors=frozenset({3}))
-            evil.publish(topics.link(3, 1), encode(frame.with_values(np.full(16384, 1e20, np.float32), DType.F32)))
+        for j, (lo, hi) in enumerate(CHUNKS):
+            frame = Frame(Kind.DATA, job, r, 3, j, len(CHUNKS), contributors=frozenset({3}))
+            evil.publish(topics.link(3, 1), encode(frame.with_values(np.full(hi - lo, 1e20, np.float32), DType.F32)))
     # A model-pull flood on node 0, for a round it has reached (answered at once, each time).
     pull = encode(Frame(Kind.MODEL_PULL, job, node0_round, 3, 0, 1))
     for _ in range(400):
         evil.publish(topics.link(3, 0), pull)
     # A frame of a round far ahead: alone it must not make anybody give its round up.
     for dst in (0, 1, 2):
-        evil.publish(topics.link(3, dst), encode(Frame(Kind.DATA, job, at_round + 6, 3, 0, 25,
+        evil.publish(topics.link(3, dst), encode(Frame(Kind.DATA, job, at_round + 6, 3, 0, len(CHUNKS),
                                                        contributors=frozenset({3}))
-                                                 .with_values(np.zeros(16384, np.float32), DType.F32)))
+                                                 .with_values(np.zeros(CHUNKS[0][1], np.float32), DType.F32)))
 
 
 def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(

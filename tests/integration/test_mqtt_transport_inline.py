@@ -1,0 +1,72 @@
+"""MqttTransport with ``threaded=False`` (agents' mode: paho's loop driven by ``receive``)
+against a real mosquitto: round trip of many frames, the Will, reconnect after a restart."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from agent.transport.base import RECONNECTED, Message, Will
+from simulate.brokers import MosquittoBroker
+from tests.integration.conftest import TOPICS, TransportFactory, collect, publish_until_received
+
+pytestmark = pytest.mark.integration
+
+
+def test_frames_round_trip_in_order_with_no_paho_thread(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    a1 = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False)
+    a2 = transport_factory(mosquitto_broker, 2, [TOPICS.links_to(2)], threaded=False)
+    assert a1._client._thread is None and a2._client._thread is None
+    frames = [np.random.default_rng(i).bytes(65536 * (1 + i % 4)) for i in range(40)]
+    for frame in frames:
+        a1.publish(TOPICS.link(1, 2), frame)
+    a2.publish(TOPICS.link(2, 1), b"ack")
+    got = collect(a2, lambda ms: len(ms) >= len(frames))
+    assert [m.payload for m in got] == frames
+    assert collect(a1, lambda ms: len(ms) >= 1)[0].payload == b"ack"
+    assert a1.tcp_nodelay() and a2.stats().bytes_received == sum(map(len, frames))
+
+
+def test_receive_waits_for_the_first_message_only_as_long_as_asked(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    a1 = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False)
+    t0 = time.monotonic()
+    assert a1.receive(0.2) == []
+    assert 0.15 <= time.monotonic() - t0 < 1.0
+
+
+def test_clean_close_sends_no_will_and_flushes_the_last_message(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.all_status()])
+    a4 = transport_factory(mosquitto_broker, 4, [], will=Will(TOPICS.status(4), b"offline"),
+                           birth=Message(TOPICS.status(4), b"online", True), threaded=False)
+    assert collect(dash, lambda ms: len(ms) >= 1)[0].payload == b"online"
+    a4.publish(TOPICS.status(4), b"bye", retain=True)
+    a4.close()
+    assert collect(dash, lambda ms: len(ms) >= 1)[0].payload == b"bye"
+    marker = transport_factory(mosquitto_broker, 5, [])
+    marker.publish(TOPICS.status(5), b"marker")
+    got = collect(dash, lambda ms: any(m.payload == b"marker" for m in ms))
+    assert [m.payload for m in got] == [b"marker"]
+
+
+def test_reconnects_resubscribes_and_rebirths_after_a_broker_restart(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    a1 = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False,
+                           birth=Message(TOPICS.status(1), b"online", True))
+    a2 = transport_factory(mosquitto_broker, 2, [])
+    publish_until_received(a2, TOPICS.link(2, 1), b"before", a1)
+    mosquitto_broker.restart()
+    # Nobody else drives a1's loop: receive() notices the loss, reconnects and says so.
+    assert any(m.topic == RECONNECTED for m in collect(a1, lambda ms: any(m.topic == RECONNECTED for m in ms)))
+    assert a1.stats().connects >= 2
+    publish_until_received(a2, TOPICS.link(2, 1), b"after", a1)
+    dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.status(1)])
+    assert collect(dash, lambda ms: len(ms) >= 1)[0].payload == b"online"

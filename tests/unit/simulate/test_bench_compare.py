@@ -1,0 +1,76 @@
+"""bench compare: pooling the interleaved runs into medians and ratios, and torch optional."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import pytest
+
+from simulate.bench import compare
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _fleet(ms: list[float], cpu: float, degraded: int = 0) -> dict[str, Any]:
+    return {"samples_ms": ms, "degraded_rounds": degraded, "cpu_agents": cpu, "cpu_mosquitto": 0.05,
+            "bound_ms": 25.0, "period_s": 0.1}
+
+
+def test_samples_are_pooled_over_alternations_and_held_against_gloo() -> None:
+    out = compare.summarize(7, {
+        "gloo": [{"samples_ms": [10.0, 30.0]}, {"samples_ms": [20.0]}],
+        "edgegrove": [_fleet([40.0, 60.0], 0.2), _fleet([50.0], 0.4, degraded=1)],
+    })
+    gloo, eg = out["arms"]["gloo"], out["arms"]["edgegrove"]
+    assert gloo["ms"]["median"] == 20.0 and gloo["run_medians_ms"] == [20.0, 20.0]
+    assert eg["ms"]["median"] == 50.0 and eg["ratio_to_gloo"] == 2.5 and eg["ratio_to_bound"] == 2.0
+    assert eg["cpu_s_per_round_agents"] == pytest.approx(0.3) and eg["degraded_rounds"] == 1
+    rows = compare.table_rows({"results": [out]})
+    assert [r[1] for r in rows] == ["gloo", "edgegrove"] and rows[1][4] == 2.5
+
+
+def test_a_failed_run_is_reported_not_averaged() -> None:
+    out = compare.summarize(15, {"gloo": [{"error": "no result"}], "edgegrove": [_fleet([80.0], 0.5)]})
+    assert out["arms"]["gloo"]["errors"] == ["no result"] and "ms" not in out["arms"]["gloo"]
+    assert out["arms"]["edgegrove"]["ratio_to_gloo"] is None
+    assert "error: no result" in compare.render_table({"values": 1, "alternations": 1, "results": [out]})
+
+
+def test_arms_follow_the_options(tmp_path: Any) -> None:
+    args = _args("--fp16-nodes", "7", "--baseline", str(tmp_path))
+    assert compare.arms_for(7, args, have_torch=True) == ["gloo", "edgegrove", "edgegrove-fp16", "before"]
+    assert compare.arms_for(15, args, have_torch=False) == ["edgegrove", "before"]
+
+
+def test_without_torch_only_edgegrove_runs(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("torch", "torch.distributed"):
+        monkeypatch.setitem(sys.modules, name, None)
+    ran: list[str] = []
+
+    def fake_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+        ran.append(arm)
+        return _fleet([30.0], 0.1)
+
+    monkeypatch.setattr(compare, "_run_arm", fake_arm)
+    assert compare.run(_args("--nodes", "3", "--alternations", "2", "--fp16-nodes")) == 0
+    captured = capsys.readouterr()
+    assert ran == ["edgegrove", "edgegrove"]
+    assert "torch is not installed" in captured.err and "edgegrove" in captured.out
+
+
+def test_the_report_section_shows_every_arm_and_the_baseline(tmp_path: Any) -> None:
+    from simulate.evaluation import Context, render_compare
+
+    out = compare.summarize(7, {"gloo": [{"samples_ms": [20.0]}], "edgegrove": [_fleet([50.0], 0.1)],
+                                "before": [_fleet([150.0], 0.2)]})
+    doc = {"alternations": 2, "rounds": 14, "warmup": 4, "gloo_iterations": 20, "torch": "2.x",
+           "baseline": "/tmp/base", "agent_options": [], "values": 1, "results": [out]}
+    text = render_compare(doc, Context({}, tmp_path, ""))
+    assert "`before`" in text and "| 7 | before | 150 |" in text and "| 7 | edgegrove | 50 |" in text
