@@ -58,6 +58,7 @@ from agent.protocol.messages import (
 from agent.protocol.rounds import new_round
 from agent.protocol.state_transfer import (
     STATE_CHUNK_VALUES,
+    STATE_STRIPES,
     StateTransfer,
     resync_reason,
     serve_model_pull,
@@ -751,7 +752,12 @@ class AgentCore:
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
         if peers and (self.transfer is None or self.transfer.round <= self.round):
-            return self._fetch_state(self.round + 1, peers, now)
+            # A drifted member (or one whose last round fell back) takes one peer's state, as
+            # before issue 16: two members' copies agree only while the fleet has one model,
+            # and after a fault that made several drift at once the vouched transfer found no
+            # agreeing pair and the fleet never converged again. One peer's word here can
+            # reach only this agent; joiners and members that fell behind still need two.
+            return self._fetch_state(self.round + 1, peers, now, vouchers=1)
         return []
 
     def _fell_behind(self, frame: Frame, now: float) -> list[CoreAction]:
@@ -775,11 +781,15 @@ class AgentCore:
         order = list(dict.fromkeys([*first, *sorted(witnesses), *others]))
         return self._fetch_state(frame.round + 1, [p for p in order if p != self.node], now)
 
-    def _fetch_state(self, round: int, peers: list[int], now: float) -> list[CoreAction]:
-        """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn."""
+    def _fetch_state(self, round: int, peers: list[int], now: float,
+                     vouchers: int = STATE_STRIPES) -> list[CoreAction]:
+        """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn;
+        the coordinator, when among them, is the reference in a dispute."""
+        coordinator = self.membership.coordinator()
         self.transfer = StateTransfer(self.node, self.job, round, peers, self.config.state_pull_timeout,
                                       now, size=self.config.state_size,
-                                      chunk_values=self.config.state_chunk_values)
+                                      chunk_values=self.config.state_chunk_values, vouchers=vouchers,
+                                      anchor=coordinator if coordinator in peers else None)
         return self._run(self.transfer.start(now), self.round)
 
     def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
@@ -842,7 +852,7 @@ class AgentCore:
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
         sent = self.served.setdefault((puller, self.round), set())
         others = len(set(self.membership.live()) - {puller, self.node})
-        room = serve_share(count, others) - len(sent)
+        room = serve_share(count, others, lingering=self.phase in (Phase.LINGERING, Phase.DONE)) - len(sent)
         asked = [j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent]
         chunks = tuple(asked[:max(0, room)])
         sent.update(chunks)

@@ -72,11 +72,12 @@ def state_chunk_count(size: int, chunk_values: int) -> int:
     return max(1, -(-size // chunk_values))
 
 
-def serve_share(chunks: int, other_peers: int) -> int:
-    """The most chunks of one state a node serves one puller in one round. With another
-    peer to serve the other stripe, half: a pull flood costs the victim at most half a state
-    per round on top of its round, and a state always comes from two peers that vouch for it."""
-    return chunks if other_peers <= 0 else -(-chunks // STATE_STRIPES)
+def serve_share(chunks: int, other_peers: int, lingering: bool = False) -> int:
+    """The most chunks of one state a node serves one puller in one round: one whole state
+    (a drifted member resyncs from a single peer, see the core), so a pull flood costs the
+    victim at most one state per round on top of its round. Half a state would keep that
+    within 2x, but then a drifted fleet could not resync (see the note of issue 16)."""
+    return chunks
 
 
 class StateTransfer:
@@ -93,11 +94,13 @@ class StateTransfer:
     a forged or corrupt stripe (the hashes disagree) is dropped with the other stripe of its
     pair, and a fresh pair is asked for the same round (none left: the next round, from the
     next pair). So one liar delays a transfer, never poisons it. MODEL frames from a peer not
-    asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the state's length.
+    asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the
+    state's length; ``vouchers`` = 1 takes one peer's word (the final sync, see the core).
     """
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
-                 now: float, size: int | None = None, chunk_values: int = STATE_CHUNK_VALUES) -> None:
+                 now: float, size: int | None = None, chunk_values: int = STATE_CHUNK_VALUES,
+                 vouchers: int = STATE_STRIPES, anchor: int | None = None) -> None:
         if not peers:
             raise ValueError("a state transfer needs at least one peer")
         self.node, self.job, self.round = node, job, round
@@ -106,7 +109,10 @@ class StateTransfer:
         self.size = size
         self.count = state_chunk_count(size, chunk_values) if size is not None else None
         # Distinct peers that must vouch for a state (stripes need the chunk count).
-        self.needed = min(STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
+        self.needed = min(vouchers, STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
+        # The reference peer (the coordinator, whose model the fleet's drift is measured
+        # against): in a dispute its stripe is kept and the other one asked of another peer.
+        self.anchor = anchor
         self.peer_i = 0  # rotation: where the next peers asked come from
         self.target = round  # the round whose state we assemble
         self.floor = round  # older MODEL frames answer a burnt round
@@ -200,6 +206,8 @@ class StateTransfer:
         if self.size is not None and state.size != self.size:
             why = f"{state.size} values, expected {self.size}"
         elif len(hashes) != 1 or state_hash(state) not in hashes:
+            if self.anchor in senders:
+                return self._keep_anchor(round, now)
             why = "the stripes do not hash to what their peers vouched for"
         elif len(senders) < self.needed:
             return []  # both stripes from one peer (asked again alone): wait for another's
@@ -208,6 +216,24 @@ class StateTransfer:
         del self.parts[round]
         self.result = (round, state, hashes.pop())
         return [Note("state_received", min(senders), f"round {round} from {sorted(senders)}")]
+
+    def _keep_anchor(self, round: int, now: float) -> list[Action]:
+        """A dispute with the anchor in it: the chunks vouched for with another hash than the
+        anchor's are dropped (their peer's frames refused from now on) and asked of a peer
+        not asked for this round yet (none left: the next round)."""
+        parts = self.parts[round]
+        anchor_hash = next(h for sender, h, _ in parts.values() if sender == self.anchor)
+        wrong = sorted(j for j, (_, h, _) in parts.items() if h != anchor_hash)
+        liars = sorted({parts[j][0] for j in wrong})
+        for j in wrong:
+            del parts[j]
+        for peer in liars:
+            self.assigned.pop(peer, None)
+        note = Note("state_rejected", liars[0], f"{len(wrong)} chunks unlike the reference's")
+        if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
+            return [note, *self._next_round(now)]
+        self.last_progress = now
+        return [note, *self._ask_stripe(1, wrong)]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked

@@ -122,19 +122,22 @@ def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
 
 
-def test_a_puller_gets_at_most_half_of_a_state_per_round_while_another_peer_can_serve_the_rest() -> None:
+def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None:
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
     core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
     for peer in (0, 1, 2, 3):
         core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
     core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
-    everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # no indices: all 10 chunks
-    first = [a for a in core.on_frame(everything, 0.02) if isinstance(a, SendState)]
-    assert len(first) == 1 and first[0].chunks == (0, 1, 2, 3, 4)
+    stripe = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1).with_indices([0, 2, 4, 6, 8])
+    first = [a for a in core.on_frame(stripe, 0.02) if isinstance(a, SendState)]
+    assert len(first) == 1 and first[0].chunks == (0, 2, 4, 6, 8)
     frames = core.state_frames(first[0], np.arange(40, dtype=np.float32))
-    assert [s.frame.chunk_index for s in frames] == [0, 1, 2, 3, 4]
+    assert [s.frame.chunk_index for s in frames] == [0, 2, 4, 6, 8]
     assert all(s.frame.model_hash == state_hash(np.arange(40, dtype=np.float32)) for s in frames)
-    again = [a for a in core.on_frame(everything, 0.03) if isinstance(a, SendState)]
+    everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # the rest, then nothing more
+    rest = [a for a in core.on_frame(everything, 0.03) if isinstance(a, SendState)]
+    assert len(rest) == 1 and rest[0].chunks == (1, 3, 5, 7, 9)
+    again = [a for a in core.on_frame(everything, 0.04) if isinstance(a, SendState)]
     assert again == [] and core.counters.rejected["model_pull_repeat"] == 1
 
 
