@@ -34,7 +34,8 @@ def test_broker_command_serves_until_sigterm(tmp_path: Path, kind: str) -> None:
         if kind == "mosquitto":
             creds = json.loads(Path(info["credentials"]).read_text())["agents"]["1"]
             user, password = creds["username"], creds["password"]
-        t = MqttTransport("cli-test", info["url"], username=user, password=password)
+        client_id = creds["client_id"] if kind == "mosquitto" else "cli-test"  # bound to agent-1
+        t = MqttTransport(client_id, info["url"], username=user, password=password)
         t.connect([TOPICS.links_to(1)])
         t.publish(TOPICS.link(1, 1), b"loop")
         assert collect(t, lambda ms: len(ms) >= 1)[0].payload == b"loop"
