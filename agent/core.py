@@ -39,13 +39,7 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.membership import (
-    Membership,
-    PublishView,
-    StartupGate,
-    view_root,
-    view_tree,
-)
+from agent.protocol.membership import Membership, PublishView, StartupGate, view_root, view_tree
 from agent.protocol.messages import (
     Control,
     MessageError,
@@ -62,7 +56,6 @@ from agent.protocol.state_transfer import (
     StateTransfer,
     resync_reason,
     serve_model_pull,
-    serve_share,
     state_chunk_count,
 )
 from agent.protocol.topics import Topics
@@ -835,8 +828,8 @@ class AgentCore:
                     continue
                 chunks = self._share_for(puller, request)
                 if chunks == ():
-                    # At most a share of one state per peer and round: a pull flood costs
-                    # the flooder, not us.
+                    # Each chunk of this round's state at most once per peer: a pull flood
+                    # costs the flooder, not us.
                     self.counters.rejected["model_pull_repeat"] += 1
                     continue
                 out.append(SendState(request, self.round, chunks))
@@ -844,17 +837,15 @@ class AgentCore:
 
     def _share_for(self, puller: int, request: Frame) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what
-        it already got this round, up to ``serve_share`` (None: no state size to count with)."""
+        it already got this round, so at most one state (None: no state size to count with,
+        the whole state once)."""
         if self.config.state_size is None:
             first = (puller, self.round) not in self.served
             self.served.setdefault((puller, self.round), set())
             return None if first else ()
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
         sent = self.served.setdefault((puller, self.round), set())
-        others = len(set(self.membership.live()) - {puller, self.node})
-        room = serve_share(count, others, lingering=self.phase in (Phase.LINGERING, Phase.DONE)) - len(sent)
-        asked = [j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent]
-        chunks = tuple(asked[:max(0, room)])
+        chunks = tuple(j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent)
         sent.update(chunks)
         return chunks
 

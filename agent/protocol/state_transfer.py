@@ -72,14 +72,6 @@ def state_chunk_count(size: int, chunk_values: int) -> int:
     return max(1, -(-size // chunk_values))
 
 
-def serve_share(chunks: int, other_peers: int, lingering: bool = False) -> int:
-    """The most chunks of one state a node serves one puller in one round: one whole state
-    (a drifted member resyncs from a single peer, see the core), so a pull flood costs the
-    victim at most one state per round on top of its round. Half a state would keep that
-    within 2x, but then a drifted fleet could not resync (see the note of issue 16)."""
-    return chunks
-
-
 class StateTransfer:
     """Fetch the state at the start of ``round`` (or a later one) from ``peers``.
 
@@ -137,7 +129,7 @@ class StateTransfer:
         self.last_progress = now
         out: list[Action] = []
         for stripe in range(self.needed):
-            out += self._ask_stripe(stripe, self._stripe(stripe))
+            out += self._ask_chunks(self._stripe(stripe))
         return [Note("state_pull", self.peer, f"attempt {self.attempts}"), *out]
 
     def _fresh_peer(self) -> int | None:
@@ -149,7 +141,8 @@ class StateTransfer:
                 return peer
         return None
 
-    def _ask_stripe(self, stripe: int, chunks: list[int]) -> list[Action]:
+    def _ask_chunks(self, chunks: list[int]) -> list[Action]:
+        """Ask a peer not asked for this round yet for ``chunks`` (empty: all of them)."""
         peer = self._fresh_peer()
         if peer is None:
             return []
@@ -194,7 +187,7 @@ class StateTransfer:
         for stripe in range(self.needed):
             chunks = self._stripe(stripe)
             if not any(j in parts for j in chunks or [0]):
-                out += self._ask_stripe(stripe, chunks)
+                out += self._ask_chunks(chunks)
         return out
 
     def _assemble(self, round: int, count: int, now: float) -> list[Action]:
@@ -233,7 +226,7 @@ class StateTransfer:
         if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
             return [note, *self._next_round(now)]
         self.last_progress = now
-        return [note, *self._ask_stripe(1, wrong)]
+        return [note, *self._ask_chunks(wrong)]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked
@@ -269,9 +262,7 @@ class StateTransfer:
         if self.result is not None or now < self.last_progress + self.timeout:
             return []
         parts = self.parts.get(self.target, {})
-        missing = [(s, [j for j in chunks if j not in parts])
-                   for s in range(self.needed) if (chunks := self._stripe(s) or self._all())
-                   if any(j not in parts for j in chunks)] if self.count is not None else [(0, [])]
+        missing = self._missing_stripes(parts)
         silent = sorted({p for p in self.asked_in.get(self.target, set())
                          if not any(sender == p for sender, _, _ in parts.values())})
         notes: list[Action] = [Note("timeout", p, "state transfer") for p in silent] or [Note("timeout", None, "state transfer")]
@@ -281,12 +272,18 @@ class StateTransfer:
         if fresh < len(missing):
             return notes  # every peer has our pull: it is answered when they reach the round
         out = list(notes)
-        for stripe, chunks in missing:
-            out += self._ask_stripe(stripe, chunks)
+        for chunks in missing:
+            out += self._ask_chunks(chunks)
         return out
 
-    def _all(self) -> list[int]:
-        return list(range(self.count or 0))
+    def _missing_stripes(self, parts: dict[int, tuple[int, int, np.ndarray]]) -> list[list[int]]:
+        """The chunks not here yet of every incomplete stripe ([] = all of a state whose chunk
+        count is unknown)."""
+        if self.count is None:
+            return [[]]
+        lacking = ([j for j in (self._stripe(s) or range(self.count)) if j not in parts]
+                   for s in range(self.needed))
+        return [chunks for chunks in lacking if chunks]
 
 
 def _in_stripe(chunk: int, stripe: set[int] | None) -> bool:

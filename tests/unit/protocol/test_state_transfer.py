@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.protocol.allreduce import Action, Note, RoundResult, RoundStats, Send
+from agent.core import AgentCore, CoreConfig, SendState
+from agent.protocol.allreduce import Action, AllreduceConfig, Note, RoundResult, RoundStats, Send
+from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import (
     StateTransfer,
     resync_reason,
     serve_model_pull,
-    serve_share,
     state_hash,
 )
 from agent.protocol.wire import DType, Frame, Kind
@@ -146,9 +147,19 @@ def test_with_one_peer_its_word_is_all_there_is() -> None:
     assert transfer.result is not None
 
 
-def test_a_server_gives_one_puller_at_most_one_state_per_round() -> None:
-    assert serve_share(19, other_peers=0) == 19
-    assert serve_share(19, other_peers=5) == 19
+def test_a_server_gives_one_puller_one_whole_state_per_round_alone_or_with_others() -> None:
+    """Was a test of serve_share (gone: the budget is each chunk once per puller and round,
+    whatever the fleet), kept as its two facts on the core that serves."""
+    for members in ([1, 2], [0, 1, 2, 3, 4, 5, 6]):
+        core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=AllreduceConfig(chunk_size=8),
+                                    state_size=19 * 4, state_chunk_values=4), 3)
+        core.on_view(View(1, members, 2, members[0], 0), 0.0)
+        for peer in members:
+            core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+        core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+        pull = Frame(Kind.MODEL_PULL, core.job, 0, 2, 0, 1)
+        served = [a for a in core.on_frame(pull, 0.02) if isinstance(a, SendState)]
+        assert len(served) == 1 and served[0].chunks is not None and len(served[0].chunks) == 19
 
 
 def test_serving_ignores_chunk_indices_out_of_range() -> None:
