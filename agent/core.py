@@ -59,7 +59,7 @@ from agent.protocol.state_transfer import (
     state_chunk_count,
 )
 from agent.protocol.topics import Topics
-from agent.protocol.wire import Frame, Kind, Rejection, RejectReason, decode
+from agent.protocol.wire import Flag, Frame, Kind, Rejection, RejectReason, decode
 from agent.transport.base import DISCONNECTED, RECONNECTED
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
@@ -252,6 +252,11 @@ class AgentCore:
         self.notes: list[Note] = []
         self.counters = Counters()
         self.reported: set[tuple[int, int]] = set()  # (peer, round) suspicions published
+        # Self-reports: peer -> the last round it said it takes no part in; and our own.
+        self.absent: dict[int, int] = {}
+        self.absent_through = -1
+        self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
+        self.reconnected_before: int | None = None  # a round that starts after a reconnect
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
         self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
@@ -317,8 +322,14 @@ class AgentCore:
                 return self.on_status(Status.decode(payload), now)
             if (publisher := self.topics.parse_view(topic)) is not None:
                 return self.on_view(View.decode(payload), now, publisher)
-            if self.topics.parse_suspect(topic) is not None:
-                return self.on_suspect(Suspect.decode(payload), now)
+            if (reporter := self.topics.parse_suspect(topic)) is not None:
+                report = Suspect.decode(payload)
+                if report.node != reporter:
+                    # The ACL lets a device write only its own topic: a report in another's
+                    # name (or an absence claimed for another) is a forgery.
+                    self.counters.rejected["suspect_forged"] += 1
+                    return []
+                return self.on_suspect(report, now)
             if topic == self.topics.control:
                 control = Control.decode(payload)
                 return [ApplyControl(control)] if control.node == self.node else []
@@ -347,7 +358,19 @@ class AgentCore:
                 self.counters.rejected["buffer_full"] += 1
         else:
             self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
+            out += self._hint_behind(frame)
         return out + self._advance(now)
+
+    def _hint_behind(self, frame: Frame) -> list[CoreAction]:
+        """A peer pulls a round we no longer answer (it reconnected after the fleet went on
+        without it): a probe of our round tells it how far behind it is, so it fetches the
+        fleet's state now instead of waiting out that round's deadline. Once per round."""
+        if frame.kind != Kind.PULL or self.hinted.get(frame.sender, -1) >= self.round or self.current is None:
+            return []
+        self.hinted[frame.sender] = self.round
+        probe = Frame(Kind.PROBE, self.job, self.round, self.node, 0, 1, Flag.NONE, target=frame.sender)
+        self.counters.bytes_sent += frame_size(probe)
+        return [Send(frame.sender, probe)]
 
     def on_status(self, status: Status, now: float) -> list[CoreAction]:
         # A newer life of this node (even its Will: mosquitto publishes it when our own
@@ -401,6 +424,12 @@ class AgentCore:
         out: list[CoreAction] = []
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
+        running = [rnd for rnd, machine in self.machines.items() if machine.result is None]
+        for rnd in running:
+            out += self._run(self.machines[rnd].reconnected(now), rnd)
+        # Between rounds: the peers may run the next one without us (our Will), so that
+        # round's machine asks for the result as it starts (see _start_machine).
+        self.reconnected_before = None if self.round in running else self.round
         latest = self.membership.latest
         if latest is not None and latest.coordinator == self.node and self.membership.coordinator() == self.node:
             out.append(PublishView(latest))
@@ -410,7 +439,13 @@ class AgentCore:
         """A member reports a peer silent. Unrefuted for the grace, the report excuses the
         peer in that round; with enough witnesses the fleet routes around it at once, in
         every round machine still running, and the coordinator drops it."""
+        if report.is_self_report:
+            return self._on_absent(report.node, report.round, now)
         out: list[CoreAction] = list(self.membership.on_suspect(report, now))
+        if report.peer == self.node and report.round <= self.absent_through:
+            # We take no part in that round (alive, catching up): say so again (that report
+            # may have been lost), and refute the suspicion below all the same.
+            out.append(PublishSuspect(Suspect(self.node, self.absent_through, self.node, self.incarnation)))
         if (report.peer == self.node and (report.node, report.round) not in self.refuted
                 and self.phase not in (Phase.CONNECTING, Phase.DONE)):
             # We are not silent (cut links around us, a slow moment, or rejoining): say so at
@@ -420,6 +455,27 @@ class AgentCore:
             self.refuted.add((report.node, report.round))
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
         return out + self._apply_suspicions(now) + self._advance(now)
+
+    def _on_absent(self, peer: int, through: int, now: float) -> list[CoreAction]:
+        """``peer`` takes no part in the rounds up to ``through`` (its self-report): route
+        around it there at once, as for a Will, instead of waiting a timeout and a grace for
+        a node that is alive (and would refute a suspicion) but not in those rounds."""
+        if peer == self.node or through <= self.absent.get(peer, -1):
+            return []
+        self.absent[peer] = through
+        self.notes.append(Note("absent", peer, f"takes no part in rounds up to {through}"))
+        out: list[CoreAction] = []
+        for rnd, machine in list(self.machines.items()):
+            if rnd <= through and machine.result is None:
+                out += self._run(machine.peer_down(peer, now), rnd)
+        return out + self._advance(now)
+
+    def _announce_absence(self, through: int) -> list[CoreAction]:
+        """We take no part in the rounds up to ``through`` that list us: tell the fleet."""
+        if through < self.round or through <= self.absent_through:
+            return []
+        self.absent_through = through
+        return [PublishSuspect(Suspect(self.node, through, self.node, self.incarnation))]
 
     def _apply_suspicions(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
@@ -463,11 +519,15 @@ class AgentCore:
         self.membership.grace = max(self.config.suspicion_grace, rto)
         out: list[CoreAction] = []
         for peer in tree.members:
-            if peer != self.node and self.membership.is_down(peer):
+            if peer != self.node and (self.membership.is_down(peer) or self.absent.get(peer, -1) >= self.round):
                 out += self._run(machine.peer_down(peer, now), self.round)  # nobody waits for it
         out += self._run(machine.start(now), self.round)
         for frame in self._take_future(self.round):
             out += self._run(machine.on_frame(frame, now), self.round)
+        if self.reconnected_before == self.round and tree.root != self.node:
+            # Not the root: it cannot end a round the others may have gone on with.
+            out += self._run(machine.reconnected(now), self.round)
+        self.reconnected_before = None
         return out
 
     def on_tick(self, now: float) -> list[CoreAction]:
@@ -604,7 +664,10 @@ class AgentCore:
         self.notes.append(Note("rejoin_needed", None, f"not in the view of round {self.round}"))
         self.joining = True
         self.phase = Phase.JOINING
-        return [PublishStatus(self.status("joining"))]
+        latest = self.membership.latest
+        # Views before the one without us may still list us: nobody should wait for us there.
+        absent = self._announce_absence(latest.from_round - 1) if latest is not None else []
+        return [PublishStatus(self.status("joining")), *absent]
 
     def _mostly_down(self, view: View) -> bool:
         """Most of the view down at once (a broker that went away published every Will):
@@ -768,11 +831,12 @@ class AgentCore:
         if len(witnesses) < min(2, len(others)):
             return []
         self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        out = self._announce_absence(frame.round)  # we join again at frame.round + 1
         # Ask for the state of the round AFTER the peers': it is served as that round starts,
         # so we join it in step. Ask the coordinator first, then those who showed the round.
         first = [p for p in (self.membership.coordinator(),) if p is not None and p in others]
         order = list(dict.fromkeys([*first, *sorted(witnesses), *others]))
-        return self._fetch_state(frame.round + 1, [p for p in order if p != self.node], now)
+        return out + self._fetch_state(frame.round + 1, [p for p in order if p != self.node], now)
 
     def _fetch_state(self, round: int, peers: list[int], now: float,
                      vouchers: int = STATE_STRIPES) -> list[CoreAction]:

@@ -45,6 +45,7 @@ from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
+from agent.transport.base import DISCONNECTED, RECONNECTED
 from agent.transport.memory import FakeClock, MemoryBus
 
 FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap"]
@@ -52,6 +53,7 @@ Phase = Literal["reduce", "broadcast"]
 GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
 JOB = "virtual"
 TOPICS = Topics(JOB)
+RECONNECT_DELAY = 0.02  # a dropped agent's reconnect, as paho's first retry on a LAN
 
 
 @dataclass(frozen=True)
@@ -131,14 +133,16 @@ def default_gradient(seed: int, length: int) -> GradientFn:
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
     ar = config.allreduce
+    base_timeout = ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.min_timeout
     return CoreConfig(
         node=node, job=JOB, arity=config.arity, rounds=config.rounds, allreduce=ar,
         state_size=2 * config.length, lr=config.lr,
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
-        suspicion_grace=2 * (ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.min_timeout),
-        # No broker here publishes everybody's Will as it stops: a Will is a crash at once.
-        offline_settle=0.0,
+        suspicion_grace=2 * base_timeout,
+        # As on the real agent, a Will changes views only once it settled (there: 1 s), so a
+        # connection that drops and comes straight back is no view change; scaled like the grace.
+        offline_settle=4 * base_timeout,
     )
 
 
@@ -381,9 +385,17 @@ class VirtualFleet:
             return
 
         def drop_and_reconnect() -> None:
+            # As the MQTT transport tells the runtime: lost (the broker publishes the Will),
+            # then back after the reconnect delay, with the birth status published again.
             if agent.alive and self.agents.get(node) is agent:
                 self.bus.crash(agent.name)
+                agent.execute(agent.core.on_message(DISCONNECTED, b"", self.clock.now()))
+                self.bus.call_at(self.clock.now() + RECONNECT_DELAY, reconnect)
+
+        def reconnect() -> None:
+            if agent.alive and self.agents.get(node) is agent:
                 agent.connect()
+                agent.execute(agent.core.on_message(RECONNECTED, b"", self.clock.now()))
 
         for i in range(times):
             self.pending_faults += 1

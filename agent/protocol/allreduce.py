@@ -151,6 +151,12 @@ class RoundMachine(Protocol):
         (one report is enough for that; routing around it needs ``peer_down``)."""
         ...
 
+    def reconnected(self, now: float) -> list[Action]:
+        """Our broker connection dropped and came back within this round: frames in flight
+        either way may be lost, and the peers got our Will, so they may have ended the round
+        without us. Recover what can be recovered at once instead of by timeouts."""
+        ...
+
 
 class Outbox:
     """What every round machine shares: the actions one call queues, handed back by ``_flush``.

@@ -269,6 +269,29 @@ class FtTreeRound(Outbox):
             self._finish(now, skip_missing=True)
         return self._flush()
 
+    def reconnected(self, now: float) -> list[Action]:
+        """Back after a dropped connection: send every unACKed unit again now (silence counts
+        from here, not from before the drop), and ask for the round's result at once (the
+        root ends the round, as the others did on its Will): the
+        peers got our Will and may have finished without us (a peer that has the result
+        answers, one that has not yet answers when it has it). Without this the node waited a
+        whole timeout for a parent that had moved on, and the fleet's next round waited for it."""
+        if self.over:
+            return []
+        for p in list(self.pending.values()):
+            p.route_since = now
+            self._emit(p, now, fresh=False)
+        if self.parent is None and self.result is None:
+            # The root: our Will ended this round on every other member (see peer_down),
+            # with the chunks they lack skipped. Do the same rather than wait for children
+            # that went on (a chunk they lost in flight and we kept shows up as drift).
+            self._note("root_down", self.node, "our connection dropped")
+            self._finish(now, skip_missing=True)
+        elif self.result is None:
+            for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
+                self._pull(now)
+        return self._flush()
+
     def _resend_custody(self, now: float) -> None:
         """What the parent ACKed may be stuck in it now that it is down: send it again around
         it. The receiver refuses any overlap with what it already counted (merge_means only
@@ -366,6 +389,8 @@ class FtTreeRound(Outbox):
             self.stats.dropped += 1
             return
         self._ack(frame, how, now)
+        if how == DIRECT and frame.origin in self.down:
+            self._answer_left_out(j, frame.origin)
         self._learn_route(frame.origin, frame.sender, how)
         if self.cfg.nack and how == DIRECT:
             self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
@@ -460,6 +485,18 @@ class FtTreeRound(Outbox):
         if not self._plausible(values, frame.sender):
             return
         self._set_final(j, frame.contributors, values, now, frame)
+
+    def _answer_left_out(self, j: int, peer: int) -> None:
+        """``peer`` was down when we routed around it (its Will came, say after a dropped
+        connection) but runs this round: it does not know it was left out and would wait a
+        timeout for a broadcast that skips it. Its data is the question; the result (now, or
+        when we have it) is the answer, as for a pull."""
+        ch = self.chunks[j]
+        if ch.final is None:
+            self.pull_waiters.setdefault(j, set()).add(peer)
+            return
+        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
+        self._send(peer, frame.with_values(ch.final, self.cfg.wire_dtype))
 
     # ------------------------------------------------------------------ frames in
 

@@ -108,20 +108,26 @@ class Status(_JsonMessage):
 class Suspect(_JsonMessage):
     """On ``suspect/<node>``: ``node`` heard nothing at all from ``peer`` for a whole timeout
     in round ``round`` (a link declared dead, or a silent child). Evidence for the fleet-level
-    failure detector (membership.py); one witness alone never evicts anybody."""
+    failure detector (membership.py); one witness alone never evicts anybody.
+
+    With ``peer == node`` it is a *self-report*: ``node`` takes no part in the rounds up to
+    ``round`` although their view lists it (it fell behind and fetches the fleet's state, or
+    it left to rejoin), so nobody waits a timeout for it there. It can only excuse its sender."""
 
     node: int
     round: int
     peer: int
     incarnation: int = 0
 
+    @property
+    def is_self_report(self) -> bool:
+        return self.peer == self.node
+
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
         _check_int("round", self.round)
         _check_int("peer", self.peer, 0, 1023)
         _check_int("incarnation", self.incarnation)
-        if self.peer == self.node:
-            raise ValueError("a node cannot suspect itself")
 
 
 @dataclass(frozen=True)

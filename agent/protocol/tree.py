@@ -80,6 +80,9 @@ class PlainTreeRound(Outbox):
     def excuse(self, peer: int, now: float) -> list[Action]:
         return []
 
+    def reconnected(self, now: float) -> list[Action]:
+        return []  # no retransmission either: what was lost waits for the deadline
+
     def _maybe_forward(self, j: int, now: float) -> None:
         if len(self.parts[j]) < len(self.children):
             return

@@ -14,12 +14,13 @@ from agent.core import (
     Displaced,
     Phase,
     PublishStatus,
+    PublishSuspect,
     ReportRound,
     SendState,
 )
 from agent.protocol.allreduce import AllreduceConfig, Send
 from agent.protocol.membership import PublishView
-from agent.protocol.messages import Status, View
+from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import RECONNECTED
@@ -171,3 +172,33 @@ def test_a_newer_agent_with_our_id_makes_us_stop_without_a_fight() -> None:
     out = core.on_status(Status(1, "online", incarnation=9, pid=4242), 0.2)
     assert out == [Displaced(9, 4242)] and core.phase == Phase.DONE
     assert core.on_status(Status(1, "online", incarnation=10), 0.3) == []  # said once
+
+
+def test_a_self_report_routes_around_its_sender_and_only_its_sender_can_make_it() -> None:
+    core = _running_core(node=1, members=(0, 1, 2, 3))  # node 3 is our child in round 0
+    topics = core.topics
+    forged = Suspect(3, 0, 3).encode()  # "3 is absent", published on node 2's topic
+    assert core.on_message(topics.suspect(2), forged, 0.02) == []
+    assert core.counters.rejected["suspect_forged"] == 1 and 3 not in core.absent
+    core.on_message(topics.suspect(3), forged, 0.02)
+    assert core.absent == {3: 0}
+    assert 3 in core.machines[0].down  # nobody waits a timeout for it in round 0
+
+
+def test_a_suspect_that_announced_its_absence_says_so_again_and_still_refutes() -> None:
+    core = _running_core(node=1)
+    core.absent_through = 2  # we fell behind: no part in rounds up to 2
+    actions = core.on_suspect(Suspect(0, 1, 1), 0.05)
+    reports = [a.report for a in actions if isinstance(a, PublishSuspect)]
+    assert reports == [Suspect(1, 2, 1, 3)]
+    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["online"]
+
+
+def test_a_pull_for_a_round_we_no_longer_answer_tells_the_puller_where_we_are() -> None:
+    core = _running_core(node=1)
+    core.round = 9  # as if we had gone on: round 0's machine is long gone, round 9 runs
+    core.machines = {9: core.machines.pop(0)}
+    pull = Frame(Kind.PULL, CONFIG.job, 0, 3, 0, 1)
+    probes = [a for a in core.on_frame(pull, 0.1) if isinstance(a, Send)]
+    assert [(p.dst, p.frame.kind, p.frame.round) for p in probes] == [(3, Kind.PROBE, 9)]
+    assert not [a for a in core.on_frame(pull, 0.2) if isinstance(a, Send)]  # once per round
