@@ -430,6 +430,9 @@ class AgentCore:
         # Between rounds: the peers may run the next one without us (our Will), so that
         # round's machine asks for the result as it starts (see _start_machine).
         self.reconnected_before = None if self.round in running else self.round
+        if self.transfer is not None:
+            # What was asked or sent while the connection was down is lost: ask again now.
+            out += self._run(self.transfer.retry_now(now), self.round)
         latest = self.membership.latest
         if latest is not None and latest.coordinator == self.node and self.membership.coordinator() == self.node:
             out.append(PublishView(latest))
@@ -442,7 +445,10 @@ class AgentCore:
         if report.is_self_report:
             return self._on_absent(report.node, report.round, now)
         out: list[CoreAction] = list(self.membership.on_suspect(report, now))
-        if report.peer == self.node and report.round <= self.absent_through:
+        if report.peer == self.node and self.phase == Phase.JOINING:
+            # Joining, we run no round yet: nobody should wait for us in a view that lists us.
+            out += self._announce_absence(max(report.round, self.round))
+        elif report.peer == self.node and report.round <= self.absent_through:
             # We take no part in that round (alive, catching up): say so again (that report
             # may have been lost), and refute the suspicion below all the same.
             out.append(PublishSuspect(Suspect(self.node, self.absent_through, self.node, self.incarnation)))

@@ -86,6 +86,10 @@ class FleetConfig:
     broker_bandwidth: float | None = None  # bytes/s through the broker (shared)
     compute_time: float = 0.0
     will_delay: float = 1.5  # a hung agent's Will fires after this (keepalive expiry)
+    # How long a Will waits before it changes views (the real agent: 1 s, for a broker that
+    # publishes every Will as it shuts down). 0 here by default: no broker here shuts down,
+    # and views then follow a crash at once; tests of short drops set it like the agent.
+    offline_settle: float = 0.0
     lr: float = 0.01
     momentum: float = 0.9
     faults: tuple[FaultSpec, ...] = ()
@@ -140,9 +144,7 @@ def core_config(config: FleetConfig, node: int) -> CoreConfig:
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
         suspicion_grace=2 * base_timeout,
-        # As on the real agent, a Will changes views only once it settled (there: 1 s), so a
-        # connection that drops and comes straight back is no view change; scaled like the grace.
-        offline_settle=4 * base_timeout,
+        offline_settle=config.offline_settle,
     )
 
 

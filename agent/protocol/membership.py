@@ -115,10 +115,11 @@ class Membership:
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
         self.states[status.node] = status.state
-        if status.node != self.node and (status.state != "online"
-                                         or status.round + SUSPICION_ROUNDS >= self.round):
+        if status.node != self.node and (status.state == "joining" or (
+                status.state == "online" and status.round + SUSPICION_ROUNDS >= self.round)):
             # It speaks again, at the fleet's round (a node that resumes far behind is not
-            # back until it rejoins through the join path, which it then announces).
+            # back until it rejoins through the join path, which it then announces). Its Will
+            # is not speaking: a suspected node stays suspected while the Will settles.
             self.reports.pop(status.node, None)
             self.evicted.discard(status.node)
         self._retry_pending_views()

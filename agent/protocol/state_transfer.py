@@ -256,6 +256,12 @@ class StateTransfer:
     def next_timer(self) -> float | None:
         return None if self.result is not None else self.last_progress + self.timeout
 
+    def retry_now(self, now: float) -> list[Action]:
+        """Our connection dropped and came back: what we asked, or were sent, is lost. Act as
+        if the timeout had passed (without it, the transfer waited a whole one)."""
+        self.last_progress = min(self.last_progress, now - self.timeout)
+        return self.on_timer(now)
+
     def on_timer(self, now: float) -> list[Action]:
         """Silence: the stripes still missing are asked of peers not asked for this round yet
         (none left: every peer holds our pull, answered as it reaches the round)."""

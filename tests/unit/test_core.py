@@ -202,3 +202,12 @@ def test_a_pull_for_a_round_we_no_longer_answer_tells_the_puller_where_we_are() 
     probes = [a for a in core.on_frame(pull, 0.1) if isinstance(a, Send)]
     assert [(p.dst, p.frame.kind, p.frame.round) for p in probes] == [(3, Kind.PROBE, 9)]
     assert not [a for a in core.on_frame(pull, 0.2) if isinstance(a, Send)]  # once per round
+
+
+def test_a_joiner_asked_about_a_round_it_cannot_run_says_it_is_absent() -> None:
+    core = AgentCore(CoreConfig(node=4, allreduce=CONFIG, state_size=4), 9)
+    core.on_view(View(3, [0, 1, 2, 4], 2, 0, 40), 0.0)  # lists us, but we have no state yet
+    core.on_status(Status(4, "online", incarnation=9), 0.0)
+    assert core.phase == Phase.JOINING
+    actions = core.on_suspect(Suspect(1, 41, 4), 0.5)
+    assert [a.report for a in actions if isinstance(a, PublishSuspect)] == [Suspect(4, 41, 4, 9)]

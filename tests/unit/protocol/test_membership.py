@@ -233,3 +233,17 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     assert m2.offer_view(takeover, 1) == "view_not_coordinator" and m2.newest == START
     m2.on_status(Status(0, "offline"), 0.1)  # node 0's Will, arriving after the view
     assert m2.newest == takeover
+
+
+def test_a_suspected_node_stays_suspected_while_its_will_settles() -> None:
+    # A frozen node's Will is not the node speaking: clearing the suspicion on it left the
+    # node in the views for the whole settle time (1 s on a real agent).
+    m = Membership(1, 2, START, grace=0.3, offline_settle=1.0)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    m.on_suspect(Suspect(2, 10, 3), 1.0)
+    m.check(1.3)
+    assert m.suspected() == {3}
+    m.on_status(Status(3, "offline", round=10), 1.4)
+    assert m.suspected() == {3}
