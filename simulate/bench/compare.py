@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the agents of the checkout in DIR (PYTHONPATH=DIR) as arm "
                              "'before' (and 'before-fp16' at the --fp16-nodes sizes): before/after "
                              "in one sitting")
+    parser.add_argument("--baseline-nodes", type=arg(whole(2, 256, "a fleet size")), nargs="*", default=None,
+                        metavar="N", help="fleet sizes that run the --baseline arms (default: every size)")
     parser.add_argument("--agent-option", action="append", default=[], metavar="NAME=VALUE",
                         help="extra agent option for the edgegrove arms (repeatable)")
     parser.add_argument("--broker-json", type=arg(input_file), default=RESULTS_DIR / "broker.json",
@@ -90,7 +92,7 @@ def arms_for(nodes: int, args: argparse.Namespace, have_torch: bool) -> list[str
     arms.append(EDGEGROVE)
     if nodes in args.fp16_nodes:
         arms.append(FP16)
-    if args.baseline is not None:
+    if args.baseline is not None and (args.baseline_nodes is None or nodes in args.baseline_nodes):
         arms.append(BEFORE)
         if nodes in args.fp16_nodes:
             arms.append(BEFORE_FP16)
