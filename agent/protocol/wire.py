@@ -143,6 +143,8 @@ class Frame:
 
     def values(self) -> np.ndarray:
         """The payload as float32 (dequantized)."""
+        if self.dtype == DType.F16:
+            return half_to_float(self.payload)
         raw = np.frombuffer(self.payload, dtype=_ITEM[self.dtype])
         if self.dtype == DType.I8:
             return raw.astype(np.float32) * np.float32(self.scale)
@@ -168,9 +170,8 @@ def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
     if dtype == DType.F32:
         return np.ascontiguousarray(v, dtype="<f4").tobytes(), 1.0
     if dtype == DType.F16:
-        with np.errstate(over="ignore"):  # overflow is looked for right below
-            half = v.astype("<f2")
-        if np.isfinite(half).all():  # the usual case: one conversion, no saturation pass
+        half = float_to_half(v)
+        if half is not None:  # the usual case: every value finite and within float16's range
             return half.tobytes(), 1.0
         limit = float(np.finfo(np.float16).max)
         # Saturate large finite values; inf/NaN stay as they are so receivers reject them.
@@ -187,6 +188,48 @@ def quantize(values: np.ndarray, dtype: DType) -> tuple[bytes, float]:
         q = np.clip(np.rint(v / np.float32(scale)), -127, 127).astype(np.int8)
         return q.tobytes(), float(np.float32(scale))
     raise ValueError(f"values cannot travel as {dtype!r}")
+
+
+# numpy's float32 <-> float16 casts are scalar code here (1.5 ms / 0.55 ms per 262,144 values,
+# 60x / 20x a float32 copy) and float16 frames pass them at every hop. The two functions below
+# give the same bits as numpy's casts (IEEE round to nearest even, subnormals included; the
+# tests compare them over every float32 of float16's range), 4x / 3x faster.
+_HALF_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+_HALF_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to infinity
+_U32 = np.uint32
+
+
+def half_to_float(payload: bytes) -> np.ndarray:
+    """float16 values (little endian bytes) as a new float32 array: one table look-up each."""
+    # mode="clip": no bounds check (a uint16 is always in the table), 20 % faster than "raise"
+    return _HALF_TABLE.take(np.frombuffer(payload, dtype="<u2"), mode="clip")
+
+
+def float_to_half(values: np.ndarray) -> np.ndarray | None:
+    """float32 values as float16 bits (a little endian uint16 array); None when one is NaN
+    or beyond float16's range (|v| >= 65520, where numpy's cast gives inf): the caller
+    saturates those. Branch-free rounding as in Marat Dukhan's FP16 library
+    (fp16_ieee_from_fp32_value): adding a power of two aligned to the value's float16 exponent
+    makes the FPU round the mantissa to 10 bits (or to the subnormal grid)."""
+    v = np.ascontiguousarray(values, dtype=np.float32)
+    base = np.abs(v)
+    if v.size and not float(base.max()) < _HALF_OVERFLOW:  # also False for NaN
+        return None
+    w = v.view(_U32)
+    base *= np.float32(4.0)  # the library's x 2^112 x 2^-110: exact below the overflow
+    bias = w & _U32(0x7F800000)  # the value's exponent field ...
+    np.maximum(bias, _U32(0x38800000), out=bias)  # ... at least float16's smallest normal one
+    bias += _U32(0x07800000)
+    base += bias.view(np.float32)  # rounds away what float16 cannot hold
+    bits, out = base.view(_U32), bias  # two scratch arrays: no third 4-byte temporary
+    np.right_shift(bits, _U32(13), out=out)
+    out &= _U32(0x7C00)  # exponent
+    bits &= _U32(0xFFF)
+    out += bits  # + mantissa (a carry into the exponent is the right rounding)
+    np.right_shift(w, _U32(16), out=bits)
+    bits &= _U32(0x8000)
+    out |= bits  # sign
+    return out.astype("<u2")
 
 
 # Bitmaps are a few bytes: Python ints beat numpy's per-call overhead here (every frame).

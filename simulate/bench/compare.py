@@ -50,6 +50,7 @@ GLOO = "gloo"
 EDGEGROVE = "edgegrove"
 FP16 = "edgegrove-fp16"
 BEFORE = "before"
+BEFORE_FP16 = "before-fp16"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fleet sizes that also run an arm with float16 on the wire")
     parser.add_argument("--baseline", type=arg(input_dir), default=None, metavar="DIR",
                         help="also run the agents of the checkout in DIR (PYTHONPATH=DIR) as arm "
-                             "'before': before/after in one sitting")
+                             "'before' (and 'before-fp16' at the --fp16-nodes sizes): before/after "
+                             "in one sitting")
+    parser.add_argument("--baseline-nodes", type=arg(whole(2, 256, "a fleet size")), nargs="*", default=None,
+                        metavar="N", help="fleet sizes that run the --baseline arms (default: every size)")
     parser.add_argument("--agent-option", action="append", default=[], metavar="NAME=VALUE",
                         help="extra agent option for the edgegrove arms (repeatable)")
     parser.add_argument("--broker-json", type=arg(input_file), default=RESULTS_DIR / "broker.json",
@@ -88,8 +92,10 @@ def arms_for(nodes: int, args: argparse.Namespace, have_torch: bool) -> list[str
     arms.append(EDGEGROVE)
     if nodes in args.fp16_nodes:
         arms.append(FP16)
-    if args.baseline is not None:
+    if args.baseline is not None and (args.baseline_nodes is None or nodes in args.baseline_nodes):
         arms.append(BEFORE)
+        if nodes in args.fp16_nodes:
+            arms.append(BEFORE_FP16)
     return arms
 
 
@@ -99,11 +105,12 @@ def _run_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
         if "error" in out:
             return {"error": out["error"]}
         return {"samples_ms": out["samples_ms"]}
-    env = [f"PYTHONPATH={args.baseline}"] if arm == BEFORE else []
-    options = ["wire_dtype=float16"] if arm == FP16 else []
+    before = arm in (BEFORE, BEFORE_FP16)
+    env = [f"PYTHONPATH={args.baseline}"] if before else []
+    options = ["wire_dtype=float16"] if arm in (FP16, BEFORE_FP16) else []
     # `python -m` puts the working directory first on sys.path, before PYTHONPATH: the agents
     # of the baseline arm must start in the baseline checkout, or they run this one's code.
-    where = contextlib.chdir(args.baseline) if arm == BEFORE else contextlib.nullcontext()
+    where = contextlib.chdir(args.baseline) if before else contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="edgegrove-compare-") as tmp, where:
         try:
             res = round_profile.measure_fleet(nodes, _fleet_args(args, env, options), Path(tmp))

@@ -133,8 +133,11 @@ def measure_fleet(nodes: int, args: argparse.Namespace, work: Path) -> dict[str,
             pids["mosquitto"] = broker.pid
         every = range(nodes)
         reached = lambda r: lambda: all(watch.last_round.get(n, -1) >= r for n in every)  # noqa: E731
-        if not watch.wait_for(reached(args.warmup - 1), args.timeout):
-            raise SystemExit(f"the fleet of {nodes} did not finish its warm-up rounds in time")
+        warm = reached(args.warmup - 1)
+        # _wait_done: agents that all exit early (e.g. refused by the broker) end the wait at once.
+        if not _wait_done(watch, fleet, warm, args.timeout) or not warm():
+            raise SystemExit(f"the fleet of {nodes} did not finish its warm-up rounds in time "
+                             f"(or its agents exited: see {work}/agent-*.log)")
         cpu0, t0 = _cpu_seconds(pids), time.monotonic()
         if not _wait_done(watch, fleet, reached(args.rounds - 1), args.timeout):
             raise SystemExit(f"the fleet of {nodes} did not finish {args.rounds} rounds in time")

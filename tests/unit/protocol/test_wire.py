@@ -26,6 +26,8 @@ from agent.protocol.wire import (
     RejectReason,
     decode,
     encode,
+    float_to_half,
+    half_to_float,
     job_hash,
     quantize,
 )
@@ -147,6 +149,36 @@ def test_f16_saturates_finite_values_beyond_its_range() -> None:
     frame = decode(encode(sample_frame(np.array([1e6, -1e9], dtype=np.float32), DType.F16)))
     assert isinstance(frame, Frame)
     assert list(frame.values()) == [65504.0, -65504.0]
+
+
+def test_float_to_half_gives_numpys_bits_across_float16s_range() -> None:
+    # Every float16 value and the float32s around each rounding boundary (the midpoints to the
+    # next value, ties included, two ulps either side), a sweep of every 1021st float32 below
+    # 65520 (where float16 overflows), both signs: normal and subnormal results, rounding up
+    # into the next exponent, zero and float32 subnormals.
+    halves = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    mids = ((halves[:-1] + halves[1:]) / 2).astype(np.float32).view(np.uint32)
+    near = (mids.astype(np.int64)[:, None] + np.arange(-2, 3)[None, :]).ravel().astype(np.uint32)
+    sweep = np.arange(0, 0x477FF000, 1021, dtype=np.uint32)
+    bits = np.concatenate([halves.astype(np.float32).view(np.uint32), near, sweep, [0x477FEFFF]])
+    for v in (bits.view(np.float32), -bits.view(np.float32)):
+        ours = float_to_half(v)
+        assert ours is not None and ours.dtype == np.dtype("<u2")
+        assert np.array_equal(ours, v.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("bad", [65520.0, -1e9, math.inf, -math.inf, math.nan])
+def test_float_to_half_leaves_overflow_and_non_finite_values_to_the_caller(bad: float) -> None:
+    assert float_to_half(np.array([1.0, bad], dtype=np.float32)) is None
+    assert float_to_half(np.array([65519.996], dtype=np.float32)) is not None  # rounds to 65504
+    assert float_to_half(np.zeros(0, dtype=np.float32)) is not None
+
+
+def test_half_to_float_gives_numpys_values_for_every_float16() -> None:
+    every = np.arange(1 << 16, dtype=np.uint16)
+    ours = half_to_float(every.astype("<u2").tobytes())
+    assert ours.dtype == np.float32
+    assert np.array_equal(ours.view(np.uint32), every.view(np.float16).astype(np.float32).view(np.uint32))
 
 
 @given(st.lists(finite_f32, min_size=1, max_size=200))

@@ -44,8 +44,11 @@ def test_a_failed_run_is_reported_not_averaged() -> None:
 
 def test_arms_follow_the_options(tmp_path: Any) -> None:
     args = _args("--fp16-nodes", "7", "--baseline", str(tmp_path))
-    assert compare.arms_for(7, args, have_torch=True) == ["gloo", "edgegrove", "edgegrove-fp16", "before"]
+    assert compare.arms_for(7, args, have_torch=True) == ["gloo", "edgegrove", "edgegrove-fp16", "before",
+                                                          "before-fp16"]
     assert compare.arms_for(15, args, have_torch=False) == ["edgegrove", "before"]
+    args = _args("--baseline", str(tmp_path), "--baseline-nodes", "7")
+    assert compare.arms_for(31, args, have_torch=True) == ["gloo", "edgegrove"]
 
 
 def test_without_torch_only_edgegrove_runs(monkeypatch: pytest.MonkeyPatch,
