@@ -161,6 +161,9 @@ class MqttTransport:
         self._first_suback = threading.Event()
         self._subscribe_mid: int | None = None
         self._refusal: str | None = None
+        # Apart from the CONNACK's: in threaded mode the SUBACK can arrive before the connect
+        # check runs, which then reported a refused subscription as a refused client.
+        self._sub_refusal: str | None = None
         self._closed = False
         self._started = False
         self._publish_lock = threading.Lock()
@@ -260,9 +263,9 @@ class MqttTransport:
             self._shutdown()
             raise TransportError(f"the MQTT broker at {self.address.url} did not confirm the "
                                  f"subscriptions within {self._connect_timeout:.0f} s")
-        if self._refusal is not None:
+        if self._sub_refusal is not None:
             self._shutdown()
-            raise TransportError(f"the MQTT broker at {self.address.url} refused {self._refusal}"
+            raise TransportError(f"the MQTT broker at {self.address.url} refused {self._sub_refusal}"
                                  f" for client {self.client_id!r}: the ACL does not allow it")
 
     # -- paho callbacks (paho's thread: bookkeeping only) ---------------------------------
@@ -301,7 +304,7 @@ class MqttTransport:
         refused = [t for t, rc in zip(self._subscriptions, reason_codes, strict=False)
                    if rc.is_failure]
         if refused:
-            self._refusal = f"the subscription to {', '.join(refused)}"
+            self._sub_refusal = f"the subscription to {', '.join(refused)}"
         self._first_suback.set()
 
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
