@@ -369,8 +369,7 @@ class AgentCore:
             return []
         self.hinted[frame.sender] = self.round
         probe = Frame(Kind.PROBE, self.job, self.round, self.node, 0, 1, Flag.NONE, target=frame.sender)
-        self.counters.bytes_sent += frame_size(probe)
-        return [Send(frame.sender, probe)]
+        return self._run([Send(frame.sender, probe)], self.round)
 
     def on_status(self, status: Status, now: float) -> list[CoreAction]:
         # A newer life of this node (even its Will: mosquitto publishes it when our own
@@ -445,22 +444,28 @@ class AgentCore:
         if report.is_self_report:
             return self._on_absent(report.node, report.round, now)
         out: list[CoreAction] = list(self.membership.on_suspect(report, now))
-        if report.peer == self.node and self.phase == Phase.JOINING:
+        if report.peer == self.node:
+            out += self._answer_suspicion(report)
+        return out + self._apply_suspicions(now) + self._advance(now)
+
+    def _answer_suspicion(self, report: Suspect) -> list[CoreAction]:
+        """A report about us: we are alive, so refute it; absent from its round, say that too."""
+        out: list[CoreAction] = []
+        if self.phase == Phase.JOINING:
             # Joining, we run no round yet: nobody should wait for us in a view that lists us.
             out += self._announce_absence(max(report.round, self.round))
-        elif report.peer == self.node and report.round <= self.absent_through:
+        elif report.round <= self.absent_through:
             # We take no part in that round (alive, catching up): say so again (that report
             # may have been lost), and refute the suspicion below all the same.
             out.append(PublishSuspect(Suspect(self.node, self.absent_through, self.node, self.incarnation)))
-        if (report.peer == self.node and (report.node, report.round) not in self.refuted
-                and self.phase not in (Phase.CONNECTING, Phase.DONE)):
+        if (report.node, report.round) not in self.refuted and self.phase not in (Phase.CONNECTING, Phase.DONE):
             # We are not silent (cut links around us, a slow moment, or rejoining): say so at
             # once, also while lingering after our last round (the others may still be in it:
             # an unrefuted root there ends it for everybody). Membership ignores an "online"
             # from a node far behind the fleet.
             self.refuted.add((report.node, report.round))
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
-        return out + self._apply_suspicions(now) + self._advance(now)
+        return out
 
     def _on_absent(self, peer: int, through: int, now: float) -> list[CoreAction]:
         """``peer`` takes no part in the rounds up to ``through`` (its self-report): route

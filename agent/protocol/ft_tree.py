@@ -271,11 +271,11 @@ class FtTreeRound(Outbox):
 
     def reconnected(self, now: float) -> list[Action]:
         """Back after a dropped connection: send every unACKed unit again now (silence counts
-        from here, not from before the drop), and ask for the round's result at once (the
-        root ends the round, as the others did on its Will): the
+        from here, not from before the drop), and ask for the round's result at once: the
         peers got our Will and may have finished without us (a peer that has the result
         answers, one that has not yet answers when it has it). Without this the node waited a
-        whole timeout for a parent that had moved on, and the fleet's next round waited for it."""
+        whole timeout for a parent that had moved on, and the fleet's next round waited for it.
+        The root ends the round instead, as the others did on its Will."""
         if self.over:
             return []
         for p in list(self.pending.values()):
@@ -390,7 +390,10 @@ class FtTreeRound(Outbox):
             return
         self._ack(frame, how, now)
         if how == DIRECT and frame.origin in self.down:
-            self._answer_left_out(j, frame.origin)
+            # Routed around (its Will came, say after a dropped connection) but running this
+            # round: it does not know it was left out and would wait a timeout for a
+            # broadcast that skips it. Its data is a pull: the result is the answer.
+            self._answer_with_final(j, frame.origin)
         self._learn_route(frame.origin, frame.sender, how)
         if self.cfg.nack and how == DIRECT:
             self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
@@ -485,18 +488,6 @@ class FtTreeRound(Outbox):
         if not self._plausible(values, frame.sender):
             return
         self._set_final(j, frame.contributors, values, now, frame)
-
-    def _answer_left_out(self, j: int, peer: int) -> None:
-        """``peer`` was down when we routed around it (its Will came, say after a dropped
-        connection) but runs this round: it does not know it was left out and would wait a
-        timeout for a broadcast that skips it. Its data is the question; the result (now, or
-        when we have it) is the answer, as for a pull."""
-        ch = self.chunks[j]
-        if ch.final is None:
-            self.pull_waiters.setdefault(j, set()).add(peer)
-            return
-        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
-        self._send(peer, frame.with_values(ch.final, self.cfg.wire_dtype))
 
     # ------------------------------------------------------------------ frames in
 
@@ -599,14 +590,17 @@ class FtTreeRound(Outbox):
         puller = frame.sender
         self._note("pull", puller, "served")
         for j in asked:
-            if not 0 <= j < self.n:
-                continue
-            ch = self.chunks[j]
-            if ch.final is not None:
-                out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=puller)
-                self._send(puller, out.with_values(ch.final, self.cfg.wire_dtype))
-            elif not self.over:
-                self.pull_waiters.setdefault(j, set()).add(puller)
+            if 0 <= j < self.n:
+                self._answer_with_final(j, puller)
+
+    def _answer_with_final(self, j: int, peer: int) -> None:
+        """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline)."""
+        ch = self.chunks[j]
+        if ch.final is not None:
+            out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
+            self._send(peer, out.with_values(ch.final, self.cfg.wire_dtype))
+        elif not self.over:
+            self.pull_waiters.setdefault(j, set()).add(peer)
 
     # ------------------------------------------------------------------ sending
 
