@@ -601,6 +601,11 @@ class AgentCore:
             return self._end_final_sync(now)
         if self.phase == Phase.LINGERING:
             self.phase = Phase.DONE
+        if self.phase == Phase.JOINING and self.done:
+            # Rejoining after the fleet's last round and no peer answered: we are done too.
+            self.notes.append(Note("state_pull_failed", None, f"final state of round {self.round}"))
+            self.joining = False
+            self.phase = Phase.DONE
         return []
 
     def _step_joining(self, now: float) -> list[CoreAction]:
@@ -610,6 +615,13 @@ class AgentCore:
         # The view takes us from its from_round: a state of an earlier round (fetched before
         # this view came) would have us run rounds the fleet already finished, alone.
         self.round = max(self.round, latest.from_round)
+        if self.config.rounds > 0 and self.round >= self.config.rounds:
+            # Taken back only after the fleet's last round (evicted near the end): no round is
+            # left to run; take the fleet's final state from lingering peers, then finish.
+            self.round = self.config.rounds
+            if self.phase_deadline is None:
+                # They linger only so long: without their state we finish with our own.
+                self.phase_deadline = now + self.config.allreduce.round_deadline
         if self.received_state is not None:
             rnd, state = self.received_state
             self.received_state = None

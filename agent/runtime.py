@@ -181,8 +181,12 @@ class AgentRuntime:
         elif isinstance(action, PublishStatus):
             self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
         elif isinstance(action, PublishSuspect):
-            log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
-                        action.report.peer, action.report.round)
+            report = action.report
+            if report.peer == self.core.node:
+                log.info("taking no part in rounds up to %d (catching up): telling the fleet", report.round)
+            else:
+                log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
+                            report.peer, report.round)
             # QoS 0: a report that cannot go out now (broker away) is stale later.
             self._publish(self.topics.suspect(self.core.node), action.report.encode(), reliable=False)
         elif isinstance(action, PublishView):

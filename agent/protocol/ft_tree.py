@@ -143,6 +143,9 @@ class FtTreeRound(Outbox):
         self.bcast_routes: dict[int, Route] = {}  # how to reach a peer whose data came oddly
         self.adopted: set[int] = set()  # non-children that delivered their data to us
         self.pull_waiters: dict[int, set[int]] = {}
+        self.no_result_for: dict[int, list[int]] = {}  # peer -> chunks it asked for that we skipped
+        self.no_result: set[int] = set()  # chunks our parent or the root says have no result
+        self.root_gone_at: float | None = None  # the root's Will came; our parent was asked
         self.seen_floods: set[tuple[object, ...]] = set()
         self.relayed_pairs: set[tuple[int, int]] = set()
         self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
@@ -225,7 +228,10 @@ class FtTreeRound(Outbox):
         self._check_relay_targets(now)
         self._expire_pending(now)
         if self.pull_at is not None and now >= self.pull_at:
-            self._pull(now)
+            if self.root_gone_at is not None:
+                self._root_went_down(now)  # the parent did not answer: skip as the others did
+            else:
+                self._pull(now)
         return self._flush()
 
     def next_timer(self) -> float | None:
@@ -261,13 +267,28 @@ class FtTreeRound(Outbox):
             if self.pull_at is not None:
                 self.pull_at = now  # a silent parent will not broadcast: ask the others at once
         if peer == self.tree.root and self.result is None:
-            # Nobody can average this round any more: end it now. Chunks without the root's
-            # result are skipped (nothing applied), the same on every survivor, so their
-            # models stay identical; a survivor that got a chunk the others lack is caught
-            # by the next root's model hash and resyncs.
-            self._note("root_down", peer)
-            self._finish(now, skip_missing=True)
+            self._root_went_down(now)
         return self._flush()
+
+    def _root_went_down(self, now: float) -> None:
+        """Nobody can average this round any more. Chunks without the root's result are
+        skipped (nothing applied), the same on every survivor, so their models stay
+        identical; a survivor that got a chunk the others lack is caught by the next root's
+        model hash and resyncs. But the root may have broadcast before it went: a live
+        parent that got the result passes it on, so ask it once (it answers with the result
+        or that there is none) before skipping; one pull timeout at most."""
+        parent = self.parent
+        if parent is None or parent == self.tree.root or parent in self.down or self.root_gone_at is not None:
+            self._note("root_down", self.tree.root)
+            self._finish(now, skip_missing=True)
+            return
+        self.root_gone_at = now
+        self._note("root_down", self.tree.root, f"asking {parent} for the result")
+        missing = [j for j, ch in enumerate(self.chunks) if ch.final is None]
+        pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
+        self._send(parent, pull.with_indices([] if len(missing) == self.n else missing))
+        self.stats.pulls += 1
+        self.pull_at = now + self._rto(parent)
 
     def reconnected(self, now: float) -> list[Action]:
         """Back after a dropped connection: send every unACKed unit again now (silence counts
@@ -389,11 +410,14 @@ class FtTreeRound(Outbox):
             self.stats.dropped += 1
             return
         self._ack(frame, how, now)
-        if how == DIRECT and frame.origin in self.down:
+        ended_without = self.result is not None and not self.result.contributors[j]
+        if how == DIRECT and (frame.origin in self.down or ended_without):
             # Routed around (its Will came, say after a dropped connection) but running this
             # round: it does not know it was left out and would wait a timeout for a
-            # broadcast that skips it. Its data is a pull: the result is the answer.
+            # broadcast that skips it. Or the round ended here without a result (root
+            # down) before its data came. Its data is a pull: the result is the answer.
             self._answer_with_final(j, frame.origin)
+            self._send_no_result()
         self._learn_route(frame.origin, frame.sender, how)
         if self.cfg.nack and how == DIRECT:
             self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
@@ -578,6 +602,9 @@ class FtTreeRound(Outbox):
             self._send(frame.sender, self._frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
 
     def _on_nack(self, frame: Frame, now: float) -> None:
+        if frame.flags & Flag.FINAL:
+            self._on_no_result(frame, now)
+            return
         wanted = set(frame.indices())
         broadcast = frame.is_broadcast
         for p in list(self.pending.values()):
@@ -592,15 +619,43 @@ class FtTreeRound(Outbox):
         for j in asked:
             if 0 <= j < self.n:
                 self._answer_with_final(j, puller)
+        self._send_no_result()
 
     def _answer_with_final(self, j: int, peer: int) -> None:
-        """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline)."""
+        """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline);
+        or, when this round ended here without one (its root went down), that it has none."""
         ch = self.chunks[j]
         if ch.final is not None:
             out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
             self._send(peer, out.with_values(ch.final, self.cfg.wire_dtype))
+        elif self.result is not None and not self.result.contributors[j]:
+            self.no_result_for.setdefault(peer, []).append(j)
         elif not self.over:
             self.pull_waiters.setdefault(j, set()).add(peer)
+
+    def _send_no_result(self) -> None:
+        """One NACK|FINAL per asking peer: "this round has no result for these chunks"
+        (see _on_no_result)."""
+        for peer, chunks in self.no_result_for.items():
+            notice = self._frame(Kind.NACK, 0, Flag.BROADCAST | Flag.FINAL, frozenset(), target=peer)
+            self._send(peer, notice.with_indices(sorted(set(chunks))))
+        self.no_result_for.clear()
+
+    def _on_no_result(self, frame: Frame, now: float) -> None:
+        """Our parent or the root ended this round without a result for some chunks (the root
+        went down while we still waited for the broadcast, its Will reached us in another
+        round, or it came back and ended the round as the others had): those chunks have no
+        result anywhere, so we skip them as they did instead of pulling to the deadline. Only
+        the two that could send us the result may say it has none."""
+        if self.result is not None or frame.sender not in (self.parent, self.tree.root):
+            self.stats.dropped += 1
+            return
+        for j in frame.indices():
+            if 0 <= j < self.n and self.chunks[j].final is None:
+                self.no_result.add(j)
+        if all(ch.final is not None or j in self.no_result for j, ch in enumerate(self.chunks)):
+            self._note("root_down", self.tree.root, f"no result, says {frame.sender}")
+            self._finish(now, skip_missing=True)
 
     # ------------------------------------------------------------------ sending
 
@@ -857,7 +912,8 @@ class FtTreeRound(Outbox):
         # Members known down (a Will, or silent by the fleet's witnesses) are not waited for:
         # a round without them is complete, not degraded.
         everyone = frozenset(self.tree.members) - self.down
-        degraded = bool(missing) or any(c != everyone for c in contributors)
+        # (A result may count a member that went down after it sent its data: complete.)
+        degraded = bool(missing) or any(not everyone <= c for c in contributors)
         if degraded:
             self._note("degraded", None, f"{len(missing)} chunks missing")
         elif self.stats.timeouts == 0:
@@ -870,3 +926,10 @@ class FtTreeRound(Outbox):
             stats=self.stats, link_states=dict(self.book.states), finished_at=now,
         )
         self._send_acks()  # done here: nobody waits for our timer any more
+        if skip_missing:
+            # Who asked us for a chunk we now skip is told at once (it waits for nothing).
+            for j, waiters in self.pull_waiters.items():
+                if not contributors[j]:
+                    for peer in waiters:
+                        self.no_result_for.setdefault(peer, []).append(j)
+            self._send_no_result()

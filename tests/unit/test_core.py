@@ -211,3 +211,32 @@ def test_a_joiner_asked_about_a_round_it_cannot_run_says_it_is_absent() -> None:
     assert core.phase == Phase.JOINING
     actions = core.on_suspect(Suspect(1, 41, 4), 0.5)
     assert [a.report for a in actions if isinstance(a, PublishSuspect)] == [Suspect(4, 41, 4, 9)]
+
+
+def _taken_back_after_the_end() -> AgentCore:
+    """Node 4 of a 20-round run, evicted near the end; the view taking it back starts at 21."""
+    core = AgentCore(CoreConfig(node=4, rounds=20, allreduce=CONFIG, state_size=4), 9, resumed_round=17)
+    core.on_view(View(11, [0, 1, 2, 3, 4], 2, 0, 21), 0.0)
+    for peer in (0, 1, 2, 3):
+        core.on_status(Status(peer, "online"), 0.0)
+    core.on_status(Status(4, "online", incarnation=9), 0.0)
+    return core
+
+
+def test_taken_back_after_the_last_round_we_fetch_the_final_state_and_finish() -> None:
+    core = _taken_back_after_the_end()
+    assert core.phase == Phase.JOINING and core.round == 20
+    assert core.transfer is not None and core.transfer.round == 20  # the fleet's final state
+    core.received_state = (20, np.zeros(4, np.float32))
+    actions = core.on_tick(0.1)
+    assert core.phase == Phase.LINGERING and core.round == 20
+    assert not any(isinstance(a, ComputeGradient) for a in actions)  # no round 20 or 21
+
+
+def test_taken_back_after_the_last_round_with_nobody_answering_we_still_finish() -> None:
+    core = _taken_back_after_the_end()
+    deadline = core.next_deadline()
+    assert deadline is not None and deadline <= CONFIG.round_deadline
+    for t in np.arange(0.0, CONFIG.round_deadline + 0.1, 0.05):
+        core.on_tick(float(t))
+    assert core.phase == Phase.DONE and core.done

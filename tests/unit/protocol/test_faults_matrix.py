@@ -92,7 +92,7 @@ def test_fault_cost_bounds_at_7_15_31_nodes() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("settle", [0.0, 0.2])  # each drop a view change; as the agent, none
 @pytest.mark.parametrize("phase", ["reduce", "broadcast"])
-@pytest.mark.parametrize("role", ["inner", "leaf"])
+@pytest.mark.parametrize("role", ["root", "inner", "leaf"])
 def test_a_flapping_connection_costs_no_timeout_and_never_halts_the_fleet(role: str, phase: str,
                                                                          settle: float) -> None:
     """Five drops of one connection (default adaptive timeouts, 20 ms reconnects): the Will
