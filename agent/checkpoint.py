@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -73,6 +74,52 @@ def save(directory: Path, checkpoint: Checkpoint) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+class BackgroundWriter:
+    """Writes checkpoints on one thread, the newest first. ``save`` ends with an fsync: a few
+    MB on a Pi's SD card take longer than a round, and the whole fleet would wait for this
+    agent at every checkpoint (on this 2-core host the 7 agents' writes made every 20th
+    round ~0.1 s longer). A checkpoint submitted while one is being written replaces any
+    that is still waiting: only the newest is worth the disk time. ``close`` waits for the
+    last one (the final checkpoint of a run must be on disk when the agent exits)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.written = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+        self._waiting: Checkpoint | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, checkpoint: Checkpoint) -> None:
+        with self._lock:
+            self._waiting = checkpoint
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="checkpoint-writer", daemon=True)
+                self._thread.start()
+
+    def close(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                checkpoint, self._waiting = self._waiting, None
+                if checkpoint is None:
+                    self._thread = None
+                    return
+            try:
+                save(self.directory, checkpoint)
+                self.written += 1
+            except OSError as exc:
+                # A full or read-only disk must not stop training: the fleet holds the state.
+                self.failed += 1
+                log.error("could not write the checkpoint of round %d to %s: %s",
+                          checkpoint.round, self.directory, exc)
 
 
 def load(directory: Path, *, expect: Plausible | None = None) -> Checkpoint | None:

@@ -98,6 +98,7 @@ class AgentRuntime:
         self.incarnation = new_incarnation()
         self.displaced: Displaced | None = None
         resumed = self._resume()
+        self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
         self.core = AgentCore(core_config(config, int(backend.state().size)), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
@@ -143,6 +144,7 @@ class AgentRuntime:
         return saved.round
 
     def _shutdown(self) -> None:
+        self.checkpoints.close()  # the last checkpoint is on disk before we say we are gone
         if self.displaced is None:  # else the node's retained status is the newer agent's
             self._publish(self.topics.status(self.core.node), self.core.status("offline").encode(),
                           retain=True)
@@ -203,7 +205,8 @@ class AgentRuntime:
             self.backend.load_state(action.state)
             log.info("installed the fleet's state of round %d", action.round)
         elif isinstance(action, SaveCheckpoint):
-            checkpoint.save(self.config.checkpoint_dir or Path("."), checkpoint.Checkpoint(
+            # state() is a copy: the writer thread never sees the model change under it.
+            self.checkpoints.submit(checkpoint.Checkpoint(
                 round=action.round, epoch=action.epoch, state=self.backend.state(),
                 meta={"job": self.config.job, "node": self.core.node}))
         elif isinstance(action, ApplyControl):

@@ -40,7 +40,13 @@ from simulate.injector import (
     proxied_nodes,
 )
 from simulate.proxy import TcpProxy
-from simulate.scenario import RESERVED_AGENT_OPTIONS, Scenario, ScenarioError, load_scenario
+from simulate.scenario import (
+    RESERVED_AGENT_OPTIONS,
+    Scenario,
+    ScenarioError,
+    builtin_names,
+    load_scenario,
+)
 from simulate.telemetry import Collector, EventLog, FleetWatch
 from simulate.validate import check_args, check_credentials, choose_job
 
@@ -53,9 +59,8 @@ EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default=None,
-                        help="scenario: a .toml file or a built-in name (default, thesis-1-fault, "
-                             "thesis-2-parallel, thesis-2-serial, thesis-faults-5-10, loss-sweep, "
-                             "crash-rejoin, flaky-wifi); default: 'default'")
+                        help=f"scenario: a .toml file or a built-in name ({', '.join(builtin_names())}); "
+                             "default: 'default'")
     parser.add_argument("--nodes", type=int, default=None,
                         help="agents in the fleet (overrides the scenario's; scenario default 7)")
     parser.add_argument("--rounds", type=int, default=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,3 +163,41 @@ def test_a_checkpoint_that_cannot_be_renamed_still_loads_as_none(
     assert checkpoint.load(tmp_path) is None
     [warning] = _warnings(caplog)
     assert "could not set it aside" in warning
+
+
+def _ckpt(round_: int) -> Checkpoint:
+    return Checkpoint(round=round_, epoch=1, state=np.full(8, round_, np.float32), meta={"job": "j", "node": 0})
+
+
+def test_the_background_writer_writes_the_newest_and_close_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release, writing = threading.Event(), threading.Event()
+    real_save = checkpoint.save
+    rounds: list[int] = []
+
+    def slow_save(directory: Path, ckpt: Checkpoint) -> Path:
+        writing.set()
+        release.wait(5)
+        rounds.append(ckpt.round)
+        return real_save(directory, ckpt)
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    writer = checkpoint.BackgroundWriter(tmp_path)
+    writer.submit(_ckpt(20))
+    assert writing.wait(5)  # round 20 is being written (an SD card's fsync): we go on
+    for r in (40, 60, 80):
+        writer.submit(_ckpt(r))
+    release.set()
+    writer.close()
+    assert rounds == [20, 80]  # 40 and 60 were overtaken while they waited
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None and saved.round == 80 and writer.written == 2
+
+
+def test_a_checkpoint_that_cannot_be_written_is_counted_not_raised(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    writer = checkpoint.BackgroundWriter(blocker / "sub")  # mkdir under a file fails
+    writer.submit(_ckpt(5))
+    writer.close()
+    assert writer.failed == 1 and writer.written == 0
