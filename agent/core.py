@@ -69,6 +69,9 @@ MAX_BUFFERED_FRAMES = 4096
 # A finished round's machine answers late ACKs, NACKs and pulls until this many rounds later.
 ANSWERING_ROUNDS = 1
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
+# A member that runs the rounds with us needs a whole state only when its model drifted (rare):
+# we serve it one at most every this many rounds (joiners and members behind: every time).
+STATE_BUDGET_ROUNDS = 4
 CONNECT_WAIT = 10.0  # seconds to wait for our own retained status to come back from the broker
 
 
@@ -247,6 +250,7 @@ class AgentCore:
         self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
         self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
         self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
+        self.state_served_at: dict[int, int] = {}  # in-sync puller -> round of the last state it got
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.notes: list[Note] = []
@@ -913,14 +917,36 @@ class AgentCore:
                 del self.pending_pulls[puller]
                 if self.joining or self.phase == Phase.CONNECTING:
                     continue
+                if self._over_state_budget(puller):
+                    self.counters.rejected["model_pull_budget"] += 1
+                    continue
                 chunks = self._share_for(puller, request)
                 if chunks == ():
                     # Each chunk of this round's state at most once per peer: a pull flood
                     # costs the flooder, not us.
                     self.counters.rejected["model_pull_repeat"] += 1
                     continue
+                if self._runs_with_us(puller):
+                    self.state_served_at[puller] = self.round
                 out.append(SendState(request, self.round, chunks))
         return out
+
+    def _runs_with_us(self, puller: int) -> bool:
+        """``puller`` is an online member of this round's view that did not say it fell
+        behind: it needs a state only if its model drifted."""
+        view = self.membership.view_for(self.round)
+        return (view is not None and puller in view.members
+                and self.membership.states.get(puller) == "online"
+                and self.absent.get(puller, -1) < self.round - 1)
+
+    def _over_state_budget(self, puller: int) -> bool:
+        """A member running the rounds with us that got a whole state from us less than
+        STATE_BUDGET_ROUNDS rounds ago (the rest of this round's state is still its due): a
+        device that floods pulls every round costs us a quarter state per round at most, and
+        a drifted member asks the next peer."""
+        last = self.state_served_at.get(puller)
+        return (last is not None and last < self.round and self.round - last < STATE_BUDGET_ROUNDS
+                and self._runs_with_us(puller))
 
     def _share_for(self, puller: int, request: Frame) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what

@@ -70,6 +70,23 @@ def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
                                                  .with_values(np.zeros(CHUNKS[0][1], np.float32), DType.F32)))
 
 
+def _keep_flooding(evil: MqttTransport, listener: FleetListener, rounds: int) -> set[int]:
+    """Model pulls on node 0 for each round it enters, ``rounds`` rounds in a row: what a
+    compromised device can keep up (one burst is answered once; this tests the budget)."""
+    topics, job = Topics(JOB), job_hash(JOB)
+    flooded: set[int] = set()
+    deadline = time.monotonic() + 120
+    while len(flooded) < rounds and time.monotonic() < deadline:
+        current = listener.last(0).round + 1
+        if current not in flooded:
+            flooded.add(current)
+            pull = encode(Frame(Kind.MODEL_PULL, job, current, 3, 0, 1))
+            for _ in range(50):
+                evil.publish(topics.link(3, 0), pull)
+        listener.pump(0.02)
+    return flooded
+
+
 def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
     broker: MosquittoBroker, tmp_path: Path
 ) -> None:
@@ -82,6 +99,7 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         sent_before = [t.bytes_sent for t in listener.telemetry[0][3:10]]
         attacked_at = listener.last(1).round
         _attack(evil, attacked_at + 2, listener.last(0).round)
+        flooded = _keep_flooding(evil, listener, rounds=8)
         listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")
         hashes = listener.hashes_at(ROUNDS - 1)
         assert len(set(hashes.values())) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
@@ -93,15 +111,25 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         assert all(t.loss is not None and np.isfinite(t.loss) for ts in listener.telemetry.values() for t in ts)
         # What it tried is rejected and counted.
         assert listener.last(1).rejected.get("implausible_values", 0) >= 1, listener.last(1).rejected
-        assert listener.last(0).rejected.get("model_pull_repeat", 0) >= 100, listener.last(0).rejected
-        # The flood did not turn node 0 into an amplifier: at most one state (params + Adam
-        # moments) per peer and round on top of a normal round (before: 4.3 GB in 10 s). The
-        # issue asks for 2x a normal round; one state is ~1.5 of node 0's rounds (see its note).
+        rejected = listener.last(0).rejected
+        assert rejected.get("model_pull_repeat", 0) + rejected.get("model_pull_budget", 0) >= 100, rejected
+        # The flood did not turn node 0 into an amplifier (before: 4.3 GB in 10 s): 400 pulls
+        # in one burst get at most one state (params + Adam moments) per round; the slack is
+        # for a round whose broadcast was also resent to a child (timers, not the flood).
         flood = max(t.bytes_sent for t in listener.telemetry[0][10:20])
         state_bytes = 3 * 407_050 * 4
-        assert flood <= max(sent_before) + 1.1 * state_bytes, (flood, sent_before)
-        print(f"pull flood: node 0 sent at most {flood / 1e6:.2f} MB in a round, "
-              f"{flood / max(sent_before):.2f}x its largest normal round")
+        per_round = [(t.round, round(t.bytes_sent / 1e6, 2)) for t in listener.telemetry[0][5:25]]
+        assert flood <= max(sent_before) + 1.1 * state_bytes + 2 * 407_050 * 4, (per_round, sent_before)
+        # Kept up in every round, the flood gets one state per STATE_BUDGET_ROUNDS rounds:
+        # the victim's bytes over those rounds stay within 2x of its normal rounds (before:
+        # a state every round, 2.1-2.5x; this check failed on that code).
+        during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
+        ratio = float(np.mean(during)) / float(np.mean(sent_before))
+        print(f"pull flood: node 0 sent at most {flood / 1e6:.2f} MB in a round "
+              f"({flood / max(sent_before):.2f}x its largest normal round); kept up for "
+              f"{len(during)} rounds, {ratio:.2f}x its mean normal round")
+        assert len(during) >= 6 and ratio <= 2.0, (per_round, sent_before)
+        assert rejected.get("model_pull_budget", 0) >= 1, rejected
         assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
     finally:
         evil.close()

@@ -240,3 +240,29 @@ def test_taken_back_after_the_last_round_with_nobody_answering_we_still_finish()
     for t in np.arange(0.0, CONFIG.round_deadline + 0.1, 0.05):
         core.on_tick(float(t))
     assert core.phase == Phase.DONE and core.done
+
+
+def test_a_member_in_step_with_us_gets_a_whole_state_once_in_a_few_rounds_a_joiner_every_time() -> None:
+    from agent.core import STATE_BUDGET_ROUNDS
+    core = _running_core(node=1)
+    served: dict[int, list[int]] = {2: [], 3: []}
+    core.on_status(Status(3, "joining", incarnation=4), 0.0)  # 3 restarted: it rejoins
+    machine = core.machines.pop(0)
+    for rnd in range(1, 13):
+        core.round, core.machines = rnd, {rnd: machine}  # as if the rounds went by
+        for puller in (2, 3):
+            pull = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, puller, 0, 1)
+            if any(isinstance(a, SendState) for a in core.on_frame(pull, 0.1 * rnd)):
+                served[puller].append(rnd)
+    assert served[2] == list(range(1, 13, STATE_BUDGET_ROUNDS))  # a flooder's share: 1 in 4
+    assert core.counters.rejected["model_pull_budget"] == 12 - len(served[2])
+    assert served[3] == list(range(1, 13))  # the joiner needs it, every time it asks
+
+
+def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
+    core = _running_core(node=1)
+    core.round, core.machines = 5, {5: core.machines.pop(0)}
+    core.state_served_at[2] = 4  # it got a state last round ...
+    core.on_message(core.topics.suspect(2), Suspect(2, 6, 2).encode(), 0.5)  # ... and fell behind
+    pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
+    assert any(isinstance(a, SendState) for a in core.on_frame(pull, 0.6))
