@@ -47,6 +47,9 @@ LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's c
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
+# A view that removes a member is believed when we saw that member go offline, or saw it
+# reported silent, within this many rounds (our own evidence, not the coordinator's word).
+EVIDENCE_ROUNDS = 8
 MASS_DOWN_HOLD = 10.0  # s: half the view offline at once is the broker, not crashes: wait
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
@@ -99,6 +102,7 @@ class Membership:
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
+        self.reported_in: dict[int, int] = {}  # node -> the latest round it was reported silent in
         self.offline_at: dict[int, float] = {}  # node -> when its offline status came
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
@@ -130,6 +134,7 @@ class Membership:
         if report.node == report.peer or report.round + SUSPICION_ROUNDS < self.round:
             return []
         self.reports.setdefault(report.peer, {})[report.node] = (report.round, now)
+        self.reported_in[report.peer] = max(report.round, self.reported_in.get(report.peer, report.round))
         return self.check(now)
 
     def hold(self, until: float) -> None:
@@ -169,6 +174,11 @@ class Membership:
                 # predecessor's Will or eviction may still be on the way); counted meanwhile.
                 self.pending_views[publisher] = view
                 return "view_not_coordinator"
+            if not self._removals_witnessed(view):
+                # Even the coordinator removes only who we saw go offline or reported silent:
+                # a compromised one cannot evict healthy members. Held until we see it too.
+                self.pending_views[publisher] = view
+                return "view_removal_unwitnessed"
         self.on_view(view)
         return ""
 
@@ -179,9 +189,22 @@ class Membership:
             newest = self.newest
             if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
                 del self.pending_views[publisher]
-            elif publisher == self.coordinator():
+            elif publisher == self.coordinator() and self._removals_witnessed(view):
                 del self.pending_views[publisher]
                 self.on_view(view)
+
+    def _removals_witnessed(self, view: View) -> bool:
+        """Every member ``view`` drops (but us: a fleet that went on without us is news we
+        must take, see offer_view) is one we have our own evidence against: offline now, or
+        went offline or was reported silent within EVIDENCE_ROUNDS rounds."""
+        removed = set(self.newest.members) - set(view.members) - {self.node}
+        return all(self._seen_gone(n) for n in removed)
+
+    def _seen_gone(self, node: int) -> bool:
+        if self.states.get(node) not in LIVE_STATES or node in self.evicted:
+            return True  # offline, or never heard of (the coordinator knows the fleet longer)
+        recent = self.round - EVIDENCE_ROUNDS
+        return self.went_down.get(node, recent - 1) >= recent or self.reported_in.get(node, recent - 1) >= recent
 
     def on_view(self, view: View) -> bool:
         """Keep a view if it is newer than every one known; True when it was new."""

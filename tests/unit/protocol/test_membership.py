@@ -224,6 +224,7 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     assert m.offer_view(View(2**53, [0, 1, 2, 3], 2, 0, 41), 0) == "view_epoch_jump"
     assert m.newest == START
     legit = View(1, [0, 1, 2], 2, 0, 42)
+    m.on_status(Status(3, "offline"), 0.1)  # node 3's Will: a view without it is believed
     assert m.offer_view(legit, 0) == "" and m.newest == legit
     # A view held back is taken once its publisher is the coordinator (the one before is gone).
     m2 = Membership(2, 2, START)
@@ -247,3 +248,40 @@ def test_a_suspected_node_stays_suspected_while_its_will_settles() -> None:
     assert m.suspected() == {3}
     m.on_status(Status(3, "offline", round=10), 1.4)
     assert m.suspected() == {3}
+
+
+def test_even_the_coordinator_removes_only_members_we_saw_go_offline_or_reported_silent() -> None:
+    m = Membership(2, 2, START, grace=0.3)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(40, 0.0)
+    # A compromised coordinator (node 0, valid credentials) drops healthy node 3.
+    evict = View(1, [0, 1, 2], 2, 0, 42)
+    assert m.offer_view(evict, 0) == "view_removal_unwitnessed" and m.newest == START
+    assert m.view_for(42) == START  # we keep training with node 3
+    # Node 3 really goes silent: a member reports it, and the held view is believed.
+    m.on_suspect(Suspect(1, 40, 3), 0.5)
+    assert m.newest == evict
+    # A flap: the Will came and went before the view did; seen, so believed at once.
+    m2 = Membership(2, 2, START)
+    for s in online(0, 1, 2, 3):
+        m2.on_status(s, 0.0)
+    m2.round_started(40, 0.0)
+    m2.on_status(Status(3, "offline"), 0.1)
+    m2.on_status(Status(3, "online", 40), 0.2)
+    assert m2.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and m2.newest.members == [0, 1, 2]
+    # Evidence goes stale: a Will seen long ago does not vouch for a removal now.
+    m2.round_started(60, 1.0)
+    assert m2.offer_view(View(2, [0, 1, 2, 3], 2, 0, 62), 0) == ""  # 3 is back
+    m2.round_started(63, 1.1)
+    assert m2.offer_view(View(3, [0, 1, 2], 2, 0, 65), 0) == "view_removal_unwitnessed"
+
+
+def test_a_view_that_removes_us_is_taken_without_evidence() -> None:
+    # We hung and the fleet went on without us: we must learn it to rejoin (see offer_view).
+    m = Membership(3, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(40, 0.0)
+    m.on_suspect(Suspect(1, 40, 3), 0.1)
+    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and 3 not in m.newest.members
