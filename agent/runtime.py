@@ -209,6 +209,8 @@ class AgentRuntime:
             self.checkpoints.submit(checkpoint.Checkpoint(
                 round=action.round, epoch=action.epoch, state=self.backend.state(),
                 meta={"job": self.config.job, "node": self.core.node}))
+            if self.core.done:
+                self.checkpoints.close()  # the run's last is on disk before its round is reported
         elif isinstance(action, ApplyControl):
             self._apply_control(action)
         elif isinstance(action, ReportRound):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agent import checkpoint
 from agent.config import AgentConfig
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, Suspect, View
@@ -194,3 +195,19 @@ def test_a_round_that_fell_back_to_the_own_gradient_resyncs_the_next_round() -> 
     # Round 1 started from the fleet's state; its (fallen back) update applied on top.
     assert agent.backend.values.tolist() == (fleet_state - reports[1].result.values).tolist()
 
+
+
+def test_the_last_checkpoint_is_on_disk_before_the_last_round_is_reported(tmp_path: Any) -> None:
+    # Checkpoints are written on a thread; the run's last one is waited for (the operator,
+    # and a test, may read it as soon as the last round is reported).
+    bus = MemoryBus(will_delay=1.0)
+    agent = runtime(bus, 0, fleet_size=1, rounds=3, checkpoint_every=100, checkpoint_dir=tmp_path)
+    seen: list[int | None] = []
+
+    def at_report(report: RoundReport) -> None:
+        saved = checkpoint.load(tmp_path) if report.round == 2 else None
+        seen.append(saved.round if saved is not None else None)
+
+    agent.on_round = at_report
+    assert agent.run() == 0
+    assert seen == [None, None, 3]  # nothing at rounds 0 and 1 (every 100), the last at once
