@@ -3,6 +3,14 @@
 ``LinkEstimators`` belongs to the runtime and outlives rounds, so what a round learns about
 a link (its round-trip time, or that it is dead) serves the next one. Samples are taken
 only from frames sent once (Karn's rule), by the round machines.
+
+A link also has a byte rate: a 1 MB unit on a 6 MB/s link shared by two senders needs a third
+of a second before the peer can ACK it, however short its round trip. ``rate`` is the smoothed
+delivery rate the ACKs of large units showed, and ``transmit_time`` what the round machines
+add to a unit's timeout for the bytes queued ahead of it (itself included), at the measured
+rate, but never faster than ``rate_floor``: a link that was fast in the last round may be slow
+now (Wi-Fi), and a unit declared lost while it still drains is resent into the same queue,
+which is how a fleet on slow links collapses (issue 19).
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from dataclasses import dataclass, field
 
 ALPHA = 0.125
 BETA = 0.25
+RATE_ALPHA = 0.25
+MIN_RATE_SAMPLE_BYTES = 16_384  # smaller ACKed units measure the round trip, not the rate
 
 
 @dataclass
@@ -18,6 +28,10 @@ class LinkEstimate:
     srtt: float | None = None
     rttvar: float = 0.0
     samples: int = 0
+    rate: float | None = None  # bytes/s, smoothed delivery rate of large units
+
+    def observe_rate(self, rate: float) -> None:
+        self.rate = rate if self.rate is None else (1 - RATE_ALPHA) * self.rate + RATE_ALPHA * rate
 
     def observe(self, rtt: float) -> None:
         rtt = max(0.0, rtt)
@@ -44,6 +58,7 @@ class LinkEstimators:
     min_timeout: float = 0.02
     max_timeout: float = 2.0
     initial_timeout: float = 0.5
+    rate_floor: float = 2e6  # bytes/s: transmission times assume no faster a link
     fixed: float | None = None
     peers: dict[int, LinkEstimate] = field(default_factory=dict)
     round_time: float | None = None
@@ -60,6 +75,25 @@ class LinkEstimators:
 
     def observe(self, peer: int, rtt: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe(rtt)
+
+    def rate(self, peer: int) -> float:
+        """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``."""
+        est = self.peers.get(peer)
+        if est is None or est.rate is None:
+            return self.rate_floor
+        return min(self.rate_floor, est.rate)
+
+    def transmit_time(self, peer: int, nbytes: int) -> float:
+        """How long ``nbytes`` queued towards ``peer`` take to drain (0 with fixed timeouts,
+        which reproduce the thesis tables)."""
+        if self.fixed is not None or nbytes <= 0:
+            return 0.0
+        return nbytes / self.rate(peer)
+
+    def observe_rate(self, peer: int, nbytes: int, seconds: float) -> None:
+        """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""
+        if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
+            self.peers.setdefault(peer, LinkEstimate()).observe_rate(nbytes / seconds)
 
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:
