@@ -151,6 +151,8 @@ class FtTreeRound(Outbox):
         self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
         self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
         self.send_seq = 0
+        self._ahead: dict[tuple[bool, int, int | frozenset[int]], int] = {}  # see _ahead_bytes
+        self._ahead_version = (-1, -1)
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
         self.remembered_dead = links.dead & set(self.neighbours)  # empty unless remembering
@@ -172,7 +174,7 @@ class FtTreeRound(Outbox):
         self.nacked: set[tuple[int, bool, int]] = set()
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
-        self.wait_at = now + self._wait_span()
+        self.wait_at = now + self._reduce_wait()
         self.wait_fired = False
         # A child that sends nothing at all for this long is silent: stop waiting for it.
         self.silence_at: dict[int, float] = {c: now + self._silence_span(c) for c in self.children}
@@ -238,6 +240,8 @@ class FtTreeRound(Outbox):
         for sender, at in list(self.ack_at.items()):
             if now >= at:
                 self._send_acks(sender)
+        if not self.wait_fired and now >= self.wait_at:
+            self.wait_at = self._draining_until(now)
         if not self.wait_fired and now >= self.wait_at:
             self.wait_fired = True
             for j in range(self.n):
@@ -385,6 +389,43 @@ class FtTreeRound(Outbox):
         below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
         share = (below + 1) / (height + 1)
         return self.cfg.round_deadline * self.cfg.reduce_fraction * share
+
+    def _wait_cap(self) -> float:
+        """The longest wait for contributions: half of what the base wait leaves of the round."""
+        base = self._wait_span()
+        return base + (self.cfg.round_deadline - base) / 2
+
+    def _reduce_wait(self) -> float:
+        """How long to wait for every contribution: the base share of the deadline, or (adaptive)
+        a quarter more than this node's share of its clean rounds took, up to ``_wait_cap``. On
+        slow links a round can take longer than the base share: the broadcast of the previous
+        round reaches the leaves late, so their data comes late, every round, cleanly."""
+        base = self._wait_span()
+        if self.cfg.timeout_mode == "fixed" or self.links.round_peak is None:
+            return base
+        height = self.tree.height
+        below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
+        usual = 1.25 * self.links.round_peak * (below + 1) / (height + 1)
+        return max(base, min(self._wait_cap(), usual))
+
+    def _draining_until(self, now: float) -> float:
+        """The wait for contributions is over at ``now``, unless a child that still owes some
+        is demonstrably sending them (adaptive timeouts): a frame from it came within its RTO
+        plus one unit's transmission, so its next unit is on the way. Then the wait extends to
+        when that next unit is due, but never beyond the point that leaves half of what is
+        left of the round for the broadcast."""
+        if self.cfg.timeout_mode == "fixed":
+            return now
+        cap = self.start_time + self._wait_cap()
+        due = now
+        for child in self.children:
+            owed = self.expected & set(self.tree.subtree(child))
+            if child in self.down or not owed or all(owed <= ch.covered for ch in self.chunks):
+                continue
+            heard = self.last_heard.get(child)
+            if heard is not None:
+                due = max(due, heard + self._rto(child) + self._transmit(child, self.unit_bytes))
+        return min(due, cap) if due > now else now
 
     def _all_forwarded(self) -> bool:
         if self.parent is None:
@@ -768,9 +809,25 @@ class FtTreeRound(Outbox):
 
     def _drain(self, p: Pending) -> float:
         """Transmission time of the bytes unACKed on ``p``'s direct link up to ``p`` itself."""
-        route = p.route
-        ahead = sum(q.size for q in self.pending.values() if q.route == route and q.seq <= p.seq)
-        return self._transmit(route.target, ahead)
+        return self._transmit(p.route.target, self._ahead_bytes(p))
+
+    def _ahead_bytes(self, p: Pending) -> int:
+        # Every timer computation asks this for every unit: computed once per change of the
+        # pending set (a send bumps send_seq; an ACK or a give-up shrinks it).
+        version = (self.send_seq, len(self.pending))
+        if self._ahead_version != version:
+            by_route: dict[Route, list[Pending]] = {}
+            for q in self.pending.values():
+                if q.route.kind == DIRECT:
+                    by_route.setdefault(q.route, []).append(q)
+            self._ahead = {}
+            for units in by_route.values():
+                total = 0
+                for q in sorted(units, key=lambda u: u.seq):
+                    total += q.size
+                    self._ahead[q.key] = total
+            self._ahead_version = version
+        return self._ahead.get(p.key, p.size)
 
     def _transmit(self, peer: int, nbytes: int) -> float:
         if self.cfg.timeout_mode == "fixed":

@@ -49,7 +49,9 @@ class LinkEstimators:
 
     ``fixed`` (seconds) replaces every estimate by one constant, to reproduce the thesis
     tables. ``round_time`` is a smoothed duration of clean rounds (no timeout, not degraded),
-    which tells a node how long to wait for a broadcast before it starts to pull. ``dead``
+    which tells a node how long to wait for a broadcast before it starts to pull;
+    ``round_peak`` the same but following a longer round at once (how long to wait for the
+    contributions, with adaptive timeouts). ``dead``
     holds peers whose direct link timed out and has not carried a round trip since (a probe
     answered, an ACK): the next rounds route around them from the start instead of paying
     the timeout again.
@@ -62,6 +64,7 @@ class LinkEstimators:
     fixed: float | None = None
     peers: dict[int, LinkEstimate] = field(default_factory=dict)
     round_time: float | None = None
+    round_peak: float | None = None
     dead: set[int] = field(default_factory=set)
 
     def rto(self, peer: int) -> float:
@@ -97,9 +100,12 @@ class LinkEstimators:
 
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:
-            self.round_time = seconds
+            self.round_time = self.round_peak = seconds
         else:
             self.round_time = 0.8 * self.round_time + 0.2 * seconds
+            # Up at once, down slowly: it sets how long to wait for contributions, and a wait
+            # too short costs a degraded round, one too long only time.
+            self.round_peak = max(seconds, 0.8 * (self.round_peak or seconds) + 0.2 * seconds)
 
     def mark_dead(self, peer: int) -> None:
         self.dead.add(peer)
