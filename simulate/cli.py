@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default=None,
                         help="scenario: a .toml file or a built-in name (default, thesis-1-fault, "
                              "thesis-2-parallel, thesis-2-serial, thesis-faults-5-10, loss-sweep, "
-                             "crash-rejoin, flaky-wifi); default: 'default'")
+                             "crash-rejoin, flaky-wifi, slow-links); default: 'default'")
     parser.add_argument("--nodes", type=int, default=None,
                         help="agents in the fleet (overrides the scenario's; scenario default 7)")
     parser.add_argument("--rounds", type=int, default=None,

@@ -139,8 +139,8 @@ class FtTreeRound(Outbox):
         self.chunks = [ChunkState(lo, hi) for lo, hi in chunk_bounds(len(gradient), config.chunk_size)]
         self.n = len(self.chunks)
         # Bytes of the largest DATA frame of this round (its transmission time counts in waits).
-        self.unit_bytes = HEADER_SIZE + max(hi - lo for hi, lo in ((c.hi, c.lo) for c in self.chunks)) * (
-            VALUE_BYTES.get(config.wire_dtype, 4))
+        self.unit_bytes = HEADER_SIZE + max(c.hi - c.lo for c in self.chunks) * VALUE_BYTES.get(
+            config.wire_dtype, 4)
         self.result: RoundResult | None = None
         self.stats = RoundStats()
         self.book = LinkBook()
@@ -794,6 +794,7 @@ class FtTreeRound(Outbox):
 
     def _due(self, p: Pending) -> float:
         if p.route.kind != DIRECT:
+            # A relayed unit crosses two links (a flood more, but its timeout is long).
             start = max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at))
             return start + p.timeout + self._transmit(p.route.via, 2 * p.size)
         silent = self._silent_at(p)
