@@ -84,6 +84,7 @@ class FleetConfig:
     latency: float = 0.0002
     bandwidth: float | None = None  # bytes/s out of each agent
     broker_bandwidth: float | None = None  # bytes/s through the broker (shared)
+    ingress_bandwidth: float | None = None  # bytes/s into each agent (its downlink)
     compute_time: float = 0.0
     will_delay: float = 1.5  # a hung agent's Will fires after this (keepalive expiry)
     # How long a Will waits before it changes views (the real agent: 1 s, for a broker that
@@ -272,7 +273,8 @@ class VirtualFleet:
         self.clock = FakeClock()
         self.bus = MemoryBus(self.clock, np.random.default_rng([config.seed, 7]),
                              latency=config.latency, bandwidth=config.bandwidth,
-                             broker_bandwidth=config.broker_bandwidth, will_delay=config.will_delay)
+                             broker_bandwidth=config.broker_bandwidth, will_delay=config.will_delay,
+                             ingress_bandwidth=config.ingress_bandwidth)
         self.gradient: GradientFn = config.gradient_fn or default_gradient(config.seed, config.length)
         self.initial_view = View(epoch=0, members=list(range(config.nodes)), arity=config.arity,
                                  coordinator=0, from_round=0)

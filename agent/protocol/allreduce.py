@@ -41,6 +41,7 @@ class AllreduceConfig:
     min_timeout: float = 0.02
     max_timeout: float = 2.0
     initial_timeout: float = 0.5
+    link_rate_floor: float = 2e6  # bytes/s: a unit's timeout covers its drain at no faster a rate
     round_deadline: float = 10.0  # seconds after a node's start of the round; hard
     nack: bool = True
     job: int = 0  # wire.job_hash(job name); frames of other jobs are dropped
@@ -61,6 +62,8 @@ class AllreduceConfig:
             raise ValueError("need 0 < min_timeout <= max_timeout")
         if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
             raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
+        if self.link_rate_floor <= 0:
+            raise ValueError("link_rate_floor must be > 0")
         if not 0 < self.reduce_fraction < 1:
             raise ValueError("reduce_fraction must be in (0, 1)")
 
@@ -68,7 +71,7 @@ class AllreduceConfig:
         """Estimators matching this config (the runtime keeps them across rounds)."""
         return LinkEstimators(
             min_timeout=self.min_timeout, max_timeout=self.max_timeout,
-            initial_timeout=self.initial_timeout,
+            initial_timeout=self.initial_timeout, rate_floor=self.link_rate_floor,
             fixed=self.fixed_timeout if self.timeout_mode == "fixed" else None,
         )
 

@@ -16,6 +16,14 @@ when half an RTO passed without its ACK. The link is declared dead only when the
 been silent (no frame at all from it) for a whole RTO while a unit waited: a dead link still
 costs one RTO, a lossy one only retransmissions.
 
+A slow link is neither (issue 19): TCP under MQTT loses nothing, it only queues. Every timer of
+a unit sent straight to a peer (its resend, the peer's silence) therefore runs from the last
+frame heard from the peer and covers the transmission of every byte still unACKed towards the
+peer up to and including the unit (``LinkEstimators.transmit_time``: the link's measured rate,
+never faster than a floor): while ACKs of earlier units keep coming, the link is draining and
+nothing is resent or rerouted. Resends of one unit back off exponentially, and a resent unit
+gives no RTT or rate sample (Karn).
+
 A dead link stays dead across rounds (``LinkEstimators.dead``): the next round routes around
 it from the start and sends the peer a PROBE instead, which the peer answers; an answer (or
 an ACK of a frame sent straight to the peer) proves the link works both ways and heals it.
@@ -23,7 +31,8 @@ A permanent cut thus costs one RTO once, not every round.
 
 ACKs: a unit that came straight from its sender is ACKed in a batch, one ACK frame listing
 the chunk indices (u32 payload) of every unit with the same contributor set from that sender:
-at once when the unit is the last chunk or ``ACK_EVERY`` units wait, else ``ACK_DELAY`` after
+at once when the unit is the last chunk, is large (``ACK_AT_ONCE_BYTES``: its ACK must not queue
+behind what the unit makes us forward) or ``ACK_EVERY`` units wait, else ``ACK_DELAY`` after
 the first waiting one (at most a quarter of the link's RTO), and at once when the round ends
 here. Frames on one link arrive in order, so a gap in an ACK still means a loss (fast
 retransmit). Relayed and flooded units are ACKed one by one, as before.
@@ -50,13 +59,17 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
-from agent.protocol.wire import DType, Flag, Frame, Kind
+from agent.protocol.wire import HEADER_SIZE, DType, Flag, Frame, Kind
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
 IMPLAUSIBLE_FACTOR = 1000.0  # x our own largest gradient value, at least 1 (see _plausible)
 ACK_EVERY = 8  # direct units ACKed by one frame at most (see the module docstring)
 ACK_DELAY = 0.005  # s: longest wait of a direct unit for its batched ACK (<= a quarter RTO)
+# A unit this large is ACKed at once: its ACK then leaves before whatever the unit makes us send
+# (its transmission dwarfs an ACK frame, and a batched ACK would queue behind a forwarded MB).
+ACK_AT_ONCE_BYTES = 65_536
+VALUE_BYTES = {DType.F32: 4, DType.F16: 2, DType.I8: 1}
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,7 @@ class Pending:
     route_since: float = 0.0  # first send on the current route: silence counts from here
     retries: int = 0  # retransmissions on the current route
     seq: int = 0  # send order: an ACK of a later unit on the same direct link means a loss
+    size: int = 0  # bytes of the DATA frame
 
     @property
     def route(self) -> Route:
@@ -124,6 +138,9 @@ class FtTreeRound(Outbox):
         self.neighbours = sorted(tree.neighbours(node))
         self.chunks = [ChunkState(lo, hi) for lo, hi in chunk_bounds(len(gradient), config.chunk_size)]
         self.n = len(self.chunks)
+        # Bytes of the largest DATA frame of this round (its transmission time counts in waits).
+        self.unit_bytes = HEADER_SIZE + max(c.hi - c.lo for c in self.chunks) * VALUE_BYTES.get(
+            config.wire_dtype, 4)
         self.result: RoundResult | None = None
         self.stats = RoundStats()
         self.book = LinkBook()
@@ -131,8 +148,11 @@ class FtTreeRound(Outbox):
         self.pending: dict[tuple[bool, int, int | frozenset[int]], Pending] = {}
         self.progress: dict[tuple[str, int, int], float] = {}
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
+        self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
         self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
         self.send_seq = 0
+        self._ahead: dict[tuple[bool, int, int | frozenset[int]], int] = {}  # see _ahead_bytes
+        self._ahead_version = (-1, -1)
         self.dead: set[int] = set()  # peers whose direct link from here is dead this round
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
         self.remembered_dead = links.dead & set(self.neighbours)  # empty unless remembering
@@ -154,7 +174,7 @@ class FtTreeRound(Outbox):
         self.nacked: set[tuple[int, bool, int]] = set()
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
-        self.wait_at = now + self._wait_span()
+        self.wait_at = now + self._reduce_wait()
         self.wait_fired = False
         # A child that sends nothing at all for this long is silent: stop waiting for it.
         self.silence_at: dict[int, float] = {c: now + self._silence_span(c) for c in self.children}
@@ -221,6 +241,8 @@ class FtTreeRound(Outbox):
             if now >= at:
                 self._send_acks(sender)
         if not self.wait_fired and now >= self.wait_at:
+            self.wait_at = self._draining_until(now)
+        if not self.wait_fired and now >= self.wait_at:
             self.wait_fired = True
             for j in range(self.n):
                 self._try_forward(j, now)
@@ -244,7 +266,7 @@ class FtTreeRound(Outbox):
         if self.pull_at is not None and self.result is None:
             times.append(self.pull_at)
         times.extend(self._due(p) for p in self.pending.values())
-        times.extend(at + self._rto(t) for t, at in self.relay_watch.items())
+        times.extend(at + self._relay_wait(t) for t, at in self.relay_watch.items())
         times.extend(self.ack_at.values())
         return min(times)
 
@@ -328,7 +350,7 @@ class FtTreeRound(Outbox):
         for target, at in list(self.relay_watch.items()):
             if self.heard_of.get(target, -1e9) >= at:
                 del self.relay_watch[target]  # it answered
-            elif now >= at + self._rto(target):
+            elif now >= at + self._relay_wait(target):
                 del self.relay_watch[target]
                 self._note("silent", target, "relayed to it, no answer")
 
@@ -347,7 +369,9 @@ class FtTreeRound(Outbox):
         timeouts of its link per level of its subtree (an inner child waits for its own
         children first)."""
         below = max(self.tree.depth(m) for m in self.tree.subtree(child)) - self.tree.depth(child)
-        return 2 * self._rto(child) * (below + 1)
+        # Its first frame may wait behind its own children's data and its siblings' units.
+        drain = self._transmit(child, self.unit_bytes * max(1, len(self.children)))
+        return (2 * self._rto(child) + drain) * (below + 1)
 
     def _check_silent_children(self, now: float) -> None:
         for child, at in list(self.silence_at.items()):
@@ -365,6 +389,43 @@ class FtTreeRound(Outbox):
         below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
         share = (below + 1) / (height + 1)
         return self.cfg.round_deadline * self.cfg.reduce_fraction * share
+
+    def _wait_cap(self) -> float:
+        """The longest wait for contributions: half of what the base wait leaves of the round."""
+        base = self._wait_span()
+        return base + (self.cfg.round_deadline - base) / 2
+
+    def _reduce_wait(self) -> float:
+        """How long to wait for every contribution: the base share of the deadline, or (adaptive)
+        a quarter more than this node's share of its clean rounds took, up to ``_wait_cap``. On
+        slow links a round can take longer than the base share: the broadcast of the previous
+        round reaches the leaves late, so their data comes late, every round, cleanly."""
+        base = self._wait_span()
+        if self.cfg.timeout_mode == "fixed" or self.links.round_peak is None:
+            return base
+        height = self.tree.height
+        below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
+        usual = 1.25 * self.links.round_peak * (below + 1) / (height + 1)
+        return max(base, min(self._wait_cap(), usual))
+
+    def _draining_until(self, now: float) -> float:
+        """The wait for contributions is over at ``now``, unless a child that still owes some
+        is demonstrably sending them (adaptive timeouts): a frame from it came within its RTO
+        plus one unit's transmission, so its next unit is on the way. Then the wait extends to
+        when that next unit is due, but never beyond the point that leaves half of what is
+        left of the round for the broadcast."""
+        if self.cfg.timeout_mode == "fixed":
+            return now
+        cap = self.start_time + self._wait_cap()
+        due = now
+        for child in self.children:
+            owed = self.expected & set(self.tree.subtree(child))
+            if child in self.down or not owed or all(owed <= ch.covered for ch in self.chunks):
+                continue
+            heard = self.last_heard.get(child)
+            if heard is not None:
+                due = max(due, heard + self._rto(child) + self._transmit(child, self.unit_bytes))
+        return min(due, cap) if due > now else now
 
     def _all_forwarded(self) -> bool:
         if self.parent is None:
@@ -567,6 +628,7 @@ class FtTreeRound(Outbox):
             return
         unit = frame.origin if broadcast else frame.contributors
         latest: dict[Route, int] = {}  # direct route -> highest send seq ACKed by this frame
+        sample_bytes, sample_from = 0, now  # units sent once: how much this ACK shows drained
         for j in indices:
             pending = self.pending.pop((broadcast, j, unit), None)
             if pending is None:
@@ -574,9 +636,18 @@ class FtTreeRound(Outbox):
             route = pending.route
             if route.kind == DIRECT and not pending.retransmitted:
                 self.links.observe(route.target, now - pending.sent_at)
+                sample_bytes += pending.size
+                sample_from = min(sample_from, pending.sent_at)
             self.progress[route.hop_key] = now
             if route.kind == DIRECT:
                 latest[route] = max(latest.get(route, 0), pending.seq)
+        if latest and frame.sender == frame.origin:
+            # The link drained these bytes since it started on them: after the previous ACK
+            # from this peer, or when they were sent if the link was idle until then.
+            if sample_bytes and self.cfg.timeout_mode != "fixed":
+                start = max(sample_from, self.acked_at.get(frame.sender, sample_from))
+                self.links.observe_rate(frame.sender, sample_bytes, now - start)
+            self.acked_at[frame.sender] = now
         if frame.sender == frame.origin and not frame.flags & Flag.FLOOD:
             self._heal(frame.sender)  # an ACK straight from the peer: a round trip worked
         for route, seq in latest.items():
@@ -660,6 +731,7 @@ class FtTreeRound(Outbox):
     # ------------------------------------------------------------------ sending
 
     def _launch(self, pending: Pending, now: float) -> None:
+        pending.size = frame_size(pending.frame)
         self.pending[pending.key] = pending
         while self._unusable(pending.route):
             if not self._step(pending):
@@ -722,19 +794,62 @@ class FtTreeRound(Outbox):
 
     def _due(self, p: Pending) -> float:
         if p.route.kind != DIRECT:
-            return max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at)) + p.timeout
+            # A relayed unit crosses two links (a flood more, but its timeout is long).
+            start = max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at))
+            return start + p.timeout + self._transmit(p.route.via, 2 * p.size)
         silent = self._silent_at(p)
+        drain = self._drain(p)
         if self._may_retransmit(p):
-            # Half an RTO: the retransmission's ACK can still come before the peer counts as silent.
-            resend = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at)) + p.timeout / 2
+            # Half an RTO (doubled by every resend, adaptive) after the link last showed life
+            # and drained what is queued up to this unit: the resend's ACK can still come
+            # before the peer counts as silent.
+            heard = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at))
+            resend = heard + drain + p.timeout / 2 * self._backoff(p)
             return min(silent, resend)
-        return min(silent, p.sent_at + p.timeout)
+        return min(silent, p.sent_at + drain + p.timeout)
+
+    def _drain(self, p: Pending) -> float:
+        """Transmission time of the bytes unACKed on ``p``'s direct link up to ``p`` itself."""
+        return self._transmit(p.route.target, self._ahead_bytes(p))
+
+    def _ahead_bytes(self, p: Pending) -> int:
+        # Every timer computation asks this for every unit: computed once per change of the
+        # pending set (a send bumps send_seq; an ACK or a give-up shrinks it).
+        version = (self.send_seq, len(self.pending))
+        if self._ahead_version != version:
+            by_route: dict[Route, list[Pending]] = {}
+            for q in self.pending.values():
+                if q.route.kind == DIRECT:
+                    by_route.setdefault(q.route, []).append(q)
+            self._ahead = {}
+            for units in by_route.values():
+                total = 0
+                for q in sorted(units, key=lambda u: u.seq):
+                    total += q.size
+                    self._ahead[q.key] = total
+            self._ahead_version = version
+        return self._ahead.get(p.key, p.size)
+
+    def _transmit(self, peer: int, nbytes: int) -> float:
+        if self.cfg.timeout_mode == "fixed":
+            return 0.0
+        return self.links.transmit_time(peer, nbytes)
+
+    def _relay_wait(self, target: int) -> float:
+        return self._rto(target) + self._transmit(target, self.unit_bytes)
 
     def _silent_at(self, p: Pending) -> float:
-        """When the peer of a direct unit will have been silent for a whole RTO."""
+        """When the peer of a direct unit will have been silent for a whole RTO beyond the time
+        the bytes queued towards it up to this unit need."""
         heard = max(self.last_heard.get(p.route.target, p.route_since),
                     self.progress.get(p.route.hop_key, p.route_since))
-        return max(p.route_since, heard) + p.timeout
+        return max(p.route_since, heard) + p.timeout * self._backoff(p) + self._drain(p)
+
+    def _backoff(self, p: Pending) -> float:
+        """Exponential backoff of a unit resent on a live link (adaptive timeouts only: the
+        fixed ones reproduce the thesis tables). The silence verdict backs off with it, so a
+        resend still comes before it; a peer silent from the start gets one RTO."""
+        return 1.0 if self.cfg.timeout_mode == "fixed" else float(2 ** p.retries)
 
     def _may_retransmit(self, p: Pending) -> bool:
         if p.retries >= MAX_RETRIES:
@@ -801,7 +916,8 @@ class FtTreeRound(Outbox):
                 (frame.flags & Flag.BROADCAST, frame.contributors), [])
             if frame.chunk_index not in batch:
                 batch.append(frame.chunk_index)
-            if frame.chunk_index == self.n - 1 or len(batch) >= ACK_EVERY:
+            if (frame.chunk_index == self.n - 1 or len(batch) >= ACK_EVERY
+                    or len(frame.payload) >= ACK_AT_ONCE_BYTES):
                 self._send_acks(sender)
             elif sender not in self.ack_at:
                 self.ack_at[sender] = now + min(ACK_DELAY, self._rto(sender) / 4)

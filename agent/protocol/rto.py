@@ -3,6 +3,14 @@
 ``LinkEstimators`` belongs to the runtime and outlives rounds, so what a round learns about
 a link (its round-trip time, or that it is dead) serves the next one. Samples are taken
 only from frames sent once (Karn's rule), by the round machines.
+
+A link also has a byte rate: a 1 MB unit on a 6 MB/s link shared by two senders needs a third
+of a second before the peer can ACK it, however short its round trip. ``rate`` is the smoothed
+delivery rate the ACKs of large units showed, and ``transmit_time`` what the round machines
+add to a unit's timeout for the bytes queued ahead of it (itself included), at the measured
+rate, but never faster than ``rate_floor``: a link that was fast in the last round may be slow
+now (Wi-Fi), and a unit declared lost while it still drains is resent into the same queue,
+which is how a fleet on slow links collapses (issue 19).
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from dataclasses import dataclass, field
 
 ALPHA = 0.125
 BETA = 0.25
+RATE_ALPHA = 0.25
+MIN_RATE_SAMPLE_BYTES = 16_384  # smaller ACKed units measure the round trip, not the rate
 
 
 @dataclass
@@ -18,6 +28,10 @@ class LinkEstimate:
     srtt: float | None = None
     rttvar: float = 0.0
     samples: int = 0
+    rate: float | None = None  # bytes/s, smoothed delivery rate of large units
+
+    def observe_rate(self, rate: float) -> None:
+        self.rate = rate if self.rate is None else (1 - RATE_ALPHA) * self.rate + RATE_ALPHA * rate
 
     def observe(self, rtt: float) -> None:
         rtt = max(0.0, rtt)
@@ -35,7 +49,9 @@ class LinkEstimators:
 
     ``fixed`` (seconds) replaces every estimate by one constant, to reproduce the thesis
     tables. ``round_time`` is a smoothed duration of clean rounds (no timeout, not degraded),
-    which tells a node how long to wait for a broadcast before it starts to pull. ``dead``
+    which tells a node how long to wait for a broadcast before it starts to pull;
+    ``round_peak`` the same but following a longer round at once (how long to wait for the
+    contributions, with adaptive timeouts). ``dead``
     holds peers whose direct link timed out and has not carried a round trip since (a probe
     answered, an ACK): the next rounds route around them from the start instead of paying
     the timeout again.
@@ -44,9 +60,11 @@ class LinkEstimators:
     min_timeout: float = 0.02
     max_timeout: float = 2.0
     initial_timeout: float = 0.5
+    rate_floor: float = 2e6  # bytes/s: transmission times assume no faster a link
     fixed: float | None = None
     peers: dict[int, LinkEstimate] = field(default_factory=dict)
     round_time: float | None = None
+    round_peak: float | None = None
     dead: set[int] = field(default_factory=set)
 
     def rto(self, peer: int) -> float:
@@ -61,11 +79,33 @@ class LinkEstimators:
     def observe(self, peer: int, rtt: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe(rtt)
 
+    def rate(self, peer: int) -> float:
+        """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``."""
+        est = self.peers.get(peer)
+        if est is None or est.rate is None:
+            return self.rate_floor
+        return min(self.rate_floor, est.rate)
+
+    def transmit_time(self, peer: int, nbytes: int) -> float:
+        """How long ``nbytes`` queued towards ``peer`` take to drain (0 with fixed timeouts,
+        which reproduce the thesis tables)."""
+        if self.fixed is not None or nbytes <= 0:
+            return 0.0
+        return nbytes / self.rate(peer)
+
+    def observe_rate(self, peer: int, nbytes: int, seconds: float) -> None:
+        """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""
+        if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
+            self.peers.setdefault(peer, LinkEstimate()).observe_rate(nbytes / seconds)
+
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:
-            self.round_time = seconds
+            self.round_time = self.round_peak = seconds
         else:
             self.round_time = 0.8 * self.round_time + 0.2 * seconds
+            # Up at once, down slowly: it sets how long to wait for contributions, and a wait
+            # too short costs a degraded round, one too long only time.
+            self.round_peak = max(seconds, 0.8 * (self.round_peak or seconds) + 0.2 * seconds)
 
     def mark_dead(self, peer: int) -> None:
         self.dead.add(peer)

@@ -3,8 +3,9 @@
 ``MemoryBus`` is a discrete-event simulator: ``call_at`` schedules callbacks, ``publish``
 schedules deliveries, ``run_until`` executes them in (time, sequence) order and moves the
 ``FakeClock``. A message leaves its sender through the sender's egress queue (bandwidth),
-passes the broker (a shared queue with its own throughput, like one mosquitto process) and
-arrives after the link's latency. Per-topic order is kept (FIFO queues, fixed latencies).
+passes the broker (a shared queue with its own throughput, like one mosquitto process),
+arrives after the link's latency and, with ``ingress_bandwidth``, waits for the receiver's
+own downlink (a FIFO queue per client, like the simulator's per-agent proxy). Per-topic order is kept (FIFO queues, fixed latencies).
 
 Faults: cut a link (``link/<src>/<dst>`` topics, one way or both), loss with probability p
 (seeded generator; applies to link topics only, like QoS 0 frames), crash (the broker
@@ -83,12 +84,15 @@ class MemoryBus:
         self, clock: FakeClock | None = None, rng: np.random.Generator | None = None, *,
         latency: float = 0.0002, bandwidth: float | None = None,
         broker_bandwidth: float | None = None, will_delay: float = 3.0,
+        ingress_bandwidth: float | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.rng = rng or np.random.default_rng(0)
         self.latency = latency
         self.bandwidth = bandwidth  # bytes/s out of each client (its NIC)
         self.broker_bandwidth = broker_bandwidth  # bytes/s through the broker, shared
+        self.ingress_bandwidth = ingress_bandwidth  # bytes/s into each client (its downlink)
+        self._ingress_free: dict[str, float] = {}
         self.will_delay = will_delay
         self.clients: dict[str, Client] = {}
         self.retained: dict[str, tuple[Any, int]] = {}
@@ -268,6 +272,9 @@ class MemoryBus:
 
     def _schedule_delivery(self, client: Client, topic: str, payload: Any, size: int, t: float) -> None:
         generation = client.generation
+        if self.ingress_bandwidth:
+            t = max(t, self._ingress_free.get(client.name, 0.0)) + size / self.ingress_bandwidth
+            self._ingress_free[client.name] = t
 
         def deliver() -> None:
             if client.crashed or client.generation != generation or self.clients.get(client.name) is not client:

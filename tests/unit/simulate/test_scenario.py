@@ -16,7 +16,7 @@ from simulate.scenario import (
 )
 
 SHIPPED = {"default", "thesis-1-fault", "thesis-2-parallel", "thesis-2-serial",
-           "thesis-faults-5-10", "loss-sweep", "crash-rejoin", "flaky-wifi"}
+           "thesis-faults-5-10", "loss-sweep", "crash-rejoin", "flaky-wifi", "slow-links"}
 
 
 def test_every_shipped_scenario_is_there_and_valid() -> None:

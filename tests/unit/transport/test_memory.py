@@ -143,3 +143,15 @@ def test_memory_transport_implements_the_transport_protocol() -> None:
     assert watcher.receive(timeout=1.0) == []
     with pytest.raises(TransportError):
         a.publish("y/1", b"closed")
+
+
+def test_ingress_bandwidth_queues_every_sender_behind_the_receivers_downlink() -> None:
+    bus = MemoryBus(FakeClock(), latency=0.001, ingress_bandwidth=1000.0)
+    got = collecting(bus, "c", ["link/+/2"])
+    bus.connect("a", lambda *_: None, [])
+    bus.connect("b", lambda *_: None, [])
+    bus.publish("a", "link/0/2", b"x" * 100)
+    bus.publish("b", "link/1/2", b"y" * 100)
+    bus.run_until(10.0)
+    # Both arrive after the latency; the receiver's downlink takes them one after the other.
+    assert [round(t, 6) for t, _, _ in got] == [pytest.approx(0.101), pytest.approx(0.201)]
