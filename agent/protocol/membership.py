@@ -103,6 +103,10 @@ class Membership:
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
         self.reported_in: dict[int, int] = {}  # node -> the latest round it was reported silent in
+        # Order of what we heard (statuses and views), to tell "spoke after it was dropped".
+        self.seen = 0
+        self.spoke_at: dict[int, int] = {}  # node -> `seen` at its last online/joining status
+        self.removed_at: dict[int, int] = {}  # node -> `seen` when a view we took dropped it
         self.offline_at: dict[int, float] = {}  # node -> when its offline status came
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
@@ -119,6 +123,9 @@ class Membership:
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
         self.states[status.node] = status.state
+        self.seen += 1
+        if status.state != "offline":
+            self.spoke_at[status.node] = self.seen
         if status.node != self.node and (status.state == "joining" or (
                 status.state == "online" and status.round + SUSPICION_ROUNDS >= self.round)):
             # It speaks again, at the fleet's round (a node that resumes far behind is not
@@ -210,6 +217,9 @@ class Membership:
         """Keep a view if it is newer than every one known; True when it was new."""
         if self.views and (view.epoch, -view.coordinator) <= (self.newest.epoch, -self.newest.coordinator):
             return False
+        self.seen += 1
+        for node in set(self.newest.members if self.views else ()) - set(view.members):
+            self.removed_at[node] = self.seen
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
         return True
@@ -321,7 +331,13 @@ class Membership:
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
-        live = sorted((set(self.newest.members) - gone) | (set(self.live()) - (settling - set(self.newest.members))))
+        # A node the fleet dropped comes back only by speaking after that: its status from
+        # before (a hung node's, still retained; no Will comes) is no sign of life. A
+        # coordinator that resumed from a hang took such a node back while it was frozen.
+        current = set(self.newest.members)
+        returning = {n for n in self.live() if n in current
+                     or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
+        live = sorted((current - gone) | (returning - (settling - current)))
         if list(self.newest.members) == live or self._mass_down(gone):
             return []
         if self.newest.from_round > self.round:

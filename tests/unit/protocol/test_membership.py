@@ -285,3 +285,23 @@ def test_a_view_that_removes_us_is_taken_without_evidence() -> None:
     m.round_started(40, 0.0)
     m.on_suspect(Suspect(1, 40, 3), 0.1)
     assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and 3 not in m.newest.members
+
+
+def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> None:
+    # Node 1 takes over from a coordinator that dropped node 3 (frozen: no Will, its last
+    # "online" still retained). The reports about 3 expire; 3 must not come back on that old
+    # status (a resumed coordinator re-added a frozen node: property test, CI), only when it
+    # speaks again.
+    m = Membership(1, 2, START, grace=5.0)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    m.on_suspect(Suspect(2, 10, 3), 0.1)  # evidence enough to believe the removal
+    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 12), 0) == ""
+    m.on_status(Status(0, "offline"), 0.2)  # the coordinator's Will: node 1 coordinates
+    published = m.round_started(14, 0.3)  # the report about 3 has expired
+    assert all(3 not in p.view.members for p in published), published
+    back = m.on_status(Status(3, "joining", 14), 0.4)  # it resumed and rejoins
+    assert back == [] or 3 in back[-1].view.members
+    later = [p.view for r in range(15, 20) for p in m.round_started(r, 0.5 + r / 100)]
+    assert 3 in m.newest.members, (back, later)
