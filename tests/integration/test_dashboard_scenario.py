@@ -130,6 +130,16 @@ def incident_selector(kind: str, targets: str) -> str:
     return f'#incidents li[data-kind="{kind}"][data-targets="{targets}"]'
 
 
+def wait_known_and_listed_while_active(page: Page, kind: str, targets: str, timeout_ms: float) -> None:
+    """The page knows the incident, and lists it while it is active. A short fault (a 6-round
+    hang, a 15-round crash at 0.4 s rounds) can be over before a step on a loaded host gets to
+    look: waiting for its list entry then waited for something that could no longer come."""
+    page.wait_for_function(f"""() => {{
+        const i = model.fleet.incidents.find(i => i.kind === '{kind}' && i.targets.join('-') === '{targets}');
+        return i !== undefined && (!i.active || document.querySelector('{incident_selector(kind, targets)}') !== null);
+    }}""", timeout=timeout_ms)
+
+
 def mark_rounds(page: Page, chart: str, kind: str) -> list[int]:
     return page.eval_on_selector_all(
         f'#{chart} line.mark[data-kind="{kind}"]', "els => els.map(e => Number(e.dataset.round))")
@@ -198,8 +208,8 @@ def check_crash(page: Page, run: SimRun, narrow: Page, token: str) -> None:
     for chart in CHARTS:
         marks = mark_rounds(page, chart, "crash")
         assert len(marks) == 1 and abs(marks[0] - killed) <= 1, f"{chart}: crash marks {marks}, killed r{killed}"
-    # Screenshots during a fault, at both widths.
-    narrow.wait_for_selector(crash, timeout=30_000)
+    # Screenshots during the fault when it still lasts, at both widths.
+    wait_known_and_listed_while_active(narrow, "crash", "5", 30_000)
     print(f"\nscreenshots: {save_screenshot(page, '1440')}, {save_screenshot(narrow, '390')}")
     assert document_width(narrow) <= 390, f"390 px page is {document_width(narrow)} px wide"
     # A node outside the fleet: refused, and the page says why; then a command the simulator
@@ -235,13 +245,7 @@ def check_rejoin(page: Page, run: SimRun) -> None:
 
 def check_hang_and_loss(page: Page, run: SimRun) -> None:
     hang = incident_selector("hang", "6")
-    # The hang lasts 6 rounds (~2 s): on a loaded host the steps before may end after it did.
-    # The page must know it either way, and list it while it is active.
-    known_and_listed_while_active = f"""() => {{
-        const i = model.fleet.incidents.find(i => i.kind === 'hang' && i.targets.join('-') === '6');
-        return i !== undefined && (!i.active || document.querySelector('{hang}') !== null);
-    }}"""
-    page.wait_for_function(known_and_listed_while_active, timeout=PHASE_TIMEOUT_MS)
+    wait_known_and_listed_while_active(page, "hang", "6", PHASE_TIMEOUT_MS)
     wait_round(page, run.fault("hang", "heal")["round"] + 3)
     assert page.locator(hang).count() == 0, "the hang is still listed after its resume"
     loss = incident_selector("loss", "4")
