@@ -917,7 +917,8 @@ class AgentCore:
                 del self.pending_pulls[puller]
                 if self.joining or self.phase == Phase.CONNECTING:
                     continue
-                if self._over_state_budget(puller):
+                in_step = self._runs_with_us(puller)
+                if in_step and self._served_recently(puller):
                     self.counters.rejected["model_pull_budget"] += 1
                     continue
                 chunks = self._share_for(puller, request)
@@ -926,7 +927,7 @@ class AgentCore:
                     # costs the flooder, not us.
                     self.counters.rejected["model_pull_repeat"] += 1
                     continue
-                if self._runs_with_us(puller):
+                if in_step:
                     self.state_served_at[puller] = self.round
                 out.append(SendState(request, self.round, chunks))
         return out
@@ -939,14 +940,13 @@ class AgentCore:
                 and self.membership.states.get(puller) == "online"
                 and self.absent.get(puller, -1) < self.round - 1)
 
-    def _over_state_budget(self, puller: int) -> bool:
-        """A member running the rounds with us that got a whole state from us less than
-        STATE_BUDGET_ROUNDS rounds ago (the rest of this round's state is still its due): a
-        device that floods pulls every round costs us a quarter state per round at most, and
-        a drifted member asks the next peer."""
+    def _served_recently(self, puller: int) -> bool:
+        """``puller`` got a whole state from us less than STATE_BUDGET_ROUNDS rounds ago (the
+        rest of this round's state is still its due): a member in step with us that floods
+        pulls every round costs us a quarter state per round at most, and a drifted member
+        asks the next peer."""
         last = self.state_served_at.get(puller)
-        return (last is not None and last < self.round and self.round - last < STATE_BUDGET_ROUNDS
-                and self._runs_with_us(puller))
+        return last is not None and last < self.round and self.round - last < STATE_BUDGET_ROUNDS
 
     def _share_for(self, puller: int, request: Frame) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what

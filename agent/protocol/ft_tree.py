@@ -59,7 +59,7 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
-from agent.protocol.wire import HEADER_SIZE, DType, Flag, Frame, Kind
+from agent.protocol.wire import HEADER_SIZE, DType, Flag, Frame, Kind, value_bytes
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
@@ -69,7 +69,6 @@ ACK_DELAY = 0.005  # s: longest wait of a direct unit for its batched ACK (<= a 
 # A unit this large is ACKed at once: its ACK then leaves before whatever the unit makes us send
 # (its transmission dwarfs an ACK frame, and a batched ACK would queue behind a forwarded MB).
 ACK_AT_ONCE_BYTES = 65_536
-VALUE_BYTES = {DType.F32: 4, DType.F16: 2, DType.I8: 1}
 
 
 @dataclass(frozen=True)
@@ -139,8 +138,7 @@ class FtTreeRound(Outbox):
         self.chunks = [ChunkState(lo, hi) for lo, hi in chunk_bounds(len(gradient), config.chunk_size)]
         self.n = len(self.chunks)
         # Bytes of the largest DATA frame of this round (its transmission time counts in waits).
-        self.unit_bytes = HEADER_SIZE + max(c.hi - c.lo for c in self.chunks) * VALUE_BYTES.get(
-            config.wire_dtype, 4)
+        self.unit_bytes = HEADER_SIZE + max(c.hi - c.lo for c in self.chunks) * value_bytes(config.wire_dtype)
         self.result: RoundResult | None = None
         self.stats = RoundStats()
         self.book = LinkBook()
@@ -306,11 +304,7 @@ class FtTreeRound(Outbox):
             return
         self.root_gone_at = now
         self._note("root_down", self.tree.root, f"asking {parent} for the result")
-        missing = [j for j, ch in enumerate(self.chunks) if ch.final is None]
-        pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
-        self._send(parent, pull.with_indices([] if len(missing) == self.n else missing))
-        self.stats.pulls += 1
-        self.pull_at = now + self._rto(parent)
+        self._send_pull(parent, now)
 
     def reconnected(self, now: float) -> list[Action]:
         """Back after a dropped connection: send every unACKed unit again now (silence counts
@@ -384,11 +378,13 @@ class FtTreeRound(Outbox):
             # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
             self._note("silent", child, "nothing from it for a whole wait")
 
-    def _wait_span(self) -> float:
-        height = self.tree.height
+    def _subtree_share(self) -> float:
+        """The part of the tree's levels this node's subtree spans (1 at the root)."""
         below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
-        share = (below + 1) / (height + 1)
-        return self.cfg.round_deadline * self.cfg.reduce_fraction * share
+        return (below + 1) / (self.tree.height + 1)
+
+    def _wait_span(self) -> float:
+        return self.cfg.round_deadline * self.cfg.reduce_fraction * self._subtree_share()
 
     def _wait_cap(self) -> float:
         """The longest wait for contributions: half of what the base wait leaves of the round."""
@@ -403,9 +399,7 @@ class FtTreeRound(Outbox):
         base = self._wait_span()
         if self.cfg.timeout_mode == "fixed" or self.links.round_peak is None:
             return base
-        height = self.tree.height
-        below = max(self.tree.depth(m) for m in self.subtree) - self.tree.depth(self.node)
-        usual = 1.25 * self.links.round_peak * (below + 1) / (height + 1)
+        usual = 1.25 * self.links.round_peak * self._subtree_share()
         return max(base, min(self._wait_cap(), usual))
 
     def _draining_until(self, now: float) -> float:
@@ -980,10 +974,15 @@ class FtTreeRound(Outbox):
             return
         peer = live[self.pull_i % len(live)]
         self.pull_i += 1
-        self.stats.pulls += 1
         self._note("pull", peer, f"{len(missing)} chunks")
+        self._send_pull(peer, now)
+
+    def _send_pull(self, peer: int, now: float) -> None:
+        """Ask ``peer`` for the chunks whose result we lack; ask again after its RTO."""
+        missing = [j for j, ch in enumerate(self.chunks) if ch.final is None]
         pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
         self._send(peer, pull.with_indices([] if len(missing) == self.n else missing))
+        self.stats.pulls += 1
         self.pull_at = now + self._rto(peer)
 
     # ------------------------------------------------------------------ helpers

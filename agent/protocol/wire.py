@@ -69,6 +69,11 @@ _ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.d
          DType.U32: np.dtype("<u4")}
 
 
+def value_bytes(dtype: DType) -> int:
+    """Bytes of one value on the wire in ``dtype``."""
+    return _ITEM[dtype].itemsize
+
+
 # Header byte -> enum member: the enum constructors cost microseconds per frame.
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}
 _DTYPES: dict[int, DType] = {int(d): d for d in DType}

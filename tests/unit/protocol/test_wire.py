@@ -30,6 +30,7 @@ from agent.protocol.wire import (
     half_to_float,
     job_hash,
     quantize,
+    value_bytes,
 )
 
 FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -367,3 +368,9 @@ def test_an_int8_scale_that_would_overflow_float32_is_rejected() -> None:
     forged = Frame(Kind.DATA, 0, 0, 0, dtype=DType.I8, scale=2.6793887059314005e36, payload=b"\x7f")
     decoded = decode(encode(forged))
     assert isinstance(decoded, Rejection) and decoded.reason == RejectReason.BAD_VALUES
+
+
+def test_value_bytes_is_what_a_frame_carries_per_value() -> None:
+    for dtype in (DType.F32, DType.F16, DType.I8):
+        frame = Frame(Kind.DATA, 0, 0, 0, 0, 1).with_values(np.ones(10, np.float32), dtype)
+        assert len(frame.payload) == 10 * value_bytes(dtype)
