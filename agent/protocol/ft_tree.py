@@ -278,7 +278,9 @@ class FtTreeRound(Outbox):
         for p in list(self.pending.values()):
             if p.broadcast and p.peer == peer:
                 del self.pending[p.key]
-            elif p.route.via == peer or (p.route.kind == DIRECT and p.route.target == peer):
+            elif self._unusable(p.route):
+                # Through it or to it (a unit relayed by a sibling to our silent parent too):
+                # the next route now, not when this one's timer gives up.
                 self._advance(p, now)
         for j in range(self.n):
             self._try_forward(j, now)

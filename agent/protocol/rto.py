@@ -11,6 +11,13 @@ add to a unit's timeout for the bytes queued ahead of it (itself included), at t
 rate, but never faster than ``rate_floor``: a link that was fast in the last round may be slow
 now (Wi-Fi), and a unit declared lost while it still drains is resent into the same queue,
 which is how a fleet on slow links collapses (issue 19).
+
+A link measured far faster than the floor (loopback, wired Ethernet) counts on a
+``RATE_HEADROOM``-th of its measured rate instead: the floor there would add half a second
+per MB to every silence verdict, which is what a frozen peer costs the round it freezes in
+(issue 12). A slower sample lowers the estimate at once (a link that slows down is believed
+at once, one that speeds up slowly), so a link that drops by more than the headroom costs
+one round of early verdicts, which a live peer refutes, and then runs on the floor again.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ ALPHA = 0.125
 BETA = 0.25
 RATE_ALPHA = 0.25
 MIN_RATE_SAMPLE_BYTES = 16_384  # smaller ACKed units measure the round trip, not the rate
+# Timers count on 1/RATE_HEADROOM of a link's measured rate when that is above the floor: a
+# link may get this much slower between two samples without a unit on it judged lost.
+RATE_HEADROOM = 8.0
 
 
 @dataclass
@@ -31,7 +41,11 @@ class LinkEstimate:
     rate: float | None = None  # bytes/s, smoothed delivery rate of large units
 
     def observe_rate(self, rate: float) -> None:
-        self.rate = rate if self.rate is None else (1 - RATE_ALPHA) * self.rate + RATE_ALPHA * rate
+        # Down at once, up slowly: timers that trust a link too fast call a slow peer silent.
+        if self.rate is None or rate < self.rate:
+            self.rate = rate
+        else:
+            self.rate = (1 - RATE_ALPHA) * self.rate + RATE_ALPHA * rate
 
     def observe(self, rtt: float) -> None:
         rtt = max(0.0, rtt)
@@ -80,11 +94,12 @@ class LinkEstimators:
         self.peers.setdefault(peer, LinkEstimate()).observe(rtt)
 
     def rate(self, peer: int) -> float:
-        """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``."""
+        """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``,
+        or a ``RATE_HEADROOM``-th of it on a link measured far faster than the floor."""
         est = self.peers.get(peer)
         if est is None or est.rate is None:
             return self.rate_floor
-        return min(self.rate_floor, est.rate)
+        return max(min(self.rate_floor, est.rate), est.rate / RATE_HEADROOM)
 
     def transmit_time(self, peer: int, nbytes: int) -> float:
         """How long ``nbytes`` queued towards ``peer`` take to drain (0 with fixed timeouts,

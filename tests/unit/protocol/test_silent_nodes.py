@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.config import AgentConfig
+from agent.core_config import allreduce_config
 from agent.protocol.allreduce import AllreduceConfig
 from simulate.virtual_fleet import FaultSpec, FleetConfig, RoundRecord, VirtualFleet, count_problems
 
@@ -90,3 +92,39 @@ def test_any_hangs_and_resumes_never_halt_never_double_count_and_views_drop_the_
             # started just before the resume may have it back already (then it trains in it).
             if k >= 3:
                 assert node not in rec.members or node in rec.results, (node, rec.round, rec.members)
+
+
+# The agent's own defaults (agent/config.py through agent/core_config.py), the real model's
+# length and 1 MB units: what a user runs, not a tuned harness. Links measured fast (loopback
+# here) must not wait half a second per MB queued before calling a frozen peer silent, and a
+# unit a sibling relays to a parent the fleet found silent moves on at once (issue 12).
+AGENT_CONFIG = allreduce_config(AgentConfig(id=0))
+REAL_LENGTH = 407_050
+
+
+def _agent_defaults_run(faults: tuple[FaultSpec, ...], rounds: int) -> list[RoundRecord]:
+    return VirtualFleet(FleetConfig(
+        nodes=7, rounds=rounds, length=REAL_LENGTH, allreduce=AGENT_CONFIG, faults=faults,
+        will_delay=15.0, offline_settle=1.0, compute_time=0.03, latency=0.0005,
+        broker_bandwidth=300e6, max_time=600.0)).run()
+
+
+@pytest.fixture(scope="module")
+def agent_defaults_median() -> float:
+    return statistics.median(survivors_time(r, -1) for r in _agent_defaults_run((), 12)[3:])
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_with_the_agents_defaults_the_round_a_node_freezes_in_costs_under_a_second(
+    role: str, agent_defaults_median: float
+) -> None:
+    node = ROLES[role]
+    faults = (FaultSpec("hang", 8, node, after=0.01), FaultSpec("resume", 8, node, after=3.0))
+    records = _agent_defaults_run(faults, 16)
+    assert [r.round for r in records] == list(range(16)), "the fleet halted"
+    silent_round = records[8]
+    assert survivors_time(silent_round, node) <= agent_defaults_median + 1.0, survivors_time(silent_round, node)
+    for rec in records[9:13]:  # still frozen: routed around, then out of the view
+        assert survivors_time(rec, node) <= 1.5 * agent_defaults_median + 0.01, rec.round
+        assert not any(res.degraded for n, res in rec.results.items() if n != node), rec.round
+    assert node not in records[10].members

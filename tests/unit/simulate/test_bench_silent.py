@@ -25,6 +25,7 @@ def test_an_episode_measures_the_silent_round_the_rounds_without_the_node_and_th
     e = silent.episode_result(tels, node=2, start=5, end=10, last=19)
     assert e["silent_round_s"] == 0.9 and e["silent_median_s"] == 0.1
     assert e["degraded_while_silent"] == 0 and e["max_survivor_hashes"] == 1
+    assert e["silent_p90_s"] == 0.1  # rounds 7-9: the silent round itself is not in it
     assert e["rounds_to_rejoin"] == 3  # round 13 is its first round with the fleet's hash
 
 
@@ -37,14 +38,14 @@ def test_the_flapping_ends_at_its_last_will_not_at_the_clean_exit() -> None:
 
 def test_the_table_has_a_row_per_episode() -> None:
     doc = {"short_rounds": 5, "long_seconds": 30.0, "results": [
-        {"case": "fault-free", "nodes": 7, "median_s": 0.15, "episodes": [], "identical_at_end": True,
-         "accuracy_drop_pp": 0.0},
+        {"case": "fault-free", "nodes": 7, "median_s": 0.15, "p90_s": 0.18, "max_s": 0.3, "episodes": [],
+         "identical_at_end": True, "accuracy_drop_pp": 0.0},
         {"case": "hang-leaf", "nodes": 7, "median_s": 0.16, "identical_at_end": True, "accuracy_drop_pp": 0.1,
          "episodes": [{"start": 30, "end": 35, "silent_round_s": 0.8, "silent_median_s": 0.15,
-                       "silent_max_s": 0.2, "degraded_while_silent": 0, "max_survivor_hashes": 1,
+                       "silent_max_s": 0.2, "silent_p90_s": 0.17, "degraded_while_silent": 0, "max_survivor_hashes": 1,
                        "rounds_to_rejoin": 2, "after_median_s": 0.15}]}]}
     rows = silent.table_rows(doc)
-    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.2, 0, 1, 2, 0.15, True, 0.1]]
+    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, 0, 1, 2, 0.15, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
 
 
@@ -55,3 +56,9 @@ def test_accuracy_is_compared_at_the_last_round_both_runs_evaluated() -> None:
     silent.add_accuracy_drops(results)
     assert results[1]["accuracy_drop_pp"] == 0.5 and results[1]["accuracy_compared_at_round"] == 49
     assert results[2]["accuracy_drop_pp"] is None
+
+
+def test_the_p90_is_the_ninth_tenth_round_not_the_worst() -> None:
+    times = [0.1] * 18 + [0.5, 2.0]  # two slow rounds (a checkpoint, an evaluation) in 20
+    assert silent._p90(times) == 0.1 and silent._p90([*times, 3.0]) == 0.5
+    assert silent._p90([]) is None
