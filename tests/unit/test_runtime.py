@@ -211,3 +211,65 @@ def test_the_last_checkpoint_is_on_disk_before_the_last_round_is_reported(tmp_pa
     agent.on_round = at_report
     assert agent.run() == 0
     assert seen == [None, None, 3]  # nothing at rounds 0 and 1 (every 100), the last at once
+
+
+class _StepClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+class _Arrivals:
+    """A transport whose messages arrive at set times (receive waits up to ``timeout``)."""
+
+    def __init__(self, clock: _StepClock, arrivals: list[tuple[float, str]]) -> None:
+        self.clock, self.arrivals, self.receives = clock, sorted(arrivals), 0
+
+    def receive(self, timeout: float) -> list[Message]:
+        self.receives += 1
+        if not any(t <= self.clock.t for t, _ in self.arrivals) and timeout > 0:
+            upcoming = [t for t, _ in self.arrivals if t <= self.clock.t + timeout]
+            self.clock.t = min(upcoming) if upcoming else self.clock.t + timeout
+        out = [Message(topic, b"") for t, topic in self.arrivals if t <= self.clock.t]
+        self.arrivals = [(t, topic) for t, topic in self.arrivals if t > self.clock.t]
+        return out
+
+
+class _RecordingCore:
+    """Stands in for the core: records what the loop hands it; some messages take long."""
+
+    def __init__(self, clock: _StepClock, busy: dict[str, float]) -> None:
+        self.clock, self.busy, self.log = clock, busy, []
+
+    def on_message(self, topic: str, payload: bytes, now: float) -> list[Any]:
+        self.log.append(topic)
+        self.clock.t += self.busy.get(topic, 0.0)  # e.g. the round it ends is evaluated
+        return []
+
+    def on_tick(self, now: float) -> list[Any]:
+        self.log.append("tick")
+        return []
+
+
+def _loop_with(arrivals: list[tuple[float, str]], busy: dict[str, float]) -> tuple[AgentRuntime, _RecordingCore, _Arrivals]:
+    rt = runtime(MemoryBus(), 0)
+    clock = _StepClock()
+    core, transport = _RecordingCore(clock, busy), _Arrivals(clock, arrivals)
+    rt.clock, rt.core, rt.transport, rt.read_at = clock, core, transport, 0.0  # type: ignore[assignment]
+    return rt, core, transport
+
+
+def test_after_a_long_stretch_without_reading_the_loop_hears_what_came_before_any_timer_runs() -> None:
+    # The last broadcast chunk ends the round, whose evaluation takes 1 s; a peer's ACK came
+    # meanwhile. Judged before it is read, the peer would look silent (a false report).
+    rt, core, _ = _loop_with([(0.0, "last-chunk"), (0.5, "ack")], busy={"last-chunk": 1.0})
+    rt._pump(0.05)
+    assert core.log == ["last-chunk", "ack", "tick"]
+
+
+def test_a_quick_pump_runs_the_timers_right_after_its_messages() -> None:
+    rt, core, transport = _loop_with([(0.0, "ack"), (0.01, "later")], busy={})
+    rt._pump(0.05)
+    assert core.log == ["ack", "tick"] and transport.receives == 1
