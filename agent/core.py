@@ -525,7 +525,8 @@ class AgentCore:
         assert current.gradient is not None
         tree = view_tree(current.view)
         machine = new_round(RoundContext(self.config.allreduce, tree, self.node, self.round,
-                                         current.gradient, current.own_hash, self.links, now))
+                                         current.gradient, current.own_hash, self.links, now,
+                                         after_evaluation=self._evaluated(self.round - 1)))
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
@@ -799,9 +800,13 @@ class AgentCore:
         every = self.config.checkpoint_every
         if every > 0 and (self.round % every == 0 or self.done):
             out.append(SaveCheckpoint(self.round, report.epoch))
-        eval_every = self.config.eval_every
-        report.evaluate = eval_every > 0 and (self.round % eval_every == 0 or self.done)
+        report.evaluate = self._evaluated(self.round) or (self.config.eval_every > 0 and self.done)
         return [*out, ReportRound(report)]
+
+    def _evaluated(self, round: int) -> bool:
+        """Round ``round`` is followed by an evaluation of the test set (the fleet's agents
+        share eval_every, so they all evaluate then)."""
+        return self.config.eval_every > 0 and round >= 0 and round % self.config.eval_every == 0
 
     def _report(self, result: RoundResult | None, now: float) -> RoundReport:
         current = self.current

@@ -274,7 +274,18 @@ class AgentRuntime:
             stop = min(n, start + EVAL_CHUNK)
             _, acc = self.backend.evaluate(to_float_pixels(x[start:stop]), y[start:stop])
             correct += acc * (stop - start)
+            self._listen()
         return correct / n if n else None
+
+    def _listen(self) -> None:
+        """Between two slices of long work: take what arrived (ACKs are sent, a report that
+        we are silent is refuted at once), but run no timer. A Pi evaluating 10,000 images
+        for seconds would otherwise look frozen to its peers and be routed around. The
+        core is between rounds then (the next one waits for this gradient), so nothing it
+        answers can end a round under the evaluation."""
+        messages = self.transport.receive(0.0)
+        self.read_at = self.clock.now()
+        self._dispatch(messages)
 
     def _send(self, dst: int, frame: Frame) -> None:
         self._publish(self.topics.link(self.core.node, dst), encode(frame), reliable=False)

@@ -134,6 +134,9 @@ class RoundContext:
     model_hash: int  # of the model the gradient was computed on
     links: LinkEstimators  # kept across rounds by the core
     now: float
+    # The fleet evaluated the test set before this round: peers start it later than usual,
+    # each as its evaluation took (a leaf's usual first-frame time says nothing then).
+    after_evaluation: bool = False
 
 
 class RoundMachine(Protocol):

@@ -69,6 +69,9 @@ ACK_DELAY = 0.005  # s: longest wait of a direct unit for its batched ACK (<= a 
 # A unit this large is ACKed at once: its ACK then leaves before whatever the unit makes us send
 # (its transmission dwarfs an ACK frame, and a batched ACK would queue behind a forwarded MB).
 ACK_AT_ONCE_BYTES = 65_536
+# A leaf child silent this many times its usual first-frame time, plus one timeout, is
+# reported (see _silence_span).
+FIRST_FRAME_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class FtTreeRound(Outbox):
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
         self.grad, self.model_hash, self.links = gradient, model_hash, links
         self.start_time = now
+        self.after_evaluation = ctx.after_evaluation
         self.parent = tree.parent(node)
         self.children = tree.children(node)
         self.subtree = tree.subtree(node)
@@ -204,6 +208,11 @@ class FtTreeRound(Outbox):
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
+        if (frame.sender in self.silence_at and frame.sender not in self.last_heard
+                and not self.after_evaluation and frame.round == self.round
+                and frame.job == self.cfg.job):
+            # A child's first frame, before any verdict on it: how long it usually takes.
+            self.links.observe_first_frame(frame.sender, now - self.start_time)
         self.last_heard[frame.sender] = now
         self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         if frame.round != self.round or frame.job != self.cfg.job:
@@ -363,11 +372,17 @@ class FtTreeRound(Outbox):
     def _silence_span(self, child: int) -> float:
         """How long a healthy child's first frame can take before we ask the fleet: two
         timeouts of its link per level of its subtree (an inner child waits for its own
-        children first)."""
+        children first). A leaf child's first frame comes when it usually does, plus one
+        timeout, if that is sooner: the rest of the two timeouts is start-up skew that
+        a leaf has shown it does not have (not after an evaluation, whose length varies)."""
         below = max(self.tree.depth(m) for m in self.tree.subtree(child)) - self.tree.depth(child)
         # Its first frame may wait behind its own children's data and its siblings' units.
         drain = self._transmit(child, self.unit_bytes * max(1, len(self.children)))
-        return (2 * self._rto(child) + drain) * (below + 1)
+        span = (2 * self._rto(child) + drain) * (below + 1)
+        usual = self.links.first_frame(child)
+        if below == 0 and usual is not None and not self.after_evaluation:
+            span = min(span, FIRST_FRAME_MARGIN * usual + self._rto(child))
+        return span
 
     def _check_silent_children(self, now: float) -> None:
         for child, at in list(self.silence_at.items()):

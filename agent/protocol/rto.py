@@ -39,6 +39,13 @@ class LinkEstimate:
     rttvar: float = 0.0
     samples: int = 0
     rate: float | None = None  # bytes/s, smoothed delivery rate of large units
+    # Seconds from our start of a round to this child's first frame in it: up at once, down
+    # slowly (a slow round raises it for the next ones).
+    first_frame: float | None = None
+
+    def observe_first_frame(self, seconds: float) -> None:
+        previous = self.first_frame if self.first_frame is not None else seconds
+        self.first_frame = max(seconds, 0.8 * previous + 0.2 * seconds)
 
     def observe_rate(self, rate: float) -> None:
         # Down at once, up slowly: timers that trust a link too fast call a slow peer silent.
@@ -100,6 +107,15 @@ class LinkEstimators:
         if est is None or est.rate is None:
             return self.rate_floor
         return max(min(self.rate_floor, est.rate), est.rate / RATE_HEADROOM)
+
+    def observe_first_frame(self, peer: int, seconds: float) -> None:
+        self.peers.setdefault(peer, LinkEstimate()).observe_first_frame(max(0.0, seconds))
+
+    def first_frame(self, peer: int) -> float | None:
+        """How long after our start of a round ``peer``'s first frame in it has come lately
+        (None: not measured yet, or fixed timeouts)."""
+        est = self.peers.get(peer)
+        return None if self.fixed is not None or est is None else est.first_frame
 
     def transmit_time(self, peer: int, nbytes: int) -> float:
         """How long ``nbytes`` queued towards ``peer`` take to drain (0 with fixed timeouts,
