@@ -11,10 +11,12 @@ mosquitto (`edgegrove simulate`, one agent process per node, default adaptive ti
                 it; the agent reconnects), the episode ends at its last Will.
 Each hang or crash is one "episode". Per episode, from the agents' own telemetry: the silent
 round (the longest survivor's allreduce of the round the node went silent in, and the next),
-the median and the worst while it is silent, degraded survivor rounds and distinct survivor
-model hashes while silent, the rounds until it is back in the view with the fleet's model hash
-after the resume/restart, and the median after that; per run, identical models at the end and
-the final accuracy against the fault-free run.
+the median, the 90th percentile and the worst while it is silent (beside the fault-free run's
+90th percentile and worst: its checkpoint and evaluation rounds are slow too), degraded
+survivor rounds and distinct survivor model hashes while silent, the rounds until it is back
+in the view with the fleet's model hash after the resume/restart (a restarted process's start-
+up counts: ~1.5 s of Python, data and model on this host), and the median after that; per run,
+identical models at the end and the final accuracy against the fault-free run.
 """
 
 from __future__ import annotations
