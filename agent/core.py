@@ -932,10 +932,35 @@ class AgentCore:
                     # costs the flooder, not us.
                     self.counters.rejected["model_pull_repeat"] += 1
                     continue
+                if not in_step and chunks is not None:
+                    chunks = self._stripe_budget(puller, chunks)
+                    if not chunks:
+                        self.counters.rejected["model_pull_budget"] += 1
+                        continue
                 if in_step:
                     self.state_served_at[puller] = self.round
                 out.append(SendState(request, self.round, chunks))
         return out
+
+    def _stripe_budget(self, puller: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
+        """A joiner or a member behind asks each peer for one stripe (two peers vouch for a
+        state), so it gets at most one stripe of this round's state from us, unless we are
+        its only source or the run is over (the final sync takes one peer's whole state).
+        Otherwise a device that keeps saying it is behind (or joining) took a whole state
+        from us every round: 2.5x the root's normal round, for as long as it liked."""
+        assert self.config.state_size is not None
+        view = self.membership.view_for(self.round)
+        others = [m for m in (view.members if view is not None else [])
+                  if m != puller and (m == self.node or self.membership.is_online(m))]
+        if len(others) < STATE_STRIPES or self.phase == Phase.LINGERING:
+            return chunks
+        count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
+        stripe = -(-count // STATE_STRIPES)
+        sent = self.served[(puller, self.round)]
+        before = len(sent) - len(chunks)  # _share_for counted these as sent already
+        kept = chunks[: max(0, stripe - before)]
+        sent.difference_update(chunks[len(kept):])
+        return kept
 
     def _runs_with_us(self, puller: int) -> bool:
         """``puller`` is an online member of this round's view that did not say it fell
@@ -943,7 +968,7 @@ class AgentCore:
         view = self.membership.view_for(self.round)
         return (view is not None and puller in view.members
                 and self.membership.states.get(puller) == "online"
-                and self.absent.get(puller, -1) < self.round - 1)
+                and self.absent.get(puller, self.round - 2) < self.round - 1)
 
     def _served_recently(self, puller: int) -> bool:
         """``puller`` got a whole state from us less than STATE_BUDGET_ROUNDS rounds ago (the

@@ -19,7 +19,7 @@ from agent.config import AgentConfig
 from agent.model.backend import make_backend
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import chunk_bounds
-from agent.protocol.messages import View
+from agent.protocol.messages import Suspect, View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_chunk_count, state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
@@ -131,6 +131,49 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         assert len(during) >= 6 and ratio <= 2.0, (per_round, sent_before)
         assert rejected.get("model_pull_budget", 0) >= 1, rejected
         assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
+    finally:
+        evil.close()
+        forced = fleet.stop_all(grace=10)
+        listener.close()
+        assert forced == [], agent_logs(tmp_path)
+
+
+def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round(
+    broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """A member behind (or joining) is served at once, by every peer, one stripe each. With
+    node 3's credentials, "3 is behind" on its self-report topic every round and pulls of the
+    whole state from node 0: it got one every round (node 0 at 2.5x its normal round, for as
+    long as it kept it up). Now a whole state once every STATE_BUDGET_ROUNDS rounds, a stripe
+    in the others."""
+    creds = broker.dashboard_credentials
+    listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, "eval_every": 0})
+    evil = _attacker(broker)
+    topics, job = Topics(JOB), job_hash(JOB)
+    try:
+        listener.wait_for(lambda: listener.reached([0, 1, 2], 10), 120, "round 10")
+        sent_before = [t.bytes_sent for t in listener.telemetry[0][3:10]]
+        flooded: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(flooded) < 8 and time.monotonic() < deadline:
+            current = listener.last(0).round + 1
+            if current not in flooded:
+                flooded.add(current)
+                evil.publish(topics.suspect(3), Suspect(3, current + 1, 3).encode())
+                pull = encode(Frame(Kind.MODEL_PULL, job, current, 3, 0, 1))
+                for _ in range(20):
+                    evil.publish(topics.link(3, 0), pull)
+            listener.pump(0.02)
+        listener.wait_for(lambda: listener.reached([0, 1, 2], ROUNDS - 1), 240, "the last round")
+        hashes = listener.hashes_at(ROUNDS - 1)
+        assert len({hashes[n] for n in (0, 1, 2)}) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
+        during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
+        ratio = float(np.mean(during)) / float(np.mean(sent_before))
+        print(f"behind-claim flood: node 0 sent {ratio:.2f}x its mean normal round over "
+              f"{len(during)} rounds (at most {max(during) / np.mean(sent_before):.2f}x in one)")
+        assert len(during) >= 6 and ratio <= 2.0, ([round(b / 1e6, 2) for b in during], sent_before)
+        assert listener.last(0).rejected.get("model_pull_budget", 0) >= 1, listener.last(0).rejected
     finally:
         evil.close()
         forced = fleet.stop_all(grace=10)

@@ -266,3 +266,35 @@ def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
     core.on_message(core.topics.suspect(2), Suspect(2, 6, 2).encode(), 0.5)  # ... and fell behind
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
     assert any(isinstance(a, SendState) for a in core.on_frame(pull, 0.6))
+
+
+def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> None:
+    """Behind or joining, a puller asks each peer for one stripe; a device that claims to be
+    behind and asks us for everything, every round, took a whole state every round."""
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
+    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
+    for peer in (0, 1, 2, 3):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    core.on_message(core.topics.suspect(2), Suspect(2, 10**6, 2).encode(), 0.02)  # "behind, for good"
+    core.on_status(Status(3, "joining", incarnation=4), 0.02)  # 3 rejoins, as a joiner does
+    machine = core.machines.pop(0)
+    got: dict[int, list[tuple[int, ...]]] = {2: [], 3: []}
+    for rnd in range(1, 13):
+        core.round, core.machines = rnd, {rnd: machine}
+        everything = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)
+        stripe = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9])
+        for _ in range(5):
+            for pull in (everything, stripe):
+                for a in core.on_frame(pull, 0.1 * rnd):
+                    if isinstance(a, SendState):
+                        got[a.request.sender].append(a.chunks or ())
+    assert got[2] == [(0, 1, 2, 3, 4)] * 12, got[2]  # half a state a round, never the whole
+    assert got[3] == [(1, 3, 5, 7, 9)] * 12  # a joiner's stripe, every round it asks
+    assert core.counters.rejected["model_pull_budget"] == 12 * 4  # the other asks of 2
+    # The run over (lingering), the final sync of a member taken back late takes it whole.
+    core.phase = Phase.LINGERING
+    core.round, core.machines = 13, {13: machine}
+    last = [a for a in core.on_frame(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1), 2.0)
+            if isinstance(a, SendState)]
+    assert [len(a.chunks or ()) for a in last] == [10]
