@@ -217,6 +217,7 @@ class Counters:
 class _RoundInProgress:
     view: View
     started: float
+    waited: float = 0.0  # blocked before it could start (a dead root's tree, no connection)
     computed: float = 0.0
     loss: float = 0.0
     own_hash: int = 0
@@ -266,6 +267,8 @@ class AgentCore:
         self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
         self.connected = True  # to the broker (the transport tells us when it drops)
         self.root_wait_until: float | None = None  # waiting for a view without a dead root
+        self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
+        self.blocked_since: dict[int, float] = {}  # round -> since when it could not start
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -526,7 +529,7 @@ class AgentCore:
         tree = view_tree(current.view)
         machine = new_round(RoundContext(self.config.allreduce, tree, self.node, self.round,
                                          current.gradient, current.own_hash, self.links, now,
-                                         after_evaluation=self._evaluated(self.round - 1)))
+                                         irregular_start=self._irregular_start(current.view)))
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
@@ -649,15 +652,28 @@ class AgentCore:
         out: list[CoreAction] = self._install_fleet_state()
         if self.done:
             return out + self._start_linger(now)
-        out += self.membership.round_started(self.round, now)
         view = self.membership.view_for(self.round)
+        root_down = view is not None and self.node in view.members and self._root_is_down(view, now)
+        if not root_down:
+            # Not while a dead root blocks this round: nobody can have run it on that tree,
+            # so the coordinator's view without the root may still apply from it (it counts
+            # from the rounds we ran); before, that view came for the round after and this
+            # one waited the whole root wait (5 s) on every member.
+            out += self.membership.round_started(self.round, now)
+            newer = self.membership.view_for(self.round)
+            if newer is not view and newer is not None and self.node in newer.members:
+                root_down = self._root_is_down(newer, now)
+            view = newer
         if view is None:
             return out
         if self.node not in view.members:
             return out + self._rejoin()
-        if self._root_is_down(view, now) or not self.connected or self._mostly_down(view):
+        if root_down or not self.connected or self._mostly_down(view):
+            self.blocked_since.setdefault(self.round, now)
             return out
-        self.current = _RoundInProgress(view=view, started=now)
+        waited = now - self.blocked_since.pop(self.round, now)
+        self.blocked_since = {r: t for r, t in self.blocked_since.items() if r > self.round}
+        self.current = _RoundInProgress(view=view, started=now, waited=waited)
         self.phase = Phase.COMPUTING
         # Machines older than the last finished round have nothing left to answer.
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
@@ -803,6 +819,10 @@ class AgentCore:
         report.evaluate = self._evaluated(self.round) or (self.config.eval_every > 0 and self.done)
         return [*out, ReportRound(report)]
 
+    def _irregular_start(self, view: View) -> bool:
+        """Peers may start this round later than usual (see RoundContext.irregular_start)."""
+        return self._evaluated(self.round - 1) or self.steady_round != (self.round - 1, view.epoch)
+
     def _evaluated(self, round: int) -> bool:
         """Round ``round`` is followed by an evaluation of the test set (the fleet's agents
         share eval_every, so they all evaluate then)."""
@@ -813,9 +833,11 @@ class AgentCore:
         assert current is not None
         if result is not None and result.stats.implausible:
             self.counters.rejected["implausible_values"] += result.stats.implausible
+        if result is not None and not result.degraded:
+            self.steady_round = (self.round, current.view.epoch)
         computed = current.computed or now
         seconds = {"compute": computed - current.started, "allreduce": now - computed,
-                   "total": now - current.started}
+                   "wait": current.waited, "total": now - current.started + current.waited}
         report = RoundReport(
             round=self.round, epoch=current.view.epoch, members=len(current.view.members),
             loss=current.loss, result=result, phase_seconds=seconds, notes=self.notes,

@@ -134,9 +134,11 @@ class RoundContext:
     model_hash: int  # of the model the gradient was computed on
     links: LinkEstimators  # kept across rounds by the core
     now: float
-    # The fleet evaluated the test set before this round: peers start it later than usual,
-    # each as its evaluation took (a leaf's usual first-frame time says nothing then).
-    after_evaluation: bool = False
+    # Peers may start this round later than usual, each by its own amount: the fleet
+    # evaluated the test set after the last round, or the last round here was degraded or ran
+    # on another view (a root that went down, leaves asking for its result). A leaf's usual
+    # first-frame time says nothing then.
+    irregular_start: bool = False
 
 
 class RoundMachine(Protocol):

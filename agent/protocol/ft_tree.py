@@ -133,7 +133,7 @@ class FtTreeRound(Outbox):
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
         self.grad, self.model_hash, self.links = gradient, model_hash, links
         self.start_time = now
-        self.after_evaluation = ctx.after_evaluation
+        self.irregular_start = ctx.irregular_start
         self.parent = tree.parent(node)
         self.children = tree.children(node)
         self.subtree = tree.subtree(node)
@@ -209,7 +209,7 @@ class FtTreeRound(Outbox):
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
         if (frame.sender in self.silence_at and frame.sender not in self.last_heard
-                and not self.after_evaluation and frame.round == self.round
+                and not self.irregular_start and frame.round == self.round
                 and frame.job == self.cfg.job):
             # A child's first frame, before any verdict on it: how long it usually takes.
             self.links.observe_first_frame(frame.sender, now - self.start_time)
@@ -374,13 +374,14 @@ class FtTreeRound(Outbox):
         timeouts of its link per level of its subtree (an inner child waits for its own
         children first). A leaf child's first frame comes when it usually does, plus one
         timeout, if that is sooner: the rest of the two timeouts is start-up skew that
-        a leaf has shown it does not have (not after an evaluation, whose length varies)."""
+        a leaf has shown it does not have (not when this round starts irregularly: after
+        an evaluation, a degraded round or a view change, the skew varies)."""
         below = max(self.tree.depth(m) for m in self.tree.subtree(child)) - self.tree.depth(child)
         # Its first frame may wait behind its own children's data and its siblings' units.
         drain = self._transmit(child, self.unit_bytes * max(1, len(self.children)))
         span = (2 * self._rto(child) + drain) * (below + 1)
         usual = self.links.first_frame(child)
-        if below == 0 and usual is not None and not self.after_evaluation:
+        if below == 0 and usual is not None and not self.irregular_start:
             span = min(span, FIRST_FRAME_MARGIN * usual + self._rto(child))
         return span
 

@@ -262,6 +262,8 @@ class Membership:
                  for _, t in by.values() if t + self.grace > self.now]
         if self.hold_until > self.now:
             times.append(self.hold_until)
+        # The same sum as in _coordinate: the check at this time must find the Will settled
+        # (now - t >= settle could round below settle, and nothing woke the coordinator again).
         times += [t + self.offline_settle for n, t in self.offline_at.items()
                   if self.states.get(n) == "offline" and t + self.offline_settle > self.now]
         if self.mass_down_since is not None and self.mass_down_since + MASS_DOWN_HOLD > self.now:
@@ -327,7 +329,7 @@ class Membership:
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
         # offline or enough witnesses remove a member, only online/joining adds one.
         gone = {n for n, s in self.states.items() if s not in LIVE_STATES
-                and self.now - self.offline_at.get(n, -1e9) >= self.offline_settle} | self.suspected()
+                and self.offline_at.get(n, -1e9) + self.offline_settle <= self.now} | self.suspected()
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}

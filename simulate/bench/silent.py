@@ -10,7 +10,8 @@ mosquitto (`edgegrove simulate`, one agent process per node, default adaptive ti
   flap-inner    an inner node's broker connection drops 10 times in 15 s (its TCP proxy cuts
                 it; the agent reconnects), the episode ends at its last Will.
 Each hang or crash is one "episode". Per episode, from the agents' own telemetry: the silent
-round (the longest survivor's allreduce of the round the node went silent in, and the next),
+round (the longest survivor's allreduce, plus any wait for the round to start, of the round
+the node went silent in, and the next),
 the median, the 90th percentile and the worst while it is silent (beside the fault-free run's
 90th percentile and worst: its checkpoint and evaluation rounds are slow too), degraded
 survivor rounds and distinct survivor model hashes while silent, the rounds until it is back
@@ -122,7 +123,10 @@ def _survivors(tel: dict[int, dict[str, Any]], node: int) -> list[dict[str, Any]
 
 
 def _allreduce_max(recs: list[dict[str, Any]]) -> float | None:
-    values = [float(t.get("phase_seconds", {}).get("allreduce", 0.0)) for t in recs]
+    """The slowest agent's allreduce, with the time the round could not start (waiting on a
+    dead root's tree for the view without it): that wait is the fault's cost too."""
+    values = [float(t.get("phase_seconds", {}).get("allreduce", 0.0))
+              + float(t.get("phase_seconds", {}).get("wait", 0.0)) for t in recs]
     return max(values) if values else None
 
 

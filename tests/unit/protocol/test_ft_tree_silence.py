@@ -1,7 +1,7 @@
 """A leaf child that goes silent: how long its parent waits before it asks the fleet. The
 conservative wait (two timeouts and the drain of its first units) is shortened to the child's
-usual first-frame time plus one timeout once the child has shown it (issue 12), never after
-an evaluation round, whose start-up skew varies."""
+usual first-frame time plus one timeout once the child has shown it (issue 12), never when
+the round starts irregularly (after an evaluation, a degraded round, a view change)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ CFG = AllreduceConfig(chunk_size=8, round_deadline=5.0, min_timeout=0.2, initial
 TREE = Tree((0, 1, 2), 2)  # 0 is the parent of the leaves 1 and 2
 
 
-def parent(links: LinkEstimators, round: int, now: float, after_evaluation: bool = False) -> FtTreeRound:
+def parent(links: LinkEstimators, round: int, now: float, irregular_start: bool = False) -> FtTreeRound:
     return FtTreeRound(RoundContext(CFG, TREE, 0, round, np.zeros(8, np.float32), 0, links, now,
-                                    after_evaluation=after_evaluation))
+                                    irregular_start=irregular_start))
 
 
 def data(sender: int, round: int) -> Frame:
@@ -62,10 +62,10 @@ def test_a_leaf_that_showed_its_first_frame_time_is_reported_one_timeout_after_i
     assert abs(waited - (FIRST_FRAME_MARGIN * 0.01 + links.rto(1))) < 1e-3, waited
 
 
-def test_after_an_evaluation_or_before_any_clean_round_the_wait_is_the_conservative_one() -> None:
+def test_after_an_irregular_start_or_before_any_clean_round_the_wait_is_the_conservative_one() -> None:
     links = _learned(0.01)
     conservative = 2 * links.rto(1) + links.transmit_time(1, parent(links, 9, 0.0).unit_bytes * 2)
-    m = parent(links, 3, 30.0, after_evaluation=True)
+    m = parent(links, 3, 30.0, irregular_start=True)
     m.start(30.0)
     assert abs(silent_report_at(m, 1, 30.0) - conservative) < 1e-3
     fresh = parent(CFG.new_links(), 0, 0.0)  # nothing learned yet

@@ -305,3 +305,19 @@ def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> No
     assert back == [] or 3 in back[-1].view.members
     later = [p.view for r in range(15, 20) for p in m.round_started(r, 0.5 + r / 100)]
     assert 3 in m.newest.members, (back, later)
+
+
+def test_a_will_settles_at_the_very_check_it_asked_for() -> None:
+    # (t + 1.0) - t < 1.0 for this t: the settle was judged unfinished at the check that
+    # next_check scheduled for it, and nothing woke the coordinator again until the dead
+    # root's wait ran out (5 s of a stalled fleet after a root crash).
+    t = 0.9226073066666617
+    m = Membership(1, 2, START, offline_settle=1.0)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.5)
+    assert m.on_status(Status(0, "offline"), t) == []  # settling
+    wake = m.next_check()
+    assert wake == t + 1.0
+    views = [p.view for p in m.check(wake)]
+    assert [(v.members, v.coordinator, v.from_round) for v in views] == [([1, 2, 3], 1, 11)]

@@ -128,3 +128,22 @@ def test_with_the_agents_defaults_the_round_a_node_freezes_in_costs_under_a_seco
         assert survivors_time(rec, node) <= 1.5 * agent_defaults_median + 0.01, rec.round
         assert not any(res.degraded for n, res in rec.results.items() if n != node), rec.round
     assert node not in records[10].members
+
+
+@pytest.mark.parametrize("nodes", [7, 15])
+def test_a_crashed_root_costs_the_wills_settle_not_the_dead_roots_whole_wait(nodes: int) -> None:
+    """The root crashes in round 8; its Will settles for 1 s, as on a real agent. The new
+    coordinator's view used to come for the round after next, so the next round waited on the
+    dead root's tree for the whole root wait (the round deadline, 5 s) on every member, and
+    no report showed it (the allreduce phase is short)."""
+    fleet = VirtualFleet(FleetConfig(
+        nodes=nodes, rounds=14, length=REAL_LENGTH, allreduce=AGENT_CONFIG, faults=(FaultSpec("crash", 8, 0, after=0.02),),
+        will_delay=15.0, offline_settle=1.0, compute_time=0.03, latency=0.0005,
+        broker_bandwidth=300e6, max_time=600.0))
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(14)), "the fleet halted"
+    gap = records[9].start - records[8].start
+    assert gap < 1.0 + 0.5, gap  # the settle, then the new tree at once (before: 5 s)
+    assert 0 not in records[9].members
+    for rec in records[9:]:
+        assert len(set(rec.start_hashes.values())) == 1, rec.round

@@ -62,3 +62,8 @@ def test_the_p90_is_the_ninth_tenth_round_not_the_worst() -> None:
     times = [0.1] * 18 + [0.5, 2.0]  # two slow rounds (a checkpoint, an evaluation) in 20
     assert silent._p90(times) == 0.1 and silent._p90([*times, 3.0]) == 0.5
     assert silent._p90([]) is None
+
+
+def test_a_round_that_waited_on_a_dead_roots_tree_counts_the_wait() -> None:
+    waited = _tel(0, 31, 0.02) | {"phase_seconds": {"allreduce": 0.02, "wait": 4.98}}
+    assert silent._allreduce_max([waited, _tel(1, 31, 0.1)]) == 5.0
