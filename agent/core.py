@@ -723,7 +723,12 @@ class AgentCore:
         """No round of a tree whose root is offline or silent can finish: wait (bounded) for
         the coordinator's view without it rather than run to the deadline."""
         root = view_root(view)
-        if root == self.node or not self.membership.is_down(root) or len(view.members) == 1:
+        newest = self.membership.latest
+        if (root == self.node or not self.membership.is_down(root) or len(view.members) == 1
+                or (newest is not None and newest.epoch > view.epoch)):
+            # A newer view (from a later round) says where the new tree starts: the rounds
+            # before it end at once on this one, as they did for the members that got here
+            # first (late ones waited the whole root wait here, 5 s, and the fleet for them).
             self.root_wait_until = None
             return False
         if self.root_wait_until is None:

@@ -298,3 +298,16 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
     last = [a for a in core.on_frame(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1), 2.0)
             if isinstance(a, SendState)]
     assert [len(a.chunks or ()) for a in last] == [10]
+
+
+def test_a_member_late_to_a_round_whose_root_died_does_not_wait_once_the_next_view_is_out() -> None:
+    """The root died while we were still in round 29; the coordinator's view without it
+    starts at 31, as the others were at 30 already. Our round 30 (still the dead root's
+    tree) ends at once, as theirs did, instead of waiting the whole root wait for a view."""
+    core = _running_core(node=6, members=(0, 1, 2, 3, 4, 5, 6))
+    core.round, core.machines = 30, {}
+    core.phase = Phase.WAITING
+    core.on_status(Status(0, "offline"), 1.0)
+    assert not any(isinstance(a, ComputeGradient) for a in core.on_tick(1.1))  # waits: no view yet
+    out = core.on_view(View(2, [1, 2, 3, 4, 5, 6], 2, 1, 31), 1.3)  # the root wait: 1 s
+    assert [a.round for a in out if isinstance(a, ComputeGradient)] == [30]
