@@ -382,10 +382,15 @@ class MqttTransport:
             time.sleep(delay)
 
     def receive(self, timeout: float) -> list[Message]:
-        if not self._threaded and self._started and not self._closed:
+        inline = not self._threaded and self._started and not self._closed
+        if inline:
+            # ``_drive`` has waited (select) up to ``timeout`` already. Nobody else fills the
+            # queue in this mode: waiting on it again would be a deaf sleep of another
+            # ``timeout`` (a frame arriving meanwhile would sit unread on the socket, a timer
+            # would fire late).
             self._drive(timeout)
         with self._arrived:
-            if not self._queue and timeout > 0:
+            if not inline and not self._queue and timeout > 0:
                 self._arrived.wait_for(lambda: bool(self._queue), timeout)
             out = list(self._queue)
             self._queue.clear()

@@ -1,10 +1,12 @@
-"""The pure parts of agent.transport.mqtt: URL parsing and the pacing token bucket."""
+"""The pure parts of agent.transport.mqtt: URL parsing, the pacing token bucket, and how
+``receive`` waits (no broker: nothing is connected)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.transport.mqtt import TokenBucket, parse_broker_url
+from agent.transport.base import Message
+from agent.transport.mqtt import MqttTransport, TokenBucket, parse_broker_url
 
 
 def test_parse_broker_url_accepts_mqtt_and_mqtts_with_default_ports() -> None:
@@ -36,3 +38,36 @@ def test_token_bucket_lets_a_burst_through_then_paces_at_the_rate() -> None:
 def test_token_bucket_rejects_non_positive_rates() -> None:
     with pytest.raises(ValueError):
         TokenBucket(rate=0.0, burst=1.0, now=0.0)
+
+
+def test_inline_receive_waits_on_the_socket_only_never_again_on_the_empty_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Inline mode has no paho thread that could fill the queue: a second wait after the
+    # socket's (select in ``_drive``) would be deaf to frames arriving meanwhile.
+    transport = MqttTransport("edgegrove-test-1", "mqtt://127.0.0.1:1", threaded=False)
+    transport._started = True  # as after connect(); nothing is opened by this test
+    drives: list[float] = []
+    monkeypatch.setattr(transport, "_drive", drives.append)
+
+    def deaf_wait(*args: object, **kwargs: object) -> bool:
+        raise AssertionError("inline receive waited on its own queue")
+
+    monkeypatch.setattr(transport._arrived, "wait_for", deaf_wait)
+    assert transport.receive(0.2) == []
+    assert drives == [0.2]
+    transport._queue.append(Message("t", b"x", False))
+    assert transport.receive(0.2) == [Message("t", b"x", False)]
+
+
+def test_threaded_receive_still_waits_for_paho_thread_to_deliver(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = MqttTransport("edgegrove-test-2", "mqtt://127.0.0.1:1", threaded=True)
+    transport._started = True
+    waits: list[float] = []
+
+    def wait_for(predicate: object, timeout: float) -> bool:
+        waits.append(timeout)
+        return False
+
+    monkeypatch.setattr(transport._arrived, "wait_for", wait_for)
+    assert transport.receive(0.2) == [] and waits == [0.2]
