@@ -375,9 +375,12 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
     return "\n\n".join([
         f"{doc.get('method', '')}. A short hang of {doc['short_rounds']} rounds, a long one of "
         f"~{doc['long_seconds']:.0f} s (longer than the broker's Will); *silent round* = the "
-        "slowest survivor's allreduce in the round the node froze in (and the next); *rounds to "
-        "rejoin* = rounds after the resume/restart until the node reports a round with the "
-        "fleet's model hash; *accuracy drop* against the fault-free run of the same size.",
+        "slowest survivor's allreduce, plus any wait for the round to start (a dead root's tree "
+        "waiting for the view without it), in the round the node froze in (and the next); the "
+        "p90 and worst while silent stand beside the fault-free run's, whose checkpoint and "
+        "evaluation rounds are as slow; *rounds to rejoin* = rounds after the resume/restart "
+        "until the node reports a round with the fleet's model hash (a restart counts the "
+        "process's start-up); *accuracy drop* against the fault-free run of the same size.",
         markdown_table(TABLE_HEADERS, table_rows(doc))])
 
 
