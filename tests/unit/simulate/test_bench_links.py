@@ -1,5 +1,5 @@
 """bench links without a fleet: the busiest link's bound, a run's figures, the criteria, the
-table and the arguments."""
+table, the arguments and the report's section."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from agent.protocol import wire
 from agent.validate import OneLineParser, UsageError
+from simulate import evaluation
 from simulate.bench import broker, links
 from simulate.bench.fleetrun import FleetRun
 from simulate.scenario import parse_scenario
@@ -231,3 +232,17 @@ def test_every_agent_is_limited_from_round_1_and_evaluated_after_the_last_round(
         ("bandwidth", n, 12.5e6, 1) for n in range(7)]
     assert scenario.agent["wire_dtype"] == "int8" and scenario.agent["round_deadline"] == 8
     assert scenario.agent["eval_every"] == 30  # round 0 and the last round only
+
+
+# -- the report's section -----------------------------------------------------------------
+
+
+def test_the_report_renders_the_section_with_table_criteria_and_plot(tmp_path: Path) -> None:
+    doc = _doc([links.run_result(_run("float32", rate), rate, "float32", 0) for rate in (2.0, 6.0)]
+               + [links.run_result(_run("int8", 6.0, collapse_at=5), 6.0, "int8", 0)])
+    ctx = evaluation.Context({"links": doc}, tmp_path / "img", "img/")
+    text = evaluation.render_links(doc, ctx)
+    assert "| 6 | int8 |" in text and "5 of 10" in text
+    assert "[MISSED] no degraded round" in text and "6 MB/s int8: 5 degraded" in text
+    assert "![median allreduce" in text and (tmp_path / "img" / "links.png").stat().st_size > 0
+    assert any(s.bench == "links" and s.title.startswith("Slow links") for s in evaluation.SECTIONS)
