@@ -383,7 +383,7 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def render_links(doc: dict[str, Any], ctx: Context) -> str:
-    from simulate.bench.links import TABLE_HEADERS, criteria_lines, table_rows
+    from simulate.bench.links import TABLE_HEADERS, criteria_lines, incomplete, table_rows
 
     opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
     loads = [r["load_1m_at_start"] for r in doc["results"] if r.get("load_1m_at_start") is not None]
@@ -401,10 +401,9 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
-    parts += [f"- **incomplete** {r['rate_mb_s']:g} MB/s {r['wire_dtype']}: "
-              f"{'over its time budget; ' if not r.get('finished', True) else ''}{r.get('error') or ''}"
-              for r in doc["results"] if r.get("error") or not r.get("finished", True)]
-    if doc.get("must_show"):
+    parts += [f"- **incomplete** {r['rate_mb_s']:g} MB/s {r['wire_dtype']}: {why}"
+              for r in doc["results"] if (why := incomplete(r))]
+    if doc["results"]:
         parts.append("Issue 19's *must show* items these runs decide:\n\n"
                      + "\n".join(f"- {line}" for line in criteria_lines(doc)))
     if any(r.get("allreduce_s_median") is not None for r in doc["results"]):
@@ -426,14 +425,21 @@ def _plot_links(doc: dict[str, Any], path: Path) -> None:
             ax.plot([r["rate_mb_s"] for r in rows], [r[key] for r in rows], "o", color=color, alpha=0.5)
             ax.plot(by_rate, [statistics.median(r[key] for r in rows if r["rate_mb_s"] == x) for x in by_rate],
                     "-", color=color, label=dtype if ax is ratios else f"{dtype}, median")
+            bad = [r for r in rows if r["degraded_rounds"]]
+            ax.plot([r["rate_mb_s"] for r in bad], [r[key] for r in bad], "o", ms=11, mfc="none", mec="red")
         bounds = sorted({(r["rate_mb_s"], r["bound_s"]) for r in rows})
         times.plot([b[0] for b in bounds], [b[1] for b in bounds], "x:", color=color, label=f"{dtype}, bound")
     ratios.axhline(MAX_RATIO_TO_BOUND, color="grey", ls="--", lw=1, label=f"{MAX_RATIO_TO_BOUND}x (issue 19)")
     times.set(xscale="log", yscale="log", xlabel="link rate per agent, each way (MB/s)",
               ylabel="allreduce (s)", title=f"{doc['nodes']} agents, every link limited")
+    if any(r["degraded_rounds"] for r in doc["results"]):
+        ratios.plot([], [], "o", ms=11, mfc="none", mec="red", label="run with degraded rounds")
     ratios.set(xscale="log", xlabel="link rate per agent, each way (MB/s)",
                ylabel="median allreduce / busiest link's bound", ylim=(0, None))
+    rates = sorted({r["rate_mb_s"] for r in doc["results"]})
     for ax in (times, ratios):
+        ax.minorticks_off()
+        ax.set_xticks(rates, [f"{x:g}" for x in rates])
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)

@@ -214,6 +214,8 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
         "rate_mb_s": rate, "wire_dtype": dtype, "repeat": repeat, "nodes": spec.nodes,
         "rounds": len(run.rows), "rounds_planned": spec.rounds, "finished": run.finished,
         "error": run.error, "wall_seconds": round(run.wall_seconds, 1), "load_1m_at_start": load,
+        # the simulator stopped waiting: no agent reported for its stall timeout
+        "halted": bool(run.summary.get("halted")), "last_round_reporters": run.summary.get("last_round_reporters"),
         "allreduce_s_median": median,
         "allreduce_s_p90": round(spread["p90"], 4) if spread else None,
         "allreduce_s_max": round(spread["max"], 4) if spread else None,
@@ -252,9 +254,13 @@ def criteria(doc: dict[str, Any]) -> list[dict[str, Any]]:
          [f"{_label(r)}: {r['degraded_rounds']} degraded, max {r['bytes_over_model_max']}x" for r in results
           if r["degraded_rounds"] or r["bytes_over_model_max"] is None
           or r["bytes_over_model_max"] > MAX_BYTES_OVER_MODEL])
+    # The bound is a whole fault-free allreduce's: a fleet whose rounds end degraded (members
+    # that gave up waiting, or were dropped) can be fast without meeting it.
     item(f"median allreduce <= {MAX_RATIO_TO_BOUND}x the busiest link's bound, every rate and format",
-         [f"{_label(r)}: {r['ratio_to_bound']}x" for r in results
-          if r["ratio_to_bound"] is None or r["ratio_to_bound"] > MAX_RATIO_TO_BOUND])
+         [f"{_label(r)}: {r['ratio_to_bound']}x" + (f" over {r['degraded_rounds']} degraded rounds"
+                                                    if r["degraded_rounds"] else "")
+          for r in results if r["ratio_to_bound"] is None or r["ratio_to_bound"] > MAX_RATIO_TO_BOUND
+          or r["degraded_rounds"]])
     item(f"float16 and int8 test accuracy within {MAX_ACCURACY_DROP_PP} pp of float32 after "
          f"{doc['rounds']} rounds (same rate)",
          [f"{_label(r)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE
@@ -319,16 +325,30 @@ def _fixed(value: float | None, spec: str = ".2f") -> str | None:
     return None if value is None else format(value, spec)
 
 
+def incomplete(r: dict[str, Any]) -> str | None:
+    """Why a run did not give all its figures (None: it did)."""
+    why = []
+    if not r.get("finished", True):
+        why.append("over its time budget")
+    if r.get("halted"):
+        why.append(f"the fleet halted: no agent reported for the simulator's stall timeout, "
+                   f"{r.get('last_round_reporters')} of {r['nodes']} agents reported the last round")
+    if r.get("error") and not why:
+        why.append(r["error"])
+    return "; ".join(why) or None
+
+
 def criteria_lines(doc: dict[str, Any]) -> list[str]:
+    """The must-show items, decided again from the results (the rule of this code)."""
     return [f"[{'holds' if c['holds'] else 'MISSED'}] {c['criterion']}"
-            + ("" if c["holds"] else ": " + "; ".join(c["misses"])) for c in doc.get("must_show", [])]
+            + ("" if c["holds"] else ": " + "; ".join(c["misses"])) for c in criteria(doc)]
 
 
 def render_table(doc: dict[str, Any]) -> str:
     text = (f"{doc['nodes']} agents, every agent's link limited from round 1, {doc['rounds']} rounds, "
             f"medians from round {doc['measured_from_round']}; bound = busiest link's bytes / rate\n")
     text += format_table(TABLE_HEADERS, table_rows(doc))
-    errors = [f"{_label(r)}: {r['error']}" for r in doc["results"] if r["error"]]
+    errors = [f"{_label(r)}: {incomplete(r)}" for r in doc["results"] if incomplete(r)]
     if errors:
         text += "\n\nerrors:\n" + "\n".join(errors)
     return text + "\n\nissue 19, must show:\n" + "\n".join(criteria_lines(doc))

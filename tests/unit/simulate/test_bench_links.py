@@ -174,6 +174,28 @@ def test_criteria_hold_only_when_every_run_meets_them() -> None:
     assert [c["holds"] for c in shown] == [False, True, True]
 
 
+def test_a_fast_fleet_that_gave_up_waiting_does_not_meet_the_bound() -> None:
+    # agents dropped out: rounds are short and degraded, bytes far below the model's
+    run = _run("float32", seconds=0.5, collapse_at=2)
+    for row in run.rows[2:]:
+        row["allreduce_s_max"], row["bytes_sent"] = 2.0, 1000
+    r = links.run_result(run, 2.0, "float32", 0)
+    assert r["ratio_to_bound"] < 1.5
+    assert links.criteria(_doc([r]))[1]["misses"] == [f"2 MB/s float32: {r['ratio_to_bound']}x over 8 degraded rounds"]
+
+
+def test_why_a_run_is_incomplete() -> None:
+    r = links.run_result(_run(), 6.0, "float32", 0)
+    assert links.incomplete(r) is None
+    r.update(halted=True, last_round_reporters=1, error="edgegrove simulate exited with 1; see /tmp/x")
+    assert links.incomplete(r) == ("the fleet halted: no agent reported for the simulator's stall timeout, "
+                                   "1 of 7 agents reported the last round")
+    r.update(halted=False, finished=False)
+    assert links.incomplete(r) == "over its time budget"
+    r.update(finished=True)
+    assert links.incomplete(r) == "edgegrove simulate exited with 1; see /tmp/x"
+
+
 def test_table_rows_say_rate_wire_and_the_figures() -> None:
     doc = _doc([links.run_result(_run("float16", 12.5), 12.5, "float16", 0)])
     row = links.table_rows(doc)[0]
@@ -244,5 +266,8 @@ def test_the_report_renders_the_section_with_table_criteria_and_plot(tmp_path: P
     text = evaluation.render_links(doc, ctx)
     assert "| 6 | int8 |" in text and "5 of 10" in text
     assert "[MISSED] no degraded round" in text and "6 MB/s int8: 5 degraded" in text
+    assert "**incomplete**" not in text
+    doc["results"][0].update(halted=True, last_round_reporters=2)
+    assert "- **incomplete** 2 MB/s float32: the fleet halted" in evaluation.render_links(doc, ctx)
     assert "![median allreduce" in text and (tmp_path / "img" / "links.png").stat().st_size > 0
     assert any(s.bench == "links" and s.title.startswith("Slow links") for s in evaluation.SECTIONS)
