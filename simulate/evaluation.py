@@ -401,8 +401,9 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
-    parts += [f"- **incomplete** {r['rate_mb_s']:g} MB/s {r['wire_dtype']}: {why}"
-              for r in doc["results"] if (why := incomplete(r))]
+    if lines := [f"- **incomplete** {r['rate_mb_s']:g} MB/s {r['wire_dtype']}: {why}"
+                 for r in doc["results"] if (why := incomplete(r))]:
+        parts.append("\n".join(lines))
     if doc["results"]:
         parts.append("Issue 19's *must show* items these runs decide:\n\n"
                      + "\n".join(f"- {line}" for line in criteria_lines(doc)))
