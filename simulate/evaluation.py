@@ -383,7 +383,13 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def render_links(doc: dict[str, Any], ctx: Context) -> str:
-    from simulate.bench.links import TABLE_HEADERS, criteria_lines, incomplete, table_rows
+    from simulate.bench.links import (
+        TABLE_HEADERS,
+        criteria_lines,
+        incomplete,
+        run_label,
+        table_rows,
+    )
 
     opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
     loads = [r["load_1m_at_start"] for r in doc["results"] if r.get("load_1m_at_start") is not None]
@@ -401,7 +407,7 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
-    if lines := [f"- **incomplete** {r['rate_mb_s']:g} MB/s {r['wire_dtype']}: {why}"
+    if lines := [f"- **incomplete** {run_label(r, doc.get('repeats', 1))}: {why}"
                  for r in doc["results"] if (why := incomplete(r))]:
         parts.append("\n".join(lines))
     if doc["results"]:

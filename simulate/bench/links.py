@@ -244,32 +244,37 @@ def add_accuracy_deltas(results: list[dict[str, Any]]) -> None:
 
 def criteria(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 19's "must show" items this bench measures: text, whether it holds, the worst."""
-    results = doc["results"]
+    results, repeats = doc["results"], doc.get("repeats", 1)
     out: list[dict[str, Any]] = []
 
     def item(text: str, bad: list[str]) -> None:
         out.append({"criterion": text, "holds": bool(results) and not bad, "misses": bad})
 
     item(f"no degraded round and bytes per round <= {MAX_BYTES_OVER_MODEL}x the model's bytes, every rate and format",
-         [f"{_label(r)}: {r['degraded_rounds']} degraded, max {r['bytes_over_model_max']}x" for r in results
+         [f"{run_label(r, repeats)}: {r['degraded_rounds']} degraded, max {r['bytes_over_model_max']}x" for r in results
           if r["degraded_rounds"] or r["bytes_over_model_max"] is None
           or r["bytes_over_model_max"] > MAX_BYTES_OVER_MODEL])
     # The bound is a whole fault-free allreduce's: a fleet whose rounds end degraded (members
     # that gave up waiting, or were dropped) can be fast without meeting it.
     item(f"median allreduce <= {MAX_RATIO_TO_BOUND}x the busiest link's bound, every rate and format",
-         [f"{_label(r)}: {r['ratio_to_bound']}x" + (f" over {r['degraded_rounds']} degraded rounds"
+         [f"{run_label(r, repeats)}: {r['ratio_to_bound']}x" + (f" over {r['degraded_rounds']} degraded rounds"
                                                     if r["degraded_rounds"] else "")
           for r in results if r["ratio_to_bound"] is None or r["ratio_to_bound"] > MAX_RATIO_TO_BOUND
           or r["degraded_rounds"]])
     item(f"float16 and int8 test accuracy within {MAX_ACCURACY_DROP_PP} pp of float32 after "
          f"{doc['rounds']} rounds (same rate)",
-         [f"{_label(r)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE
+         [f"{run_label(r, repeats)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE
           and (r.get("accuracy_vs_float32_pp") is None or abs(r["accuracy_vs_float32_pp"]) > MAX_ACCURACY_DROP_PP)])
     return out
 
 
-def _label(r: dict[str, Any]) -> str:
-    return f"{r['rate_mb_s']:g} MB/s {r['wire_dtype']}" + (f" #{r['repeat'] + 1}" if r["repeat"] else "")
+def run_label(r: dict[str, Any], repeats: int) -> str:
+    """Rate and wire format, and which run when every cell ran more than once."""
+    return f"{r['rate_mb_s']:g} MB/s {_wire(r, repeats)}"
+
+
+def _wire(r: dict[str, Any], repeats: int) -> str:
+    return r["wire_dtype"] + (f" #{r['repeat'] + 1}" if repeats > 1 else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -312,8 +317,7 @@ TABLE_HEADERS = ["MB/s", "wire", "median allreduce s", "bound s", "x bound", "de
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for r in doc["results"]:
-        wire_label = r["wire_dtype"] + (f" #{r['repeat'] + 1}" if doc.get("repeats", 1) > 1 else "")
-        rows.append([f"{r['rate_mb_s']:g}", wire_label, r["allreduce_s_median"], r["bound_s"],
+        rows.append([f"{r['rate_mb_s']:g}", _wire(r, doc.get("repeats", 1)), r["allreduce_s_median"], r["bound_s"],
                      _fixed(r["ratio_to_bound"]), f"{r['degraded_rounds']} of {r['rounds']}",
                      _fixed(r["bytes_over_model_median"]), _fixed(r["bytes_over_model_max"]), pct(r["accuracy"]),
                      _fixed(r.get("accuracy_vs_float32_pp"), "+.2f")])
@@ -348,7 +352,7 @@ def render_table(doc: dict[str, Any]) -> str:
     text = (f"{doc['nodes']} agents, every agent's link limited from round 1, {doc['rounds']} rounds, "
             f"medians from round {doc['measured_from_round']}; bound = busiest link's bytes / rate\n")
     text += format_table(TABLE_HEADERS, table_rows(doc))
-    errors = [f"{_label(r)}: {incomplete(r)}" for r in doc["results"] if incomplete(r)]
+    errors = [f"{run_label(r, doc.get('repeats', 1))}: {why}" for r in doc["results"] if (why := incomplete(r))]
     if errors:
         text += "\n\nerrors:\n" + "\n".join(errors)
     return text + "\n\nissue 19, must show:\n" + "\n".join(criteria_lines(doc))

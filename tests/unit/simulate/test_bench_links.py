@@ -203,8 +203,13 @@ def test_table_rows_say_rate_wire_and_the_figures() -> None:
     assert row[8] == "90.00 %" and row[9] is None  # no float32 run to compare with
     text = links.render_table(doc)
     assert "median allreduce s" in text and "[holds] no degraded round" in text
-    repeated = _doc([links.run_result(_run(), 6.0, "float32", 1)], repeats=2)
-    assert links.table_rows(repeated)[0][1] == "float32 #2"
+    repeated = _doc([links.run_result(_run(), 6.0, "float32", 0),
+                     links.run_result(_run(collapse_at=5), 6.0, "float32", 1)], repeats=2)
+    assert [row[1] for row in links.table_rows(repeated)] == ["float32 #1", "float32 #2"]
+    assert repeated["must_show"][0]["misses"] == ["6 MB/s float32 #2: 5 degraded, max 1.9x"]
+    first = _doc([links.run_result(_run(collapse_at=5), 6.0, "float32", 0),
+                  links.run_result(_run(), 6.0, "float32", 1)], repeats=2)
+    assert first["must_show"][0]["misses"] == ["6 MB/s float32 #1: 5 degraded, max 1.9x"]
 
 
 # -- arguments and scenarios --------------------------------------------------------------
