@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -384,6 +385,77 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
         markdown_table(TABLE_HEADERS, table_rows(doc))])
 
 
+def render_links(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.links import (
+        TABLE_HEADERS,
+        criteria_lines,
+        incomplete,
+        run_label,
+        table_rows,
+    )
+
+    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    loads = [r["load_1m_at_start"] for r in doc["results"] if r.get("load_1m_at_start") is not None]
+    parts = [f"{doc['nodes']} agents, {doc['rounds']} rounds per run, every agent's link limited from "
+             f"round 1; {doc.get('method', '')}. Extra agent options: {opts}. *median allreduce*: the "
+             f"slowest agent's allreduce phase, median over the rounds from round "
+             f"{doc['measured_from_round']} on. *bound*: the busiest link's bound, the most bytes "
+             "(MQTT packets: data chunks and their ACKs) one fault-free allreduce moves through one "
+             "agent's proxy in one direction, over the rate: an inner node of the binary tree, ~3 x "
+             "the vector each way at the wire's bytes per value. *bytes/model*: link bytes the agents "
+             "sent per round over the wire frames of one fault-free allreduce (median and max over "
+             "the same rounds). *accuracy*: the full test set after the last round, the same rounds "
+             "for every wire format; *vs float32*: minus float32's at the same rate (pp)."
+             + (f" The host's 1-minute load average at the runs' starts: {min(loads):.1f} – "
+                f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
+                "(other processes, such as other fleets, shared the CPU)." if loads else ""),
+             markdown_table(TABLE_HEADERS, table_rows(doc))]
+    if lines := [f"- **incomplete** {run_label(r, doc.get('repeats', 1))}: {why}"
+                 for r in doc["results"] if (why := incomplete(r))]:
+        parts.append("\n".join(lines))
+    if doc["results"]:
+        parts.append("Issue 19's *must show* items these runs decide:\n\n"
+                     + "\n".join(f"- {line}" for line in criteria_lines(doc)))
+    if any(r.get("allreduce_s_median") is not None for r in doc["results"]):
+        parts.append(ctx.image("links.png", lambda p: _plot_links(doc, p),
+                               "median allreduce and its ratio to the busiest link's bound vs link rate"))
+    return "\n\n".join(parts)
+
+
+def _plot_links(doc: dict[str, Any], path: Path) -> None:
+    from simulate.bench.links import MAX_RATIO_TO_BOUND
+
+    plt = _pyplot()
+    fig, (times, ratios) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, dtype in enumerate(dict.fromkeys(r["wire_dtype"] for r in doc["results"])):
+        rows = [r for r in doc["results"] if r["wire_dtype"] == dtype and r.get("allreduce_s_median")]
+        color = f"C{i}"
+        by_rate = sorted({r["rate_mb_s"] for r in rows})
+        for ax, key in ((times, "allreduce_s_median"), (ratios, "ratio_to_bound")):
+            ax.plot([r["rate_mb_s"] for r in rows], [r[key] for r in rows], "o", color=color, alpha=0.5)
+            ax.plot(by_rate, [statistics.median(r[key] for r in rows if r["rate_mb_s"] == x) for x in by_rate],
+                    "-", color=color, label=dtype if ax is ratios else f"{dtype}, median")
+            bad = [r for r in rows if r["degraded_rounds"]]
+            ax.plot([r["rate_mb_s"] for r in bad], [r[key] for r in bad], "o", ms=11, mfc="none", mec="red")
+        bounds = sorted({(r["rate_mb_s"], r["bound_s"]) for r in rows})
+        times.plot([b[0] for b in bounds], [b[1] for b in bounds], "x:", color=color, label=f"{dtype}, bound")
+    ratios.axhline(MAX_RATIO_TO_BOUND, color="grey", ls="--", lw=1, label=f"{MAX_RATIO_TO_BOUND}x (issue 19)")
+    times.set(xscale="log", yscale="log", xlabel="link rate per agent, each way (MB/s)",
+              ylabel="allreduce (s)", title=f"{doc['nodes']} agents, every link limited")
+    if any(r["degraded_rounds"] for r in doc["results"]):
+        ratios.plot([], [], "o", ms=11, mfc="none", mec="red", label="run with degraded rounds")
+    ratios.set(xscale="log", xlabel="link rate per agent, each way (MB/s)",
+               ylabel="median allreduce / busiest link's bound", ylim=(0, None))
+    rates = sorted({r["rate_mb_s"] for r in doc["results"]})
+    for ax in (times, ratios):
+        ax.minorticks_off()
+        ax.set_xticks(rates, [f"{x:g}" for x in rates])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def render_allreduce_reference() -> str:
     rows = [[f"{timeout} s", nodes, *(f"{v:.3f}" for v in values)] for timeout, table in THESIS_STEP_S.items()
             for nodes, values in table.items()]
@@ -442,6 +514,12 @@ SECTIONS: tuple[Section, ...] = (
             "the round it goes silent in costs, the rounds while it is silent, and how fast it "
             "is back with the fleet's model.",
             render_silent),
+    Section("links", "Slow links: every agent's link limited, by wire format (issue 19)",
+            "edgegrove bench links --out docs/results/links.json",
+            "Every agent's link limited to 2, 6, 12.5 or 50 MB/s each way from round 1 (its TCP "
+            "proxy), float32, float16 and int8 on the wire: allreduce time against the busiest "
+            "link's bound, degraded rounds (a congestion collapse), bytes per round, accuracy.",
+            render_links),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",

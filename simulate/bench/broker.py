@@ -98,38 +98,67 @@ class AllreduceTraffic:
         return {**asdict(self), "total_bytes": self.total_bytes}
 
 
+@dataclass(frozen=True)
+class Publish:
+    """One PUBLISH of a fault-free allreduce: who sends it, who receives it, its size."""
+
+    sender: int
+    receiver: int
+    topic: str
+    frame_bytes: int  # the wire frame (what the agents count as bytes sent)
+
+    @property
+    def mqtt_bytes(self) -> int:
+        """The PUBLISH packet (what the broker and an agent's TCP connection carry)."""
+        return mqtt_publish_bytes(self.topic, self.frame_bytes)
+
+
+def allreduce_publishes(
+    nodes: int, *, n_values: int = MODEL_VALUES, chunk_values: int = CHUNK_VALUES,
+    dtype: wire.DType = wire.DType.F32, arity: int = 2, acks: bool = True,
+    prefix: str = "edgegrove/job",
+) -> Iterator[Publish]:
+    """Every PUBLISH of one fault-free allreduce on a tree of ``nodes`` (ids 0..n-1).
+
+    Each tree edge carries the gradient twice, chunk by chunk: the child's subtree mean up
+    (reduce) and the root's mean down (broadcast); every chunk is ACKed by its receiver.
+    """
+    if nodes < 1 or n_values < 1 or chunk_values < 1:
+        raise ValueError("nodes, n_values and chunk_values must be >= 1")
+    tree = Tree.of(range(nodes), arity)
+    chunks = math.ceil(n_values / chunk_values)
+    sizes = [min(chunk_values, n_values - i * chunk_values) for i in range(chunks)]
+    everyone = frozenset(range(nodes))
+    for child in tree.members:
+        parent = tree.parent(child)
+        if parent is None:
+            continue
+        for contributors, sender, receiver in ((tree.subtree(child), child, parent),
+                                               (everyone, parent, child)):
+            data_topic, ack_topic = f"{prefix}/link/{sender}/{receiver}", f"{prefix}/link/{receiver}/{sender}"
+            for n in sizes:
+                yield Publish(sender, receiver, data_topic, frame_bytes(n, contributors, dtype))
+                if acks:
+                    yield Publish(receiver, sender, ack_topic, frame_bytes(0, contributors))
+
+
 def allreduce_traffic(
     nodes: int, *, n_values: int = MODEL_VALUES, chunk_values: int = CHUNK_VALUES,
     dtype: wire.DType = wire.DType.F32, arity: int = 2, acks: bool = True,
     subscribers_per_link: int = 1, prefix: str = "edgegrove/job",
 ) -> AllreduceTraffic:
-    """Bytes through the broker for one allreduce on a tree of ``nodes`` (ids 0..n-1).
-
-    Each tree edge carries the gradient twice, chunk by chunk: the child's subtree mean up
-    (reduce) and the root's mean down (broadcast); every chunk is ACKed. Each PUBLISH enters
-    the broker once and leaves it once per subscriber of its link topic.
+    """Bytes through the broker for one allreduce on a tree of ``nodes`` (ids 0..n-1): every
+    PUBLISH of ``allreduce_publishes`` enters the broker once and leaves it once per
+    subscriber of its link topic.
     """
-    if nodes < 1 or n_values < 1 or chunk_values < 1 or subscribers_per_link < 1:
-        raise ValueError("nodes, n_values, chunk_values and subscribers_per_link must be >= 1")
-    tree = Tree.of(range(nodes), arity)
-    chunks = math.ceil(n_values / chunk_values)
-    sizes = [min(chunk_values, n_values - i * chunk_values) for i in range(chunks)]
-    everyone = frozenset(range(nodes))
-    messages = ingress = 0
-    for child in tree.members:
-        parent = tree.parent(child)
-        if parent is None:
-            continue
-        up, down = f"{prefix}/link/{child}/{parent}", f"{prefix}/link/{parent}/{child}"
-        for contributors, data_topic, ack_topic in ((tree.subtree(child), up, down),
-                                                    (everyone, down, up)):
-            for n in sizes:
-                ingress += mqtt_publish_bytes(data_topic, frame_bytes(n, contributors, dtype))
-                messages += 1
-                if acks:
-                    ingress += mqtt_publish_bytes(ack_topic, frame_bytes(0, contributors))
-                    messages += 1
-    return AllreduceTraffic(nodes, chunks, messages, ingress, ingress * subscribers_per_link)
+    if subscribers_per_link < 1:
+        raise ValueError("subscribers_per_link must be >= 1")
+    packets = [p.mqtt_bytes for p in allreduce_publishes(
+        nodes, n_values=n_values, chunk_values=chunk_values, dtype=dtype, arity=arity, acks=acks,
+        prefix=prefix)]
+    ingress = sum(packets)
+    return AllreduceTraffic(nodes, math.ceil(n_values / chunk_values), len(packets), ingress,
+                            ingress * subscribers_per_link)
 
 
 def bound_seconds(bytes_through_broker: float, throughput: float) -> float:

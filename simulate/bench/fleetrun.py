@@ -45,6 +45,10 @@ class FleetScenario:
     fault_heal: int | None = None
     via: str = "broker"
     per_node_loss: float = 0.0  # each agent drops sent and received link frames with this p
+    # each agent's TCP proxy limits each direction to this many bytes/s from round
+    # ``bandwidth_at`` on (0: no limit)
+    per_node_bandwidth: float = 0.0
+    bandwidth_at: int = 1
 
     def toml(self) -> str:
         """The scenario as the simulator's TOML."""
@@ -59,6 +63,11 @@ class FleetScenario:
             for node in range(self.nodes):
                 lines += ["", "[[faults]]", 'kind = "loss"', f"node = {node}",
                           f"p = {self.per_node_loss:.6f}", "at_round = 0"]
+        if self.per_node_bandwidth > 0:
+            for node in range(self.nodes):
+                lines += ["", "[[faults]]", 'kind = "bandwidth"', f"node = {node}",
+                          f"bytes_per_second = {self.per_node_bandwidth:.0f}",
+                          f"at_round = {self.bandwidth_at}"]
         return "\n".join(lines) + "\n"
 
 

@@ -141,3 +141,13 @@ def test_table_shows_errors_and_the_bound() -> None:
     assert [t["nodes"] for t in doc["bound"]["trees"]] == [7, 15, 31, 63]
     text = broker.render_table(doc)
     assert "error: boom" in text and "bound ms" in text
+
+
+def test_publishes_name_sender_and_receiver_of_every_data_chunk_and_ack() -> None:
+    pubs = list(broker.allreduce_publishes(2, n_values=100, chunk_values=40, prefix="p"))
+    assert [(p.sender, p.receiver, p.topic) for p in pubs] == (
+        [(1, 0, "p/link/1/0"), (0, 1, "p/link/0/1")] * 3 + [(0, 1, "p/link/0/1"), (1, 0, "p/link/1/0")] * 3)
+    assert [p.frame_bytes for p in pubs[:2]] == [broker.frame_bytes(40, frozenset({1})), broker.frame_bytes(0, frozenset({1}))]
+    assert pubs[0].mqtt_bytes == broker.mqtt_publish_bytes("p/link/1/0", pubs[0].frame_bytes)
+    assert sum(p.mqtt_bytes for p in pubs) == broker.allreduce_traffic(2, n_values=100, chunk_values=40,
+                                                                       prefix="p").ingress_bytes

@@ -1,0 +1,358 @@
+"""`edgegrove bench links`: slow links (issue 19), every agent's link limited from round 1.
+
+For every link rate in --rates (MB/s, MB = 10^6 bytes) and every wire format in --wires:
+one real run (--repeats runs) of --nodes agents on real mosquitto (`edgegrove simulate`,
+one agent process per node, ft-tree, default agent options), --rounds rounds, in which every
+agent's TCP proxy limits each direction of its broker connection to the rate from round 1
+on (the simulator's `bandwidth` fault on every agent). The test set is evaluated at round 0
+and after the last round only. One table row per run:
+
+MEDIAN ALLREDUCE: the slowest agent's allreduce phase per round, median over the rounds
+from round 2 on (round 0 is not limited; the limit starts while the fastest agent enters
+round 1).
+
+BOUND: the busiest link's bound. Over all agents and both directions of their connection,
+the most bytes one fault-free allreduce moves through one agent's proxy, divided by the
+rate. Counted exactly from the tree the agents build (binary, heap order, chunks of the
+agents' chunk_size, 262,144 values by default): every PUBLISH an agent sends goes up
+through its proxy, every one it receives comes down through it, each as MQTT packet bytes
+(fixed header, topic, wire frame: header, contributor bitmap, values at the wire's bytes
+per value, CRC), data chunks and one ACK per chunk. An inner node of the binary tree is the
+busiest, with ~3 x the vector each way (up: its subtree's mean to its parent and the result
+to its two children; down: its children's means and the result), so at 7 agents in float32
+3 x 1.63 MB = 4.9 MB each way (0.39 s at 12.5 MB/s), a quarter of it in int8. A lower
+bound: it ignores the broker, the CPU, and that a node forwards a chunk only once it has
+it whole (the pipeline's fill and drain).
+
+X BOUND: median allreduce / bound. DEGRADED ROUNDS: rounds in which any agent reported a
+degraded round, of all rounds. BYTES/MODEL: per round, the link bytes the agents sent
+(telemetry, summed over agents) over the wire frames of one fault-free allreduce (the
+bound's count without MQTT headers); median and max over the rounds from round 2 on.
+ACCURACY: test accuracy (all 10,000 test images, mean over agents) after the last round,
+the same number of rounds for every wire format; VS FLOAT32: its difference from float32's
+at the same rate, in percentage points.
+
+Other processes on the host (other fleets) share its CPU and slow the agents down: each run
+records the 1-minute load average at its start. Issue 19's "must show" criteria that these
+figures decide are checked at the end of the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agent.protocol import wire
+from agent.protocol.allreduce import DEFAULT_CHUNK_VALUES
+from agent.validate import UsageError, arg, one_line, output_dir, positive_seconds, whole
+from simulate.bench.accuracy import agent_options, curve, pct
+from simulate.bench.allreduce import WARMUP_ROUNDS, split_rounds
+from simulate.bench.broker import allreduce_publishes
+from simulate.bench.common import (
+    add_output_arguments,
+    document,
+    emit,
+    format_table,
+    progress,
+    summary,
+)
+from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
+
+DESCRIPTION = __doc__
+DEFAULT_RATES = (2.0, 6.0, 12.5, 50.0)  # MB/s: slow Wi-Fi, Wi-Fi, 100 Mbit/s Ethernet, fast
+WIRES = tuple(wire.WIRE_DTYPES)  # float32, float16, int8
+REFERENCE_WIRE = "float32"
+ARITY = 2  # the agents' default tree
+MIN_RATE_MB_S = 0.001  # the bandwidth fault's floor: 1000 bytes/s
+# Options the bench sets itself in every run.
+OWN_OPTIONS = frozenset({"wire_dtype", "eval_every", "eval_samples"})
+# Issue 19's "must show" bounds.
+MAX_BYTES_OVER_MODEL = 1.1
+MAX_RATIO_TO_BOUND = 1.5
+MAX_ACCURACY_DROP_PP = 0.3
+
+
+def rate_mb_s(text: str) -> float:
+    """A link rate in MB/s (10^6 bytes per second), at least 0.001 and finite."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise UsageError(f"{text!r} is not a link rate: give MB/s, e.g. 6 or 12.5") from None
+    if not MIN_RATE_MB_S <= value < math.inf:
+        raise UsageError(f"{text} is not a usable link rate: give MB/s >= {MIN_RATE_MB_S:g}, e.g. 6 or 12.5")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=arg(whole(2, 256, "a fleet size")), default=7,
+                        help="agents in every fleet")
+    parser.add_argument("--rates", type=arg(rate_mb_s), nargs="+", default=list(DEFAULT_RATES),
+                        metavar="MB_S", help="link rates, MB/s (10^6 bytes/s) each way through every agent's proxy")
+    parser.add_argument("--wires", nargs="+", choices=WIRES, default=list(WIRES),
+                        help="wire formats of the values (agent option wire_dtype)")
+    parser.add_argument("--rounds", type=arg(whole(WARMUP_ROUNDS + 1, None, "a number of rounds")), default=30,
+                        help=f"rounds of every run (the medians leave out the first {WARMUP_ROUNDS})")
+    parser.add_argument("--repeats", type=arg(whole(1, None, "a number of runs")), default=1,
+                        help="runs of every rate and wire format (one table row each)")
+    parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra agent option for every run, e.g. round_deadline=8 (repeatable; "
+                             f"not {', '.join(sorted(OWN_OPTIONS))}: the bench sets them)")
+    parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
+                        help="wall-clock budget of one run in seconds (interrupted after it)")
+    parser.add_argument("--keep", type=arg(output_dir), default=None, metavar="DIR",
+                        help="keep the run directories in DIR (default %(default)s: a temporary "
+                             "directory, removed at the end)")
+    add_output_arguments(parser)
+
+
+# ---------------------------------------------------------------------------------------
+# The model of one round: bytes per link and the bound
+# ---------------------------------------------------------------------------------------
+
+def _topic_prefix() -> str:
+    """The topics' prefix in a simulator run (its job name has a fixed length)."""
+    from simulate.cli import fresh_job_name
+
+    return f"edgegrove/{fresh_job_name()}"
+
+
+def link_loads(nodes: int, wire_dtype: str, chunk_values: int = DEFAULT_CHUNK_VALUES,
+               prefix: str = "edgegrove/job") -> tuple[dict[tuple[int, str], int], int]:
+    """Bytes through every agent's proxy in one fault-free allreduce, by (agent, "up" | "down"):
+    the MQTT bytes of every PUBLISH it sends (up) or receives (down); and the wire frames of
+    the whole allreduce (what the agents' telemetry counts as bytes sent, summed over agents)."""
+    loads: Counter[tuple[int, str]] = Counter()
+    model_bytes = 0
+    for publish in allreduce_publishes(nodes, chunk_values=chunk_values, dtype=wire.WIRE_DTYPES[wire_dtype],
+                                       arity=ARITY, prefix=prefix):
+        loads[publish.sender, "up"] += publish.mqtt_bytes
+        loads[publish.receiver, "down"] += publish.mqtt_bytes
+        model_bytes += publish.frame_bytes
+    return dict(loads), model_bytes
+
+
+def link_bound(nodes: int, wire_dtype: str, rate_mb: float, chunk_values: int = DEFAULT_CHUNK_VALUES,
+               prefix: str = "edgegrove/job") -> dict[str, Any]:
+    """The busiest link of one fault-free allreduce (``link_loads``: the most bytes through one
+    agent's proxy in one direction; the lowest id on a tie) and its bound at ``rate_mb`` MB/s."""
+    if rate_mb <= 0:
+        raise ValueError(f"rate must be positive, got {rate_mb}")
+    loads, model_bytes = link_loads(nodes, wire_dtype, chunk_values, prefix)
+    (node, direction), busiest = max(loads.items(), key=lambda x: (x[1], -x[0][0]), default=((0, "up"), 0))
+    return {"node": node, "direction": direction, "bytes": busiest, "model_bytes": model_bytes,
+            "bound_s": round(busiest / (rate_mb * 1e6), 5)}
+
+
+# ---------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------
+
+def plan(args: argparse.Namespace) -> list[tuple[float, str, int]]:
+    """(rate MB/s, wire, repeat) of every run: rate by rate, every wire at each rate."""
+    return [(rate, dtype, i) for rate in args.rates for dtype in args.wires for i in range(args.repeats)]
+
+
+def extra_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The --agent-option pairs; a UsageError if one is malformed or is the bench's own."""
+    from simulate.scenario import ScenarioError
+
+    try:
+        options = agent_options(args.agent_option)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from None
+    own = sorted(set(options) & OWN_OPTIONS)
+    if own:
+        raise UsageError(f"--agent-option {', '.join(own)}: the bench sets it itself (--wires, "
+                         "evaluation after the last round)")
+    return options
+
+
+def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int) -> FleetScenario:
+    # Evaluated at round 0 (0 % rounds == 0) and at the last round (an agent always is).
+    agent = {**extra_options(args), "wire_dtype": dtype, "eval_every": args.rounds, "eval_samples": 10000}
+    name = f"links-{args.nodes}-{rate:g}MBs-{dtype}" + (f"-{repeat + 1}" if args.repeats > 1 else "")
+    return FleetScenario(name, args.nodes, args.rounds, agent, per_node_bandwidth=rate * 1e6)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Everything about the arguments that argparse cannot see, before anything starts: the
+    agent options and every run's scenario as the simulator will read it."""
+    from simulate.scenario import ScenarioError, parse_scenario
+
+    for rate, dtype, repeat in plan(args):
+        spec = scenario_for(args, rate, dtype, repeat)
+        try:
+            parse_scenario(spec.toml(), spec.name)
+        except ScenarioError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def chunk_values(spec: FleetScenario) -> int:
+    """Values per chunk in the run: the agents' default unless an agent option set it."""
+    return int(spec.agent.get("chunk_size", DEFAULT_CHUNK_VALUES))
+
+
+def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str = "edgegrove/job",
+               load: float | None = None) -> dict[str, Any]:
+    """One run's figures (see the module's description)."""
+    spec = run.scenario
+    bound = link_bound(spec.nodes, dtype, rate, chunk_values(spec), prefix)
+    times = split_rounds(run.rows, None, None)["fault_free"]
+    measured = [r for r in run.rows if int(r["round"]) >= WARMUP_ROUNDS]
+    over = [float(r.get("bytes_sent") or 0) / bound["model_bytes"] for r in measured]
+    spread = summary(times) if times else None
+    median = round(spread["median"], 4) if spread else None
+    points = curve(run)
+    last = points[-1] if points and points[-1]["round"] == spec.rounds - 1 else None
+    return {
+        "rate_mb_s": rate, "wire_dtype": dtype, "repeat": repeat, "nodes": spec.nodes,
+        "rounds": len(run.rows), "rounds_planned": spec.rounds, "finished": run.finished,
+        "error": run.error, "wall_seconds": round(run.wall_seconds, 1), "load_1m_at_start": load,
+        # the simulator stopped waiting: no agent reported for its stall timeout
+        "halted": bool(run.summary.get("halted")), "last_round_reporters": run.summary.get("last_round_reporters"),
+        "allreduce_s_median": median,
+        "allreduce_s_p90": round(spread["p90"], 4) if spread else None,
+        "allreduce_s_max": round(spread["max"], 4) if spread else None,
+        "busiest_link": {k: bound[k] for k in ("node", "direction", "bytes")}, "chunk_values": chunk_values(spec),
+        "model_bytes": bound["model_bytes"], "bound_s": bound["bound_s"],
+        "ratio_to_bound": round(median / bound["bound_s"], 2) if median is not None else None,
+        "degraded_rounds": sum(1 for r in run.rows if (r.get("degraded_nodes") or 0) > 0),
+        "bytes_over_model_median": round(statistics.median(over), 3) if over else None,
+        "bytes_over_model_max": round(max(over), 3) if over else None,
+        "timeouts": sum(int(r.get("timeouts") or 0) for r in run.rows),
+        "reroutes": sum(int(r.get("reroutes") or 0) for r in run.rows),
+        "accuracy": None if last is None else last["accuracy"],
+        "accuracy_round": None if last is None else last["round"],
+        "allreduce_s_by_round": [r.get("allreduce_s_max") for r in run.rows],
+    }
+
+
+def add_accuracy_deltas(results: list[dict[str, Any]]) -> None:
+    """Each run's accuracy minus float32's at the same rate and repeat (percentage points)."""
+    for r in results:
+        ref = next((x for x in results if x["wire_dtype"] == REFERENCE_WIRE and x["rate_mb_s"] == r["rate_mb_s"]
+                    and x["repeat"] == r["repeat"]), None)
+        ok = ref is not None and ref["accuracy"] is not None and r["accuracy"] is not None
+        r["accuracy_vs_float32_pp"] = round(100 * (r["accuracy"] - ref["accuracy"]), 2) if ok and ref else None
+
+
+def criteria(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 19's "must show" items this bench measures: text, whether it holds, the worst."""
+    results, repeats = doc["results"], doc.get("repeats", 1)
+    out: list[dict[str, Any]] = []
+
+    def item(text: str, bad: list[str]) -> None:
+        out.append({"criterion": text, "holds": bool(results) and not bad, "misses": bad})
+
+    item(f"no degraded round and bytes per round <= {MAX_BYTES_OVER_MODEL}x the model's bytes, every rate and format",
+         [f"{run_label(r, repeats)}: {r['degraded_rounds']} degraded, max {r['bytes_over_model_max']}x" for r in results
+          if r["degraded_rounds"] or r["bytes_over_model_max"] is None
+          or r["bytes_over_model_max"] > MAX_BYTES_OVER_MODEL])
+    # The bound is a whole fault-free allreduce's: a fleet whose rounds end degraded (members
+    # that gave up waiting, or were dropped) can be fast without meeting it.
+    item(f"median allreduce <= {MAX_RATIO_TO_BOUND}x the busiest link's bound, every rate and format",
+         [f"{run_label(r, repeats)}: {r['ratio_to_bound']}x" + (f" over {r['degraded_rounds']} degraded rounds"
+                                                    if r["degraded_rounds"] else "")
+          for r in results if r["ratio_to_bound"] is None or r["ratio_to_bound"] > MAX_RATIO_TO_BOUND
+          or r["degraded_rounds"]])
+    item(f"float16 and int8 test accuracy within {MAX_ACCURACY_DROP_PP} pp of float32 after "
+         f"{doc['rounds']} rounds (same rate)",
+         [f"{run_label(r, repeats)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE
+          and (r.get("accuracy_vs_float32_pp") is None or abs(r["accuracy_vs_float32_pp"]) > MAX_ACCURACY_DROP_PP)])
+    return out
+
+
+def run_label(r: dict[str, Any], repeats: int) -> str:
+    """Rate and wire format, and which run when every cell ran more than once."""
+    return f"{r['rate_mb_s']:g} MB/s {_wire(r, repeats)}"
+
+
+def _wire(r: dict[str, Any], repeats: int) -> str:
+    return r["wire_dtype"] + (f" #{r['repeat'] + 1}" if repeats > 1 else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        check(args)
+    except UsageError as exc:
+        progress(f"edgegrove bench links: {one_line(str(exc))}")
+        return 2
+    cells = plan(args)
+    prefix = _topic_prefix()
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="edgegrove-bench-links-") as tmp:
+        root = args.keep or Path(tmp)
+        for i, (rate, dtype, repeat) in enumerate(cells):
+            spec = scenario_for(args, rate, dtype, repeat)
+            load = round(os.getloadavg()[0], 2)
+            progress(f"bench links: run {i + 1}/{len(cells)}: {rate:g} MB/s, {dtype}"
+                     + (f", repeat {repeat + 1}/{args.repeats}" if args.repeats > 1 else "")
+                     + f" (load {load})")
+            r = run_result(run_fleet(spec, root / spec.name, args.budget), rate, dtype, repeat, prefix, load)
+            results.append(r)
+            progress(f"  -> median allreduce {r['allreduce_s_median']} s (bound {r['bound_s']} s), "
+                     f"{r['degraded_rounds']} degraded, bytes/model max {r['bytes_over_model_max']}, "
+                     f"accuracy {r['accuracy']}" + (f", error: {r['error']}" if r["error"] else ""))
+    add_accuracy_deltas(results)
+    doc = document("links", nodes=args.nodes, rounds=args.rounds, repeats=args.repeats, arity=ARITY,
+                   measured_from_round=WARMUP_ROUNDS, agent_options=extra_options(args), results=results,
+                   method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
+                           "ft-tree, default agent options; every agent's TCP proxy limits each "
+                           "direction to the rate from round 1 (bandwidth fault)"))
+    doc["must_show"] = criteria(doc)
+    emit(doc, args, render_table(doc))
+    return 1 if any(r["error"] for r in results) else 0
+
+
+TABLE_HEADERS = ["MB/s", "wire", "median allreduce s", "bound s", "x bound", "degraded rounds",
+                 "bytes/model median", "bytes/model max", "accuracy", "vs float32 pp"]
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for r in doc["results"]:
+        rows.append([f"{r['rate_mb_s']:g}", _wire(r, doc.get("repeats", 1)), r["allreduce_s_median"], r["bound_s"],
+                     _fixed(r["ratio_to_bound"]), f"{r['degraded_rounds']} of {r['rounds']}",
+                     _fixed(r["bytes_over_model_median"]), _fixed(r["bytes_over_model_max"]), pct(r["accuracy"]),
+                     _fixed(r.get("accuracy_vs_float32_pp"), "+.2f")])
+    return rows
+
+
+def _fixed(value: float | None, spec: str = ".2f") -> str | None:
+    """Two decimals (3 significant digits would print 0.996 as 1 and hide what it is)."""
+    return None if value is None else format(value, spec)
+
+
+def incomplete(r: dict[str, Any]) -> str | None:
+    """Why a run did not give all its figures (None: it did)."""
+    why = []
+    if not r.get("finished", True):
+        why.append("over its time budget")
+    if r.get("halted"):
+        why.append(f"the fleet halted: no agent reported for the simulator's stall timeout, "
+                   f"{r.get('last_round_reporters')} of {r['nodes']} agents reported the last round")
+    if r.get("error") and not why:
+        why.append(r["error"])
+    return "; ".join(why) or None
+
+
+def criteria_lines(doc: dict[str, Any]) -> list[str]:
+    """The must-show items, decided again from the results (the rule of this code)."""
+    return [f"[{'holds' if c['holds'] else 'MISSED'}] {c['criterion']}"
+            + ("" if c["holds"] else ": " + "; ".join(c["misses"])) for c in criteria(doc)]
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    text = (f"{doc['nodes']} agents, every agent's link limited from round 1, {doc['rounds']} rounds, "
+            f"medians from round {doc['measured_from_round']}; bound = busiest link's bytes / rate\n")
+    text += format_table(TABLE_HEADERS, table_rows(doc))
+    errors = [f"{run_label(r, doc.get('repeats', 1))}: {why}" for r in doc["results"] if (why := incomplete(r))]
+    if errors:
+        text += "\n\nerrors:\n" + "\n".join(errors)
+    return text + "\n\nissue 19, must show:\n" + "\n".join(criteria_lines(doc))
