@@ -234,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
                    method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
                            "default adaptive timeouts; SIGSTOP/SIGCONT for a hang, SIGKILL and a "
                            "restart from the checkpoint for a crash; times are the slowest "
-                           "survivor's allreduce from the agents' telemetry"))
+                           "survivor's allreduce (plus any wait for the round to start) from "
+                           "the agents' telemetry"))
     emit(doc, args, render_table(doc))
     return 1 if any(r["error"] for r in results) else 0
 
