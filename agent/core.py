@@ -268,7 +268,7 @@ class AgentCore:
         self.connected = True  # to the broker (the transport tells us when it drops)
         self.root_wait_until: float | None = None  # waiting for a view without a dead root
         self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
-        self.blocked_since: dict[int, float] = {}  # round -> since when it could not start
+        self.blocked: tuple[int, float] | None = None  # (round, since when) it could not start
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -653,27 +653,26 @@ class AgentCore:
         if self.done:
             return out + self._start_linger(now)
         view = self.membership.view_for(self.round)
-        root_down = view is not None and self.node in view.members and self._root_is_down(view, now)
+        root_down = self._dead_root_blocks(view, now)
         if not root_down:
             # Not while a dead root blocks this round: nobody can have run it on that tree,
             # so the coordinator's view without the root may still apply from it (it counts
             # from the rounds we ran); before, that view came for the round after and this
             # one waited the whole root wait (5 s) on every member.
             out += self.membership.round_started(self.round, now)
-            newer = self.membership.view_for(self.round)
-            if newer is not view and newer is not None and self.node in newer.members:
-                root_down = self._root_is_down(newer, now)
-            view = newer
+            if (newer := self.membership.view_for(self.round)) is not view:
+                view, root_down = newer, self._dead_root_blocks(newer, now)
         if view is None:
             return out
         if self.node not in view.members:
             return out + self._rejoin()
         if root_down or not self.connected or self._mostly_down(view):
-            self.blocked_since.setdefault(self.round, now)
+            if self.blocked is None or self.blocked[0] != self.round:
+                self.blocked = (self.round, now)
             return out
-        waited = now - self.blocked_since.pop(self.round, now)
-        self.blocked_since = {r: t for r, t in self.blocked_since.items() if r > self.round}
-        self.current = _RoundInProgress(view=view, started=now, waited=waited)
+        since = self.blocked[1] if self.blocked is not None and self.blocked[0] == self.round else now
+        self.blocked = None
+        self.current = _RoundInProgress(view=view, started=now, waited=now - since)
         self.phase = Phase.COMPUTING
         # Machines older than the last finished round have nothing left to answer.
         for r in [r for r in self.machines if r < self.round - ANSWERING_ROUNDS]:
@@ -718,6 +717,9 @@ class AgentCore:
         alone we would race through rounds nobody else runs. Wait for the view to change."""
         up = [m for m in view.members if m == self.node or not self.membership.is_down(m)]
         return len(view.members) > 2 and len(up) * 2 <= len(view.members)
+
+    def _dead_root_blocks(self, view: View | None, now: float) -> bool:
+        return view is not None and self.node in view.members and self._root_is_down(view, now)
 
     def _root_is_down(self, view: View, now: float) -> bool:
         """No round of a tree whose root is offline or silent can finish: wait (bounded) for
@@ -953,41 +955,29 @@ class AgentCore:
                 if in_step and self._served_recently(puller):
                     self.counters.rejected["model_pull_budget"] += 1
                     continue
-                chunks = self._share_for(puller, request)
+                chunks = self._share_for(puller, request, None if in_step else self._stripe_limit(puller))
                 if chunks == ():
-                    # Each chunk of this round's state at most once per peer: a pull flood
-                    # costs the flooder, not us.
-                    self.counters.rejected["model_pull_repeat"] += 1
-                    continue
-                if not in_step and chunks is not None:
-                    chunks = self._stripe_budget(puller, chunks)
-                    if not chunks:
-                        self.counters.rejected["model_pull_budget"] += 1
-                        continue
+                    continue  # nothing left for it this round (counted)
                 if in_step:
                     self.state_served_at[puller] = self.round
                 out.append(SendState(request, self.round, chunks))
         return out
 
-    def _stripe_budget(self, puller: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
+    def _stripe_limit(self, puller: int) -> int | None:
         """A joiner or a member behind asks each peer for one stripe (two peers vouch for a
-        state), so it gets at most one stripe of this round's state from us, unless we are
-        its only source or the run is over (the final sync takes one peer's whole state).
-        Otherwise a device that keeps saying it is behind (or joining) took a whole state
-        from us every round: 2.5x the root's normal round, for as long as it liked."""
-        assert self.config.state_size is not None
+        state), so it gets at most one stripe of this round's state from us (None: no limit),
+        unless we are its only source or the run is over (the final sync takes one peer's
+        whole state). Otherwise a device that keeps saying it is behind (or joining) took a
+        whole state from us every round: 2.5x the root's normal round, for as long as it liked."""
+        if self.config.state_size is None or self.phase == Phase.LINGERING:
+            return None
         view = self.membership.view_for(self.round)
-        others = [m for m in (view.members if view is not None else [])
-                  if m != puller and (m == self.node or self.membership.is_online(m))]
-        if len(others) < STATE_STRIPES or self.phase == Phase.LINGERING:
-            return chunks
+        sources = [m for m in (view.members if view is not None else [])
+                   if m != puller and (m == self.node or self.membership.is_online(m))]
+        if len(sources) < STATE_STRIPES:
+            return None
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
-        stripe = -(-count // STATE_STRIPES)
-        sent = self.served[(puller, self.round)]
-        before = len(sent) - len(chunks)  # _share_for counted these as sent already
-        kept = chunks[: max(0, stripe - before)]
-        sent.difference_update(chunks[len(kept):])
-        return kept
+        return -(-count // STATE_STRIPES)
 
     def _runs_with_us(self, puller: int) -> bool:
         """``puller`` is an online member of this round's view that did not say it fell
@@ -1005,17 +995,24 @@ class AgentCore:
         last = self.state_served_at.get(puller)
         return last is not None and last < self.round and self.round - last < STATE_BUDGET_ROUNDS
 
-    def _share_for(self, puller: int, request: Frame) -> tuple[int, ...] | None:
+    def _share_for(self, puller: int, request: Frame, limit: int | None) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what
-        it already got this round, so at most one state (None: no state size to count with,
-        the whole state once)."""
+        it already got this round, so at most one state, and at most ``limit`` chunks in all
+        (None: no state size to count with, the whole state once). () when nothing is left
+        for it, counted: each chunk at most once per peer and round, so a pull flood costs
+        the flooder, not us."""
         if self.config.state_size is None:
             first = (puller, self.round) not in self.served
             self.served.setdefault((puller, self.round), set())
+            if not first:
+                self.counters.rejected["model_pull_repeat"] += 1
             return None if first else ()
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
         sent = self.served.setdefault((puller, self.round), set())
-        chunks = tuple(j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent)
+        fresh = tuple(j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent)
+        chunks = fresh if limit is None else fresh[: max(0, limit - len(sent))]
+        if not chunks:
+            self.counters.rejected["model_pull_budget" if fresh else "model_pull_repeat"] += 1
         sent.update(chunks)
         return chunks
 

@@ -162,26 +162,24 @@ class AgentRuntime:
 
     def _pump(self, timeout: float) -> None:
         deaf = self.clock.now() - self.read_at  # since the last read: the last pump's work
-        messages = self.transport.receive(timeout)
-        self.read_at = self.clock.now()
-        self._dispatch(messages)
+        self._read(timeout)
         if deaf > CATCH_UP_AFTER_S or self.clock.now() - self.read_at > CATCH_UP_AFTER_S:
             self._catch_up()
         self._execute(self.core.on_tick(self.clock.now()))
 
-    def _dispatch(self, messages: list[Message]) -> None:
+    def _read(self, timeout: float) -> bool:
+        """Hand the core what arrived (waiting up to ``timeout`` for it); False: nothing did."""
+        messages = self.transport.receive(timeout)
+        self.read_at = self.clock.now()
         for message in messages:
             self._execute(self.core.on_message(message.topic, message.payload, self.clock.now()))
+        return bool(messages)
 
     def _catch_up(self) -> None:
         """We did not listen for a while: hear everything that came meanwhile, then judge."""
         until = self.clock.now() + CATCH_UP_MAX_S
-        while self.clock.now() < until:
-            messages = self.transport.receive(CATCH_UP_QUIET_S)
-            self.read_at = self.clock.now()
-            if not messages:
-                return
-            self._dispatch(messages)
+        while self.clock.now() < until and self._read(CATCH_UP_QUIET_S):
+            pass
 
     def _execute(self, actions: list[CoreAction]) -> None:
         queue = deque(actions)
@@ -283,9 +281,7 @@ class AgentRuntime:
         for seconds would otherwise look frozen to its peers and be routed around. The
         core is between rounds then (the next one waits for this gradient), so nothing it
         answers can end a round under the evaluation."""
-        messages = self.transport.receive(0.0)
-        self.read_at = self.clock.now()
-        self._dispatch(messages)
+        self._read(0.0)
 
     def _send(self, dst: int, frame: Frame) -> None:
         self._publish(self.topics.link(self.core.node, dst), encode(frame), reliable=False)

@@ -298,10 +298,15 @@ def _decay(doc: dict[str, Any]) -> str:
     return f", decaying {schedule}ly to {doc.get('lr_final')}x by the last round (the baseline alike)"
 
 
+def _agent_options(doc: dict[str, Any]) -> str:
+    """The extra agent options a bench ran with, as a sentence fragment."""
+    return ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+
+
 def render_accuracy(doc: dict[str, Any], ctx: Context) -> str:
     from simulate.bench.accuracy import TABLE_HEADERS, table_rows
 
-    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    opts = _agent_options(doc)
     parts = [f"{doc['nodes']} agents x batch {doc['batch']} = {doc['samples_per_step']} samples per "
              f"round, Adam lr {doc['lr']} (the single-machine lr 1e-3 for batch 100, raised for the "
              f"7x larger effective batch){_decay(doc)}, {doc['rounds']} rounds, test set evaluated every "
@@ -345,7 +350,7 @@ def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
 def render_loss(doc: dict[str, Any], ctx: Context) -> str:
     from simulate.bench.loss import TABLE_HEADERS, table_rows
 
-    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    opts = _agent_options(doc)
     parts = [f"ft-tree, {doc['rounds']} rounds, Adam lr {doc['lr']}, batch {doc['batch']} per agent, "
              f"extra agent options: {opts}. {doc.get('method', '')}. *drop* = accuracy at p = 0 minus "
              "accuracy at p, same fleet size, same round (percentage points).",
@@ -394,7 +399,7 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
         table_rows,
     )
 
-    opts = ", ".join(f"{k}={v}" for k, v in (doc.get("agent_options") or {}).items()) or "none"
+    opts = _agent_options(doc)
     loads = [r["load_1m_at_start"] for r in doc["results"] if r.get("load_1m_at_start") is not None]
     parts = [f"{doc['nodes']} agents, {doc['rounds']} rounds per run, every agent's link limited from "
              f"round 1; {doc.get('method', '')}. Extra agent options: {opts}. *median allreduce*: the "

@@ -216,16 +216,15 @@ class FtTreeRound(Outbox):
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
-        if (frame.sender in self.silence_at and frame.sender not in self.last_heard
-                and not self.irregular_start and frame.round == self.round
-                and frame.job == self.cfg.job):
-            # A child's first frame, before any verdict on it: how long it usually takes.
-            self.links.observe_first_frame(frame.sender, now - self.start_time)
+        first = frame.sender not in self.last_heard
         self.last_heard[frame.sender] = now
         self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         if frame.round != self.round or frame.job != self.cfg.job:
             self.stats.dropped += 1
             return []
+        if first and frame.sender in self.silence_at and not self.irregular_start:
+            # A child's first frame, before any verdict on it: how long it usually takes.
+            self.links.observe_first_frame(frame.sender, now - self.start_time)
         if frame.kind == Kind.DATA:
             self._on_data(frame, now, DIRECT if frame.sender == frame.origin else RELAY)
         elif frame.kind == Kind.RELAY:
