@@ -69,9 +69,6 @@ MAX_BUFFERED_FRAMES = 4096
 # A finished round's machine answers late ACKs, NACKs and pulls until this many rounds later.
 ANSWERING_ROUNDS = 1
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
-# A member that runs the rounds with us needs a whole state only when its model drifted (rare):
-# we serve it one at most every this many rounds (joiners and members behind: every time).
-STATE_BUDGET_ROUNDS = 4
 CONNECT_WAIT = 10.0  # seconds to wait for our own retained status to come back from the broker
 
 
@@ -251,7 +248,6 @@ class AgentCore:
         self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
         self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
         self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
-        self.state_served_at: dict[int, int] = {}  # in-sync puller -> round of the last state it got
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.notes: list[Note] = []
@@ -869,12 +865,11 @@ class AgentCore:
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
         if peers and (self.transfer is None or self.transfer.round <= self.round):
-            # A drifted member (or one whose last round fell back) takes one peer's state, as
-            # before issue 16: two members' copies agree only while the fleet has one model,
-            # and after a fault that made several drift at once the vouched transfer found no
-            # agreeing pair and the fleet never converged again. One peer's word here can
-            # reach only this agent; joiners and members that fell behind still need two.
-            return self._fetch_state(self.round + 1, peers, now, vouchers=1)
+            # Two peers a stripe each, as a joiner does (one peer's whole state every round
+            # is what a flooder took), but in a dispute the coordinator's model is the
+            # fleet's: several members may have drifted at once, and no two peers agree
+            # until they took the coordinator's state, which it then serves whole.
+            return self._fetch_state(self.round + 1, peers, now, anchor_decides=True)
         return []
 
     def _fell_behind(self, frame: Frame, now: float) -> list[CoreAction]:
@@ -900,14 +895,15 @@ class AgentCore:
         return out + self._fetch_state(frame.round + 1, [p for p in order if p != self.node], now)
 
     def _fetch_state(self, round: int, peers: list[int], now: float,
-                     vouchers: int = STATE_STRIPES) -> list[CoreAction]:
+                     anchor_decides: bool = False) -> list[CoreAction]:
         """Pull the fleet's state at the start of ``round`` (or later) from ``peers`` in turn;
         the coordinator, when among them, is the reference in a dispute."""
         coordinator = self.membership.coordinator()
         self.transfer = StateTransfer(self.node, self.job, round, peers, self.config.state_pull_timeout,
                                       now, size=self.config.state_size,
-                                      chunk_values=self.config.state_chunk_values, vouchers=vouchers,
-                                      anchor=coordinator if coordinator in peers else None)
+                                      chunk_values=self.config.state_chunk_values,
+                                      anchor=coordinator if coordinator in peers else None,
+                                      anchor_decides=anchor_decides)
         return self._run(self.transfer.start(now), self.round)
 
     def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
@@ -951,25 +947,24 @@ class AgentCore:
                 del self.pending_pulls[puller]
                 if self.joining or self.phase == Phase.CONNECTING:
                     continue
-                in_step = self._runs_with_us(puller)
-                if in_step and self._served_recently(puller):
-                    self.counters.rejected["model_pull_budget"] += 1
-                    continue
-                chunks = self._share_for(puller, request, None if in_step else self._stripe_limit(puller))
+                chunks = self._share_for(puller, request, self._stripe_limit(puller))
                 if chunks == ():
                     continue  # nothing left for it this round (counted)
-                if in_step:
-                    self.state_served_at[puller] = self.round
                 out.append(SendState(request, self.round, chunks))
         return out
 
     def _stripe_limit(self, puller: int) -> int | None:
-        """A joiner or a member behind asks each peer for one stripe (two peers vouch for a
-        state), so it gets at most one stripe of this round's state from us (None: no limit),
-        unless we are its only source or the run is over (the final sync takes one peer's
-        whole state). Otherwise a device that keeps saying it is behind (or joining) took a
-        whole state from us every round: 2.5x the root's normal round, for as long as it liked."""
+        """A puller (joining, behind or drifted) asks each peer for one stripe, two peers
+        vouching for a state, so it gets at most one stripe of this round's state from us
+        (None: no limit). Otherwise a device that keeps asking for everything took a whole
+        state from us every round: 2.5x the root's normal round, for as long as it liked.
+        Whole states go out only when we are its only source, when the run is over (the
+        final sync) or when our own last round was not clean: after a fault that made many
+        members drift at once the reference's word (the coordinator's) alone resyncs them,
+        as no two peers may agree then (see StateTransfer's ``anchor_decides``)."""
         if self.config.state_size is None or self.phase == Phase.LINGERING:
+            return None
+        if self.steady_round is None or self.steady_round[0] != self.round - 1:
             return None
         view = self.membership.view_for(self.round)
         sources = [m for m in (view.members if view is not None else [])
@@ -978,22 +973,6 @@ class AgentCore:
             return None
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
         return -(-count // STATE_STRIPES)
-
-    def _runs_with_us(self, puller: int) -> bool:
-        """``puller`` is an online member of this round's view that did not say it fell
-        behind: it needs a state only if its model drifted."""
-        view = self.membership.view_for(self.round)
-        return (view is not None and puller in view.members
-                and self.membership.states.get(puller) == "online"
-                and self.absent.get(puller, self.round - 2) < self.round - 1)
-
-    def _served_recently(self, puller: int) -> bool:
-        """``puller`` got a whole state from us less than STATE_BUDGET_ROUNDS rounds ago (the
-        rest of this round's state is still its due): a member in step with us that floods
-        pulls every round costs us a quarter state per round at most, and a drifted member
-        asks the next peer."""
-        last = self.state_served_at.get(puller)
-        return last is not None and last < self.round and self.round - last < STATE_BUDGET_ROUNDS
 
     def _share_for(self, puller: int, request: Frame, limit: int | None) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what

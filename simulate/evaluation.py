@@ -386,7 +386,10 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
         "p90 and worst while silent stand beside the fault-free run's, whose checkpoint and "
         "evaluation rounds are as slow; *rounds to rejoin* = rounds after the resume/restart "
         "until the node reports a round with the fleet's model hash (a restart counts the "
-        "process's start-up); *accuracy drop* against the fault-free run of the same size.",
+        "process's start-up), *after its start-up* the same from the fleet's round when the "
+        "restarted agent was online again; *rounds over 1.5x median* while silent stand beside "
+        "the fault-free run's share of such rounds (the checkpoint and evaluation rounds); "
+        "*accuracy drop* against the fault-free run of the same size.",
         markdown_table(TABLE_HEADERS, table_rows(doc))])
 
 

@@ -87,12 +87,17 @@ class StateTransfer:
     pair, and a fresh pair is asked for the same round (none left: the next round, from the
     next pair). So one liar delays a transfer, never poisons it. MODEL frames from a peer not
     asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the
-    state's length; ``vouchers`` = 1 takes one peer's word (the final sync, see the core).
+    state's length.
+
+    ``anchor_decides`` (a drifted member's resync): when the stripes disagree and no peer not
+    asked yet agrees with the anchor, the anchor is asked for the rest and its word alone is
+    taken. After a fault that made several members drift at once no two peers may agree, and
+    without it the fleet never converged again.
     """
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
                  now: float, size: int | None = None, chunk_values: int = STATE_CHUNK_VALUES,
-                 vouchers: int = STATE_STRIPES, anchor: int | None = None) -> None:
+                 anchor: int | None = None, anchor_decides: bool = False) -> None:
         if not peers:
             raise ValueError("a state transfer needs at least one peer")
         self.node, self.job, self.round = node, job, round
@@ -101,10 +106,11 @@ class StateTransfer:
         self.size = size
         self.count = state_chunk_count(size, chunk_values) if size is not None else None
         # Distinct peers that must vouch for a state (stripes need the chunk count).
-        self.needed = min(vouchers, STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
+        self.needed = min(STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
         # The reference peer (the coordinator, whose model the fleet's drift is measured
         # against): in a dispute its stripe is kept and the other one asked of another peer.
         self.anchor = anchor
+        self.anchor_decides = anchor_decides and anchor is not None
         self.peer_i = 0  # rotation: where the next peers asked come from
         self.target = round  # the round whose state we assemble
         self.floor = round  # older MODEL frames answer a burnt round
@@ -202,7 +208,7 @@ class StateTransfer:
             if self.anchor in senders:
                 return self._keep_anchor(round, now)
             why = "the stripes do not hash to what their peers vouched for"
-        elif len(senders) < self.needed:
+        elif len(senders) < self.needed and not (self.anchor_decides and senders == {self.anchor}):
             return []  # both stripes from one peer (asked again alone): wait for another's
         if why is not None:
             return self.reject(why, now, sorted(senders))
@@ -224,9 +230,21 @@ class StateTransfer:
             self.assigned.pop(peer, None)
         note = Note("state_rejected", liars[0], f"{len(wrong)} chunks unlike the reference's")
         if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
+            if self.anchor_decides and self.anchor is not None:
+                return [note, *self._ask_anchor(wrong, now)]
             return [note, *self._next_round(now)]
         self.last_progress = now
         return [note, *self._ask_chunks(wrong)]
+
+    def _ask_anchor(self, chunks: list[int], now: float) -> list[Action]:
+        """No peer agrees with the anchor: the rest of its state is asked of it too (it
+        serves a whole state only when its own last round was not clean, see the core)."""
+        assert self.anchor is not None
+        self.last_progress = now
+        stripe = self.assigned.get(self.anchor, set())
+        self.assigned[self.anchor] = None if stripe is None else stripe | set(chunks)
+        frame = Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks)
+        return [Send(self.anchor, frame)]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked

@@ -16,8 +16,10 @@ the median, the 90th percentile and the worst while it is silent (beside the fau
 90th percentile and worst: its checkpoint and evaluation rounds are slow too), degraded
 survivor rounds and distinct survivor model hashes while silent, the rounds until it is back
 in the view with the fleet's model hash after the resume/restart (a restarted process's start-
-up counts: ~1.5 s of Python, data and model on this host), and the median after that; per run,
-identical models at the end and the final accuracy against the fault-free run.
+up counts: ~1.5-2 s of Python, data and model on this host) and after the restarted agent was
+up (its first "online" status), the rounds while silent over 1.5x the fault-free median beside
+the fault-free run's share of such rounds, and the median after that; per run, identical
+models at the end and the final accuracy against the fault-free run.
 """
 
 from __future__ import annotations
@@ -118,6 +120,23 @@ def _flap_end(records: list[dict[str, Any]], node: int, start: int) -> int:
     return max([start, *rounds]) + 1
 
 
+def _started_round(records: list[dict[str, Any]], node: int, restart: int) -> int | None:
+    """The fleet's round when the agent restarted at round ``restart`` was up again (its
+    first "online" status after the respawn): a Python process's start-up (~1.5-2 s here, 15-20
+    rounds of a 7-agent fleet) is the host's, not the protocol's."""
+    spawned = [r["t"] for r in records if r.get("type") == "fault" and r.get("kind") == "crash"
+               and r.get("round") == restart]
+    if not spawned:
+        return None
+    online = [r["t"] for r in records if r.get("type") == "status" and r.get("node") == node
+              and r.get("state") == "online" and r["t"] >= spawned[0]]
+    if not online:
+        return None
+    rounds = [int(r["round"]) for r in records if r.get("type") == "telemetry" and r["t"] <= online[0]
+              and r.get("node") != node]
+    return max([restart, *rounds])
+
+
 def _survivors(tel: dict[int, dict[str, Any]], node: int) -> list[dict[str, Any]]:
     return [t for n, t in tel.items() if n != node]
 
@@ -144,7 +163,9 @@ def _p90(values: list[float]) -> float | None:
 
 
 def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start: int, end: int,
-                   last: int) -> dict[str, Any]:
+                   last: int, started: int | None = None) -> dict[str, Any]:
+    """One hang or crash from round ``start`` to ``end`` (the resume or restart); ``started``:
+    the fleet's round when a restarted agent was up again."""
     silent = [v for r in (start, start + 1) if (v := _allreduce_max(_survivors(tels.get(r, {}), node))) is not None]
     during = [r for r in range(start + 2, end) if tels.get(r)]
     times = [v for r in during if (v := _allreduce_max(_survivors(tels[r], node))) is not None]
@@ -164,7 +185,8 @@ def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start:
             "silent_median_s": _median(times), "silent_max_s": max(times) if times else None,
             "silent_p90_s": _p90(times), "silent_rounds": len(during), "degraded_while_silent": degraded,
             "max_survivor_hashes": hashes, "rounds_to_rejoin": None if back is None else back - end,
-            "after_median_s": _median(after)}
+            "rounds_to_rejoin_after_start": None if back is None else back - (started or end),
+            "silent_times_s": [round(v, 4) for v in times], "after_median_s": _median(after)}
 
 
 def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, int]]) -> dict[str, Any]:
@@ -185,7 +207,10 @@ def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, i
             "identical_at_end": len({t.get("model_hash") for t in final.values()}) == 1 if final else False,
             "final_accuracy": round(statistics.mean(accs), 4) if accs else None,
             "accuracy_by_round": by_round,
-            "episodes": [episode_result(tels, node, s, e, last) for s, e in episodes],
+            "round_times_s": [round(v, 4) for v in base],
+            "episodes": [episode_result(tels, node, s, e, last,
+                                        _started_round(records, node, e) if case.startswith("crash") else None)
+                         for s, e in episodes],
             "wall_seconds": round(run.wall_seconds, 1)}
 
 
@@ -242,8 +267,18 @@ def run(args: argparse.Namespace) -> int:
 
 TABLE_HEADERS = ["case", "nodes", "hang", "fault-free median s", "silent round s", "median while silent s",
                  "p90 while silent s", "fault-free p90 s", "worst while silent s", "fault-free worst s",
+                 "rounds over 1.5x median while silent", "fault-free rounds over 1.5x median",
                  "degraded while silent", "survivor hashes",
-                 "rounds to rejoin", "median after s", "identical at end", "accuracy drop pp"]
+                 "rounds to rejoin", "after its start-up", "median after s", "identical at end",
+                 "accuracy drop pp"]
+
+
+def _over(times: list[float] | None, median: float | None) -> str | None:
+    """How many of ``times`` exceed 1.5x the fault-free ``median``, as "k of n (p %)"."""
+    if times is None or median is None:
+        return None
+    slow = sum(1 for t in times if t > 1.5 * median)
+    return f"{slow} of {len(times)} ({100 * slow / len(times):.0f} %)" if times else "0 of 0"
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
@@ -255,8 +290,10 @@ def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
             length = e["end"] - e["start"]
             rows.append([r["case"], r["nodes"], f"{length} rounds", ref.get("median_s"), e["silent_round_s"],
                          e["silent_median_s"], e.get("silent_p90_s"), ref.get("p90_s"), e["silent_max_s"],
-                         ref.get("max_s"), e["degraded_while_silent"],
-                         e["max_survivor_hashes"], e["rounds_to_rejoin"], e["after_median_s"],
+                         ref.get("max_s"), _over(e.get("silent_times_s"), ref.get("median_s")),
+                         _over(ref.get("round_times_s"), ref.get("median_s")), e["degraded_while_silent"],
+                         e["max_survivor_hashes"], e["rounds_to_rejoin"],
+                         e.get("rounds_to_rejoin_after_start", e["rounds_to_rejoin"]), e["after_median_s"],
                          r["identical_at_end"], r["accuracy_drop_pp"]])
     return rows
 

@@ -124,15 +124,16 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         state_bytes = 3 * 407_050 * 4
         per_round = [(t.round, round(t.bytes_sent / 1e6, 2)) for t in listener.telemetry[0][5:25]]
         assert flood <= max(sent_before) + 1.1 * state_bytes + 2 * 407_050 * 4, (per_round, sent_before)
-        # Kept up in every round, the flood gets one state per STATE_BUDGET_ROUNDS rounds:
-        # the victim's bytes over those rounds stay within 2x of its normal rounds (before:
-        # a state every round, 2.1-2.5x; this check failed on that code).
+        # Kept up in every round, the flood gets one stripe (half a state) per round: every
+        # round of the victim's stays within 2x of its normal round (before: a whole state
+        # every 4 rounds, that round at 2.5x; this check failed on that code).
         during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
-        ratio = float(np.mean(during)) / float(np.mean(sent_before))
+        worst = max(during) / float(np.mean(sent_before))
         print(f"pull flood: node 0 sent at most {flood / 1e6:.2f} MB in a round "
               f"({flood / max(sent_before):.2f}x its largest normal round); kept up for "
-              f"{len(during)} rounds, {ratio:.2f}x its mean normal round")
-        assert len(during) >= 6 and ratio <= 2.0, (per_round, sent_before)
+              f"{len(during)} rounds, {np.mean(during) / np.mean(sent_before):.2f}x its mean normal "
+              f"round, at most {worst:.2f}x in one")
+        assert len(during) >= 6 and worst <= 2.0, (per_round, sent_before)
         assert rejected.get("model_pull_budget", 0) >= 1, rejected
         assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
     finally:
@@ -161,10 +162,10 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
         hashes = listener.hashes_at(ROUNDS - 1)
         assert len({hashes[n] for n in (0, 1, 2)}) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
         during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
-        ratio = float(np.mean(during)) / float(np.mean(sent_before))
-        print(f"behind-claim flood: node 0 sent {ratio:.2f}x its mean normal round over "
-              f"{len(during)} rounds (at most {max(during) / np.mean(sent_before):.2f}x in one)")
-        assert len(during) >= 6 and ratio <= 2.0, ([round(b / 1e6, 2) for b in during], sent_before)
+        worst = max(during) / float(np.mean(sent_before))
+        print(f"behind-claim flood: node 0 sent {np.mean(during) / np.mean(sent_before):.2f}x its mean "
+              f"normal round over {len(during)} rounds (at most {worst:.2f}x in one)")
+        assert len(during) >= 6 and worst <= 2.0, ([round(b / 1e6, 2) for b in during], sent_before)
         assert listener.last(0).rejected.get("model_pull_budget", 0) >= 1, listener.last(0).rejected
     finally:
         evil.close()

@@ -242,28 +242,43 @@ def test_taken_back_after_the_last_round_with_nobody_answering_we_still_finish()
     assert core.phase == Phase.DONE and core.done
 
 
-def test_a_member_in_step_with_us_gets_a_whole_state_once_in_a_few_rounds_a_joiner_every_time() -> None:
-    from agent.core import STATE_BUDGET_ROUNDS
-    core = _running_core(node=1)
-    served: dict[int, list[int]] = {2: [], 3: []}
-    core.on_status(Status(3, "joining", incarnation=4), 0.0)  # 3 restarted: it rejoins
+def _striped_core() -> AgentCore:
+    """Node 1 of four, a state of 10 chunks (two stripes of 5)."""
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
+    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
+    for peer in (0, 1, 2, 3):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    return core
+
+
+def _served(core: AgentCore, pull: Frame, now: float) -> list[tuple[int, ...]]:
+    return [a.chunks or () for a in core.on_frame(pull, now) if isinstance(a, SendState)]
+
+
+def test_a_member_in_step_with_us_gets_one_stripe_a_round_a_whole_state_after_our_unclean_round() -> None:
+    """A drifted member takes a stripe from each of two peers; one that asks us for the whole
+    state every round (a flooder) took one every 4 rounds: that round was 2.5x the root's."""
+    core = _striped_core()
     machine = core.machines.pop(0)
-    for rnd in range(1, 13):
-        core.round, core.machines = rnd, {rnd: machine}  # as if the rounds went by
-        for puller in (2, 3):
-            pull = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, puller, 0, 1)
-            if any(isinstance(a, SendState) for a in core.on_frame(pull, 0.1 * rnd)):
-                served[puller].append(rnd)
-    assert served[2] == list(range(1, 13, STATE_BUDGET_ROUNDS))  # a flooder's share: 1 in 4
-    assert core.counters.rejected["model_pull_budget"] == 12 - len(served[2])
-    assert served[3] == list(range(1, 13))  # the joiner needs it, every time it asks
+    got: list[tuple[int, ...]] = []
+    for rnd in range(1, 9):
+        core.round, core.machines = rnd, {rnd: machine}  # as if the rounds went by, cleanly
+        core.steady_round = (rnd - 1, 1)
+        for _ in range(3):
+            got += _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1), 0.1 * rnd)
+    assert got == [(0, 1, 2, 3, 4)] * 8, got
+    assert core.counters.rejected["model_pull_budget"] == 8 * 2
+    # Our last round fell back (a fault may have made many drift): the coordinator's word is
+    # what a drifted member takes then, so the whole state goes out.
+    core.round, core.machines = 9, {9: machine}
+    assert _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, 9, 2, 0, 1), 1.0) == [tuple(range(10))]
 
 
 def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
     core = _running_core(node=1)
     core.round, core.machines = 5, {5: core.machines.pop(0)}
-    core.state_served_at[2] = 4  # it got a state last round ...
-    core.on_message(core.topics.suspect(2), Suspect(2, 6, 2).encode(), 0.5)  # ... and fell behind
+    core.on_message(core.topics.suspect(2), Suspect(2, 6, 2).encode(), 0.5)  # it fell behind
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
     assert any(isinstance(a, SendState) for a in core.on_frame(pull, 0.6))
 
@@ -271,17 +286,14 @@ def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
 def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> None:
     """Behind or joining, a puller asks each peer for one stripe; a device that claims to be
     behind and asks us for everything, every round, took a whole state every round."""
-    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
-    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
-    for peer in (0, 1, 2, 3):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    core = _striped_core()
     core.on_message(core.topics.suspect(2), Suspect(2, 10**6, 2).encode(), 0.02)  # "behind, for good"
     core.on_status(Status(3, "joining", incarnation=4), 0.02)  # 3 rejoins, as a joiner does
     machine = core.machines.pop(0)
     got: dict[int, list[tuple[int, ...]]] = {2: [], 3: []}
     for rnd in range(1, 13):
         core.round, core.machines = rnd, {rnd: machine}
+        core.steady_round = (rnd - 1, 1)
         everything = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)
         stripe = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9])
         for _ in range(5):

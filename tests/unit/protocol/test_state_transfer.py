@@ -194,3 +194,35 @@ def test_after_a_dispute_the_same_round_is_asked_of_a_fresh_pair_while_there_is_
     assert kinds(feed(transfer, answer(asked[2], 2), 0.15)) == ["state_unasked"]  # its stripe was dropped
     feed(transfer, [f for p, req in retry.items() for f in answer(req, p)], 0.2)
     assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+
+
+def test_a_drifted_member_with_no_peer_agreeing_with_the_anchor_takes_the_anchors_word() -> None:
+    """After a fault that made every member but the coordinator (1) drift at once, no two
+    peers agree: a drift resync keeps the anchor's stripe, asks the others in turn, and at
+    last takes the rest from the anchor alone. Without ``anchor_decides`` it never does."""
+    for decides in (True, False):
+        transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4,
+                                 anchor=1, anchor_decides=decides)
+        asked = pulls(transfer.start(0.0))
+        out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+        retry = pulls(out)
+        assert {p: (f.round, f.indices()) for p, f in retry.items()} == {3: (12, [1])}
+        out = feed(transfer, answer(retry[3], 3, np.ones(10, np.float32)), 0.2)
+        assert "state_rejected" in kinds(out) and transfer.result is None
+        last = pulls(out)
+        if not decides:
+            assert {p: f.round for p, f in last.items()} == {1: 13, 2: 13}  # the next pair, again
+            continue
+        assert {p: (f.round, f.indices()) for p, f in last.items()} == {1: (12, [1])}
+        feed(transfer, answer(last[1], 1), 0.3)
+        assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+
+
+def test_the_anchors_word_alone_needs_a_dispute_first() -> None:
+    """With peers agreeing, a drift resync is two peers' stripes like any other transfer."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1, anchor_decides=True)
+    asked = pulls(transfer.start(0.0))
+    feed(transfer, answer(asked[1], 1), 0.1)
+    assert transfer.result is None  # one stripe: the anchor's half is no state
+    feed(transfer, answer(asked[2], 2), 0.2)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()

@@ -44,8 +44,11 @@ def test_the_table_has_a_row_per_episode() -> None:
          "episodes": [{"start": 30, "end": 35, "silent_round_s": 0.8, "silent_median_s": 0.15,
                        "silent_max_s": 0.2, "silent_p90_s": 0.17, "degraded_while_silent": 0, "max_survivor_hashes": 1,
                        "rounds_to_rejoin": 2, "after_median_s": 0.15}]}]}
+    doc["results"][0]["round_times_s"] = [0.15] * 9 + [0.3]
+    doc["results"][1]["episodes"][0]["silent_times_s"] = [0.15, 0.2, 0.23]
     rows = silent.table_rows(doc)
-    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, 0, 1, 2, 0.15, True, 0.1]]
+    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, "1 of 3 (33 %)",
+                     "1 of 10 (10 %)", 0, 1, 2, 2, 0.15, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
 
 
@@ -67,3 +70,18 @@ def test_the_p90_is_the_ninth_tenth_round_not_the_worst() -> None:
 def test_a_round_that_waited_on_a_dead_roots_tree_counts_the_wait() -> None:
     waited = _tel(0, 31, 0.02) | {"phase_seconds": {"allreduce": 0.02, "wait": 4.98}}
     assert silent._allreduce_max([waited, _tel(1, 31, 0.1)]) == 5.0
+
+
+def test_a_restart_is_also_counted_from_when_the_restarted_agent_was_up() -> None:
+    """The respawn at round 50; the process is up (online) when the fleet is at round 64, and
+    back with the fleet's hash at 66: 16 rounds from the restart, 2 after its start-up."""
+    records = [{"type": "fault", "kind": "crash", "round": 30, "t": 3.0},
+               {"type": "fault", "kind": "crash", "round": 50, "t": 5.0},
+               {"type": "status", "node": 0, "state": "online", "t": 1.0},  # the first start
+               {"type": "status", "node": 0, "state": "online", "t": 6.45}]
+    records += [_tel(1, r, 0.1) | {"t": r / 10} for r in range(80)]
+    assert silent._started_round(records, 0, 50) == 64
+    assert silent._started_round(records, 0, 51) is None
+    tels = {r: {n: _tel(n, r, 0.1) for n in range(3) if n != 0 or not 30 <= r < 66} for r in range(80)}
+    e = silent.episode_result(tels, node=0, start=30, end=50, last=79, started=64)
+    assert e["rounds_to_rejoin"] == 16 and e["rounds_to_rejoin_after_start"] == 2
