@@ -959,12 +959,11 @@ class AgentCore:
         (None: no limit). Otherwise a device that keeps asking for everything took a whole
         state from us every round: 2.5x the root's normal round, for as long as it liked.
         Whole states go out only when we are its only source, when the run is over (the
-        final sync) or when our own last round was not clean: after a fault that made many
-        members drift at once the reference's word (the coordinator's) alone resyncs them,
-        as no two peers may agree then (see StateTransfer's ``anchor_decides``)."""
-        if self.config.state_size is None or self.phase == Phase.LINGERING:
-            return None
-        if self.steady_round is None or self.steady_round[0] != self.round - 1:
+        final sync) or when another member pulls from us in this round too: a fault that made
+        several members drift at once (a broker restart, a root that dropped mid-round) may
+        leave no two peers agreeing, and then the reference's word (the coordinator's) alone
+        resyncs them (StateTransfer's ``anchor_decides``). One device cannot show that alone."""
+        if self.config.state_size is None or self.phase == Phase.LINGERING or self._others_pull(puller):
             return None
         view = self.membership.view_for(self.round)
         sources = [m for m in (view.members if view is not None else [])
@@ -973,6 +972,12 @@ class AgentCore:
             return None
         count = state_chunk_count(self.config.state_size, self.config.state_chunk_values)
         return -(-count // STATE_STRIPES)
+
+    def _others_pull(self, puller: int) -> bool:
+        """A member other than ``puller`` asked us for this round's state (served or due)."""
+        due = {p for p, request in self.pending_pulls.items() if request.round <= self.round}
+        served = {p for p, r in self.served if r == self.round}
+        return bool((due | served) - {puller})
 
     def _share_for(self, puller: int, request: Frame, limit: int | None) -> tuple[int, ...] | None:
         """The state chunks ``puller`` gets of this round's state: what it asks for, less what

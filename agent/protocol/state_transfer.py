@@ -89,10 +89,11 @@ class StateTransfer:
     asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the
     state's length.
 
-    ``anchor_decides`` (a drifted member's resync): when the stripes disagree and no peer not
-    asked yet agrees with the anchor, the anchor is asked for the rest and its word alone is
-    taken. After a fault that made several members drift at once no two peers may agree, and
-    without it the fleet never converged again.
+    ``anchor_decides`` (a drifted member's resync): when the stripes disagree, the anchor is
+    asked for the rest and its word alone is taken; after a fault that made many members drift
+    at once no two peers may agree, and without it the fleet never converged again. The anchor
+    serves it only after a round of its own that was not clean (see the core); otherwise the
+    rest is asked, after the timeout, of peers not asked yet.
     """
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
@@ -229,16 +230,15 @@ class StateTransfer:
         for peer in liars:
             self.assigned.pop(peer, None)
         note = Note("state_rejected", liars[0], f"{len(wrong)} chunks unlike the reference's")
+        if self.anchor_decides:
+            return [note, *self._ask_anchor(wrong, now)]
         if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
-            if self.anchor_decides and self.anchor is not None:
-                return [note, *self._ask_anchor(wrong, now)]
             return [note, *self._next_round(now)]
         self.last_progress = now
         return [note, *self._ask_chunks(wrong)]
 
     def _ask_anchor(self, chunks: list[int], now: float) -> list[Action]:
-        """No peer agrees with the anchor: the rest of its state is asked of it too (it
-        serves a whole state only when its own last round was not clean, see the core)."""
+        """A dispute: the rest of the anchor's state is asked of it too."""
         assert self.anchor is not None
         self.last_progress = now
         stripe = self.assigned.get(self.anchor, set())

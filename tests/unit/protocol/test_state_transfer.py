@@ -147,10 +147,11 @@ def test_with_one_peer_its_word_is_all_there_is() -> None:
     assert transfer.result is not None
 
 
-def test_a_server_gives_one_puller_one_whole_state_per_round_alone_or_with_others() -> None:
-    """Was a test of serve_share (gone: the budget is each chunk once per puller and round,
-    whatever the fleet), kept as its two facts on the core that serves."""
-    for members in ([1, 2], [0, 1, 2, 3, 4, 5, 6]):
+def test_a_server_gives_one_puller_a_whole_state_when_alone_else_a_stripe() -> None:
+    """Was a test of serve_share (gone: the budget is each chunk once per puller and round),
+    kept as its facts on the core that serves: the only other member gets everything, one of
+    several a stripe (10 of 19 chunks)."""
+    for members, count in (([1, 2], 19), ([0, 1, 2, 3, 4, 5, 6], 10)):
         core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=AllreduceConfig(chunk_size=8),
                                     state_size=19 * 4, state_chunk_values=4), 3)
         core.on_view(View(1, members, 2, members[0], 0), 0.0)
@@ -159,7 +160,7 @@ def test_a_server_gives_one_puller_one_whole_state_per_round_alone_or_with_other
         core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
         pull = Frame(Kind.MODEL_PULL, core.job, 0, 2, 0, 1)
         served = [a for a in core.on_frame(pull, 0.02) if isinstance(a, SendState)]
-        assert len(served) == 1 and served[0].chunks is not None and len(served[0].chunks) == 19
+        assert len(served) == 1 and served[0].chunks is not None and len(served[0].chunks) == count
 
 
 def test_serving_ignores_chunk_indices_out_of_range() -> None:
@@ -196,26 +197,35 @@ def test_after_a_dispute_the_same_round_is_asked_of_a_fresh_pair_while_there_is_
     assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
 
 
-def test_a_drifted_member_with_no_peer_agreeing_with_the_anchor_takes_the_anchors_word() -> None:
+def test_a_drifted_member_in_a_dispute_takes_the_anchors_word() -> None:
     """After a fault that made every member but the coordinator (1) drift at once, no two
-    peers agree: a drift resync keeps the anchor's stripe, asks the others in turn, and at
-    last takes the rest from the anchor alone. Without ``anchor_decides`` it never does."""
-    for decides in (True, False):
-        transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4,
-                                 anchor=1, anchor_decides=decides)
-        asked = pulls(transfer.start(0.0))
-        out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
-        retry = pulls(out)
-        assert {p: (f.round, f.indices()) for p, f in retry.items()} == {3: (12, [1])}
-        out = feed(transfer, answer(retry[3], 3, np.ones(10, np.float32)), 0.2)
-        assert "state_rejected" in kinds(out) and transfer.result is None
-        last = pulls(out)
-        if not decides:
-            assert {p: f.round for p, f in last.items()} == {1: 13, 2: 13}  # the next pair, again
-            continue
-        assert {p: (f.round, f.indices()) for p, f in last.items()} == {1: (12, [1])}
-        feed(transfer, answer(last[1], 1), 0.3)
-        assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+    peers agree: a drift resync asks the anchor for the rest of the state and takes its
+    word alone. Without ``anchor_decides`` the dispute goes to the peers not asked yet."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1, anchor_decides=True)
+    asked = pulls(transfer.start(0.0))
+    out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+    assert "state_rejected" in kinds(out)
+    assert {p: (f.round, f.indices()) for p, f in pulls(out).items()} == {1: (12, [1])}
+    assert kinds(feed(transfer, answer(asked[2], 2), 0.15)) == ["state_unasked"]  # the liar's stripe
+    feed(transfer, answer(pulls(out)[1], 1), 0.2)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+    plain = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1)
+    asked = pulls(plain.start(0.0))
+    out = feed(plain, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+    assert {p: f.indices() for p, f in pulls(out).items()} == {3: [1]}
+
+
+def test_an_anchor_that_does_not_give_the_rest_leaves_it_to_the_peers_not_asked_yet() -> None:
+    """The anchor's last rounds were clean: it serves one stripe only, the rest never comes.
+    After the timeout the rest is asked of a peer not asked yet, whose copy settles it."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1, anchor_decides=True)
+    asked = pulls(transfer.start(0.0))
+    feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+    assert pulls(transfer.on_timer(0.4)) == {}
+    retry = pulls(transfer.on_timer(0.7))
+    assert {p: (f.round, f.indices()) for p, f in retry.items()} == {3: (12, [1])}
+    feed(transfer, answer(retry[3], 3), 0.8)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
 
 
 def test_the_anchors_word_alone_needs_a_dispute_first() -> None:
