@@ -46,9 +46,11 @@ def test_the_table_has_a_row_per_episode() -> None:
                        "rounds_to_rejoin": 2, "after_median_s": 0.15}]}]}
     doc["results"][0]["round_times_s"] = [0.15] * 9 + [0.3]
     doc["results"][1]["episodes"][0]["silent_times_s"] = [0.15, 0.2, 0.23]
+    doc["results"][0]["ordinary_max_s"] = 0.2
+    doc["results"][1]["episodes"][0] |= {"silent_ordinary_max_s": 0.19, "after_ordinary_max_s": 0.21}
     rows = silent.table_rows(doc)
-    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, "1 of 3 (33 %)",
-                     "1 of 10 (10 %)", 0, 1, 2, 2, 0.15, True, 0.1]]
+    assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, 0.19, 0.2, "1 of 3 (33 %)",
+                     "1 of 10 (10 %)", 0, 1, 2, 2, 0.15, 0.21, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
 
 
@@ -85,3 +87,9 @@ def test_a_restart_is_also_counted_from_when_the_restarted_agent_was_up() -> Non
     tels = {r: {n: _tel(n, r, 0.1) for n in range(3) if n != 0 or not 30 <= r < 66} for r in range(80)}
     e = silent.episode_result(tels, node=0, start=30, end=50, last=79, started=64)
     assert e["rounds_to_rejoin"] == 16 and e["rounds_to_rejoin_after_start"] == 2
+
+
+def test_checkpoint_and_evaluation_rounds_are_left_out_of_the_worst_ordinary_round() -> None:
+    assert [r for r in range(18, 28) if silent.periodic(r)] == [20, 25, 26]
+    assert silent._ordinary_max({19: 0.2, 20: 0.9, 25: 1.0, 26: 0.8, 27: 0.3}) == 0.3
+    assert silent._ordinary_max({20: 0.9}) is None
