@@ -93,13 +93,15 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def rounds_table(records: Iterable[Record], faults: Sequence[FaultOutcome] = ()) -> list[RoundRow]:
     """One row per round from the telemetry records (every agent's report of that round)."""
-    by_round: dict[int, list[Record]] = defaultdict(list)
+    by_round: dict[int, dict[int, Record]] = defaultdict(dict)
     for rec in records:
         if rec.get("type") == "telemetry":
-            by_round[int(rec["round"])].append(rec)
+            # An agent's second report of a round (it ran the round again) replaces its first:
+            # the row counts reporters, not reports.
+            by_round[int(rec["round"])][int(rec["node"])] = rec
     rows = []
     for rnd in sorted(by_round):
-        tels = by_round[rnd]
+        tels = list(by_round[rnd].values())
         allreduce = [float(t.get("phase_seconds", {}).get("allreduce", 0.0)) for t in tels]
         totals = [float(t.get("phase_seconds", {}).get("total", 0.0)) for t in tels]
         losses = [float(t["loss"]) for t in tels if t.get("loss") is not None]

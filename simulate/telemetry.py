@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
@@ -139,6 +140,8 @@ class Collector:
         self.watch = watch
         self.on_control = on_control
         self.rejected: Counter[str] = Counter()
+        # (node, round) -> CRC of the report taken: an agent that reconnects may send one again.
+        self._reports: dict[tuple[int, int], int] = {}
         self._sent_controls: Counter[bytes] = Counter()
         self._connected = threading.Event()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
@@ -194,6 +197,11 @@ class Collector:
         t = self.topics
         if t.parse_telemetry(topic) is not None:
             tel = Telemetry.decode(payload)
+            digest = zlib.crc32(payload)
+            if self._reports.get((tel.node, tel.round)) == digest:
+                self.rejected["telemetry_repeat"] += 1  # the same report twice: one reporter
+                return
+            self._reports[(tel.node, tel.round)] = digest
             self.log.add("telemetry", **asdict(tel))
             self.watch.on_telemetry(tel)
         elif t.parse_status(topic) is not None:

@@ -77,6 +77,15 @@ def test_rounds_table_aggregates_every_agent() -> None:
     assert rows[0].bytes_sent == NODES * 1_600_000
 
 
+def test_an_agents_second_report_of_a_round_counts_once() -> None:
+    """A reconnecting agent sent its report of round 9 again: the row said 8 reporters of 7."""
+    records = serial_faults_log()
+    again = next(r for r in records if r.get("type") == "telemetry" and r["round"] == 9 and r["node"] == 1)
+    records.append(again | {"t": again["t"] + 0.05})
+    rows = report.rounds_table(records, report.fault_outcomes(records))
+    assert rows[9].reporters == NODES and rows[9].bytes_sent == NODES * 1_600_000
+
+
 def test_every_injected_fault_is_detected_from_telemetry_and_status() -> None:
     faults = report.fault_outcomes(serial_faults_log())
     assert [(f.index, f.status, f.detected) for f in faults] == [
