@@ -25,12 +25,18 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker, start_mosquitto
+from simulate.fleet import Fleet
 from tests.integration.fleet_harness import FleetListener, agent_logs, start_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile"
 NODES = 4
 ROUNDS = 40
+LONG_ROUNDS = 60  # the forged-state test: a restart and rejoin take longer
+EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39 and 59
+ACCURACY_PP = 0.5  # an attacked run's accuracy against the clean run's, same rounds
+FLEET = {"eval_every": EVAL_EVERY}
+VICTIM = 2  # of the forged state answers
 # The agents' chunk geometry (default options): forged frames must fit it to be looked at.
 CHUNKS = chunk_bounds(PARAM_COUNT, AgentConfig.model_fields["chunk_size"].default)
 
@@ -41,6 +47,67 @@ def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
     # node 3 would send over its own: the broker's client-id binding is off to allow it.
     with start_mosquitto(tmp_path / "broker", job=JOB, nodes=NODES, bind_client_ids=False) as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def clean_accuracy(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """The test-set accuracy of a clean run of the same fleet: last round -> mean accuracy."""
+    tmp = tmp_path_factory.mktemp("clean")
+    with start_mosquitto(tmp / "broker", job=JOB, nodes=NODES) as broker:
+        creds = broker.dashboard_credentials
+        listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+        fleet = start_fleet(broker, tmp, NODES, {"rounds": ROUNDS, **FLEET})
+        try:
+            listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")
+            return {ROUNDS: _accuracy(listener, ROUNDS - 1)}
+        finally:
+            fleet.stop_all(grace=10)
+            listener.close()
+
+
+@pytest.fixture(scope="module")
+def clean_restart_accuracy(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """The same for a clean run in which node 2 is killed and restarts without a checkpoint
+    at round 8 (what the forged-state test does, without the forgeries)."""
+    tmp = tmp_path_factory.mktemp("clean-restart")
+    with start_mosquitto(tmp / "broker", job=JOB, nodes=NODES) as broker:
+        creds = broker.dashboard_credentials
+        listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+        fleet = start_fleet(broker, tmp, NODES, {"rounds": LONG_ROUNDS, **FLEET})
+        try:
+            rejoined_at = _restart_without_checkpoint(fleet, listener, tmp, VICTIM)
+            listener.wait_for(lambda: listener.last_rounds().get(VICTIM, -1) > rejoined_at + 5, 120, "the rejoin")
+            listener.wait_for(lambda: listener.reached(list(range(NODES)), LONG_ROUNDS - 1), 240, "the last round")
+            return {LONG_ROUNDS: _accuracy(listener, LONG_ROUNDS - 1)}
+        finally:
+            fleet.stop_all(grace=10)
+            listener.close()
+
+
+def _restart_without_checkpoint(fleet: Fleet, listener: FleetListener, tmp: Path, node: int) -> int:
+    """At round 8, ``node`` is killed and restarted with no checkpoint: it must rejoin by
+    fetching the fleet's state. The fleet's round it rejoins at."""
+    listener.wait_for(lambda: listener.reached([0, 1, 2, 3], 8), 120, "round 8")
+    fleet.kill(node)
+    for saved in (tmp / f"ckpt-{node}").glob("*"):
+        saved.unlink()
+    rejoined_at = listener.last(0).round + 1
+    fleet.spawn(node)
+    return rejoined_at
+
+
+def _accuracy(listener: FleetListener, round_: int, nodes: tuple[int, ...] = tuple(range(NODES))) -> float:
+    """The nodes' mean test-set accuracy after ``round_``."""
+    accs = [t.accuracy for n in nodes for t in listener.telemetry[n] if t.round == round_]
+    assert accs and all(a is not None for a in accs), f"no accuracy of round {round_}: {accs}"
+    return float(np.mean([a for a in accs if a is not None]))
+
+
+def _assert_accuracy(listener: FleetListener, clean: dict[int, float], rounds: int,
+                     nodes: tuple[int, ...] = tuple(range(NODES))) -> None:
+    attacked = _accuracy(listener, rounds - 1, nodes)
+    print(f"accuracy after {rounds} rounds: {attacked:.4f} attacked, {clean[rounds]:.4f} clean")
+    assert abs(attacked - clean[rounds]) * 100 <= ACCURACY_PP, (attacked, clean[rounds])
 
 
 def _attacker(broker: MosquittoBroker) -> MqttTransport:
@@ -92,11 +159,11 @@ def _keep_flooding(evil: MqttTransport, listener: FleetListener, rounds: int, pu
 
 
 def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
-    broker: MosquittoBroker, tmp_path: Path
+    broker: MosquittoBroker, tmp_path: Path, clean_accuracy: dict[int, float]
 ) -> None:
     creds = broker.dashboard_credentials
     listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, "eval_every": 0})
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, **FLEET})
     evil = _attacker(broker)
     try:
         listener.wait_for(lambda: listener.reached([0, 1, 2], 10), 120, "round 10")
@@ -112,6 +179,7 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         after = [losses[r] for r in range(ROUNDS - 5, ROUNDS) if r in losses]
         # A gradient of 1e20 in Adam's second moment would freeze the model for good.
         assert np.mean(after) < np.mean(before) - 0.1, f"the fleet stopped learning: {before} -> {after}"
+        _assert_accuracy(listener, clean_accuracy, ROUNDS)
         assert all(t.loss is not None and np.isfinite(t.loss) for ts in listener.telemetry.values() for t in ts)
         # What it tried is rejected and counted.
         assert listener.last(1).rejected.get("implausible_values", 0) >= 1, listener.last(1).rejected
@@ -144,7 +212,7 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
 
 
 def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round(
-    broker: MosquittoBroker, tmp_path: Path
+    broker: MosquittoBroker, tmp_path: Path, clean_accuracy: dict[int, float]
 ) -> None:
     """A member behind (or joining) is served at once, by every peer, one stripe each. With
     node 3's credentials, "3 is behind" on its self-report topic every round and pulls of the
@@ -152,7 +220,7 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
     long as it kept it up). Now one stripe a round."""
     creds = broker.dashboard_credentials
     listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, "eval_every": 0})
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, **FLEET})
     evil = _attacker(broker)
     try:
         listener.wait_for(lambda: listener.reached([0, 1, 2], 10), 120, "round 10")
@@ -161,6 +229,7 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
         listener.wait_for(lambda: listener.reached([0, 1, 2], ROUNDS - 1), 240, "the last round")
         hashes = listener.hashes_at(ROUNDS - 1)
         assert len({hashes[n] for n in (0, 1, 2)}) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
+        _assert_accuracy(listener, clean_accuracy, ROUNDS, nodes=(0, 1, 2))
         during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
         worst = max(during) / float(np.mean(sent_before))
         print(f"behind-claim flood: node 0 sent {np.mean(during) / np.mean(sent_before):.2f}x its mean "
@@ -190,22 +259,19 @@ def _forge_states(evil: MqttTransport, victim: int, rounds: range) -> None:
             evil.publish(topics.link(3, victim), encode(frame.with_values(values, DType.F32)))
 
 
-def test_a_forged_state_answer_is_never_installed(broker: MosquittoBroker, tmp_path: Path) -> None:
+def test_a_forged_state_answer_is_never_installed(
+    broker: MosquittoBroker, tmp_path: Path, clean_restart_accuracy: dict[int, float]
+) -> None:
     """Node 2 crashes and comes back without a checkpoint, so it must pull the fleet's state,
     while node 3's credentials keep answering with a forged state (issue 16: params 0 and
     Adam v = 3e38, adopted by the whole fleet). It rejoins with the fleet's model."""
-    victim, rounds = 2, 60
+    victim, rounds = VICTIM, LONG_ROUNDS
     creds = broker.dashboard_credentials
     listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": rounds, "eval_every": 0})
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": rounds, **FLEET})
     evil = _attacker(broker)
     try:
-        listener.wait_for(lambda: listener.reached([0, 1, 2, 3], 8), 120, "round 8")
-        fleet.kill(victim)
-        for saved in (tmp_path / f"ckpt-{victim}").glob("*"):
-            saved.unlink()
-        rejoined_at = listener.last(0).round + 1
-        fleet.spawn(victim)
+        rejoined_at = _restart_without_checkpoint(fleet, listener, tmp_path, victim)
         deadline = time.monotonic() + 120
         # Forged answers all the while, for the rounds around the fleet's, until it is back.
         while not (listener.last_rounds().get(victim, -1) > rejoined_at + 5):
@@ -218,6 +284,7 @@ def test_a_forged_state_answer_is_never_installed(broker: MosquittoBroker, tmp_p
         assert len(set(hashes.values())) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
         losses = [t.loss for t in listener.telemetry[victim] if t.loss is not None]
         assert losses and all(np.isfinite(losses)) and losses[-1] < 2.0, losses[-5:]
+        _assert_accuracy(listener, clean_restart_accuracy, rounds)
         rejected = listener.last(victim).rejected
         assert rejected.get("state_unasked", 0) + rejected.get("state_rejected", 0) >= 1, rejected
     finally:
@@ -227,14 +294,16 @@ def test_a_forged_state_answer_is_never_installed(broker: MosquittoBroker, tmp_p
         assert forced == [], agent_logs(tmp_path)
 
 
-def test_forged_views_neither_split_nor_halt_the_fleet(broker: MosquittoBroker, tmp_path: Path) -> None:
+def test_forged_views_neither_split_nor_halt_the_fleet(
+    broker: MosquittoBroker, tmp_path: Path, clean_accuracy: dict[int, float]
+) -> None:
     """Issue 16: with node 3's credentials, retained views on view/3 (the only view topic the
     ACL lets it write): a coordinator's view it has no right to publish, one naming itself
     coordinator of a two-member fleet, and one with an epoch near 2^53. Before: two agents
     stuck for good, or the fleet split."""
     creds = broker.dashboard_credentials
     listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, "eval_every": 0})
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": ROUNDS, **FLEET})
     evil = _attacker(broker)
     topic = Topics(JOB).view_of(3)
     try:
@@ -249,6 +318,7 @@ def test_forged_views_neither_split_nor_halt_the_fleet(broker: MosquittoBroker, 
         hashes = listener.hashes_at(ROUNDS - 1)
         assert len(hashes) == NODES and len(set(hashes.values())) == 1, f"{hashes}\n{agent_logs(tmp_path)}"
         assert all(t.members == NODES for t in listener.telemetry[0][-5:]), "the fleet split"
+        _assert_accuracy(listener, clean_accuracy, ROUNDS)
         for node in (0, 1, 2):
             rejected = listener.last(node).rejected
             assert rejected.get("view_not_its_publishers", 0) >= 1, (node, rejected)
