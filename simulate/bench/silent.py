@@ -274,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
                 rounds = episodes[-1][1] + 40
                 spec = _scenario(case, nodes, rounds, episodes)
                 results.append(run_result(case, nodes, run_fleet(spec, root / spec.name, args.budget), episodes))
-                progress(f"  -> {case}, {nodes} agents: {results[-1]['episodes']}")
+                brief = [{k: v for k, v in e.items() if not k.endswith("times_s")} for e in results[-1]["episodes"]]
+                progress(f"  -> {case}, {nodes} agents: {brief}")
     add_accuracy_drops(results)
     doc = document("silent", short_rounds=args.short, long_seconds=args.long_seconds, results=results,
                    method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
