@@ -159,6 +159,41 @@ class _Client(paho.Client):
         self._handle_on_message(message)
         return MQTTErrorCode.MQTT_ERR_SUCCESS
 
+    def publish_now(self, topic: str, payload: bytes) -> bool:
+        """A QoS 0 PUBLISH (MQTT 3.1.1, not retained) written at once with one ``sendmsg`` of
+        its header and ``payload``: no packet assembled (paho copies the payload into one),
+        none of paho's per-publish bookkeeping, which QoS 0 does not need. What the socket
+        does not take is queued for paho's writer, as paho does. False, with nothing sent,
+        where this does not apply (TLS, MQTT 5, not connected, paho still has packets to
+        write, which must go first): then publish through paho. Callers with paho's network
+        thread running must not use it (two threads would write to one socket)."""
+        sock = self._sock
+        if (type(sock) is not socket.socket or self._protocol == MQTTProtocolVersion.MQTTv5
+                or self._out_packet or not self.is_connected() or not topic or "+" in topic
+                or "#" in topic):
+            return False
+        name = topic.encode()
+        header = bytearray((paho.PUBLISH,))
+        self._pack_remaining_length(header, 2 + len(name) + len(payload))
+        header += len(name).to_bytes(2, "big")
+        header += name
+        try:
+            sent = sock.sendmsg((header, payload))
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return False  # paho's own publish meets the same error and handles the connection
+        if sent < len(header) + len(payload):
+            rest = (bytes(header[sent:]) + payload if sent < len(header)
+                    else memoryview(payload)[sent - len(header):])
+            # Command 0: paho's writer sends it and runs no PUBLISH or DISCONNECT bookkeeping.
+            self._out_packet.append({"command": 0, "mid": 0, "qos": 0, "pos": 0,
+                                     "to_process": len(rest), "packet": rest,  # type: ignore[typeddict-item]
+                                     "info": None})
+        with self._msgtime_mutex:
+            self._last_msg_out = paho.time_func()
+        return True
+
     def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
                       info: paho.MQTTMessageInfo | None = None) -> MQTTErrorCode:
         # paho sends ``packet[pos:]``: of a memoryview that is a view, not a copy.
@@ -311,7 +346,7 @@ class MqttTransport:
     def _make_client(
         self, username: str | None, password: str | None, tls_ca: str | None,
         tls_insecure: bool, reconnect_min_s: float, reconnect_max_s: float,
-    ) -> paho.Client:
+    ) -> _Client:
         client = _Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
@@ -479,15 +514,19 @@ class MqttTransport:
             raise TransportError(f"publish on {topic!r}: the transport is "
                                  f"{'closed' if self._closed else 'not connected yet'}")
         self._pace(len(payload))
-        try:
-            info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
-        except (ValueError, TypeError, OSError) as exc:
-            raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+        if not self._threaded and not reliable and not retain and self._client.publish_now(topic, payload):
+            sent = True  # one sendmsg, no packet built (see _Client.publish_now)
+        else:
+            try:
+                info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
+            except (ValueError, TypeError, OSError) as exc:
+                raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+            sent = info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         if not self._threaded and self._client.want_write():
             # The socket took only part of it: write the rest now (a sender that publishes a
             # burst and then stops receiving must not leave it in paho's queue).
             self._flush_inline(PUBLISH_FLUSH_S)
-        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or reliable:
+        if sent or reliable:
             with self._publish_lock:
                 self._counts["messages_sent"] += 1
                 self._counts["bytes_sent"] += len(payload)
