@@ -20,8 +20,14 @@ import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
+
+try:  # ISA-L's CRC-32 is zlib's function (same value), ~4x faster on the 4.9 MB state
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - depends on the optional extra "fast"
+    from zlib import crc32 as _crc32
 
 _NAME = "checkpoint.npz"
 _FIELDS = frozenset({"state", "round", "epoch", "crc", "meta"})
@@ -56,20 +62,17 @@ class Unreadable(ValueError):
 def save(directory: Path, checkpoint: Checkpoint) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / _NAME
+    state = np.ascontiguousarray(checkpoint.state, dtype=np.float32)  # no copy when it is one
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=directory)
-    # No copies of the state beyond the one savez writes: this runs beside the fleet's round
-    # (on a 2-core host, 7 agents' copies and hashes made every checkpoint round slower).
-    state = np.ascontiguousarray(checkpoint.state, dtype=np.float32)
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(
-                fh,
-                state=state,
-                round=np.int64(checkpoint.round),
-                epoch=np.int64(checkpoint.epoch),
-                crc=np.uint32(zlib.crc32(state.data)),
-                meta=np.frombuffer(json.dumps(checkpoint.meta).encode(), dtype=np.uint8),
-            )
+            _write_npz(fh, {
+                "state": state,
+                "round": np.int64(checkpoint.round),
+                "epoch": np.int64(checkpoint.epoch),
+                "crc": np.uint32(_crc32(state.data.cast("B"))),
+                "meta": np.frombuffer(json.dumps(checkpoint.meta).encode(), dtype=np.uint8),
+            })
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -77,6 +80,23 @@ def save(directory: Path, checkpoint: Checkpoint) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _write_npz(fh: BinaryIO, fields: dict[str, Any]) -> None:
+    """What ``np.savez(fh, **fields)`` writes (an uncompressed zip of ``.npy`` members), but
+    a flat native-order array is written from its own memory: ``savez`` copies the 4.9 MB
+    state into a bytes object first."""
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in fields.items():
+            array = np.asanyarray(value)
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                if array.ndim == 1 and array.flags.c_contiguous and array.dtype.isnative \
+                        and not array.dtype.hasobject:
+                    np.lib.format.write_array_header_1_0(
+                        member, np.lib.format.header_data_from_array_1_0(array))
+                    member.write(array.data.cast("B"))
+                else:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 class BackgroundWriter:

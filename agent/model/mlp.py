@@ -100,5 +100,12 @@ def loss_and_grad(params: FloatArray, x: FloatArray, y: Labels) -> tuple[float, 
     one_hot[rows, y] = 1
     d_logits = (probs - one_hot) / params.dtype.type(len(y))
     d_hidden = (d_logits @ w2.T) * (pre > 0)
-    grad = pack(x.T @ d_hidden, d_hidden.sum(axis=0), hidden.T @ d_logits, d_logits.sum(axis=0))
+    # Each part computed straight into its place in the flat gradient (the same BLAS calls and
+    # reductions as into new arrays, so the same bits): no 1.6 MB concatenation per step.
+    grad = np.empty(PARAM_COUNT, dtype=params.dtype)
+    g_w1, g_b1, g_w2, g_b2 = unpack(grad)
+    np.matmul(x.T, d_hidden, out=g_w1)
+    np.sum(d_hidden, axis=0, out=g_b1)
+    np.matmul(hidden.T, d_logits, out=g_w2)
+    np.sum(d_logits, axis=0, out=g_b2)
     return loss, grad

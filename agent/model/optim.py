@@ -20,8 +20,9 @@ class Optimizer(Protocol):
     name: str
     lr: float
 
-    def step(self, params: F32, grad: F32) -> F32:
-        """The new parameters after one step with gradient ``grad``."""
+    def step(self, params: F32, grad: F32, out: F32 | None = None) -> F32:
+        """The new parameters after one step with gradient ``grad`` (written into ``out``,
+        which may be ``params`` itself, when given; a new array otherwise)."""
         ...
 
     def init_slots(self, param_count: int) -> None:
@@ -29,6 +30,10 @@ class Optimizer(Protocol):
         ...
 
     def state_vector(self) -> F32: ...
+
+    def write_state(self, out: F32) -> None:
+        """``state_vector()`` written into ``out`` (a slice of the backend's state): one copy."""
+        ...
 
     def load_state_vector(self, state: F32) -> None: ...
 
@@ -48,6 +53,15 @@ def _as_state(state: F32, name: str, slots: int) -> tuple[int, list[F32]]:
     return int(state[0]), [state[1 + i * n : 1 + (i + 1) * n].copy() for i in range(slots)]
 
 
+def _scratch(work: dict[str, F32], name: str, size: int) -> F32:
+    """The float32 work vector ``name`` of ``size``, kept in ``work`` between steps (its
+    contents are garbage: every step overwrites it before reading it)."""
+    buf = work.get(name)
+    if buf is None or buf.size != size:
+        buf = work[name] = np.empty(size, dtype=np.float32)
+    return buf
+
+
 class SGD:
     """SGD with (heavy-ball) momentum: v = momentum*v + g; p = p - lr*v."""
 
@@ -58,25 +72,35 @@ class SGD:
         self.momentum = float(momentum)
         self.steps = 0
         self.velocity: F32 | None = None
+        self._work: dict[str, F32] = {}
 
     def init_slots(self, param_count: int) -> None:
         self.velocity = np.zeros(param_count, dtype=np.float32)
 
-    def step(self, params: F32, grad: F32) -> F32:
+    def step(self, params: F32, grad: F32, out: F32 | None = None) -> F32:
         if self.velocity is None:
             self.init_slots(params.size)
         assert self.velocity is not None
         self.velocity *= np.float32(self.momentum)
         self.velocity += grad
         self.steps += 1
-        return params - np.float32(self.lr) * self.velocity
+        # params - lr * velocity, with one scratch vector instead of two new ones per step.
+        scaled = _scratch(self._work, "scaled", params.size)
+        np.multiply(self.velocity, np.float32(self.lr), out=scaled)
+        return np.subtract(params, scaled, out=out)
 
     def state_size(self, param_count: int) -> int:
         return 1 + param_count
 
     def state_vector(self) -> F32:
-        velocity = self.velocity if self.velocity is not None else np.zeros(0, np.float32)
-        return np.concatenate([np.array([self.steps], dtype=np.float32), velocity]).astype(np.float32)
+        size = 1 + (self.velocity.size if self.velocity is not None else 0)
+        out = np.empty(size, dtype=np.float32)
+        self.write_state(out)
+        return out
+
+    def write_state(self, out: F32) -> None:
+        out[:1] = np.array([self.steps], dtype=np.float32)
+        out[1:] = self.velocity if self.velocity is not None else 0
 
     def load_state_vector(self, state: F32) -> None:
         self.steps, (velocity,) = _as_state(state, "SGD", 1)
@@ -120,12 +144,13 @@ class Adam:
         self.steps = 0
         self.m: F32 | None = None
         self.v: F32 | None = None
+        self._work: dict[str, F32] = {}
 
     def init_slots(self, param_count: int) -> None:
         self.m = np.zeros(param_count, dtype=np.float32)
         self.v = np.zeros(param_count, dtype=np.float32)
 
-    def step(self, params: F32, grad: F32) -> F32:
+    def step(self, params: F32, grad: F32, out: F32 | None = None) -> F32:
         if self.m is None or self.v is None:
             self.init_slots(params.size)
         assert self.m is not None and self.v is not None
@@ -133,28 +158,43 @@ class Adam:
         correction1, correction2 = bias_corrections(self.b1, self.b2, self.steps)
         f32 = np.float32
         # The formula of Kingma & Ba, evaluated in place (same operations in the same order,
-        # so the same float32 bits as the LiteRT graph) to spare seven 1.6 MB temporaries.
+        # so the same float32 bits as the LiteRT graph; a * b is b * a in IEEE arithmetic)
+        # in two scratch vectors kept across steps: no 1.6 MB temporary per step (each new one
+        # costs page faults once glibc returned the last one to the system).
         m, v = self.m, self.v
+        a = _scratch(self._work, "a", params.size)
+        b = _scratch(self._work, "b", params.size)
         m *= f32(self.b1)
-        m += f32(1.0 - self.b1) * grad
-        g2 = grad * grad
+        m += np.multiply(grad, f32(1.0 - self.b1), out=a)
+        g2 = np.multiply(grad, grad, out=b)
         g2 *= f32(1.0 - self.b2)
         v *= f32(self.b2)
         v += g2
-        m_hat = m / correction1
-        v_hat = np.divide(v, correction2, out=g2)
+        m_hat = np.divide(m, correction1, out=a)
+        v_hat = np.divide(v, correction2, out=b)
         m_hat *= f32(self.lr)
         np.sqrt(v_hat, out=v_hat)
         v_hat += f32(self.eps)
         m_hat /= v_hat
-        return params - m_hat
+        return np.subtract(params, m_hat, out=out)
 
     def state_size(self, param_count: int) -> int:
         return 1 + 2 * param_count
 
     def state_vector(self) -> F32:
-        slots = [s for s in (self.m, self.v) if s is not None]
-        return np.concatenate([np.array([self.steps], dtype=np.float32), *slots]).astype(np.float32)
+        size = 1 + sum(s.size for s in (self.m, self.v) if s is not None)
+        out = np.empty(size, dtype=np.float32)
+        self.write_state(out)
+        return out
+
+    def write_state(self, out: F32) -> None:
+        out[:1] = np.array([self.steps], dtype=np.float32)
+        at = 1
+        for slot in (self.m, self.v):
+            if slot is not None:
+                out[at : at + slot.size] = slot
+                at += slot.size
+        out[at:] = 0  # slots not allocated yet: nothing to copy
 
     def load_state_vector(self, state: F32) -> None:
         self.steps, (m, v) = _as_state(state, "Adam", 2)

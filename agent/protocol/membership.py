@@ -345,10 +345,15 @@ class Membership:
         if self.newest.from_round > self.round:
             # The last change has not taken effect yet: additions wait for it (a burst of
             # flaps is one change), but a node found down is taken out of the pending view
-            # itself while nobody can have reached its first round.
-            amend = (set(live) < set(self.newest.members) and self.newest.coordinator == self.node
-                     and self.newest.from_round >= self.round + LEAD_ROUNDS)
-            return self._publish(live, self.newest.epoch + 1, self.newest.from_round) if amend else []
+            # itself while nobody can have reached its first round, or else by a view of
+            # its own right after it (waiting for the pending one kept a frozen node in the
+            # view for three rounds and more).
+            shrunk = [m for m in self.newest.members if m not in gone]
+            if shrunk == list(self.newest.members):
+                return []
+            amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
+            return self._publish(shrunk, self.newest.epoch + 1,
+                                 self.newest.from_round if amend else self.round + LEAD_ROUNDS)
         # Without its root no round of the current tree can finish, so nobody gets past the
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS

@@ -7,7 +7,7 @@ Binary allreduce frames live in wire.py. ``decode`` of untrusted bytes raises
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -37,7 +37,10 @@ class _JsonMessage:
     KIND: ClassVar[str] = ""
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+        # The fields hold JSON values already: asdict() would deep-copy every nested dict and
+        # list first (telemetry, every round). Same document.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def decode(cls: type[T], data: bytes) -> T:

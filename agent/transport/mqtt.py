@@ -25,9 +25,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
+import numpy as np
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
@@ -42,6 +43,163 @@ _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
 PUBLISH_FLUSH_S = 1.0  # inline mode: longest a publish waits for a full socket (the rest: receive)
+
+
+# paho builds a received packet by ``recv(remaining)`` calls appended to a bytearray (a 1 MB
+# frame arrives in ~6 pieces: six 1 MB allocations and the appends' copies), then slices the
+# topic and payload out with two more copies; every write slices what is left of the outgoing
+# packet (another copy). These three methods do the same with one buffer per packet, filled
+# by ``recv_into``, a payload copied once, and writes from a memoryview: the packets on the
+# wire and what the callbacks get are paho's own. They touch paho internals that 2.1 and 2.2
+# share (``_in_packet``, ``_packet_handle``, ``_handle_on_message``); anything they do not
+# cover (MQTT 5, QoS > 0, a malformed header) goes through paho's own code.
+_BIG_WRITE = 4096  # bytes: smaller outgoing packets are sent as paho queues them
+
+
+class _Client(paho.Client):
+    """``paho.Client`` with a read path of one buffer per packet (see above)."""
+
+    def _packet_read(self) -> MQTTErrorCode:
+        packet = self._in_packet
+        if packet["command"] == 0:
+            try:
+                command = self._sock_recv(1)
+            except BlockingIOError:
+                return MQTTErrorCode.MQTT_ERR_AGAIN
+            except OSError:
+                return MQTTErrorCode.MQTT_ERR_CONN_LOST
+            if len(command) == 0:
+                return MQTTErrorCode.MQTT_ERR_CONN_LOST
+            packet["command"] = command[0]
+        if packet["have_remaining"] == 0:
+            while True:  # the remaining length: 1-4 bytes, 7 bits each, low first
+                try:
+                    byte = self._sock_recv(1)
+                except BlockingIOError:
+                    return MQTTErrorCode.MQTT_ERR_AGAIN
+                except OSError:
+                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
+                if len(byte) == 0:
+                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
+                packet["remaining_count"].append(byte[0])
+                if len(packet["remaining_count"]) > 4:
+                    return MQTTErrorCode.MQTT_ERR_PROTOCOL
+                packet["remaining_length"] += (byte[0] & 127) * packet["remaining_mult"]
+                packet["remaining_mult"] *= 128
+                if byte[0] & 128 == 0:
+                    break
+            packet["have_remaining"] = 1
+            packet["to_process"] = packet["remaining_length"]
+            if packet["command"] & 0xF0 == paho.PUBLISH and packet["remaining_length"] > _BIG_WRITE:
+                # Not zero-filled (bytearray(n) is): recv_into writes every byte before use.
+                packet["packet"] = np.empty(packet["remaining_length"], np.uint8)  # type: ignore[typeddict-item]
+            else:
+                packet["packet"] = bytearray(packet["remaining_length"])
+        buffer = memoryview(packet["packet"])
+        pieces = 100  # as paho: a huge packet does not keep the loop in here
+        try:
+            while packet["to_process"] > 0:
+                try:
+                    got = self._sock_recv_into(buffer[packet["remaining_length"] - packet["to_process"]:])
+                except BlockingIOError:
+                    return MQTTErrorCode.MQTT_ERR_AGAIN
+                except OSError:
+                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
+                if got == 0:
+                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
+                packet["to_process"] -= got
+                with self._msgtime_mutex:
+                    self._last_bytes_received = paho.time_func()
+                pieces -= 1
+                if pieces == 0:
+                    return MQTTErrorCode.MQTT_ERR_AGAIN
+        finally:
+            buffer.release()
+        packet["pos"] = 0
+        try:
+            rc = self._packet_handle()
+        except paho.MalformedPacket:
+            rc = MQTTErrorCode.MQTT_ERR_PROTOCOL
+        self._in_packet = {"command": 0, "have_remaining": 0, "remaining_count": [], "remaining_mult": 1,
+                           "remaining_length": 0, "packet": bytearray(), "to_process": 0, "pos": 0}
+        with self._msgtime_mutex:
+            self._last_bytes_received = paho.time_func()
+        return rc
+
+    def _sock_recv_into(self, buffer: memoryview) -> int:
+        """``_sock_recv``, into ``buffer``: same errors."""
+        if self._sock is None:
+            raise ConnectionError("self._sock is None")
+        try:
+            return int(cast(Any, self._sock).recv_into(buffer))
+        except ssl.SSLWantReadError as err:
+            raise BlockingIOError() from err
+        except ssl.SSLWantWriteError as err:
+            self._call_socket_register_write()
+            raise BlockingIOError() from err
+        except AttributeError as err:
+            raise ConnectionError() from err
+
+    def _handle_publish(self) -> MQTTErrorCode:
+        header, data = self._in_packet["command"], self._in_packet["packet"]
+        view = memoryview(data)
+        length = int.from_bytes(view[:2], "big") if len(view) >= 2 else 0
+        if header & 0x06 or self._protocol == MQTTProtocolVersion.MQTTv5 or length == 0 \
+                or 2 + length > len(view):
+            view.release()
+            self._in_packet["packet"] = bytearray(data)  # what paho's own code expects
+            return super()._handle_publish()  # MQTT 5, QoS > 0, or malformed: paho says why
+        message = paho.MQTTMessage(mid=0, topic=bytes(view[2 : 2 + length]))
+        message.dup = bool(header & 0x08)
+        message.qos = 0
+        message.retain = bool(header & 0x01)
+        message.payload = bytes(view[2 + length :])
+        view.release()
+        message.timestamp = paho.time_func()
+        self._handle_on_message(message)
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def publish_now(self, topic: str, payload: bytes) -> bool:
+        """A QoS 0 PUBLISH (MQTT 3.1.1, not retained) written at once with one ``sendmsg`` of
+        its header and ``payload``: no packet assembled (paho copies the payload into one),
+        none of paho's per-publish bookkeeping, which QoS 0 does not need. What the socket
+        does not take is queued for paho's writer, as paho does. False, with nothing sent,
+        where this does not apply (TLS, MQTT 5, not connected, paho still has packets to
+        write, which must go first): then publish through paho. Callers with paho's network
+        thread running must not use it (two threads would write to one socket)."""
+        sock = self._sock
+        if (type(sock) is not socket.socket or self._protocol == MQTTProtocolVersion.MQTTv5
+                or self._out_packet or not self.is_connected() or not topic or "+" in topic
+                or "#" in topic):
+            return False
+        name = topic.encode()
+        header = bytearray((paho.PUBLISH,))
+        self._pack_remaining_length(header, 2 + len(name) + len(payload))
+        header += len(name).to_bytes(2, "big")
+        header += name
+        try:
+            sent = sock.sendmsg((header, payload))
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return False  # paho's own publish meets the same error and handles the connection
+        if sent < len(header) + len(payload):
+            rest = (bytes(header[sent:]) + payload if sent < len(header)
+                    else memoryview(payload)[sent - len(header):])
+            # Command 0: paho's writer sends it and runs no PUBLISH or DISCONNECT bookkeeping.
+            self._out_packet.append({"command": 0, "mid": 0, "qos": 0, "pos": 0,
+                                     "to_process": len(rest), "packet": rest,  # type: ignore[typeddict-item]
+                                     "info": None})
+        with self._msgtime_mutex:
+            self._last_msg_out = paho.time_func()
+        return True
+
+    def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
+                      info: paho.MQTTMessageInfo | None = None) -> MQTTErrorCode:
+        # paho sends ``packet[pos:]``: of a memoryview that is a view, not a copy.
+        if len(packet) > _BIG_WRITE:
+            packet = memoryview(packet)  # type: ignore[assignment]
+        return super()._packet_queue(command, packet, mid, qos, info)
 
 
 @dataclass(frozen=True)
@@ -188,8 +346,8 @@ class MqttTransport:
     def _make_client(
         self, username: str | None, password: str | None, tls_ca: str | None,
         tls_insecure: bool, reconnect_min_s: float, reconnect_max_s: float,
-    ) -> paho.Client:
-        client = paho.Client(
+    ) -> _Client:
+        client = _Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=self._protocol,
@@ -356,15 +514,19 @@ class MqttTransport:
             raise TransportError(f"publish on {topic!r}: the transport is "
                                  f"{'closed' if self._closed else 'not connected yet'}")
         self._pace(len(payload))
-        try:
-            info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
-        except (ValueError, TypeError, OSError) as exc:
-            raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+        if not self._threaded and not reliable and not retain and self._client.publish_now(topic, payload):
+            sent = True  # one sendmsg, no packet built (see _Client.publish_now)
+        else:
+            try:
+                info = self._client.publish(topic, payload, qos=1 if reliable else 0, retain=retain)
+            except (ValueError, TypeError, OSError) as exc:
+                raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
+            sent = info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         if not self._threaded and self._client.want_write():
             # The socket took only part of it: write the rest now (a sender that publishes a
             # burst and then stops receiving must not leave it in paho's queue).
             self._flush_inline(PUBLISH_FLUSH_S)
-        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or reliable:
+        if sent or reliable:
             with self._publish_lock:
                 self._counts["messages_sent"] += 1
                 self._counts["bytes_sent"] += len(payload)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent.config import AgentConfig
@@ -70,6 +70,9 @@ def test_a_hung_node_costs_one_short_round_then_the_fleet_runs_without_it(role: 
 @given(hangs=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 12), st.floats(0.0, 0.2),
                                 st.floats(0.05, 2.5)), min_size=1, max_size=3),
        will=st.booleans())
+# Found by hypothesis: 2 froze while the view taking 3 back was pending; the coordinator let
+# that view take effect first, and 2 stayed in the view for four rounds.
+@example(hangs=[(0, 1, 0.125, 1.0), (2, 12, 0.0, 1.0), (3, 1, 0.0, 1.75)], will=False)
 def test_any_hangs_and_resumes_never_halt_never_double_count_and_views_drop_the_silent(
     hangs: list[tuple[int, int, float, float]], will: bool
 ) -> None:
