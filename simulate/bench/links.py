@@ -34,7 +34,8 @@ at the same rate, in percentage points.
 
 --loss-burst AGENT: also a burst of 20 % frame loss on that agent (its link frames, sent and
 received) in rounds 5 and 6; RECOVERY: the rounds after the burst until every later round is
-back within 1.25x the median of the rounds before it (issue 19: within 3 rounds).
+back within 1.25x the median of the clean rounds before it and not degraded (issue 19: within
+3 rounds; none: never, or the fleet was not clean before the burst).
 
 Other processes on the host (other fleets) share its CPU and slow the agents down: each run
 records the 1-minute load average at its start. Issue 19's "must show" criteria that these
@@ -206,17 +207,20 @@ def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int)
 
 
 def recovery_rounds(by_round: list[float | None], at: int = LOSS_BURST_AT,
-                    rounds: int = LOSS_BURST_ROUNDS) -> int | None:
+                    rounds: int = LOSS_BURST_ROUNDS, degraded: list[bool] | None = None) -> int | None:
     """Rounds after a loss burst (rounds ``at`` .. ``at + rounds - 1``) until every later round
-    is at full speed: within RECOVERED_FACTOR of the median of the measured rounds before the
-    burst. None: never back (or no rounds to compare)."""
-    before = [t for t in by_round[WARMUP_ROUNDS:at] if t is not None]
+    is at full speed: not degraded, and within RECOVERED_FACTOR of the median of the clean
+    measured rounds before the burst. None: never back, or no clean round before the burst to
+    compare with (a fleet already collapsed before it has no full speed to return to)."""
+    bad = degraded or [False] * len(by_round)
+    before = [t for t, d in zip(by_round[WARMUP_ROUNDS:at], bad[WARMUP_ROUNDS:at], strict=True)
+              if t is not None and not d]
     end = at + rounds
     if not before or len(by_round) <= end:
         return None
     limit = RECOVERED_FACTOR * statistics.median(before)
     for k in range(end, len(by_round)):
-        if all(t is not None and t <= limit for t in by_round[k:]):
+        if all(t is not None and t <= limit and not d for t, d in zip(by_round[k:], bad[k:], strict=True)):
             return k - end
     return None
 
@@ -280,8 +284,9 @@ def _burst_fields(spec: FleetScenario, rows: list[dict[str, Any]]) -> dict[str, 
         return {}
     node, p, at, rounds = spec.loss_burst
     by_round = [r.get("allreduce_s_max") for r in rows]
+    degraded = [(r.get("degraded_nodes") or 0) > 0 for r in rows]
     return {"loss_burst": {"node": node, "p": p, "at_round": at, "rounds": rounds},
-            "recovery_rounds": recovery_rounds(by_round, at, rounds),
+            "recovery_rounds": recovery_rounds(by_round, at, rounds, degraded),
             "degraded_outside_burst": sum(1 for r in rows if (r.get("degraded_nodes") or 0) > 0
                                           and not at <= int(r["round"]) < at + rounds)}
 

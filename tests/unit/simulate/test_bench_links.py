@@ -279,6 +279,10 @@ def test_recovery_counts_the_rounds_after_the_burst_until_every_later_one_is_at_
     assert links.recovery_rounds([*fast, 5.0, 5.0, 3.0, 2.0, 1.1, 1.0, 1.2]) == 2
     assert links.recovery_rounds([*fast, 5.0, 5.0, 1.0, 3.0, 1.0, 1.0]) == 2  # a relapse counts
     assert links.recovery_rounds([*fast, 5.0, 5.0, 1.0, 1.0, 5.0]) is None
+    # A degraded round is not full speed, and a fleet degraded before the burst has none.
+    flat = [*fast, 5.0, 5.0, 1.0, 1.0, 1.0]
+    assert links.recovery_rounds(flat, degraded=[False] * 8 + [True, False]) == 2
+    assert links.recovery_rounds(flat, degraded=[False, False] + [True] * 8) is None
 
 
 # -- the report's section -----------------------------------------------------------------
