@@ -49,6 +49,9 @@ class FleetScenario:
     # ``bandwidth_at`` on (0: no limit)
     per_node_bandwidth: float = 0.0
     bandwidth_at: int = 1
+    # (node, p, first round, rounds): that agent drops sent and received link frames with
+    # probability p in those rounds only (a burst of loss)
+    loss_burst: tuple[int, float, int, int] | None = None
 
     def toml(self) -> str:
         """The scenario as the simulator's TOML."""
@@ -68,6 +71,10 @@ class FleetScenario:
                 lines += ["", "[[faults]]", 'kind = "bandwidth"', f"node = {node}",
                           f"bytes_per_second = {self.per_node_bandwidth:.0f}",
                           f"at_round = {self.bandwidth_at}"]
+        if self.loss_burst is not None:
+            node, p, at, rounds = self.loss_burst
+            lines += ["", "[[faults]]", 'kind = "loss"', f"node = {node}", f"p = {p:.6f}",
+                      f"at_round = {at}", f"heal_round = {at + rounds}"]
         return "\n".join(lines) + "\n"
 
 

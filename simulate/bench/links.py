@@ -32,6 +32,11 @@ ACCURACY: test accuracy (all 10,000 test images, mean over agents) after the las
 the same number of rounds for every wire format; VS FLOAT32: its difference from float32's
 at the same rate, in percentage points.
 
+--loss-burst AGENT: also a burst of 20 % frame loss on that agent (its link frames, sent and
+received) in rounds 5 and 6; RECOVERY: the rounds after the burst until every later round is
+back within 1.25x the median of the clean rounds before it and not degraded (issue 19: within
+3 rounds; none: never, or the fleet was not clean before the burst).
+
 Other processes on the host (other fleets) share its CPU and slow the agents down: each run
 records the 1-minute load average at its start. Issue 19's "must show" criteria that these
 figures decide are checked at the end of the table.
@@ -76,6 +81,14 @@ OWN_OPTIONS = frozenset({"wire_dtype", "eval_every", "eval_samples"})
 MAX_BYTES_OVER_MODEL = 1.1
 MAX_RATIO_TO_BOUND = 1.5
 MAX_ACCURACY_DROP_PP = 0.3
+# --loss-burst: LOSS_BURST_P frame loss on one agent for LOSS_BURST_ROUNDS rounds from round
+# LOSS_BURST_AT (issue 19: "back to full speed within MAX_RECOVERY_ROUNDS rounds of the
+# burst"); full speed: within RECOVERED_FACTOR of the median of the rounds before it.
+LOSS_BURST_P = 0.2
+LOSS_BURST_AT = 5
+LOSS_BURST_ROUNDS = 2
+MAX_RECOVERY_ROUNDS = 3
+RECOVERED_FACTOR = 1.25
 
 
 def rate_mb_s(text: str) -> float:
@@ -103,6 +116,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra agent option for every run, e.g. round_deadline=8 (repeatable; "
                              f"not {', '.join(sorted(OWN_OPTIONS))}: the bench sets them)")
+    parser.add_argument("--loss-burst", type=arg(whole(0, 255, "an agent id")), default=None, metavar="AGENT",
+                        help=f"also drop {LOSS_BURST_P:.0%} of AGENT's link frames (sent and received) in "
+                             f"rounds {LOSS_BURST_AT}-{LOSS_BURST_AT + LOSS_BURST_ROUNDS - 1}, and report how many "
+                             "rounds after the burst the fleet is back to full speed")
     parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
                         help="wall-clock budget of one run in seconds (interrupted after it)")
     parser.add_argument("--keep", type=arg(output_dir), default=None, metavar="DIR",
@@ -177,7 +194,35 @@ def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int)
     # Evaluated at round 0 (0 % rounds == 0) and at the last round (an agent always is).
     agent = {**extra_options(args), "wire_dtype": dtype, "eval_every": args.rounds, "eval_samples": 10000}
     name = f"links-{args.nodes}-{rate:g}MBs-{dtype}" + (f"-{repeat + 1}" if args.repeats > 1 else "")
-    return FleetScenario(name, args.nodes, args.rounds, agent, per_node_bandwidth=rate * 1e6)
+    burst = None
+    if args.loss_burst is not None:
+        if args.loss_burst >= args.nodes:
+            raise UsageError(f"--loss-burst {args.loss_burst}: the fleet has agents 0-{args.nodes - 1}")
+        if args.rounds < LOSS_BURST_AT + LOSS_BURST_ROUNDS + MAX_RECOVERY_ROUNDS + 1:
+            raise UsageError(f"--loss-burst needs --rounds >= "
+                             f"{LOSS_BURST_AT + LOSS_BURST_ROUNDS + MAX_RECOVERY_ROUNDS + 1}")
+        burst = (args.loss_burst, LOSS_BURST_P, LOSS_BURST_AT, LOSS_BURST_ROUNDS)
+    return FleetScenario(name, args.nodes, args.rounds, agent, per_node_bandwidth=rate * 1e6,
+                         loss_burst=burst)
+
+
+def recovery_rounds(by_round: list[float | None], at: int = LOSS_BURST_AT,
+                    rounds: int = LOSS_BURST_ROUNDS, degraded: list[bool] | None = None) -> int | None:
+    """Rounds after a loss burst (rounds ``at`` .. ``at + rounds - 1``) until every later round
+    is at full speed: not degraded, and within RECOVERED_FACTOR of the median of the clean
+    measured rounds before the burst. None: never back, or no clean round before the burst to
+    compare with (a fleet already collapsed before it has no full speed to return to)."""
+    bad = degraded or [False] * len(by_round)
+    before = [t for t, d in zip(by_round[WARMUP_ROUNDS:at], bad[WARMUP_ROUNDS:at], strict=True)
+              if t is not None and not d]
+    end = at + rounds
+    if not before or len(by_round) <= end:
+        return None
+    limit = RECOVERED_FACTOR * statistics.median(before)
+    for k in range(end, len(by_round)):
+        if all(t is not None and t <= limit and not d for t, d in zip(by_round[k:], bad[k:], strict=True)):
+            return k - end
+    return None
 
 
 def check(args: argparse.Namespace) -> None:
@@ -230,7 +275,20 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
         "accuracy": None if last is None else last["accuracy"],
         "accuracy_round": None if last is None else last["round"],
         "allreduce_s_by_round": [r.get("allreduce_s_max") for r in run.rows],
+        **_burst_fields(spec, run.rows),
     }
+
+
+def _burst_fields(spec: FleetScenario, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if spec.loss_burst is None:
+        return {}
+    node, p, at, rounds = spec.loss_burst
+    by_round = [r.get("allreduce_s_max") for r in rows]
+    degraded = [(r.get("degraded_nodes") or 0) > 0 for r in rows]
+    return {"loss_burst": {"node": node, "p": p, "at_round": at, "rounds": rounds},
+            "recovery_rounds": recovery_rounds(by_round, at, rounds, degraded),
+            "degraded_outside_burst": sum(1 for r in rows if (r.get("degraded_nodes") or 0) > 0
+                                          and not at <= int(r["round"]) < at + rounds)}
 
 
 def add_accuracy_deltas(results: list[dict[str, Any]]) -> None:
@@ -261,6 +319,13 @@ def criteria(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                                     if r["degraded_rounds"] else "")
           for r in results if r["ratio_to_bound"] is None or r["ratio_to_bound"] > MAX_RATIO_TO_BOUND
           or r["degraded_rounds"]])
+    burst = [r for r in results if "loss_burst" in r]
+    if burst:
+        item(f"a {LOSS_BURST_ROUNDS}-round burst of {LOSS_BURST_P:.0%} loss on one agent at round "
+             f"{LOSS_BURST_AT}: back to full speed within {MAX_RECOVERY_ROUNDS} rounds of it",
+             [f"{run_label(r, repeats)}: " + ("never back" if r["recovery_rounds"] is None
+                                             else f"{r['recovery_rounds']} rounds") for r in burst
+              if r["recovery_rounds"] is None or r["recovery_rounds"] > MAX_RECOVERY_ROUNDS])
     item(f"float16 and int8 test accuracy within {MAX_ACCURACY_DROP_PP} pp of float32 after "
          f"{doc['rounds']} rounds (same rate)",
          [f"{run_label(r, repeats)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE

@@ -261,6 +261,30 @@ def test_every_agent_is_limited_from_round_1_and_evaluated_after_the_last_round(
     assert scenario.agent["eval_every"] == 30  # round 0 and the last round only
 
 
+
+def test_a_loss_burst_drops_one_agents_frames_for_two_rounds_from_round_5() -> None:
+    args = _args("--rounds", "12", "--loss-burst", "1")
+    scenario = parse_scenario(links.scenario_for(args, 6.0, "float32", 0).toml(), "x")
+    loss = [f for f in scenario.faults if f.kind == "loss"]
+    assert [(f.node, f.p, f.at_round, f.heal_round) for f in loss] == [(1, 0.2, 5, 7)]
+    with pytest.raises(UsageError):
+        links.scenario_for(_args("--rounds", "8", "--loss-burst", "1"), 6.0, "float32", 0)
+    with pytest.raises(UsageError):
+        links.scenario_for(_args("--loss-burst", "7"), 6.0, "float32", 0)
+
+
+def test_recovery_counts_the_rounds_after_the_burst_until_every_later_one_is_at_full_speed() -> None:
+    fast = [1.0] * 5
+    assert links.recovery_rounds(fast + [5.0, 5.0] + [1.0] * 5) == 0
+    assert links.recovery_rounds([*fast, 5.0, 5.0, 3.0, 2.0, 1.1, 1.0, 1.2]) == 2
+    assert links.recovery_rounds([*fast, 5.0, 5.0, 1.0, 3.0, 1.0, 1.0]) == 2  # a relapse counts
+    assert links.recovery_rounds([*fast, 5.0, 5.0, 1.0, 1.0, 5.0]) is None
+    # A degraded round is not full speed, and a fleet degraded before the burst has none.
+    flat = [*fast, 5.0, 5.0, 1.0, 1.0, 1.0]
+    assert links.recovery_rounds(flat, degraded=[False] * 8 + [True, False]) == 2
+    assert links.recovery_rounds(flat, degraded=[False, False] + [True] * 8) is None
+
+
 # -- the report's section -----------------------------------------------------------------
 
 
