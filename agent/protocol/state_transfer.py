@@ -154,9 +154,12 @@ class StateTransfer:
         if peer is None:
             return []
         self.asked_in[self.target].add(peer)
+        return [self._pull(peer, chunks)]
+
+    def _pull(self, peer: int, chunks: list[int]) -> Send:
+        """MODEL_PULL of ``chunks`` (empty: all) of the target round, which ``peer`` may then send."""
         self.assigned[peer] = None if not chunks else (self.assigned.get(peer) or set()) | set(chunks)
-        frame = Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks)
-        return [Send(peer, frame)]
+        return Send(peer, Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks))
 
     def _stripe(self, stripe: int) -> list[int]:
         """Chunk indices of one stripe (empty = all: a single peer, or the count unknown)."""
@@ -241,10 +244,7 @@ class StateTransfer:
         """A dispute: the rest of the anchor's state is asked of it too."""
         assert self.anchor is not None
         self.last_progress = now
-        stripe = self.assigned.get(self.anchor, set())
-        self.assigned[self.anchor] = None if stripe is None else stripe | set(chunks)
-        frame = Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks)
-        return [Send(self.anchor, frame)]
+        return [self._pull(self.anchor, chunks)]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked

@@ -59,28 +59,28 @@ _BIG_WRITE = 4096  # bytes: smaller outgoing packets are sent as paho queues the
 class _Client(paho.Client):
     """``paho.Client`` with a read path of one buffer per packet (see above)."""
 
+    def _recv_byte(self) -> bytes | MQTTErrorCode:
+        """One byte of the packet's header, or why there is none (paho's error codes)."""
+        try:
+            byte = self._sock_recv(1)
+        except BlockingIOError:
+            return MQTTErrorCode.MQTT_ERR_AGAIN
+        except OSError:
+            return MQTTErrorCode.MQTT_ERR_CONN_LOST
+        return byte if byte else MQTTErrorCode.MQTT_ERR_CONN_LOST
+
     def _packet_read(self) -> MQTTErrorCode:
         packet = self._in_packet
         if packet["command"] == 0:
-            try:
-                command = self._sock_recv(1)
-            except BlockingIOError:
-                return MQTTErrorCode.MQTT_ERR_AGAIN
-            except OSError:
-                return MQTTErrorCode.MQTT_ERR_CONN_LOST
-            if len(command) == 0:
-                return MQTTErrorCode.MQTT_ERR_CONN_LOST
+            command = self._recv_byte()
+            if isinstance(command, MQTTErrorCode):
+                return command
             packet["command"] = command[0]
         if packet["have_remaining"] == 0:
             while True:  # the remaining length: 1-4 bytes, 7 bits each, low first
-                try:
-                    byte = self._sock_recv(1)
-                except BlockingIOError:
-                    return MQTTErrorCode.MQTT_ERR_AGAIN
-                except OSError:
-                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
-                if len(byte) == 0:
-                    return MQTTErrorCode.MQTT_ERR_CONN_LOST
+                byte = self._recv_byte()
+                if isinstance(byte, MQTTErrorCode):
+                    return byte
                 packet["remaining_count"].append(byte[0])
                 if len(packet["remaining_count"]) > 4:
                     return MQTTErrorCode.MQTT_ERR_PROTOCOL

@@ -52,33 +52,27 @@ def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 @pytest.fixture(scope="module")
 def clean_accuracy(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
     """The test-set accuracy of a clean run of the same fleet: last round -> mean accuracy."""
-    tmp = tmp_path_factory.mktemp("clean")
-    with start_mosquitto(tmp / "broker", job=JOB, nodes=NODES) as broker:
-        creds = broker.dashboard_credentials
-        listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-        fleet = start_fleet(broker, tmp, NODES, {"rounds": ROUNDS, **FLEET})
-        try:
-            listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")
-            return {ROUNDS: _accuracy(listener, ROUNDS - 1)}
-        finally:
-            fleet.stop_all(grace=10)
-            listener.close()
+    return _clean_run(tmp_path_factory.mktemp("clean"), ROUNDS, restart=False)
 
 
 @pytest.fixture(scope="module")
 def clean_restart_accuracy(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
     """The same for a clean run in which node 2 is killed and restarts without a checkpoint
     at round 8 (what the forged-state test does, without the forgeries)."""
-    tmp = tmp_path_factory.mktemp("clean-restart")
+    return _clean_run(tmp_path_factory.mktemp("clean-restart"), LONG_ROUNDS, restart=True)
+
+
+def _clean_run(tmp: Path, rounds: int, restart: bool) -> dict[int, float]:
     with start_mosquitto(tmp / "broker", job=JOB, nodes=NODES) as broker:
         creds = broker.dashboard_credentials
         listener = FleetListener(broker.url, JOB, creds.username, creds.password)
-        fleet = start_fleet(broker, tmp, NODES, {"rounds": LONG_ROUNDS, **FLEET})
+        fleet = start_fleet(broker, tmp, NODES, {"rounds": rounds, **FLEET})
         try:
-            rejoined_at = _restart_without_checkpoint(fleet, listener, tmp, VICTIM)
-            listener.wait_for(lambda: listener.last_rounds().get(VICTIM, -1) > rejoined_at + 5, 120, "the rejoin")
-            listener.wait_for(lambda: listener.reached(list(range(NODES)), LONG_ROUNDS - 1), 240, "the last round")
-            return {LONG_ROUNDS: _accuracy(listener, LONG_ROUNDS - 1)}
+            if restart:
+                rejoined_at = _restart_without_checkpoint(fleet, listener, tmp, VICTIM)
+                listener.wait_for(lambda: listener.last_rounds().get(VICTIM, -1) > rejoined_at + 5, 120, "the rejoin")
+            listener.wait_for(lambda: listener.reached(list(range(NODES)), rounds - 1), 240, "the last round")
+            return {rounds: _accuracy(listener, rounds - 1)}
         finally:
             fleet.stop_all(grace=10)
             listener.close()

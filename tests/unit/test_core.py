@@ -123,12 +123,18 @@ def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
 
 
-def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None:
+def _striped_core() -> AgentCore:
+    """Node 1 of four, a state of 10 chunks (two stripes of 5)."""
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
     core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
     for peer in (0, 1, 2, 3):
         core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
     core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    return core
+
+
+def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None:
+    core = _striped_core()
     stripe = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1).with_indices([0, 2, 4, 6, 8])
     first = [a for a in core.on_frame(stripe, 0.02) if isinstance(a, SendState)]
     assert len(first) == 1 and first[0].chunks == (0, 2, 4, 6, 8)
@@ -244,16 +250,6 @@ def test_taken_back_after_the_last_round_with_nobody_answering_we_still_finish()
     for t in np.arange(0.0, CONFIG.round_deadline + 0.1, 0.05):
         core.on_tick(float(t))
     assert core.phase == Phase.DONE and core.done
-
-
-def _striped_core() -> AgentCore:
-    """Node 1 of four, a state of 10 chunks (two stripes of 5)."""
-    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
-    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
-    for peer in (0, 1, 2, 3):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
-    return core
 
 
 def _served(core: AgentCore, pull: Frame, now: float) -> list[tuple[int, ...]]:
