@@ -32,13 +32,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile"
 NODES = 4
 ROUNDS = 40
-LONG_ROUNDS = 60  # the forged-state test: a restart and rejoin take longer
-EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39 and 59
+# The forged-state test: with a kill and restart in both runs, when node 2 is back differs
+# between them (its start-up on a loaded host), and with it the trajectory. After 60 rounds
+# that put two clean runs 0.3-0.8 pp apart, after 120 0.1-0.4 pp; after 200 the model has
+# settled (0.945-0.948 in six runs, attacked or clean). A forged state installed gives chance
+# accuracy (issue 16: 10 %).
+LONG_ROUNDS = 200
+EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39, ...
 ACCURACY_PP = 0.5  # an attacked run's accuracy against the clean run's, same rounds
-# With a kill and restart in both runs, when node 2 is back differs between them (its start-up
-# on a loaded host), and with it the trajectory: 0.3-0.8 pp apart measured, with no forged
-# state installed. A forged state installed gives chance accuracy (issue 16: 10 %).
-RESTART_ACCURACY_PP = 1.0
 FLEET = {"eval_every": EVAL_EVERY}
 VICTIM = 2  # of the forged state answers
 # The agents' chunk geometry (default options): forged frames must fit it to be looked at.
@@ -102,10 +103,10 @@ def _accuracy(listener: FleetListener, round_: int, nodes: tuple[int, ...] = tup
 
 
 def _assert_accuracy(listener: FleetListener, clean: dict[int, float], rounds: int,
-                     nodes: tuple[int, ...] = tuple(range(NODES)), within_pp: float = ACCURACY_PP) -> None:
+                     nodes: tuple[int, ...] = tuple(range(NODES))) -> None:
     attacked = _accuracy(listener, rounds - 1, nodes)
     print(f"accuracy after {rounds} rounds: {attacked:.4f} attacked, {clean[rounds]:.4f} clean")
-    assert abs(attacked - clean[rounds]) * 100 <= within_pp, (attacked, clean[rounds])
+    assert abs(attacked - clean[rounds]) * 100 <= ACCURACY_PP, (attacked, clean[rounds])
 
 
 def _attacker(broker: MosquittoBroker) -> MqttTransport:
@@ -282,7 +283,7 @@ def test_a_forged_state_answer_is_never_installed(
         assert len(set(hashes.values())) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
         losses = [t.loss for t in listener.telemetry[victim] if t.loss is not None]
         assert losses and all(np.isfinite(losses)) and losses[-1] < 2.0, losses[-5:]
-        _assert_accuracy(listener, clean_restart_accuracy, rounds, within_pp=RESTART_ACCURACY_PP)
+        _assert_accuracy(listener, clean_restart_accuracy, rounds)
         rejected = listener.last(victim).rejected
         assert rejected.get("state_unasked", 0) + rejected.get("state_rejected", 0) >= 1, rejected
     finally:
