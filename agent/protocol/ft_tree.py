@@ -62,6 +62,7 @@ from agent.protocol.allreduce import (
 from agent.protocol.wire import HEADER_SIZE, DType, Flag, Frame, Kind, value_bytes
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
+SILENCE_BACKOFF_CAP = 2.0  # RTOs of silence from a peer that showed life that make it silent
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
 IMPLAUSIBLE_FACTOR = 1000.0  # x our own largest gradient value, at least 1 (see _plausible)
 ACK_EVERY = 8  # direct units ACKed by one frame at most (see the module docstring)
@@ -862,7 +863,11 @@ class FtTreeRound(Outbox):
         the bytes queued towards it up to this unit need."""
         heard = max(self.last_heard.get(p.route.target, p.route_since),
                     self.progress.get(p.route.hop_key, p.route_since))
-        return max(p.route_since, heard) + p.timeout * self._backoff(p) + self._drain(p)
+        # Two resends back off (each waits for the one before), but not the verdict beyond
+        # two RTOs of nothing at all: a child that ACKed one chunk of the broadcast and froze
+        # kept its parent resending the next for eight RTOs (1.6 s) before it was reported.
+        backoff = min(self._backoff(p), SILENCE_BACKOFF_CAP)
+        return max(p.route_since, heard) + p.timeout * backoff + self._drain(p)
 
     def _backoff(self, p: Pending) -> float:
         """Exponential backoff of a unit resent on a live link (adaptive timeouts only: the
@@ -994,6 +999,11 @@ class FtTreeRound(Outbox):
     def _pull(self, now: float) -> None:
         missing = [j for j, ch in enumerate(self.chunks) if ch.final is None]
         live = [p for p in self.pull_chain if p not in self.down]
+        if self.parent in self.down:
+            # Our siblings wait for the same parent: its parent has the result (a sibling is
+            # first only for a cut link of ours, with the parent alive).
+            ancestors = self.tree.ancestors(self.node)
+            live.sort(key=lambda p: p not in ancestors)
         if not missing or not live:
             self.pull_at = None
             return
@@ -1008,7 +1018,11 @@ class FtTreeRound(Outbox):
         pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
         self._send(peer, pull.with_indices([] if len(missing) == self.n else missing))
         self.stats.pulls += 1
-        self.pull_at = now + self._rto(peer)
+        # A sibling's link carries nothing in a healthy round, so it is never measured: count
+        # on our parent's (the same broker's round trip), not the initial timeout. Half a
+        # second per sibling asked kept the children of a frozen parent waiting (issue 12).
+        measured = self.links.is_measured(peer) or self.parent is None
+        self.pull_at = now + self._rto(peer if measured else self.parent)
 
     # ------------------------------------------------------------------ helpers
 

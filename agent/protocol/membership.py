@@ -140,7 +140,15 @@ class Membership:
         """A member heard nothing from ``report.peer`` for a whole timeout."""
         if report.node == report.peer or report.round + SUSPICION_ROUNDS < self.round:
             return []
-        self.reports.setdefault(report.peer, {})[report.node] = (report.round, now)
+        by = self.reports.setdefault(report.peer, {})
+        earlier = by.get(report.node)
+        if earlier is not None and earlier[0] + SUSPICION_ROUNDS >= self.round:
+            # The same witness again (its machine of another round, lingering for the peer's
+            # ACKs, timed out too): the suspicion stands since its first report. Restarting
+            # the grace here kept a frozen leaf's next round waiting twice as long.
+            by[report.node] = (max(report.round, earlier[0]), earlier[1])
+        else:
+            by[report.node] = (report.round, now)
         self.reported_in[report.peer] = max(report.round, self.reported_in.get(report.peer, report.round))
         return self.check(now)
 

@@ -100,6 +100,11 @@ class LinkEstimators:
     def observe(self, peer: int, rtt: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe(rtt)
 
+    def is_measured(self, peer: int) -> bool:
+        """A round trip with ``peer`` was measured (its RTO is not the initial guess)."""
+        est = self.peers.get(peer)
+        return est is not None and est.srtt is not None
+
     def rate(self, peer: int) -> float:
         """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``,
         or a ``RATE_HEADROOM``-th of it on a link measured far faster than the floor."""

@@ -212,6 +212,25 @@ def test_a_report_counts_only_after_the_grace_and_a_refutation_cancels_it() -> N
     assert not m.suspected()
 
 
+def test_a_witness_reporting_again_does_not_restart_the_grace() -> None:
+    m = Membership(0, 2, START, grace=0.4)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(30, 0.0)
+    m.on_suspect(Suspect(1, 30, 3), 1.0)  # node 1's round 30 waits for its silent child 3
+    m.on_suspect(Suspect(1, 29, 3), 1.3)  # node 1's round 29, lingering for 3's ACKs, gives up
+    assert m.unrefuted(1.4) == [(3, 30)] and m.check(1.4)[0].view.members == [0, 1, 2]
+    # Once the suspect spoke, a new report starts a new grace.
+    m2 = Membership(0, 2, START, grace=0.4)
+    for s in online(0, 1, 2, 3):
+        m2.on_status(s, 0.0)
+    m2.round_started(30, 0.0)
+    m2.on_suspect(Suspect(1, 30, 3), 1.0)
+    m2.on_status(Status(3, "online", round=30), 1.1)
+    m2.on_suspect(Suspect(1, 31, 3), 1.3)
+    assert m2.unrefuted(1.4) == [] and m2.unrefuted(1.8) == [(3, 31)]
+
+
 def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -> None:
     m = Membership(2, 2, START)
     for s in online(0, 1, 2, 3):

@@ -1,0 +1,59 @@
+"""Whom a node without the round's result asks, and how long it waits for each answer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
+from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.rto import LinkEstimators
+from agent.protocol.topology import Tree
+from agent.protocol.wire import Flag, Frame, Kind
+
+CFG = AllreduceConfig(chunk_size=4, min_timeout=0.05, initial_timeout=0.5, round_deadline=5.0)
+TREE = Tree((0, 1, 2, 3, 4, 5, 6), 2)  # 0 root; 1 inner with leaves 3 and 4
+
+
+def leaf(links: LinkEstimators) -> FtTreeRound:
+    m = FtTreeRound(RoundContext(CFG, TREE, 3, 0, np.ones(8, np.float32), 0, links, 0.0))
+    m.start(0.0)
+    return m
+
+
+def acked(m: FtTreeRound, now: float) -> None:
+    """The parent ACKs our reduce units: only the broadcast is left to wait for."""
+    for j in (0, 1):
+        ack = Frame(Kind.ACK, CFG.job, 0, 1, j, 2, Flag.NONE, origin=1, target=3, contributors=frozenset({3}))
+        m.on_frame(ack.with_indices([j]), now)
+
+
+def pulls_until(m: FtTreeRound, until: float) -> list[tuple[float, int]]:
+    out: list[tuple[float, int]] = []
+    while (wake := m.next_timer()) is not None and wake < until:
+        out += [(wake, a.dst) for a in m.on_timer(wake) if isinstance(a, Send) and a.frame.kind == Kind.PULL]
+    return out
+
+
+def measured_parent() -> LinkEstimators:
+    links = CFG.new_links()
+    for _ in range(5):
+        links.observe(1, 0.01)  # the parent's link: RTO at the 0.05 s floor
+    return links
+
+
+def test_a_node_whose_parent_went_down_asks_the_grandparent_first_not_a_sibling() -> None:
+    m = leaf(measured_parent())
+    acked(m, 0.01)
+    actions = m.peer_down(1, 0.02)  # the parent's Will: its siblings wait for it as we do
+    asked = [a.dst for a in actions if isinstance(a, Send) and a.frame.kind == Kind.PULL]
+    asked += [dst for _, dst in pulls_until(m, 0.021)]
+    assert asked[:1] == [0], asked
+
+
+def test_an_unmeasured_sibling_asked_for_the_result_gets_the_parents_timeout_not_the_initial() -> None:
+    m = leaf(measured_parent())
+    acked(m, 0.01)
+    asked = pulls_until(m, 2.0)[:2]
+    (first_at, first), (second_at, second) = asked
+    assert (first, second) == (4, 0), asked  # the sibling first: a cut link of ours is likelier
+    assert second_at - first_at <= 2 * CFG.min_timeout, asked  # not the 0.5 s initial timeout
