@@ -257,6 +257,7 @@ class AgentCore:
         self.absent: dict[int, int] = {}
         self.absent_through = -1
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
+        self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
         self.reconnected_before: int | None = None  # a round that starts after a reconnect
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
@@ -359,10 +360,27 @@ class AgentCore:
                 self.future.append(frame)
             else:
                 self.counters.rejected["buffer_full"] += 1
+            out += self._fleet_went_on(frame, now)
         else:
             self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
             out += self._hint_behind(frame)
         return out + self._advance(now)
+
+    def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
+        """A member's contribution to the next round while ours still waits: it has our
+        round's result, and not from us, so the fleet ended the round around us (our Will
+        came while the connection was down; the round started before we were back). Ask for
+        the result now, once a round, instead of waiting a whole wait for children that will
+        not send this round again, and keeping the fleet's next round waiting for us."""
+        machine, current = self.machines.get(self.round), self.current
+        if (frame.round != self.round + 1 or frame.kind != Kind.DATA or frame.is_broadcast
+                or machine is None or machine.result is not None or current is None
+                or frame.sender not in current.view.members or view_root(current.view) == self.node
+                or self.asked_went_on >= self.round):
+            return []
+        self.asked_went_on = self.round
+        self.notes.append(Note("behind", frame.sender, f"in round {frame.round}: asking for our round's result"))
+        return self._run(machine.reconnected(now), self.round)
 
     def _hint_behind(self, frame: Frame) -> list[CoreAction]:
         """A peer pulls a round we no longer answer (it reconnected after the fleet went on
@@ -429,9 +447,10 @@ class AgentCore:
         running = [rnd for rnd, machine in self.machines.items() if machine.result is None]
         for rnd in running:
             out += self._run(self.machines[rnd].reconnected(now), rnd)
-        # Between rounds: the peers may run the next one without us (our Will), so that
-        # round's machine asks for the result as it starts (see _start_machine).
-        self.reconnected_before = None if self.round in running else self.round
+        # The peers may run the next round without us (our Will): between rounds, or during
+        # a long enough drop, they started it while we were away. That round's machine asks
+        # for the result as it starts (see _start_machine); a needless ask costs one copy.
+        self.reconnected_before = self.round + 1 if self.round in running else self.round
         if self.transfer is not None:
             # What was asked or sent while the connection was down is lost: ask again now.
             out += self._run(self.transfer.retry_now(now), self.round)

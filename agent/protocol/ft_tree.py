@@ -346,6 +346,20 @@ class FtTreeRound(Outbox):
         elif self.result is None:
             for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
                 self._pull(now)
+        for child in self.children:
+            # What a child sent us while we were away is lost and waits for its timeout (it
+            # got no ACK): ask for it now. A child that went around us has nothing to resend.
+            gaps = [j for j, ch in enumerate(self.chunks) if child not in ch.covered]
+            if gaps and child not in self.down:
+                nack = Frame(Kind.NACK, self.cfg.job, self.round, self.node, 0, self.n, Flag.NONE)
+                self._send(child, nack.with_indices(gaps))
+        if self.children and not self.wait_fired:
+            # Our children got our Will too: one that started this round while we were away
+            # sent its data around us, one that did not resends to us within its timeout.
+            # Wait that long, not a whole wait, then pass on what we have (what comes later
+            # follows): our parent may count on us for the others (a flapping inner node
+            # left the root waiting for a child that had sent to it, 1.6 s).
+            self.wait_at = min(self.wait_at, now + 2 * max(self._rto(c) for c in self.children))
         return self._flush()
 
     def _resend_custody(self, now: float) -> None:
@@ -1049,23 +1063,21 @@ class FtTreeRound(Outbox):
             if ch.final is None and skip_missing:
                 values[ch.lo : ch.hi] = 0.0
                 contributors.append(frozenset())
-            elif ch.final is not None and self.node in ch.final_ids:
+            elif ch.final is not None:
+                # Also when the root's mean lacks us (the fleet routed around us: our Will
+                # came, our data never made it): the fleet's mean as it is, so our model stays
+                # the fleet's. Adding our own value made it drift, and every flap of a
+                # connection cost a state transfer the round after.
                 values[ch.lo : ch.hi] = ch.final
                 contributors.append(ch.final_ids)
-            elif ch.final is not None:
-                # The root's mean lacks us (our data never made it): add our own value, so
-                # what we apply is still the mean over exactly the set we report.
-                own = (frozenset({self.node}), self.grad[ch.lo : ch.hi])
-                ids, mean = merge_means([(ch.final_ids, ch.final), own])
-                values[ch.lo : ch.hi] = mean
-                contributors.append(ids)
             else:
                 values[ch.lo : ch.hi] = self.grad[ch.lo : ch.hi]
                 contributors.append(frozenset({self.node}))
                 missing.append(j)
         # Members known down (a Will, or silent by the fleet's witnesses) are not waited for:
         # a round without them is complete, not degraded.
-        everyone = frozenset(self.tree.members) - self.down
+        # Nor are we, when the fleet went on without us (the root's report says what it missed).
+        everyone = frozenset(self.tree.members) - self.down - {self.node}
         # (A result may count a member that went down after it sent its data: complete.)
         degraded = bool(missing) or any(not everyone <= c for c in contributors)
         if degraded:
