@@ -70,6 +70,9 @@ MAX_BUFFERED_FRAMES = 4096
 ANSWERING_ROUNDS = 1
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
 CONNECT_WAIT = 10.0  # seconds to wait for our own retained status to come back from the broker
+# A drop of our broker connection this short is our link flapping (the broker stayed); a longer
+# one may be the broker's own restart (paho reconnects in 20-140 ms here; a restart takes secs).
+FLAP_MAX_AWAY = 1.0
 
 
 class Phase(enum.Enum):
@@ -259,6 +262,8 @@ class AgentCore:
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
         self.reconnected_before: int | None = None  # a round that starts after a reconnect
+        self.maybe_went_on: int | None = None  # the round after one a reconnect came in
+        self.disconnected_at = -1e9
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
         self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
@@ -380,7 +385,7 @@ class AgentCore:
             return []
         self.asked_went_on = self.round
         self.notes.append(Note("behind", frame.sender, f"in round {frame.round}: asking for our round's result"))
-        return self._run(machine.reconnected(now), self.round)
+        return self._run(machine.went_on(now), self.round)
 
     def _hint_behind(self, frame: Frame) -> list[CoreAction]:
         """A peer pulls a round we no longer answer (it reconnected after the fleet went on
@@ -427,6 +432,7 @@ class AgentCore:
         """The broker is away: the round under way ends by its deadline, and no new round
         starts until we are back (alone, a node would race through rounds nobody else runs)."""
         self.connected = False
+        self.disconnected_at = now
         # The broker may have published everybody's Will as it went down: none of that is
         # news about the peers until it is back and they could say otherwise.
         self.membership.hold(float("inf"))
@@ -445,12 +451,20 @@ class AgentCore:
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
             out.append(PublishStatus(self.status("joining" if self.joining else "online")))
         running = [rnd for rnd, machine in self.machines.items() if machine.result is None]
+        # A short drop is our connection flapping: the broker stayed, and the peers routed
+        # around us on our Will at once. After a long one the broker itself may have been
+        # away (restarted: everybody was), and the round under way ends by its deadline.
+        flapped = now - self.disconnected_at <= FLAP_MAX_AWAY
         for rnd in running:
             out += self._run(self.machines[rnd].reconnected(now), rnd)
-        # The peers may run the next round without us (our Will): between rounds, or during
-        # a long enough drop, they started it while we were away. That round's machine asks
-        # for the result as it starts (see _start_machine); a needless ask costs one copy.
-        self.reconnected_before = self.round + 1 if self.round in running else self.round
+            if flapped:
+                out += self._run(self.machines[rnd].went_on(now), rnd)
+        # Between rounds: the peers may run the next one without us (our Will), so that
+        # round's machine recovers as it starts (see _start_machine). After a drop within a
+        # round they may have started the next one while we were away: its machine asks its
+        # parent for the result as it starts (answered once: free when it was not needed).
+        self.reconnected_before = None if self.round in running else self.round
+        self.maybe_went_on = self.round + 1 if flapped and self.round in running else None
         if self.transfer is not None:
             # What was asked or sent while the connection was down is lost: ask again now.
             out += self._run(self.transfer.retry_now(now), self.round)
@@ -561,7 +575,9 @@ class AgentCore:
         if self.reconnected_before == self.round and tree.root != self.node:
             # Not the root: it cannot end a round the others may have gone on with.
             out += self._run(machine.reconnected(now), self.round)
-        self.reconnected_before = None
+        elif self.maybe_went_on == self.round:
+            out += self._run(machine.went_on(now), self.round)
+        self.reconnected_before = self.maybe_went_on = None
         return out
 
     def on_tick(self, now: float) -> list[CoreAction]:

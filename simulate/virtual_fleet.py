@@ -86,6 +86,9 @@ class FleetConfig:
     broker_bandwidth: float | None = None  # bytes/s through the broker (shared)
     ingress_bandwidth: float | None = None  # bytes/s into each agent (its downlink)
     compute_time: float = 0.0
+    # Each gradient takes up to this much longer, at random (seeded): real agents start a round
+    # each at its own moment, which is where a short connection drop splits the fleet's view.
+    compute_jitter: float = 0.0
     will_delay: float = 1.5  # a hung agent's Will fires after this (keepalive expiry)
     # How long a Will waits before it changes views (the real agent: 1 s, for a broker that
     # publishes every Will as it shuts down). 0 here by default: no broker here shuts down,
@@ -229,7 +232,8 @@ class SimAgent:
         elif isinstance(action, PublishView):
             bus.publish(self.name, TOPICS.view_of(self.node), action.view.encode(), retain=True)
         elif isinstance(action, ComputeGradient):
-            bus.call_at(fleet.clock.now() + fleet.config.compute_time, partial(self.compute, action))
+            delay = fleet.config.compute_time + fleet.config.compute_jitter * float(fleet.jitter.random())
+            bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))
         elif isinstance(action, ApplyUpdate):
             self.apply(action.values)
         elif isinstance(action, LoadState):
@@ -277,6 +281,7 @@ class VirtualFleet:
                              broker_bandwidth=config.broker_bandwidth, will_delay=config.will_delay,
                              ingress_bandwidth=config.ingress_bandwidth)
         self.gradient: GradientFn = config.gradient_fn or default_gradient(config.seed, config.length)
+        self.jitter = np.random.default_rng([config.seed, 11])
         self.initial_view = View(epoch=0, members=list(range(config.nodes)), arity=config.arity,
                                  coordinator=0, from_round=0)
         init = np.random.default_rng([config.seed, 1]).standard_normal(config.length, dtype=np.float32)

@@ -165,6 +165,13 @@ class RoundMachine(Protocol):
         without us. Recover what can be recovered at once instead of by timeouts."""
         ...
 
+    def went_on(self, now: float) -> list[Action]:
+        """The fleet may have run this round around us (our connection dropped briefly and
+        the peers routed around us on our Will, or a member's data of the next round reached
+        us): ask for the result now, once, from whoever would send it anyway (no second copy
+        when it does), and ask for what our children sent while we were away."""
+        ...
+
 
 class Outbox:
     """What every round machine shares: the actions one call queues, handed back by ``_flush``.

@@ -235,7 +235,7 @@ class FtTreeRound(Outbox):
         elif frame.kind == Kind.NACK:
             self._on_nack(frame, now)
         elif frame.kind == Kind.PULL:
-            self._on_pull(frame)
+            self._on_pull(frame, now)
         elif frame.kind == Kind.PROBE:
             self._on_probe(frame)
         else:
@@ -346,6 +346,17 @@ class FtTreeRound(Outbox):
         elif self.result is None:
             for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
                 self._pull(now)
+        return self._flush()
+
+    def went_on(self, now: float) -> list[Action]:
+        if self.over or self.result is not None or self.parent is None or self.parent in self.down:
+            return []
+        # (Our data so far is with the parent or on its way: it needs nothing resent.)
+        if not self.stats.pulls:
+            # The parent only: it answers at once if it has the result, and sends it once if
+            # we are one of its broadcast peers anyway (see _set_final).
+            self._note("pull", self.parent, "the fleet may have gone on without us")
+            self._send_pull(self.parent, now)
         for child in self.children:
             # What a child sent us while we were away is lost and waits for its timeout (it
             # got no ACK): ask for it now. A child that went around us has nothing to resend.
@@ -354,12 +365,17 @@ class FtTreeRound(Outbox):
                 nack = Frame(Kind.NACK, self.cfg.job, self.round, self.node, 0, self.n, Flag.NONE)
                 self._send(child, nack.with_indices(gaps))
         if self.children and not self.wait_fired:
-            # Our children got our Will too: one that started this round while we were away
-            # sent its data around us, one that did not resends to us within its timeout.
-            # Wait that long, not a whole wait, then pass on what we have (what comes later
-            # follows): our parent may count on us for the others (a flapping inner node
-            # left the root waiting for a child that had sent to it, 1.6 s).
-            self.wait_at = min(self.wait_at, now + 2 * max(self._rto(c) for c in self.children))
+            # A child that started this round while our Will was out sends around us, never
+            # to us: wait for our children only as long as their first frame usually takes,
+            # then pass on what we have and each unit as it comes (a unit or two more up our
+            # link: our parent may count on us for some). A whole wait for a child that went
+            # around us left the root waiting for one that had sent to us: 0.5-1.8 s rounds.
+            usual = [self.links.first_frame(c) for c in self.children]
+            if all(u is not None for u in usual):
+                at = self.start_time + FIRST_FRAME_MARGIN * max(u for u in usual if u is not None)
+            else:
+                at = now + max(self._rto(c) for c in self.children)
+            self.wait_at = min(self.wait_at, max(now, at))
         return self._flush()
 
     def _resend_custody(self, now: float) -> None:
@@ -511,7 +527,7 @@ class FtTreeRound(Outbox):
             # round: it does not know it was left out and would wait a timeout for a
             # broadcast that skips it. Or the round ended here without a result (root
             # down) before its data came. Its data is a pull: the result is the answer.
-            self._answer_with_final(j, frame.origin)
+            self._answer_with_final(j, frame.origin, now)
             self._send_no_result()
         self._learn_route(frame.origin, frame.sender, how)
         if self.cfg.nack and how == DIRECT:
@@ -569,11 +585,13 @@ class FtTreeRound(Outbox):
         ch.final, ch.final_ids = values, ids
         frame = replace(self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
                         dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
-        for peer in self._broadcast_peers():
+        broadcast = self._broadcast_peers()
+        for peer in broadcast:
             routes = self._down_routes(peer)
             if routes:
                 self._launch(Pending(True, j, peer, ids, frame, routes), now)
-        for peer in sorted(self.pull_waiters.pop(j, set())):
+        # A puller we broadcast to anyway gets it once (with its ACK and resends), not twice.
+        for peer in sorted(self.pull_waiters.pop(j, set()) - set(broadcast)):
             self._send(peer, replace(frame, target=peer))
         if self.result is None and all(c.final is not None for c in self.chunks):
             self._finish(now)
@@ -717,19 +735,22 @@ class FtTreeRound(Outbox):
                 p.retransmitted = True
                 self._emit(p, now, fresh=False)
 
-    def _on_pull(self, frame: Frame) -> None:
+    def _on_pull(self, frame: Frame, now: float) -> None:
         asked = frame.indices() or list(range(self.n))
         puller = frame.sender
         self._note("pull", puller, "served")
         for j in asked:
             if 0 <= j < self.n:
-                self._answer_with_final(j, puller)
+                self._answer_with_final(j, puller, now)
         self._send_no_result()
 
-    def _answer_with_final(self, j: int, peer: int) -> None:
+    def _answer_with_final(self, j: int, peer: int, now: float) -> None:
         """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline);
         or, when this round ended here without one (its root went down), that it has none."""
         ch = self.chunks[j]
+        sent = self.pending.get((True, j, peer))
+        if ch.final is not None and sent is not None and now - sent.sent_at < sent.timeout:
+            return  # our broadcast to it left just now (resends follow): not a second copy
         if ch.final is not None:
             out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
             self._send(peer, out.with_values(ch.final, self.cfg.wire_dtype))

@@ -102,6 +102,9 @@ class RpsRound(Outbox):
     def reconnected(self, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 
+    def went_on(self, now: float) -> list[Action]:
+        return []  # its gather timer already republishes what is missing
+
     def _maybe_publish(self, j: int, now: float, force: bool) -> None:
         parts = self.parts[j]
         if self.final[j] is not None or not (force or self.expected <= set(parts)):

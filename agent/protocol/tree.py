@@ -83,6 +83,9 @@ class PlainTreeRound(Outbox):
     def reconnected(self, now: float) -> list[Action]:
         return []  # no retransmission either: what was lost waits for the deadline
 
+    def went_on(self, now: float) -> list[Action]:
+        return []  # no pulls: what was lost waits for the deadline
+
     def _maybe_forward(self, j: int, now: float) -> None:
         if len(self.parts[j]) < len(self.children):
             return

@@ -33,12 +33,13 @@ def sent_up(actions: list[object]) -> list[frozenset[int]]:
             if isinstance(a, Send) and a.dst == 0 and a.frame.kind == Kind.DATA]
 
 
-def test_back_from_a_drop_an_inner_node_passes_on_what_it_has_within_two_timeouts() -> None:
+def test_back_from_a_short_drop_an_inner_node_passes_on_what_it_has_within_a_timeout() -> None:
     """Child 4 sends to us as usual; child 3 started the round while our Will was out and
-    sent around us, to the root. Waiting a whole wait for 3 kept the root waiting for 4."""
+    sent around us, to the root. Waiting a whole wait for 3 kept the root waiting for 4.
+    (What the core does after a short drop: ``reconnected``, then ``went_on``.)"""
     m = inner()
     assert sent_up(m.on_frame(data_from(4), 0.01)) == []  # still waiting for 3
-    back = m.reconnected(0.02)
+    back = m.reconnected(0.02) + m.went_on(0.02)
     # What 3 sent us while we were away is lost: asked for at once, not after its timeout.
     nacks = [(a.dst, a.frame.indices()) for a in back if isinstance(a, Send) and a.frame.kind == Kind.NACK]
     assert nacks == [(3, [0])]
@@ -47,7 +48,7 @@ def test_back_from_a_drop_an_inner_node_passes_on_what_it_has_within_two_timeout
         up = sent_up(m.on_timer(wake))
         at = wake
     assert up == [frozenset({1, 4})]
-    assert at <= 0.02 + 2 * CFG.min_timeout + 1e-9, at
+    assert at <= 0.02 + CFG.min_timeout + 1e-9, at  # children's first frames not measured yet
     # 3's data, if it comes after all (it resent to us), follows as a unit of its own.
     assert sent_up(m.on_frame(data_from(3), at + 0.01)) == [frozenset({3})]
 
