@@ -351,32 +351,38 @@ class FtTreeRound(Outbox):
     def went_on(self, now: float) -> list[Action]:
         if self.over or self.result is not None or self.parent is None or self.parent in self.down:
             return []
-        # (Our data so far is with the parent or on its way: it needs nothing resent.)
         if not self.stats.pulls:
             # The parent only: it answers at once if it has the result, and sends it once if
             # we are one of its broadcast peers anyway (see _set_final).
             self._note("pull", self.parent, "the fleet may have gone on without us")
             self._send_pull(self.parent, now)
+        self._ask_children_again()
+        self._stop_waiting_soon(now)
+        return self._flush()
+
+    def _ask_children_again(self) -> None:
+        """What a child sent us while we were away is lost and waits for its timeout (no ACK
+        came): ask for it now. A child that went around us has nothing to resend."""
         for child in self.children:
-            # What a child sent us while we were away is lost and waits for its timeout (it
-            # got no ACK): ask for it now. A child that went around us has nothing to resend.
             gaps = [j for j, ch in enumerate(self.chunks) if child not in ch.covered]
             if gaps and child not in self.down:
                 nack = Frame(Kind.NACK, self.cfg.job, self.round, self.node, 0, self.n, Flag.NONE)
                 self._send(child, nack.with_indices(gaps))
-        if self.children and not self.wait_fired:
-            # A child that started this round while our Will was out sends around us, never
-            # to us: wait for our children only as long as their first frame usually takes,
-            # then pass on what we have and each unit as it comes (a unit or two more up our
-            # link: our parent may count on us for some). A whole wait for a child that went
-            # around us left the root waiting for one that had sent to us: 0.5-1.8 s rounds.
-            usual = [self.links.first_frame(c) for c in self.children]
-            if all(u is not None for u in usual):
-                at = self.start_time + FIRST_FRAME_MARGIN * max(u for u in usual if u is not None)
-            else:
-                at = now + max(self._rto(c) for c in self.children)
-            self.wait_at = min(self.wait_at, max(now, at))
-        return self._flush()
+
+    def _stop_waiting_soon(self, now: float) -> None:
+        """A child that started this round while our Will was out sends around us, never to
+        us: wait for our children only as long as their first frame usually takes, then pass
+        on what we have and each unit as it comes (a unit or two more up our link: our parent
+        may count on us for some). A whole wait for a child that went around us left the root
+        waiting for one that had sent to us: 0.5-1.8 s rounds."""
+        if not self.children or self.wait_fired:
+            return
+        usual = [f for c in self.children if (f := self.links.first_frame(c)) is not None]
+        if len(usual) == len(self.children):
+            at = self.start_time + FIRST_FRAME_MARGIN * max(usual)
+        else:
+            at = now + max(self._rto(c) for c in self.children)
+        self.wait_at = min(self.wait_at, max(now, at))
 
     def _resend_custody(self, now: float) -> None:
         """What the parent ACKed may be stuck in it now that it is down: send it again around
