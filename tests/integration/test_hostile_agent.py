@@ -34,10 +34,10 @@ NODES = 4
 ROUNDS = 40
 # The forged-state test: with a kill and restart in both runs, when node 2 is back differs
 # between them (its start-up on a loaded host), and with it the trajectory. After 60 rounds
-# that put two clean runs 0.3-0.8 pp apart, after 120 0.1-0.4 pp; after 200 the model has
-# settled (0.945-0.948 in six runs, attacked or clean). A forged state installed gives chance
-# accuracy (issue 16: 10 %).
-LONG_ROUNDS = 200
+# that put two clean runs 0.3-0.8 pp apart, after 120 0.1-0.4 pp, after 200 still up to 0.4
+# pp (0.945-0.949 in seven runs, attacked or clean); 300 rounds leave the 0.5 pp a margin. A
+# forged state installed gives chance accuracy (issue 16: 10 %).
+LONG_ROUNDS = 300
 EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39, ...
 ACCURACY_PP = 0.5  # an attacked run's accuracy against the clean run's, same rounds
 FLEET = {"eval_every": EVAL_EVERY}
