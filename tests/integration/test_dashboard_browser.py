@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 
 from dashboard.demo import DemoFleet, NodeCredentials
 from dashboard.server import DashboardHandle, run_in_thread
@@ -106,6 +106,24 @@ def browser() -> Iterator[Browser]:
 def node_states(page: Page) -> dict[str, str]:
     return page.eval_on_selector_all(
         "#tree .node", "els => Object.fromEntries(els.map(e => [e.dataset.node, e.dataset.state]))")
+
+
+def hover_until_tip(page: Page, chart: str, timeout: float = 20.0) -> Locator:
+    """Point at the chart's right end until its tip shows, as a user moves the mouse again:
+    on a loaded host the page may still be laying out (the chart moves) or redrawing when
+    one pointer move arrives, and a single move then shows nothing (seen in CI)."""
+    tip = page.locator("#chart-tip")
+    deadline = time.monotonic() + timeout
+    nudge = 0
+    while True:
+        box = page.locator(chart).bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.9 + nudge, box["y"] + box["height"] / 2)
+        if tip.is_visible():
+            return tip
+        assert time.monotonic() < deadline, f"no tip over {chart} after {timeout} s of pointing at it"
+        nudge = 1 - nudge  # a move to a new point: a new mousemove event
+        page.wait_for_timeout(200)
 
 
 def save_screenshot(page: Page, tmp_path: Path, name: str) -> Path:
@@ -222,11 +240,7 @@ def test_page_hover_timeline_filters_and_round_time_switch(
         page.wait_for_function("document.querySelectorAll('#chart-loss circle.point').length >= 4",
                                timeout=60_000)
         # Hover: the round under the pointer, with its numbers.
-        box = page.locator("#chart-loss").bounding_box()
-        assert box is not None
-        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)
-        tip = page.locator("#chart-tip")
-        tip.wait_for(state="visible", timeout=5_000)
+        tip = hover_until_tip(page, "#chart-loss")
         assert "round " in tip.inner_text() and "loss " in tip.inner_text()
         # Round time: the median agent by default, the slowest on request; axes say so.
         assert "median agent (s)" in (page.text_content("#chart-time") or "")
