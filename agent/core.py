@@ -69,6 +69,10 @@ MAX_BUFFERED_FRAMES = 4096
 # A finished round's machine answers late ACKs, NACKs and pulls until this many rounds later.
 ANSWERING_ROUNDS = 1
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
+# A drift resync's state may come this many rounds late (a loaded host serves 4.9 MB slowly):
+# it is installed and the rounds' updates since are applied again. Started afresh every round
+# instead, two members that drifted at once never resynced under load (broker restart test).
+REPLAY_ROUNDS = 3
 CONNECT_WAIT = 10.0  # seconds to wait for our own retained status to come back from the broker
 # A drop of our broker connection this short is our link flapping (the broker stayed); a longer
 # one may be the broker's own restart (paho reconnects in 20-140 ms here; a restart takes secs).
@@ -249,6 +253,8 @@ class AgentCore:
         self.future: list[Frame] = []
         self.transfer: StateTransfer | None = None
         self.received_state: tuple[int, np.ndarray] | None = None  # (round, state) fetched
+        # round -> (values, learning rate) applied, the last REPLAY_ROUNDS (see _finish_round).
+        self.applied: dict[int, tuple[np.ndarray, float]] = {}
         self.pending_pulls: dict[int, Frame] = {}  # puller -> its MODEL_PULL
         self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
@@ -816,10 +822,12 @@ class AgentCore:
         current = self.current
         assert current is not None
         out: list[CoreAction] = []
-        if self.received_state is not None and self.received_state[0] == self.round:
-            # A resync: the peer's state at this round's start, then this round's update.
-            out.append(LoadState(self.round, self.received_state[1]))
-            self.notes.append(Note("resync", None, f"state of round {self.round}"))
+        if self.received_state is not None and self.received_state[0] <= self.round:
+            # A resync: the peer's state at the start of its round, the updates since again
+            # (none when it is this round's), then this round's update.
+            rnd, state = self.received_state
+            out += [LoadState(rnd, state), *(ApplyUpdate(r, *self.applied[r]) for r in range(rnd, self.round))]
+            self.notes.append(Note("resync", None, f"state of round {rnd}"))
             self.received_state = None
         elif (why := resync_reason(result, current.own_hash)) is not None:
             # Our model now differs from the fleet's: fetch its state for the next round, first
@@ -829,6 +837,8 @@ class AgentCore:
         cfg = self.config
         rate = scheduled_lr(cfg.lr, self.round, cfg.rounds, cfg.lr_schedule, cfg.lr_final)
         out.append(ApplyUpdate(self.round, result.values, rate))
+        self.applied[self.round] = (result.values, rate)
+        self.applied = {r: u for r, u in self.applied.items() if r > self.round - REPLAY_ROUNDS}
         report = self._report(result, now)
         self.round += 1
         out += self._serve_pulls()
@@ -899,13 +909,23 @@ class AgentCore:
         view = self.membership.view_for(self.round)
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
-        if peers and (self.transfer is None or self.transfer.round <= self.round):
+        if peers and not self._transfer_under_way():
             # Two peers a stripe each, as a joiner does (one peer's whole state every round
             # is what a flooder took), but in a dispute the coordinator's model is the
             # fleet's: several members may have drifted at once, and no two peers agree
             # until they took the coordinator's state, which it then serves whole.
             return self._fetch_state(self.round + 1, peers, now, anchor_decides=True)
         return []
+
+    def _transfer_under_way(self) -> bool:
+        """A resync transfer worth waiting for still: asked for fewer than REPLAY_ROUNDS
+        rounds ago, and it moved on in this round (state came, or a dispute was taken to the
+        anchor). One that got nothing all round is stuck (an anchor that gave its one stripe
+        a round): a fresh pair is asked."""
+        transfer, current = self.transfer, self.current
+        return (transfer is not None and current is not None
+                and transfer.round + REPLAY_ROUNDS > self.round
+                and transfer.last_progress >= current.started)
 
     def _fell_behind(self, frame: Frame, now: float) -> list[CoreAction]:
         """Frames two rounds ahead of ours: the fleet went on without us (we ran a round to its
@@ -959,7 +979,7 @@ class AgentCore:
                 self.counters.rejected["state_not_finite"] += 1
                 return out + self._run(self.transfer.reject("values not finite", now), self.round)
             self.transfer = None
-            if rnd >= self.round:
+            if rnd >= self.round or all(r in self.applied for r in range(rnd, self.round)):
                 self.received_state = (rnd, state)
         return out
 

@@ -89,10 +89,12 @@ class StateTransfer:
     asked for that chunk (or whose stripe was dropped) are refused. ``size``, when given, is the
     state's length.
 
-    ``anchor_decides`` (a drifted member's resync): when the stripes disagree, the anchor is
-    asked for the rest and its word alone is taken; after a fault that made many members drift
-    at once no two peers may agree, and without it the fleet never converged again. The anchor
-    serves it only after a round of its own that was not clean (see the core); otherwise the
+    The ``anchor`` is the coordinator, whose model is the fleet's reference: in a dispute its
+    stripe is kept and the other asked of a peer not asked yet. ``anchor_decides`` (a drifted
+    member's resync): the anchor is in every pair, and in a dispute it is asked for its whole
+    state and its word alone is taken; after a fault that made many members drift at
+    once no two peers may agree, and without it the fleet never converged again. The anchor
+    sends more than a stripe only when others pull from it too (see the core); otherwise the
     rest is asked, after the timeout, of peers not asked yet.
     """
 
@@ -113,6 +115,7 @@ class StateTransfer:
         self.anchor = anchor
         self.anchor_decides = anchor_decides and anchor is not None
         self.peer_i = 0  # rotation: where the next peers asked come from
+        self.last_asked = self.peers[0]
         self.target = round  # the round whose state we assemble
         self.floor = round  # older MODEL frames answer a burnt round
         self.last_progress = now
@@ -125,7 +128,7 @@ class StateTransfer:
     @property
     def peer(self) -> int:
         """The peer asked last (named in notes)."""
-        return self.peers[(self.peer_i - 1) % len(self.peers)]
+        return self.last_asked
 
     def start(self, now: float) -> list[Action]:
         return self._ask_round(now)
@@ -141,10 +144,19 @@ class StateTransfer:
 
     def _fresh_peer(self) -> int | None:
         asked = self.asked_in.setdefault(self.target, set())
+        if self.anchor_decides and self.anchor in self.peers and self.anchor not in asked:
+            # A drifted member's every pair has the reference in it: after a broker restart
+            # a pair of drifted peers disagreed, which cost a round, or, drifted alike,
+            # agreed on a model that was not the fleet's. (Joiners rotate: asked in every
+            # pair of six pullers at once, the coordinator fell a round behind and was taken
+            # for silent under load.)
+            self.last_asked = self.anchor
+            return self.anchor
         for _ in range(len(self.peers)):
             peer = self.peers[self.peer_i % len(self.peers)]
             self.peer_i += 1
             if peer not in asked:
+                self.last_asked = peer
                 return peer
         return None
 
@@ -184,7 +196,8 @@ class StateTransfer:
 
     def _follow(self, round: int) -> list[Action]:
         """A stripe answered with a newer round than we asked (its peer was past it): ask for
-        the other stripes of that round, so the stripes meet at one state."""
+        the other stripes of that round, so the stripes meet at one state. The anchor asked
+        for its whole state sends all of that round's itself."""
         if round <= self.target:
             return []
         self.target = round
@@ -193,12 +206,18 @@ class StateTransfer:
         parts = self.parts[round]
         answered = {sender for sender, _, _ in parts.values()}
         self.asked_in.setdefault(round, set()).update(answered)
+        if self._anchor_sends_all() and answered == {self.anchor}:
+            return []
         out: list[Action] = []
         for stripe in range(self.needed):
             chunks = self._stripe(stripe)
             if not any(j in parts for j in chunks or [0]):
                 out += self._ask_chunks(chunks)
         return out
+
+    def _anchor_sends_all(self) -> bool:
+        """After a dispute: the anchor was asked for its whole state."""
+        return self.anchor_decides and self.anchor in self.assigned and self.assigned[self.anchor] is None
 
     def _assemble(self, round: int, count: int, now: float) -> list[Action]:
         parts = self.parts[round]
@@ -234,17 +253,21 @@ class StateTransfer:
             self.assigned.pop(peer, None)
         note = Note("state_rejected", liars[0], f"{len(wrong)} chunks unlike the reference's")
         if self.anchor_decides:
-            return [note, *self._ask_anchor(wrong, now)]
+            return [note, *self._ask_anchor(now)]
         if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
             return [note, *self._next_round(now)]
         self.last_progress = now
         return [note, *self._ask_chunks(wrong)]
 
-    def _ask_anchor(self, chunks: list[int], now: float) -> list[Action]:
-        """A dispute: the rest of the anchor's state is asked of it too."""
+    def _ask_anchor(self, now: float) -> list[Action]:
+        """A dispute: the anchor is asked for its whole state. Within its round it sends the
+        rest (each chunk once per puller and round); past it, all of a newer round's, a state
+        by itself. Asked for the rest only, the rest came of a round the other stripe was
+        not of whenever the anchor had moved on, and on a loaded host the stripes chased each
+        other round after round (the broker-restart test)."""
         assert self.anchor is not None
         self.last_progress = now
-        return [self._pull(self.anchor, chunks)]
+        return [self._pull(self.anchor, [])]
 
     def _wanted(self, frame: Frame) -> bool:
         """MODEL frames of our job holding an exact copy of a state as new as the one we asked

@@ -5,6 +5,8 @@ through the fleet harness and directly."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from agent.core import (
@@ -24,7 +26,7 @@ from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import RECONNECTED
-from simulate.virtual_fleet import FleetConfig, VirtualFleet
+from simulate.virtual_fleet import FleetConfig, SimAgent, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
 
@@ -325,3 +327,34 @@ def test_a_member_late_to_a_round_whose_root_died_does_not_wait_once_the_next_vi
     assert not any(isinstance(a, ComputeGradient) for a in core.on_tick(1.1))  # waits: no view yet
     out = core.on_view(View(2, [1, 2, 3, 4, 5, 6], 2, 1, 31), 1.3)  # the root wait: 1 s
     assert [a.round for a in out if isinstance(a, ComputeGradient)] == [30]
+
+
+def test_a_drift_resync_state_that_comes_rounds_late_is_installed_with_the_updates_since() -> None:
+    """Members 2 and 3 drift at once; the coordinator, the reference in that dispute, serves
+    its state slowly (a loaded host sends 4.9 MB), so it lands a round or two after the round
+    it was of. Dropped as stale and fetched afresh, it came late again every round: the two
+    never resynced (the broker-restart test). Installed with the rounds' updates applied
+    again, they are back on the fleet's model."""
+    fleet = VirtualFleet(FleetConfig(nodes=4, rounds=12, length=37, allreduce=CONFIG,
+                                     compute_time=0.02, latency=0.001))
+    send, record_start = fleet.send, fleet.record_start
+    late = 0.035  # a round takes ~0.026 s here: each state lands in the round after the next
+
+    def slow_coordinator(agent: SimAgent, dst: int, frame: Frame) -> None:
+        if frame.kind == Kind.MODEL and agent.node == 0:
+            fleet.bus.call_at(fleet.clock.now() + late, partial(send, agent, dst, frame))
+        else:
+            send(agent, dst, frame)
+
+    def drift(agent: SimAgent, action: ComputeGradient, grad: np.ndarray, params_hash: int) -> None:
+        record_start(agent, action, grad, params_hash)
+        if action.round == 3 and agent.node in (2, 3):
+            agent.state[0] += 0.5
+
+    fleet.send, fleet.record_start = slow_coordinator, drift  # type: ignore[method-assign]
+    records = fleet.run()
+    assert len(set(records[4].start_hashes.values())) == 2  # the drift is there
+    notes = {n: [x.detail for x in ns if x.kind == "resync"] for n, ns in records[6].notes.items()}
+    assert notes.get(2) == notes.get(3) == ["state of round 5"], records[6].notes  # a round late
+    assert all(len(set(r.start_hashes.values())) == 1 for r in records[7:])
+    assert not any(r.degraded for r in records)

@@ -205,9 +205,10 @@ def test_a_drifted_member_in_a_dispute_takes_the_anchors_word() -> None:
     asked = pulls(transfer.start(0.0))
     out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
     assert "state_rejected" in kinds(out)
-    assert {p: (f.round, f.indices()) for p, f in pulls(out).items()} == {1: (12, [1])}
+    # The anchor is asked for its whole state; within its round it sends what it has not yet.
+    assert {p: (f.round, f.indices()) for p, f in pulls(out).items()} == {1: (12, [])}
     assert kinds(feed(transfer, answer(asked[2], 2), 0.15)) == ["state_unasked"]  # the liar's stripe
-    feed(transfer, answer(pulls(out)[1], 1), 0.2)
+    feed(transfer, answer(Frame(Kind.MODEL_PULL, 9, 12, 5).with_indices([1]), 1), 0.2)
     assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
     plain = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1)
     asked = pulls(plain.start(0.0))
@@ -236,3 +237,30 @@ def test_the_anchors_word_alone_needs_a_dispute_first() -> None:
     assert transfer.result is None  # one stripe: the anchor's half is no state
     feed(transfer, answer(asked[2], 2), 0.2)
     assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+
+
+def test_in_a_dispute_the_anchor_past_the_round_sends_a_newer_state_that_is_taken_alone() -> None:
+    """Asked for its whole state after a dispute, the anchor had gone on a round: all of
+    round 13's state comes from it and is taken without asking the drifted peers again.
+    (Asked for the rest only, the rest was of 13 and the other stripe of 12: the stripes
+    chased each other round after round on a loaded host.)"""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1, anchor_decides=True)
+    asked = pulls(transfer.start(0.0))
+    out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
+    newer = STATE + 1
+    out = feed(transfer, answer(pulls(out)[1], 1, newer, round=13), 0.2)
+    assert pulls(out) == {}  # nobody else asked for round 13's other stripe
+    assert transfer.result is not None and transfer.result[0] == 13
+    assert transfer.result[1].tobytes() == newer.tobytes()
+
+
+def test_a_drift_resync_asks_the_anchor_in_every_pair() -> None:
+    """The anchor (the coordinator, the fleet's reference) listed last still gets a stripe of
+    a drifted member's first pair, and of the next round's pair after a dispute the round's
+    peers could not settle. Other transfers (joiners) rotate through the peers."""
+    transfer = StateTransfer(5, 9, 12, [2, 3, 1], 0.5, 0.0, size=10, chunk_values=4, anchor=1, anchor_decides=True)
+    assert set(pulls(transfer.start(0.0))) == {1, 2} and transfer.peer == 2
+    retry = pulls(transfer.reject("the stripes do not hash to what their peers vouched for", 0.1, [1, 2]))
+    assert {p: f.round for p, f in retry.items()} == {1: 13, 3: 13}
+    joiner = StateTransfer(5, 9, 12, [2, 3, 1], 0.5, 0.0, size=10, chunk_values=4, anchor=1)
+    assert set(pulls(joiner.start(0.0))) == {2, 3}
