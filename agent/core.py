@@ -90,6 +90,13 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
+class Recovery(enum.Enum):
+    """What a round's machine does as it starts after our connection came back."""
+
+    RECONNECTED = "reconnected"  # the drop came between rounds: its children may have gone around us
+    ASK_RESULT = "ask_result"  # a short drop within the round before: the fleet may have gone on
+
+
 @dataclass(frozen=True)
 class CoreConfig:
     node: int
@@ -267,8 +274,7 @@ class AgentCore:
         self.absent_through = -1
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
-        self.reconnected_before: int | None = None  # a round that starts after a reconnect
-        self.maybe_went_on: int | None = None  # the round after one a reconnect came in
+        self.recovery: tuple[int, Recovery] | None = None  # for that round's start (on_reconnect)
         self.disconnected_at = -1e9
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
@@ -383,15 +389,20 @@ class AgentCore:
         came while the connection was down; the round started before we were back). Ask for
         the result now, once a round, instead of waiting a whole wait for children that will
         not send this round again, and keeping the fleet's next round waiting for us."""
-        machine, current = self.machines.get(self.round), self.current
-        if (frame.round != self.round + 1 or frame.kind != Kind.DATA or frame.is_broadcast
-                or machine is None or machine.result is not None or current is None
-                or frame.sender not in current.view.members or view_root(current.view) == self.node
-                or self.asked_went_on >= self.round):
+        machine = self.machines.get(self.round)
+        if machine is None or not self._shows_fleet_went_on(frame) or self.asked_went_on >= self.round:
             return []
         self.asked_went_on = self.round
         self.notes.append(Note("behind", frame.sender, f"in round {frame.round}: asking for our round's result"))
         return self._run(machine.went_on(now), self.round)
+
+    def _shows_fleet_went_on(self, frame: Frame) -> bool:
+        """A member's reduce data of the round after ours, ours still unfinished, and we are
+        not the round's root (nobody else can end it)."""
+        machine, current = self.machines.get(self.round), self.current
+        return (frame.round == self.round + 1 and frame.kind == Kind.DATA and not frame.is_broadcast
+                and machine is not None and machine.result is None and current is not None
+                and frame.sender in current.view.members and view_root(current.view) != self.node)
 
     def _hint_behind(self, frame: Frame) -> list[CoreAction]:
         """A peer pulls a round we no longer answer (it reconnected after the fleet went on
@@ -469,8 +480,10 @@ class AgentCore:
         # round's machine recovers as it starts (see _start_machine). After a drop within a
         # round they may have started the next one while we were away: its machine asks its
         # parent for the result as it starts (answered once: free when it was not needed).
-        self.reconnected_before = None if self.round in running else self.round
-        self.maybe_went_on = self.round + 1 if flapped and self.round in running else None
+        if self.round not in running:
+            self.recovery = (self.round, Recovery.RECONNECTED)
+        else:
+            self.recovery = (self.round + 1, Recovery.ASK_RESULT) if flapped else None
         if self.transfer is not None:
             # What was asked or sent while the connection was down is lost: ask again now.
             out += self._run(self.transfer.retry_now(now), self.round)
@@ -578,12 +591,12 @@ class AgentCore:
         out += self._run(machine.start(now), self.round)
         for frame in self._take_future(self.round):
             out += self._run(machine.on_frame(frame, now), self.round)
-        if self.reconnected_before == self.round and tree.root != self.node:
+        recovery, self.recovery = self.recovery, None
+        if recovery == (self.round, Recovery.RECONNECTED) and tree.root != self.node:
             # Not the root: it cannot end a round the others may have gone on with.
             out += self._run(machine.reconnected(now), self.round)
-        elif self.maybe_went_on == self.round:
+        elif recovery == (self.round, Recovery.ASK_RESULT):
             out += self._run(machine.went_on(now), self.round)
-        self.reconnected_before = self.maybe_went_on = None
         return out
 
     def on_tick(self, now: float) -> list[CoreAction]:
