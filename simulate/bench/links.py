@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra agent option for every run, e.g. round_deadline=8 (repeatable; "
                              f"not {', '.join(sorted(OWN_OPTIONS))}: the bench sets them)")
     parser.add_argument("--loss-burst", type=arg(whole(0, 255, "an agent id")), default=None, metavar="AGENT",
-                        help=f"also drop {LOSS_BURST_P:.0%} of AGENT's link frames (sent and received) in "
+                        help=f"also drop {LOSS_BURST_P * 100:.0f} %% of AGENT's link frames (sent and received) in "
                              f"rounds {LOSS_BURST_AT}-{LOSS_BURST_AT + LOSS_BURST_ROUNDS - 1}, and report how many "
                              "rounds after the burst the fleet is back to full speed")
     parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
