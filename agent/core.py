@@ -850,8 +850,11 @@ class AgentCore:
         cfg = self.config
         rate = scheduled_lr(cfg.lr, self.round, cfg.rounds, cfg.lr_schedule, cfg.lr_final)
         out.append(ApplyUpdate(self.round, result.values, rate))
-        self.applied[self.round] = (result.values, rate)
-        self.applied = {r: u for r, u in self.applied.items() if r > self.round - REPLAY_ROUNDS}
+        # Only the fleet's own update is replayed on its state: a fallback of ours to local
+        # values (a one-way cut may make one every round) replayed on it made us drift again.
+        self.applied = {r: u for r, u in self.applied.items() if self.round - REPLAY_ROUNDS < r < self.round}
+        if not result.missing_chunks:
+            self.applied[self.round] = (result.values, rate)
         report = self._report(result, now)
         self.round += 1
         out += self._serve_pulls()
@@ -926,8 +929,10 @@ class AgentCore:
             # Two peers a stripe each, as a joiner does (one peer's whole state every round
             # is what a flooder took), but in a dispute the coordinator's model is the
             # fleet's: several members may have drifted at once, and no two peers agree
-            # until they took the coordinator's state, which it then serves whole.
-            return self._fetch_state(self.round + 1, peers, now, anchor_decides=True)
+            # until they took the coordinator's state, which it then serves whole. Not when
+            # our link from the coordinator failed this round: its stripe would never come.
+            return self._fetch_state(self.round + 1, peers, now,
+                                     anchor_decides=self.membership.coordinator() not in avoid)
         return []
 
     def _transfer_under_way(self) -> bool:

@@ -26,7 +26,7 @@ from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import RECONNECTED
-from simulate.virtual_fleet import FleetConfig, SimAgent, VirtualFleet
+from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
 
@@ -358,3 +358,28 @@ def test_a_drift_resync_state_that_comes_rounds_late_is_installed_with_the_updat
     assert notes.get(2) == notes.get(3) == ["state of round 5"], records[6].notes  # a round late
     assert all(len(set(r.start_hashes.values())) == 1 for r in records[7:])
     assert not any(r.degraded for r in records)
+
+
+def test_a_round_that_fell_back_is_never_replayed_on_a_late_state() -> None:
+    """Leaf 6 cut off in rounds 4 and 5 falls back to what it has in round 4: that update is
+    not the fleet's, and a state of round 4 arriving late must not get it applied again on
+    top (it is not installed: the next resync fetches a newer one)."""
+    faults = (*(FaultSpec("cut", 4, 6, p) for p in range(6)), *(FaultSpec("heal", 6, 6, p) for p in range(6)))
+    fleet = VirtualFleet(FleetConfig(nodes=7, rounds=7, length=37, allreduce=CONFIG, faults=faults,
+                                     compute_time=0.01))
+    records = fleet.run()
+    assert records[4].results[6].missing_chunks and not records[4].results[0].missing_chunks
+    assert 4 not in fleet.agents[6].core.applied
+    assert sorted(fleet.agents[0].core.applied) == [4, 5, 6]
+
+
+def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() -> None:
+    """With 0 -> 1 cut, the coordinator's stripe never reaches node 1: a resync that waited
+    for it in every pair left node 1 drifted to the end of the run (test_agent_fleet's
+    one-way cut). Then the peers rotate as for a joiner."""
+    core = _running_core(node=1)
+    core._request_resync("drift", {0}, 0.1)
+    assert core.transfer is not None and not core.transfer.anchor_decides
+    core.transfer = None
+    core._request_resync("drift", set(), 0.2)
+    assert core.transfer is not None and core.transfer.anchor_decides and core.transfer.peer == 0
