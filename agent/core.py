@@ -925,23 +925,26 @@ class AgentCore:
         view = self.membership.view_for(self.round)
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
-        if peers and not self._transfer_under_way():
+        lean_on_coordinator = self.membership.coordinator() not in avoid
+        if peers and not self._transfer_under_way(lean_on_coordinator):
             # Two peers a stripe each, as a joiner does (one peer's whole state every round
             # is what a flooder took), but in a dispute the coordinator's model is the
             # fleet's: several members may have drifted at once, and no two peers agree
             # until they took the coordinator's state, which it then serves whole. Not when
             # our link from the coordinator failed this round: its stripe would never come.
-            return self._fetch_state(self.round + 1, peers, now,
-                                     anchor_decides=self.membership.coordinator() not in avoid)
+            return self._fetch_state(self.round + 1, peers, now, anchor_decides=lean_on_coordinator)
         return []
 
-    def _transfer_under_way(self) -> bool:
+    def _transfer_under_way(self, lean_on_coordinator: bool) -> bool:
         """A resync transfer worth waiting for still: asked for fewer than REPLAY_ROUNDS
         rounds ago, and it moved on in this round (state came, or a dispute was taken to the
         anchor). One that got nothing all round is stuck (an anchor that gave its one stripe
-        a round): a fresh pair is asked."""
+        a round): a fresh pair is asked. So is one that does not lean on the coordinator
+        when it could (a catch-up's, started while the broker was away, went on asking pairs
+        of drifted peers)."""
         transfer, current = self.transfer, self.current
         return (transfer is not None and current is not None
+                and (transfer.anchor_decides or not lean_on_coordinator)
                 and transfer.round + REPLAY_ROUNDS > self.round
                 and transfer.last_progress >= current.started)
 

@@ -383,3 +383,19 @@ def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() 
     core.transfer = None
     core._request_resync("drift", set(), 0.2)
     assert core.transfer is not None and core.transfer.anchor_decides and core.transfer.peer == 0
+
+
+def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_coordinator() -> None:
+    """A catch-up's transfer (two members showed a far-ahead round, as after a broker restart)
+    asks rotating pairs; kept because it was moving, it went on asking pairs of drifted peers
+    that never agreed. A drift resync takes its place, leaning on the coordinator; a second
+    drift resync keeps a first one that is moving."""
+    core = _running_core()
+    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3), 0.02)
+    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
+    assert core.transfer is not None and not core.transfer.anchor_decides
+    core._request_resync("drift", set(), 0.05)
+    resync = core.transfer
+    assert resync is not None and resync.anchor_decides
+    core._request_resync("drift", set(), 0.06)
+    assert core.transfer is resync
