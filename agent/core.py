@@ -390,19 +390,20 @@ class AgentCore:
         the result now, once a round, instead of waiting a whole wait for children that will
         not send this round again, and keeping the fleet's next round waiting for us."""
         machine = self.machines.get(self.round)
-        if machine is None or not self._shows_fleet_went_on(frame) or self.asked_went_on >= self.round:
+        if (machine is None or machine.result is not None or self.asked_went_on >= self.round
+                or not self._shows_fleet_went_on(frame)):
             return []
         self.asked_went_on = self.round
         self.notes.append(Note("behind", frame.sender, f"in round {frame.round}: asking for our round's result"))
         return self._run(machine.went_on(now), self.round)
 
     def _shows_fleet_went_on(self, frame: Frame) -> bool:
-        """A member's reduce data of the round after ours, ours still unfinished, and we are
-        not the round's root (nobody else can end it)."""
-        machine, current = self.machines.get(self.round), self.current
+        """A member's reduce data of the round after ours, and we are not our round's root
+        (nobody else can end it)."""
+        current = self.current
         return (frame.round == self.round + 1 and frame.kind == Kind.DATA and not frame.is_broadcast
-                and machine is not None and machine.result is None and current is not None
-                and frame.sender in current.view.members and view_root(current.view) != self.node)
+                and current is not None and frame.sender in current.view.members
+                and view_root(current.view) != self.node)
 
     def _hint_behind(self, frame: Frame) -> list[CoreAction]:
         """A peer pulls a round we no longer answer (it reconnected after the fleet went on

@@ -147,9 +147,8 @@ class StateTransfer:
         if self.anchor_decides and self.anchor in self.peers and self.anchor not in asked:
             # A drifted member's every pair has the reference in it: after a broker restart
             # a pair of drifted peers disagreed, which cost a round, or, drifted alike,
-            # agreed on a model that was not the fleet's. (Joiners rotate: asked in every
-            # pair of six pullers at once, the coordinator fell a round behind and was taken
-            # for silent under load.)
+            # agreed on a model that was not the fleet's. Joiners rotate: in every pair of
+            # many joiners at once the coordinator falls behind its own rounds.
             self.last_asked = self.anchor
             return self.anchor
         for _ in range(len(self.peers)):
