@@ -90,6 +90,11 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
+def _asks_for_what_we_sent(frame: Frame) -> bool:
+    """A NACK asks for units we sent (not a FINAL one: that says a round has no result)."""
+    return frame.kind == Kind.NACK and not frame.flags & Flag.FINAL
+
+
 class Recovery(enum.Enum):
     """What a round's machine does as it starts after our connection came back."""
 
@@ -372,6 +377,8 @@ class AgentCore:
             out += self._run(machine.on_frame(frame, now), frame.round)
         elif frame.round >= self.round + FUTURE_ROUNDS:
             out += self._fell_behind(frame, now)
+        elif frame.round >= self.round and _asks_for_what_we_sent(frame):
+            pass  # a round we have not started: we sent nothing of it (see _start_machine)
         elif frame.round >= self.round:
             if len(self.future) < MAX_BUFFERED_FRAMES:
                 self.future.append(frame)
@@ -594,8 +601,14 @@ class AgentCore:
             out += self._run(machine.on_frame(frame, now), self.round)
         recovery, self.recovery = self.recovery, None
         if recovery == (self.round, Recovery.RECONNECTED) and tree.root != self.node:
-            # Not the root: it cannot end a round the others may have gone on with.
+            # Not the root: it cannot end a round the others may have gone on with. Our
+            # children saw our Will: one that was ready sent around us, and a whole wait for
+            # it kept the root waiting for our subtree (1.5-2.5 s rounds of a flapping inner
+            # node). went_on waits for them only as long as their first frame usually takes
+            # and asks those that sent to us while we were away (a NACK that a child which
+            # has not started the round drops: it sent nothing of it).
             out += self._run(machine.reconnected(now), self.round)
+            out += self._run(machine.went_on(now), self.round)
         elif recovery == (self.round, Recovery.ASK_RESULT):
             out += self._run(machine.went_on(now), self.round)
         return out

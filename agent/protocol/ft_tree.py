@@ -540,15 +540,30 @@ class FtTreeRound(Outbox):
             self._nack_gaps(frame, lambda i: frame.origin in self.chunks[i].covered)
         if ids <= ch.covered or (self.parent is None and ch.final is not None):
             return  # a duplicate (lost ACK, resend) or too late for the final mean
-        if ids & ch.covered:
+        if ids & ch.covered and not self._subsumes(ch, ids):
             self.stats.overlaps += 1
             return
         values = frame.values()
         if not self._plausible(values, frame.sender):
             return
+        if ids & ch.covered:
+            ch.units = [unit for unit in ch.units if not unit[0] & ids]
+            ch.covered = set().union(*(u for u, _ in ch.units))
         ch.units.append((ids, values))
         ch.covered |= ids
         self._try_forward(j, now)
+
+    def _subsumes(self, ch: ChunkState, ids: frozenset[int]) -> bool:
+        """A unit that holds every unit it overlaps replaces them, if none of them went up
+        yet: coverage only grows and nothing is counted twice. A child that saw its parent's
+        Will sends what the parent had ACKed around it (``_resend_custody``); the parent, back
+        a moment later, sends its subtree's mean with that child's share in it. Refused as an
+        overlap, it left the root waiting for the rest of that subtree until its wait ran
+        out: a 2.5 s degraded round of a flapping inner node."""
+        overlapped = [i for i, (u, _) in enumerate(ch.units) if u & ids]
+        if not all(ch.units[i][0] <= ids for i in overlapped):
+            return False
+        return self.parent is None or min(overlapped) >= ch.forwarded
 
     def _plausible(self, values: np.ndarray, sender: int) -> bool:
         """A mean of honest gradients is never far larger than our own gradient (same model,

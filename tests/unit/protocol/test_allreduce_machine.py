@@ -54,10 +54,26 @@ def test_a_resent_contribution_is_acked_again_but_counted_once() -> None:
 
 
 def test_a_partially_overlapping_set_is_refused() -> None:
-    m = root()
-    m.on_frame(data(1, {1}, 3.0), 0.01)
-    m.on_frame(data(2, {1, 2}, 5.0), 0.02)
+    m = new_round(CFG, Tree((0, 1, 2, 3, 4), 2), 0, 3, np.zeros(4, np.float32), 0, CFG.new_links(), 0.0)
+    m.start(0.0)
+    m.on_frame(data(1, {1, 3}, 3.0), 0.01)
+    m.on_frame(data(1, {3, 4}, 5.0), 0.02)  # 3 again, and 4 that the held unit lacks
     assert m.stats.overlaps == 1 and m.result is None
+
+
+def test_a_set_that_holds_every_unit_it_overlaps_replaces_them_and_counts_each_once() -> None:
+    """Node 1's child sent around it (its Will) what node 1 had ACKed; node 1, back, sends
+    its subtree's mean with that child's share in it. Refused, the root waited for node 1
+    until its wait ran out and ended the round degraded."""
+    m = new_round(CFG, Tree((0, 1, 2, 3, 4), 2), 0, 3, np.zeros(4, np.float32), 0, CFG.new_links(), 0.0)
+    m.start(0.0)
+    m.on_frame(data(3, {3}, 4.0), 0.01)  # around its parent 1
+    m.on_frame(data(1, {1, 3, 4}, 6.0), 0.02)  # the subtree's mean, 3 included
+    assert m.stats.overlaps == 0 and m.result is None
+    m.on_frame(data(2, {2}, 9.0), 0.03)
+    assert m.result is not None and not m.result.degraded
+    assert m.result.contributors == (frozenset({0, 1, 2, 3, 4}),)
+    assert m.result.values == pytest.approx([(0 + 3 * 6.0 + 9.0) / 5] * 4)  # 3 counted once
 
 
 def test_frames_that_make_no_sense_are_dropped_and_counted() -> None:
