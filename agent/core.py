@@ -31,6 +31,7 @@ import numpy as np
 
 from agent.model.optim import scheduled_lr
 from agent.protocol.allreduce import (
+    ROOT_WILL_GRACE,
     AllreduceConfig,
     Note,
     RoundContext,
@@ -279,6 +280,8 @@ class AgentCore:
         self.absent_through = -1
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
+        self.wills: dict[int, tuple[float, int]] = {}  # peer -> (when, incarnation) of its last Will
+        self.root_will: dict[int, float] = {}  # round -> its root's Will: waiting for it to come back
         self.recovery: tuple[int, Recovery] | None = None  # for that round's start (on_reconnect)
         self.disconnected_at = -1e9
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
@@ -316,6 +319,7 @@ class AgentCore:
             times.append(self.root_wait_until)
         if (t := self.membership.next_check()) is not None:
             times.append(t)
+        times.extend(at + ROOT_WILL_GRACE for at in self.root_will.values())
         return min(times) if times else None
 
     def state_frames(self, action: SendState, state: np.ndarray) -> list[Send]:
@@ -440,10 +444,46 @@ class AgentCore:
         is_will = (status.state == "offline" and status.node != self.node
                    and self.membership.states.get(status.node) == "offline")
         if is_will:
-            # The broker's Last Will: no machine needs to wait a timeout for this peer.
+            # The broker's Last Will: no machine needs to wait a timeout for this peer; but
+            # nobody can average a round without its root: that one waits a moment for it.
+            self.wills[status.node] = (now, status.incarnation)
             for rnd, machine in list(self.machines.items()):
-                out += self._run(machine.peer_down(status.node, now), rnd)
+                if self._grants_root_grace(machine, status.node):
+                    self.root_will.setdefault(rnd, now)
+                    out += self._run(machine.peer_away(status.node, now), rnd)
+                else:
+                    out += self._run(machine.peer_down(status.node, now), rnd)
+        elif was_down and not self.membership.is_down(status.node):
+            out += self._root_back(status, now)
         return out + self._advance(now)
+
+    def _grants_root_grace(self, machine: RoundMachine, peer: int) -> bool:
+        return (machine.tree.root == peer != self.node and machine.result is None
+                and self.config.allreduce.algorithm != "rps")
+
+    def _root_back(self, status: Status, now: float) -> list[CoreAction]:
+        """The root of a round that waits out its Will is online again: the same life (its
+        connection dropped) goes on with the round; a new one (restarted) has lost it."""
+        out: list[CoreAction] = []
+        same_life = self.wills.get(status.node, (0.0, -1))[1] == status.incarnation
+        for rnd in list(self.root_will):
+            machine = self.machines.get(rnd)
+            if machine is None or machine.tree.root == status.node:
+                del self.root_will[rnd]
+            if machine is not None and machine.tree.root == status.node:
+                out += self._run(machine.peer_back(status.node, now) if same_life
+                                 else machine.peer_down(status.node, now), rnd)
+        return out
+
+    def _root_grace_over(self, now: float) -> list[CoreAction]:
+        out: list[CoreAction] = []
+        for rnd, at in list(self.root_will.items()):
+            machine = self.machines.get(rnd)
+            if machine is None or now >= at + ROOT_WILL_GRACE:
+                del self.root_will[rnd]
+            if machine is not None and now >= at + ROOT_WILL_GRACE:
+                out += self._run(machine.peer_down(machine.tree.root, now), rnd)
+        return out
 
     def on_view(self, view: View, now: float, publisher: int | None = None) -> list[CoreAction]:
         """A view; ``publisher`` is the id its topic names (None: given locally, trusted)."""
@@ -481,7 +521,7 @@ class AgentCore:
         # away (restarted: everybody was), and the round under way ends by its deadline.
         flapped = now - self.disconnected_at <= FLAP_MAX_AWAY
         for rnd in running:
-            out += self._run(self.machines[rnd].reconnected(now), rnd)
+            out += self._run(self.machines[rnd].reconnected(now, now - self.disconnected_at), rnd)
             if flapped:
                 out += self._run(self.machines[rnd].went_on(now), rnd)
         # Between rounds: the peers may run the next one without us (our Will), so that
@@ -595,7 +635,13 @@ class AgentCore:
         out: list[CoreAction] = []
         for peer in tree.members:
             if peer != self.node and (self.membership.is_down(peer) or self.absent.get(peer, -1) >= self.round):
-                out += self._run(machine.peer_down(peer, now), self.round)  # nobody waits for it
+                will = self.wills.get(peer)
+                if (will is not None and now < will[0] + ROOT_WILL_GRACE and self.absent.get(peer, -1) < self.round
+                        and self._grants_root_grace(machine, peer)):
+                    self.root_will[self.round] = will[0]  # its Will came a moment ago
+                    out += self._run(machine.peer_away(peer, now), self.round)
+                else:
+                    out += self._run(machine.peer_down(peer, now), self.round)  # nobody waits for it
         out += self._run(machine.start(now), self.round)
         for frame in self._take_future(self.round):
             out += self._run(machine.on_frame(frame, now), self.round)
@@ -618,6 +664,7 @@ class AgentCore:
         for rnd, machine in list(self.machines.items()):
             if (wake := machine.next_timer()) is not None and now >= wake:
                 out += self._run(machine.on_timer(now), rnd)
+        out += self._root_grace_over(now)
         out += self._tick_transfer(now)
         out += self.membership.check(now)
         out += self._apply_suspicions(now)

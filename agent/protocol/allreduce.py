@@ -31,6 +31,17 @@ TimeoutMode = Literal["adaptive", "fixed"]
 ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
 
 
+# A root's Will: the members wait this long for it to come back (its connection dropped:
+# paho reconnects in 10-230 ms here) before they end the round without it. Ended at once,
+# every flap of the root cost a skipped round, drifted members and their state transfers:
+# 0.8-2.5 s rounds. A crashed root costs no more: the view without it comes a Will settle
+# (1 s, longer than this) after the Will anyway.
+ROOT_WILL_GRACE = 0.4
+# The root itself goes on with its round only when it was away this much less than the
+# grace: the members' clock runs from its Will to its birth status, which differ from its
+# own disconnect and reconnect by the broker's reaction, and must not run out first.
+ROOT_RETURN_MARGIN = 0.1
+
 @dataclass(frozen=True)
 class AllreduceConfig:
     algorithm: Algorithm = "ft-tree"
@@ -143,6 +154,7 @@ class RoundContext:
 
 class RoundMachine(Protocol):
     result: RoundResult | None
+    tree: Tree
 
     def start(self, now: float) -> list[Action]: ...
 
@@ -159,10 +171,21 @@ class RoundMachine(Protocol):
         (one report is enough for that; routing around it needs ``peer_down``)."""
         ...
 
-    def reconnected(self, now: float) -> list[Action]:
-        """Our broker connection dropped and came back within this round: frames in flight
-        either way may be lost, and the peers got our Will, so they may have ended the round
-        without us. Recover what can be recovered at once instead of by timeouts."""
+    def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
+        """Our broker connection dropped and came back within this round, ``away`` seconds
+        later: frames in flight either way may be lost, and the peers got our Will, so they
+        may have ended the round without us. Recover what can be recovered at once instead
+        of by timeouts."""
+        ...
+
+    def peer_away(self, peer: int, now: float) -> list[Action]:
+        """``peer``'s Will came, and we give it a moment to come back (``ROOT_WILL_GRACE``):
+        no verdict on it or its links meanwhile (its silence is explained), nothing resent."""
+        ...
+
+    def peer_back(self, peer: int, now: float) -> list[Action]:
+        """``peer``'s Will came, and it is back (its connection dropped, the same life) before
+        we routed around it: what we sent it meanwhile is lost, send it again now."""
         ...
 
     def went_on(self, now: float) -> list[Action]:

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from agent.protocol.allreduce import (
+    ROOT_RETURN_MARGIN,
+    ROOT_WILL_GRACE,
     Action,
     LinkBook,
     Outbox,
@@ -171,6 +173,7 @@ class FtTreeRound(Outbox):
         for peer in self.remembered_dead:
             self.book.mark(peer, "failed")
         self.down: set[int] = set()  # peers known to be offline (membership)
+        self.away: set[int] = set()  # peers whose Will came, given a moment to come back
         self.bcast_routes: dict[int, Route] = {}  # how to reach a peer whose data came oddly
         self.adopted: set[int] = set()  # non-children that delivered their data to us
         self.pull_waiters: dict[int, set[int]] = {}
@@ -289,6 +292,7 @@ class FtTreeRound(Outbox):
         """Membership says ``peer`` is offline: stop waiting for it, route around it."""
         if peer == self.node or peer in self.down:
             return []
+        self.away.discard(peer)
         self.down.add(peer)
         self.dead.add(peer)
         self.expected.discard(peer)
@@ -325,19 +329,23 @@ class FtTreeRound(Outbox):
         self._note("root_down", self.tree.root, f"asking {parent} for the result")
         self._send_pull(parent, now)
 
-    def reconnected(self, now: float) -> list[Action]:
+    def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
         """Back after a dropped connection: send every unACKed unit again now (silence counts
         from here, not from before the drop), and ask for the round's result at once: the
         peers got our Will and may have finished without us (a peer that has the result
         answers, one that has not yet answers when it has it). Without this the node waited a
         whole timeout for a parent that had moved on, and the fleet's next round waited for it.
-        The root ends the round instead, as the others did on its Will."""
+        The root, ``away`` long, goes on when the members still wait for it (they give a
+        root's Will ``ROOT_WILL_GRACE``); else it ends the round, as they did on its Will."""
         if self.over:
             return []
         for p in list(self.pending.values()):
             p.route_since = now
             self._emit(p, now, fresh=False)
-        if self.parent is None and self.result is None:
+        if self.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
+            self._note("reconnected", self.node, f"back after {away * 1000:.0f} ms: the round goes on")
+            self._ask_children_again()
+        elif self.parent is None and self.result is None:
             # The root: our Will ended this round on every other member (see peer_down),
             # with the chunks they lack skipped. Do the same rather than wait for children
             # that went on (a chunk they lost in flight and we kept shows up as drift).
@@ -346,6 +354,24 @@ class FtTreeRound(Outbox):
         elif self.result is None:
             for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
                 self._pull(now)
+        return self._flush()
+
+    def peer_away(self, peer: int, now: float) -> list[Action]:
+        self.away.add(peer)
+        return []
+
+    def peer_back(self, peer: int, now: float) -> list[Action]:
+        self.away.discard(peer)
+        if self.over or peer in self.down:
+            return []
+        for p in list(self.pending.values()):
+            if peer in (p.peer, p.route.via, p.route.target):
+                p.route_since = now
+                self._emit(p, now, fresh=False)
+        if peer == self.parent and self.result is None:
+            # Units its silence made us give up as undeliverable meanwhile, and what it had
+            # ACKed if it lost them: once more (what it has is ACKed, not counted again).
+            self._resend_custody(now)
         return self._flush()
 
     def went_on(self, now: float) -> list[Action]:
@@ -869,6 +895,8 @@ class FtTreeRound(Outbox):
         self._note("undeliverable", p.peer, f"chunk {p.chunk}")
 
     def _due(self, p: Pending) -> float:
+        if self.away and not self.away.isdisjoint((p.peer, p.route.via, p.route.target)):
+            return float("inf")  # its Will explains the silence: wait for it (peer_back)
         if p.route.kind != DIRECT:
             # A relayed unit crosses two links (a flood more, but its timeout is long).
             start = max(p.sent_at, self.progress.get(p.route.hop_key, p.sent_at))

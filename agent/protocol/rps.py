@@ -99,7 +99,13 @@ class RpsRound(Outbox):
     def excuse(self, peer: int, now: float) -> list[Action]:
         return self.peer_down(peer, now)
 
-    def reconnected(self, now: float) -> list[Action]:
+    def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
+        return []  # its gather timer already republishes what is missing
+
+    def peer_back(self, peer: int, now: float) -> list[Action]:
+        return []  # its gather timer already republishes what is missing
+
+    def peer_away(self, peer: int, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 
     def went_on(self, now: float) -> list[Action]:

@@ -80,7 +80,13 @@ class PlainTreeRound(Outbox):
     def excuse(self, peer: int, now: float) -> list[Action]:
         return []
 
-    def reconnected(self, now: float) -> list[Action]:
+    def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
+        return []  # no retransmission either: what was lost waits for the deadline
+
+    def peer_back(self, peer: int, now: float) -> list[Action]:
+        return []  # no retransmission either: what was lost waits for the deadline
+
+    def peer_away(self, peer: int, now: float) -> list[Action]:
         return []  # no retransmission either: what was lost waits for the deadline
 
     def went_on(self, now: float) -> list[Action]:
