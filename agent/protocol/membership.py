@@ -175,15 +175,17 @@ class Membership:
         if view.coordinator != publisher:
             return "view_not_its_publishers"
         if self.views:
+            # The fleet reported us silent and went on without us: its new coordinator's view
+            # is news to us even though we would still coordinate (we resumed from a hang).
+            taken_out = self.node not in view.members and any(
+                rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
+            if taken_out:
+                self._yield_own_views(view)
             newest = self.newest
             if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
                 return ""
             if view.epoch > newest.epoch + MAX_EPOCH_STEP:
                 return "view_epoch_jump"
-            # The fleet reported us silent and went on without us: its new coordinator's view
-            # is news to us even though we would still coordinate (we resumed from a hang).
-            taken_out = self.node not in view.members and any(
-                rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
             if publisher != self.coordinator() and not taken_out:
                 # Held, not taken: it counts once its publisher is the coordinator (its
                 # predecessor's Will or eviction may still be on the way); counted meanwhile.
@@ -196,6 +198,15 @@ class Membership:
                 return "view_removal_unwitnessed"
         self.on_view(view)
         return ""
+
+    def _yield_own_views(self, view: View) -> None:
+        """A coordinator taken for silent (overloaded, say) published views of its own while
+        the fleet's new coordinator published the same epochs without it; ours win a tie
+        (lower id), so we never took theirs and never learnt we were out: two fleets, and we
+        never rejoined. Ours from that epoch on are void: the fleet went on without us."""
+        kept = [v for v in self.views if not (v.coordinator == self.node and v.epoch >= view.epoch)]
+        if kept and len(kept) < len(self.views):
+            self.views = kept
 
     def _retry_pending_views(self) -> None:
         """A view that came before the evidence that made its publisher the coordinator (its

@@ -306,6 +306,31 @@ def test_a_view_that_removes_us_is_taken_without_evidence() -> None:
     assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and 3 not in m.newest.members
 
 
+def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the_same_epoch() -> None:
+    """Overloaded, node 0 was reported silent and node 1 took over; meanwhile node 0 still
+    published a view of its own at the same epoch. Ours won the tie (lower id), so node 1's
+    view was old news here: node 0 never learnt it was out, and never rejoined (seen with
+    three fleets on one host: the run ended without it)."""
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    m.on_suspect(Suspect(1, 20, 0), 0.1)  # about us: we refute, too late for the others
+    ours = m.on_status(Status(3, "offline"), 2.0)
+    assert [p.view.coordinator for p in ours] == [0] and m.newest.epoch == 1
+    fleets = View(1, [1, 2, 3], 2, 1, 21)
+    assert m.offer_view(fleets, 1) == ""
+    assert m.newest == fleets and m.view_for(21) == fleets and m.coordinator() == 1
+    # Not reported silent, a tie is still ours: nobody else's view replaces a coordinator's.
+    n = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        n.on_status(s, 0.0)
+    n.round_started(20, 0.0)
+    n.on_status(Status(3, "offline"), 2.0)
+    n.offer_view(fleets, 1)
+    assert n.newest.coordinator == 0
+
+
 def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> None:
     # Node 1 takes over from a coordinator that dropped node 3 (frozen: no Will, its last
     # "online" still retained). The reports about 3 expire; 3 must not come back on that old
