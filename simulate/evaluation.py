@@ -389,9 +389,10 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
         "process's start-up), *after its start-up* the same from the fleet's round when the "
         "restarted agent was online again; *rounds over 1.5x median* while silent stand beside "
         "the fault-free run's share of such rounds (the checkpoint and evaluation rounds); "
-        "*worst ordinary* = the slowest round that is not a checkpoint round (every 20th) or one "
-        "of the two evaluation rounds (every 25th), while silent and in the 20 rounds after the "
-        "rejoin; "
+        "*ordinary* rounds are those that are not a checkpoint round (every 20th) or one of the "
+        "two evaluation rounds (every 25th): *ordinary rounds over 1.5x median* counts only "
+        "those, *worst ordinary* is the slowest of them while silent and in the 20 rounds after "
+        "the rejoin; "
         "*accuracy drop* against the fault-free run of the same size.",
         markdown_table(TABLE_HEADERS, table_rows(doc))])
 

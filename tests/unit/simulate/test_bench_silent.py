@@ -47,10 +47,12 @@ def test_the_table_has_a_row_per_episode() -> None:
     doc["results"][0]["round_times_s"] = [0.15] * 9 + [0.3]
     doc["results"][1]["episodes"][0]["silent_times_s"] = [0.15, 0.2, 0.23]
     doc["results"][0]["ordinary_max_s"] = 0.2
-    doc["results"][1]["episodes"][0] |= {"silent_ordinary_max_s": 0.19, "after_ordinary_max_s": 0.21}
+    doc["results"][0]["ordinary_round_times_s"] = [0.15] * 8
+    doc["results"][1]["episodes"][0] |= {"silent_ordinary_max_s": 0.19, "after_ordinary_max_s": 0.21,
+                                         "silent_ordinary_times_s": [0.15, 0.19]}
     rows = silent.table_rows(doc)
     assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, 0.19, 0.2, "1 of 3 (33 %)",
-                     "1 of 10 (10 %)", 0, 1, 2, 2, 0.15, 0.21, True, 0.1]]
+                     "1 of 10 (10 %)", "0 of 2 (0 %)", "0 of 8 (0 %)", 0, 1, 2, 2, 0.15, 0.21, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
 
 
@@ -93,3 +95,11 @@ def test_checkpoint_and_evaluation_rounds_are_left_out_of_the_worst_ordinary_rou
     assert [r for r in range(18, 28) if silent.periodic(r)] == [20, 25, 26]
     assert silent._ordinary_max({19: 0.2, 20: 0.9, 25: 1.0, 26: 0.8, 27: 0.3}) == 0.3
     assert silent._ordinary_max({20: 0.9}) is None
+
+
+def test_ordinary_rounds_over_the_median_leave_out_checkpoint_and_evaluation_rounds() -> None:
+    tels = {rnd: {n: _tel(n, rnd, 0.5 if rnd in (20, 23) else 0.1) for n in range(3)} for rnd in range(16, 30)}
+    e = silent.episode_result(tels, node=2, start=16, end=28, last=29)
+    assert sorted(e["silent_times_s"]) [-2:] == [0.5, 0.5]  # both slow rounds count here
+    assert max(e["silent_ordinary_times_s"]) == 0.5  # round 23 is ordinary, 20 a checkpoint
+    assert len(e["silent_ordinary_times_s"]) == len(e["silent_times_s"]) - 3  # 20, 25, 26 left out
