@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -281,7 +282,7 @@ class AgentCore:
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
         self.wills: dict[int, tuple[float, int]] = {}  # peer -> (when, incarnation) of its last Will
-        self.root_will: dict[int, float] = {}  # round -> its root's Will: waiting for it to come back
+        self.root_grace: set[int] = set()  # rounds whose root's Will came: waiting for it to come back
         self.recovery: tuple[int, Recovery] | None = None  # for that round's start (on_reconnect)
         self.disconnected_at = -1e9
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
@@ -319,7 +320,7 @@ class AgentCore:
             times.append(self.root_wait_until)
         if (t := self.membership.next_check()) is not None:
             times.append(t)
-        times.extend(at + ROOT_WILL_GRACE for at in self.root_will.values())
+        times.extend(self._grace_ends(self.machines[rnd]) for rnd in self.root_grace if rnd in self.machines)
         return min(times) if times else None
 
     def state_frames(self, action: SendState, state: np.ndarray) -> list[Send]:
@@ -449,7 +450,7 @@ class AgentCore:
             self.wills[status.node] = (now, status.incarnation)
             for rnd, machine in list(self.machines.items()):
                 if self._grants_root_grace(machine, status.node):
-                    self.root_will.setdefault(rnd, now)
+                    self.root_grace.add(rnd)
                     out += self._run(machine.peer_away(status.node, now), rnd)
                 else:
                     out += self._run(machine.peer_down(status.node, now), rnd)
@@ -461,28 +462,30 @@ class AgentCore:
         return (machine.tree.root == peer != self.node and machine.result is None
                 and self.config.allreduce.algorithm != "rps")
 
+    def _grace_ends(self, machine: RoundMachine) -> float:
+        return self.wills[machine.tree.root][0] + ROOT_WILL_GRACE
+
+    def _end_root_grace(self, ends: Callable[[RoundMachine], bool]) -> list[tuple[int, RoundMachine]]:
+        """The rounds waiting for their root for which ``ends`` holds (rounds gone are dropped)."""
+        self.root_grace &= set(self.machines)
+        done = [(rnd, self.machines[rnd]) for rnd in sorted(self.root_grace) if ends(self.machines[rnd])]
+        self.root_grace -= {rnd for rnd, _ in done}
+        return done
+
     def _root_back(self, status: Status, now: float) -> list[CoreAction]:
         """The root of a round that waits out its Will is online again: the same life (its
         connection dropped) goes on with the round; a new one (restarted) has lost it."""
-        out: list[CoreAction] = []
         same_life = self.wills.get(status.node, (0.0, -1))[1] == status.incarnation
-        for rnd in list(self.root_will):
-            machine = self.machines.get(rnd)
-            if machine is None or machine.tree.root == status.node:
-                del self.root_will[rnd]
-            if machine is not None and machine.tree.root == status.node:
-                out += self._run(machine.peer_back(status.node, now) if same_life
-                                 else machine.peer_down(status.node, now), rnd)
+        out: list[CoreAction] = []
+        for rnd, machine in self._end_root_grace(lambda m: m.tree.root == status.node):
+            out += self._run(machine.peer_back(status.node, now) if same_life
+                             else machine.peer_down(status.node, now), rnd)
         return out
 
     def _root_grace_over(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
-        for rnd, at in list(self.root_will.items()):
-            machine = self.machines.get(rnd)
-            if machine is None or now >= at + ROOT_WILL_GRACE:
-                del self.root_will[rnd]
-            if machine is not None and now >= at + ROOT_WILL_GRACE:
-                out += self._run(machine.peer_down(machine.tree.root, now), rnd)
+        for rnd, machine in self._end_root_grace(lambda m: now >= self._grace_ends(m)):
+            out += self._run(machine.peer_down(machine.tree.root, now), rnd)
         return out
 
     def on_view(self, view: View, now: float, publisher: int | None = None) -> list[CoreAction]:
@@ -638,7 +641,7 @@ class AgentCore:
                 will = self.wills.get(peer)
                 if (will is not None and now < will[0] + ROOT_WILL_GRACE and self.absent.get(peer, -1) < self.round
                         and self._grants_root_grace(machine, peer)):
-                    self.root_will[self.round] = will[0]  # its Will came a moment ago
+                    self.root_grace.add(self.round)  # its Will came a moment ago
                     out += self._run(machine.peer_away(peer, now), self.round)
                 else:
                     out += self._run(machine.peer_down(peer, now), self.round)  # nobody waits for it
