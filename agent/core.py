@@ -435,7 +435,12 @@ class AgentCore:
             self.notes.append(Note("displaced", self.node, f"by incarnation {status.incarnation}"))
             return [Displaced(status.incarnation, status.pid)]
         was_down = self.membership.is_down(status.node)
+        was_reported = status.node in self.membership.reports
         out: list[CoreAction] = list(self.membership.on_status(status, now))
+        if was_reported and status.node not in self.membership.reports:
+            # It refuted a report of silence: what the machines held for the verdict goes.
+            for rnd, machine in list(self.machines.items()):
+                out += self._run(machine.peer_spoke(status.node, now), rnd)
         if was_down and not self.membership.is_down(status.node):
             # Back (restarted, resumed, rejoining): links found dead while it was away are
             # not evidence about the new life; do not route around it from the start.
@@ -632,8 +637,12 @@ class AgentCore:
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
-        # (a loaded gateway, the embedded one) give the suspect as long as our links need.
-        rto = max((self.links.rto(p) for p in tree.members if p != self.node), default=0.0)
+        # (a loaded gateway, the embedded one) give the suspect as long as our links need,
+        # with fixed timeouts too (1.5 s late refutations on a loaded host evicted five
+        # healthy agents). Only links measured say what they need: the initial guess of the
+        # links we never used (most of a root's) added 0.1 s to every silent round at 15.
+        rto = max((r for p in tree.members if p != self.node
+                   and (r := self.links.measured_rto(p)) is not None), default=0.0)
         self.membership.grace = max(self.config.suspicion_grace, rto)
         out: list[CoreAction] = []
         for peer in tree.members:

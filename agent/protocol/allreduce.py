@@ -188,6 +188,11 @@ class RoundMachine(Protocol):
         we routed around it: what we sent it meanwhile is lost, send it again now."""
         ...
 
+    def peer_spoke(self, peer: int, now: float) -> list[Action]:
+        """``peer`` was reported silent and spoke since (it refuted the report): it lives,
+        only its links are slow or cut. What waited for the fleet's verdict goes out now."""
+        ...
+
     def went_on(self, now: float) -> list[Action]:
         """The fleet may have run this round around us (our connection dropped briefly and
         the peers routed around us on our Will, or a member's data of the next round reached

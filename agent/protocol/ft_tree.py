@@ -115,6 +115,7 @@ class Pending:
     retries: int = 0  # retransmissions on the current route
     seq: int = 0  # send order: an ACK of a later unit on the same direct link means a loss
     size: int = 0  # bytes of the DATA frame
+    held: bool = False  # a flood waiting for the fleet's verdict on its silent target
 
     @property
     def route(self) -> Route:
@@ -163,6 +164,9 @@ class FtTreeRound(Outbox):
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
         self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
         self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
+        self.reported_silent: dict[int, float] = {}  # peer -> when we last reported it silent
+        self.held_for: set[int] = set()  # targets of floods held (see _advance)
+        self.refuted: set[int] = set()  # peers that refuted a report of silence this round
         self.send_seq = 0
         self._ahead: dict[tuple[bool, int, int | frozenset[int]], int] = {}  # see _ahead_bytes
         self._ahead_version = (-1, -1)
@@ -223,9 +227,12 @@ class FtTreeRound(Outbox):
         first = frame.sender not in self.last_heard
         self.last_heard[frame.sender] = now
         self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
+        if self.held_for and not self.held_for.isdisjoint((frame.sender, frame.origin)):
+            self._release_held(frame.sender, now)
+            self._release_held(frame.origin, now)
         if frame.round != self.round or frame.job != self.cfg.job:
             self.stats.dropped += 1
-            return []
+            return self._flush()  # (floods released above)
         if first and frame.sender in self.silence_at and not self.irregular_start:
             # A child's first frame, before any verdict on it: how long it usually takes.
             self.links.observe_first_frame(frame.sender, now - self.start_time)
@@ -374,6 +381,12 @@ class FtTreeRound(Outbox):
             self._resend_custody(now)
         return self._flush()
 
+    def peer_spoke(self, peer: int, now: float) -> list[Action]:
+        self.refuted.add(peer)
+        if not self.over:
+            self._release_held(peer, now)
+        return self._flush()
+
     def went_on(self, now: float) -> list[Action]:
         if self.over or self.result is not None or self.parent is None or self.parent in self.down:
             return []
@@ -427,7 +440,7 @@ class FtTreeRound(Outbox):
                 del self.relay_watch[target]  # it answered
             elif now >= at + self._relay_wait(target):
                 del self.relay_watch[target]
-                self._note("silent", target, "relayed to it, no answer")
+                self._report_silent(target, "relayed to it, no answer", now)
 
     def excuse(self, peer: int, now: float) -> list[Action]:
         if peer == self.node or peer not in self.expected or peer in self.heard_of:
@@ -464,7 +477,7 @@ class FtTreeRound(Outbox):
                 continue
             # Reported to the fleet: a live child (only its links are slow or cut) refutes at
             # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
-            self._note("silent", child, "nothing from it for a whole wait")
+            self._report_silent(child, "nothing from it for a whole wait", now)
 
     def _subtree_share(self) -> float:
         """The part of the tree's levels this node's subtree spans (1 at the root)."""
@@ -866,6 +879,26 @@ class FtTreeRound(Outbox):
             return self._rto(route.via) + self._rto(route.target)
         return self._rto(route.target) * (2 * self.tree.height + 2)
 
+    def _report_silent(self, peer: int, why: str, now: float) -> None:
+        """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""
+        self.reported_silent[peer] = now
+        self._note("silent", peer, why)
+
+    def _unheard_since_reported(self, peer: int) -> bool:
+        # Once it refuted, it lives (and the fleet hears one report per round from us).
+        reported = self.reported_silent.get(peer)
+        return (reported is not None and peer not in self.refuted
+                and self.heard_of.get(peer, -1e9) < reported)
+
+    def _release_held(self, peer: int, now: float) -> None:
+        if peer not in self.held_for:
+            return
+        self.held_for.discard(peer)
+        for p in list(self.pending.values()):
+            if p.held and p.route.target == peer:
+                p.held = False
+                self._emit(p, now)
+
     def _unusable(self, route: Route) -> bool:
         if route.kind == FLOOD:
             return route.target in self.down
@@ -889,12 +922,22 @@ class FtTreeRound(Outbox):
                 self.stats.reroutes += 1
                 self._note("reroute" if p.route.kind != DIRECT else "escalate", p.peer,
                            f"{p.route.kind} via {p.route.via}")
+                if p.route.kind == FLOOD and self._unheard_since_reported(p.route.target):
+                    # Every member would forward the unit (a whole vector each: 21 MB at 15
+                    # agents) to a peer we reported silent and have not heard since. Frozen,
+                    # it is found so in a moment (peer_down drops the unit); alive with its
+                    # links cut, it refutes (peer_spoke) and the flood goes then.
+                    p.held, p.sent_at = True, now
+                    self.held_for.add(p.route.target)
+                    return
                 self._emit(p, now)
                 return
         self.pending.pop(p.key, None)
         self._note("undeliverable", p.peer, f"chunk {p.chunk}")
 
     def _due(self, p: Pending) -> float:
+        if p.held:
+            return float("inf")
         if self.away and not self.away.isdisjoint((p.peer, p.route.via, p.route.target)):
             return float("inf")  # its Will explains the silence: wait for it (peer_back)
         if p.route.kind != DIRECT:
@@ -998,7 +1041,7 @@ class FtTreeRound(Outbox):
         if now - self.heard_of.get(peer, -1e9) >= self._rto(peer):
             # Not a word from it, directly or relayed, for a whole timeout: evidence it is
             # silent (the fleet needs two such witnesses; a cut link has one).
-            self._note("silent", peer, "link dead, nothing heard")
+            self._report_silent(peer, "link dead, nothing heard", now)
 
     def _heal(self, peer: int) -> None:
         """A round trip with ``peer`` worked: forget an earlier round's verdict on the link.

@@ -23,7 +23,8 @@ when a report about it (from a member, within ``SUSPICION_ROUNDS`` rounds) stood
 for ``grace`` seconds: then it is silent to the broker too, frozen or cut off. One witness
 is enough because the suspect itself is asked; a lossy or cut link, or cut links all around a
 healthy node, are refuted and evict nobody. So that a congested broker (late refutations)
-cannot empty the fleet, never more than a minority is suspected at once.
+cannot empty the fleet, never more than a minority is suspected within
+``EVICTION_WINDOW_ROUNDS`` rounds (one at a time, each against a view already shrunk, it did).
 A suspected node is treated as down (like a Will): it never coordinates, the next view leaves it
 out (from the next round when it was the root, otherwise two rounds ahead), and while it is
 still in the current view the round machines route around it. Suspicion ends when the node
@@ -50,6 +51,9 @@ MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one k
 # A view that removes a member is believed when we saw that member go offline, or saw it
 # reported silent, within this many rounds (our own evidence, not the coordinator's word).
 EVIDENCE_ROUNDS = 8
+# Evictions by suspicion this many rounds apart count together against the minority bound:
+# one at a time, a congested broker's late refutations emptied a 7-agent fleet in 1 s.
+EVICTION_WINDOW_ROUNDS = 8
 MASS_DOWN_HOLD = 10.0  # s: half the view offline at once is the broker, not crashes: wait
 LIVE_STATES = ("online", "joining")
 KEPT_VIEWS = 8
@@ -101,6 +105,7 @@ class Membership:
         self.offline_settle = offline_settle
         self.reports: dict[int, dict[int, tuple[int, float]]] = {}  # suspect -> reporter -> (round, when)
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
+        self.evicted_in: dict[int, int] = {}  # node -> our round when it was last suspected
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
         self.reported_in: dict[int, int] = {}  # node -> the latest round it was reported silent in
         # Order of what we heard (statuses and views), to tell "spoke after it was dropped".
@@ -163,7 +168,9 @@ class Membership:
         self.now = now
         if now < self.hold_until:
             return []
-        self.evicted |= self._witnessed(now) - self.evicted
+        for node in self._witnessed(now) - self.evicted:
+            self.evicted.add(node)
+            self.evicted_in[node] = self.round
         self._retry_pending_views()
         return self._coordinate()  # also what a hold kept back
 
@@ -297,8 +304,11 @@ class Membership:
             if any(rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
                    and self.states.get(r) == "online" for r, (rnd, t) in by.items()):
                 out.add(peer)
-        members = (set(self.newest.members) if self.views else set(self.states)) | self.evicted
-        if len((self.evicted | out) & members) * 2 >= len(members):
+        # Those suspected lately count even when they spoke since (each refuted too late: a
+        # congested broker), and so do the members they were, however the views shrank.
+        recent = {n for n, r in self.evicted_in.items() if r + EVICTION_WINDOW_ROUNDS >= self.round}
+        members = (set(self.newest.members) if self.views else set(self.states)) | self.evicted | recent
+        if len((self.evicted | out | recent) & members) * 2 >= len(members):
             return set()  # a majority "silent" is a congested broker, not frozen nodes
         return out
 

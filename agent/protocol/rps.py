@@ -108,6 +108,9 @@ class RpsRound(Outbox):
     def peer_away(self, peer: int, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 
+    def peer_spoke(self, peer: int, now: float) -> list[Action]:
+        return []  # nothing waits for a verdict here
+
     def went_on(self, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 

@@ -89,6 +89,9 @@ class PlainTreeRound(Outbox):
     def peer_away(self, peer: int, now: float) -> list[Action]:
         return []  # no retransmission either: what was lost waits for the deadline
 
+    def peer_spoke(self, peer: int, now: float) -> list[Action]:
+        return []  # nothing waits for a verdict here
+
     def went_on(self, now: float) -> list[Action]:
         return []  # no pulls: what was lost waits for the deadline
 

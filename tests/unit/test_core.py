@@ -399,3 +399,28 @@ def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_c
     assert resync is not None and resync.anchor_decides
     core._request_resync("drift", set(), 0.06)
     assert core.transfer is resync
+
+
+def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> float:
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=allreduce, state_size=4, suspicion_grace=0.4), 3)
+    core.on_view(View(1, list(range(15)), 2, 0, 0), 0.0)
+    for peer in range(15):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    for peer, rtt in rtts.items():
+        for _ in range(4):
+            core.links.observe(peer, rtt)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    return core.membership.grace
+
+
+def test_the_suspicion_grace_follows_the_links_measured_with_fixed_timeouts_too() -> None:
+    """A refutation crosses the broker twice: the suspect gets as long as our links need.
+    With fixed timeouts the grace ignored the links (1.5 s late refutations on a loaded host
+    evicted five healthy agents), and the initial guess for links never used (most of a
+    root's 14) added 0.1 s to every silent round."""
+    adaptive = AllreduceConfig(chunk_size=8, min_timeout=0.2, initial_timeout=0.5, max_timeout=2.0)
+    assert _grace_after_start(adaptive, {}) == 0.4  # nothing measured: the configured grace
+    assert _grace_after_start(adaptive, {0: 0.01, 3: 0.02}) == 0.4
+    fixed = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.2, max_timeout=2.0)
+    assert _grace_after_start(fixed, {0: 0.01}) == 0.4
+    assert _grace_after_start(fixed, {0: 0.9}) >= 0.9  # the broker is slow now

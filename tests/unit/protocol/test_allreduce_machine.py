@@ -155,3 +155,35 @@ def test_a_contribution_far_beyond_any_honest_gradient_is_refused_and_counted() 
     m.on_frame(data(2, {2}, 6.0), 0.03)
     assert m.result is not None and np.isfinite(m.result.values).all()
     assert m.result.values.tolist() == [3.1666667461395264] * 4
+
+
+def _floods(actions: list) -> list[Frame]:  # type: ignore[type-arg]
+    return [a.frame for a in actions if isinstance(a, Send) and a.frame.flags & Flag.FLOOD]
+
+
+def test_a_flood_to_a_peer_we_reported_silent_waits_until_it_refutes() -> None:
+    """Every member forwards a flooded unit (a whole vector each: 21 MB at 15 agents); to a
+    frozen peer that only slowed the fleet while the verdict on it came. Alive with its
+    links cut, the peer refutes the report, and the flood goes then."""
+    leaf = new_round(CFG, TREE, 1, 0, np.arange(4, dtype=np.float32), 0, CFG.new_links(), 0.0)
+    leaf.start(0.0)
+    out = leaf.on_timer(0.1)  # no ACK and nothing else from 0: reported silent, relay via 2
+    assert [a.peer for a in out if isinstance(a, Note) and a.kind == "silent"] == [0]
+    seen: list = []  # type: ignore[type-arg]
+    t = 0.1
+    while (nxt := leaf.next_timer()) is not None and nxt < 1.0:
+        t = nxt
+        seen += leaf.on_timer(t)
+    assert any(isinstance(a, Note) and a.kind == "reroute" and "flood" in a.detail for a in seen)
+    assert _floods(seen) == []  # held: no member forwards anything yet
+    floods = _floods(leaf.peer_spoke(0, t + 0.01))
+    assert floods and all(f.target == 0 and f.kind == Kind.RELAY for f in floods)
+
+
+def test_a_flood_held_for_a_silent_peer_goes_when_the_peer_is_heard() -> None:
+    leaf = new_round(CFG, TREE, 1, 0, np.arange(4, dtype=np.float32), 0, CFG.new_links(), 0.0)
+    leaf.start(0.0)
+    leaf.on_timer(0.1)
+    leaf.on_timer(0.1 + 0.2)  # the relay's timeout: the flood is next, held
+    pull = Frame(Kind.PULL, 0, 3, 0, 0, 1, Flag.BROADCAST, origin=0, target=1)  # another round: alive all the same
+    assert _floods(leaf.on_frame(pull, 0.35))

@@ -365,3 +365,29 @@ def test_a_will_settles_at_the_very_check_it_asked_for() -> None:
     assert wake == t + 1.0
     views = [p.view for p in m.check(wake)]
     assert [(v.members, v.coordinator, v.from_round) for v in views] == [([1, 2, 3], 1, 11)]
+
+
+def test_healthy_nodes_refuting_too_late_one_after_another_never_empty_the_fleet() -> None:
+    """A congested broker (an embedded one on a loaded host): every refutation comes after
+    the grace. Each report alone is a minority of the view it shrinks; together they are
+    not, and the coordinator stops evicting (seen: 7 agents down to 2 in one second)."""
+    seven = View(epoch=0, members=list(range(7)), arity=2, coordinator=0, from_round=0)
+    m = Membership(0, 2, seven, grace=0.3)
+    for s in online(*range(7)):
+        m.on_status(s, 0.0)
+    m.round_started(3, 0.0)
+    evicted: list[int] = []
+    for k, peer in enumerate([2, 4, 5, 1, 6]):
+        t = 1.0 + k
+        m.on_suspect(Suspect(3, 3, peer), t)
+        m.check(t + 0.31)  # unrefuted for the grace: suspected
+        if peer in m.suspected():
+            evicted.append(peer)
+        m.on_status(Status(peer, "online", round=3), t + 0.5)  # its refutation, too late
+    assert evicted == [2, 4, 5]  # three of seven: a minority, however the view shrank
+    assert set(m.newest.members) >= {0, 1, 3, 6}
+    # Rounds later the window has passed: a frozen node is evicted again.
+    m.round_started(3 + 9, 10.0)
+    m.on_suspect(Suspect(3, 12, 6), 10.0)
+    m.check(10.31)
+    assert m.suspected() == {6}
