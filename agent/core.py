@@ -1186,6 +1186,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         contributors=len(contributors), members=report.members,
         reroutes=stats.reroutes if stats else 0, timeouts=stats.timeouts if stats else 0,
         nacks=stats.nacks if stats else 0, pulls=stats.pulls if stats else 0,
+        retransmits=stats.retransmits if stats else 0,
         degraded=report.degraded,
         missing_chunks=len(result.missing_chunks) if result is not None else 0,
         rejected=dict(core.counters.rejected),

@@ -17,7 +17,7 @@ simulator knows it did:
             node failed/rerouted/suspected, or a round degrades
   isolate   as a crash or a hang (offline status, or peers reporting it silent)
   flap      the broker publishes the node's Will at the drops (counted)
-  loss      the node or a peer reports NACKs, missing chunks, timeouts, reroutes or a degraded
+  loss      the node or a peer reports NACKs, retransmits, missing chunks, timeouts, reroutes or a degraded
             round while the loss is on
   latency / bandwidth  timeouts/reroutes/events naming the node, or the median allreduce time
             of the fault's rounds at least 1.5x the median before it
@@ -214,7 +214,8 @@ def detect(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str]:
             return True, f"round {degraded[0]['round']}: degraded"
     if fault.kind == "loss":
         for rec in tels:
-            signs = {k: rec.get(k, 0) for k in ("nacks", "missing_chunks", "timeouts", "reroutes") if rec.get(k)}
+            signs = {k: rec.get(k, 0) for k in ("nacks", "retransmits", "missing_chunks", "timeouts", "reroutes")
+                     if rec.get(k)}
             if rec.get("degraded"):
                 signs["degraded"] = 1
             if signs:

@@ -181,6 +181,7 @@ class Telemetry(_JsonMessage):
     timeouts: int = 0
     nacks: int = 0
     pulls: int = 0
+    retransmits: int = 0  # units resent on the same link: what a lossy link costs
     degraded: bool = False
     missing_chunks: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
@@ -196,7 +197,7 @@ class Telemetry(_JsonMessage):
         _check_int("round", self.round)
         _check_int("epoch", self.epoch)
         for name in ("bytes_sent", "bytes_received", "contributors", "members", "reroutes",
-                     "timeouts", "nacks", "pulls", "missing_chunks"):
+                     "timeouts", "nacks", "pulls", "retransmits", "missing_chunks"):
             _check_int(name, getattr(self, name))
         if not isinstance(self.degraded, bool):
             raise ValueError("degraded must be a boolean")

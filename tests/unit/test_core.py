@@ -18,11 +18,13 @@ from agent.core import (
     PublishStatus,
     PublishSuspect,
     ReportRound,
+    RoundReport,
     SendState,
+    telemetry_for,
 )
-from agent.protocol.allreduce import AllreduceConfig, Send
+from agent.protocol.allreduce import AllreduceConfig, RoundResult, RoundStats, Send
 from agent.protocol.membership import PublishView
-from agent.protocol.messages import Status, Suspect, View
+from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import RECONNECTED
@@ -424,3 +426,14 @@ def test_the_suspicion_grace_follows_the_links_measured_with_fixed_timeouts_too(
     fixed = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.2, max_timeout=2.0)
     assert _grace_after_start(fixed, {0: 0.01}) == 0.4
     assert _grace_after_start(fixed, {0: 0.9}) >= 0.9  # the broker is slow now
+
+
+def test_the_telemetry_of_a_round_counts_its_retransmits() -> None:
+    """What a lossy link costs when retransmits repair it all: the report's only evidence."""
+    core = _running_core()
+    result = RoundResult(0, np.zeros(4, np.float32), (frozenset({0, 1}),), (), False, None,
+                         RoundStats(retransmits=3, nacks=1), {})
+    tel = telemetry_for(core, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
+                        model_hash=0, wall_time=1.0)
+    assert tel.retransmits == 3 and tel.nacks == 1
+    assert Telemetry.decode(tel.encode()).retransmits == 3

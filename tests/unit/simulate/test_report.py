@@ -109,6 +109,17 @@ def test_link_state_alone_counts_as_detection() -> None:
     assert report.fault_outcomes(records)[0].detected
 
 
+def test_a_lossy_link_repaired_by_retransmits_alone_is_detected_and_a_clean_one_is_not() -> None:
+    """5 % frame loss that every retransmit repaired: no NACK, timeout or reroute, so the
+    report said "not detected" although the agents resent units all along."""
+    def log(retransmits: int) -> list[dict[str, Any]]:
+        return [_fault("plan", 0, "loss", [4], 0, 0.0), _fault("inject", 0, "loss", [4], 3, 3.0),
+                _telemetry(4, 3) | {"retransmits": retransmits}, _telemetry(1, 3), _telemetry(4, 4)]
+    detected = report.fault_outcomes(log(3))[0]
+    assert detected.detected and "retransmits" in detected.evidence
+    assert report.fault_outcomes(log(0))[0].detected is False
+
+
 def test_a_crash_without_its_will_is_undetected_even_if_a_clean_exit_follows() -> None:
     records = [_fault("plan", 0, "crash", [5], 0, 0.0),
                {"type": "process", "t": 0.1, "event": "spawn", "node": 5, "pid": 100, "incarnation": 1},
