@@ -20,8 +20,11 @@ up counts: ~1.5-2 s of Python, data and model on this host) and after the restar
 up (its first "online" status), the rounds while silent over 1.5x the fault-free median beside
 the fault-free run's share of such rounds, and the same for "ordinary" rounds only (not a
 checkpoint round, not the evaluation's two: those are as slow in the fault-free run), the
-worst ordinary round while silent and after, and the median after that; per run, identical models at the end and the final accuracy
-against the fault-free run.
+worst ordinary round while silent and after, and the median after that; the median of the
+same run's ordinary rounds in the 20 rounds before the episode, and the ordinary rounds while
+silent over 1.5x that one (the load of a shared host can change between the fault-free run
+and this one: then the fault-free run's median compares rounds of two different hosts); per
+run, identical models at the end and the final accuracy against the fault-free run.
 """
 
 from __future__ import annotations
@@ -179,6 +182,9 @@ def _p90(values: list[float]) -> float | None:
     return round(ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)], 4)
 
 
+BEFORE_ROUNDS = 20  # rounds before an episode whose median is its own run's fault-free median
+
+
 def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start: int, end: int,
                    last: int, started: int | None = None) -> dict[str, Any]:
     """One hang or crash from round ``start`` to ``end`` (the resume or restart); ``started``:
@@ -200,7 +206,12 @@ def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start:
     after_rounds = {r: v for r in range((back or last) + 1, min(last, (back or last) + 20) + 1)
                     if (v := _allreduce_max(list(tels.get(r, {}).values()))) is not None}
     after = list(after_rounds.values())
+    # The same run's ordinary rounds just before the fault: on a shared host the load can
+    # change between the fault-free run and this one (a 0.067 s median there, 0.104 s here).
+    before = [v for r in range(max(3, start - BEFORE_ROUNDS), start)
+              if not periodic(r) and (v := _allreduce_max(list(tels.get(r, {}).values()))) is not None]
     return {"start": start, "end": end, "silent_round_s": max(silent) if silent else None,
+            "before_median_s": _median(before),
             "silent_median_s": _median(times), "silent_max_s": max(times) if times else None,
             "silent_p90_s": _p90(times), "silent_ordinary_max_s": _ordinary_max(by_round),
             "after_ordinary_max_s": _ordinary_max(after_rounds), "silent_rounds": len(during), "degraded_while_silent": degraded,
@@ -295,6 +306,7 @@ TABLE_HEADERS = ["case", "nodes", "hang", "fault-free median s", "silent round s
                  "worst ordinary round while silent s", "fault-free worst ordinary s",
                  "rounds over 1.5x median while silent", "fault-free rounds over 1.5x median",
                  "ordinary rounds over 1.5x median while silent", "fault-free ordinary rounds over 1.5x median",
+                 "median before, same run s", "ordinary rounds over 1.5x that median while silent",
                  "degraded while silent", "survivor hashes",
                  "rounds to rejoin", "after its start-up", "median after s", "worst ordinary after s",
                  "identical at end",
@@ -322,7 +334,9 @@ def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
                          _over(e.get("silent_times_s"), ref.get("median_s")),
                          _over(ref.get("round_times_s"), ref.get("median_s")),
                          _over(e.get("silent_ordinary_times_s"), ref.get("median_s")),
-                         _over(ref.get("ordinary_round_times_s"), ref.get("median_s")), e["degraded_while_silent"],
+                         _over(ref.get("ordinary_round_times_s"), ref.get("median_s")),
+                         e.get("before_median_s"), _over(e.get("silent_ordinary_times_s"), e.get("before_median_s")),
+                         e["degraded_while_silent"],
                          e["max_survivor_hashes"], e["rounds_to_rejoin"],
                          e.get("rounds_to_rejoin_after_start", e["rounds_to_rejoin"]), e["after_median_s"],
                          e.get("after_ordinary_max_s"),

@@ -49,10 +49,11 @@ def test_the_table_has_a_row_per_episode() -> None:
     doc["results"][0]["ordinary_max_s"] = 0.2
     doc["results"][0]["ordinary_round_times_s"] = [0.15] * 8
     doc["results"][1]["episodes"][0] |= {"silent_ordinary_max_s": 0.19, "after_ordinary_max_s": 0.21,
-                                         "silent_ordinary_times_s": [0.15, 0.19]}
+                                         "silent_ordinary_times_s": [0.15, 0.19], "before_median_s": 0.12}
     rows = silent.table_rows(doc)
     assert rows == [["hang-leaf", 7, "5 rounds", 0.15, 0.8, 0.15, 0.17, 0.18, 0.2, 0.3, 0.19, 0.2, "1 of 3 (33 %)",
-                     "1 of 10 (10 %)", "0 of 2 (0 %)", "0 of 8 (0 %)", 0, 1, 2, 2, 0.15, 0.21, True, 0.1]]
+                     "1 of 10 (10 %)", "0 of 2 (0 %)", "0 of 8 (0 %)", 0.12, "1 of 2 (50 %)", 0, 1, 2, 2, 0.15,
+                     0.21, True, 0.1]]
     assert "hang-leaf" in silent.render_table(doc)
 
 
@@ -103,3 +104,14 @@ def test_ordinary_rounds_over_the_median_leave_out_checkpoint_and_evaluation_rou
     assert sorted(e["silent_times_s"]) [-2:] == [0.5, 0.5]  # both slow rounds count here
     assert max(e["silent_ordinary_times_s"]) == 0.5  # round 23 is ordinary, 20 a checkpoint
     assert len(e["silent_ordinary_times_s"]) == len(e["silent_times_s"]) - 3  # 20, 25, 26 left out
+
+
+def test_an_episode_also_has_its_own_runs_median_from_the_ordinary_rounds_before_it() -> None:
+    """The host got busier between the fault-free run and this one: the rounds before the
+    fault say what this run's rounds cost without it (checkpoint round 20 left out)."""
+    tels = {rnd: {n: _tel(n, rnd, 0.9 if rnd == 20 else 0.2 if rnd < 30 else 0.25) for n in range(3)}
+            for rnd in range(0, 40)}
+    e = silent.episode_result(tels, node=2, start=30, end=36, last=39)
+    assert e["before_median_s"] == 0.2
+    assert silent._over(e["silent_ordinary_times_s"], e["before_median_s"]) == "0 of 4 (0 %)"
+    assert silent._over(e["silent_ordinary_times_s"], 0.15) == "4 of 4 (100 %)"  # a quieter host's median
