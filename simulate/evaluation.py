@@ -392,8 +392,10 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
         "*ordinary* rounds are those that are not a checkpoint round (every 20th) or one of the "
         "two evaluation rounds (every 25th): *ordinary rounds over 1.5x median* counts only "
         "those, *worst ordinary* is the slowest of them while silent and in the 20 rounds after "
-        "the rejoin; "
-        "*accuracy drop* against the fault-free run of the same size.",
+        "the rejoin; *median before, same run* is the median of the ordinary rounds in the 20 "
+        "before the episode, in the fault run itself (a shared host's load can differ between "
+        "the fault-free run and the fault run), with the ordinary rounds while silent over 1.5x "
+        "that one; *accuracy drop* against the fault-free run of the same size.",
         markdown_table(TABLE_HEADERS, table_rows(doc))])
 
 
