@@ -41,7 +41,14 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.membership import Membership, PublishView, StartupGate, view_root, view_tree
+from agent.protocol.membership import (
+    SUSPICION_RTTS,
+    Membership,
+    PublishView,
+    StartupGate,
+    view_root,
+    view_tree,
+)
 from agent.protocol.messages import (
     Control,
     MessageError,
@@ -637,13 +644,14 @@ class AgentCore:
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
-        # (a loaded gateway, the embedded one) give the suspect as long as our links need,
-        # with fixed timeouts too (1.5 s late refutations on a loaded host evicted five
-        # healthy agents). Only links measured say what they need: the initial guess of the
-        # links we never used (most of a root's) added 0.1 s to every silent round at 15.
-        rto = max((r for p in tree.members if p != self.node
-                   and (r := self.links.measured_rto(p)) is not None), default=0.0)
-        self.membership.grace = max(self.config.suspicion_grace, rto)
+        # (a loaded gateway, the embedded one) give the suspect twice the round trip our
+        # links show, with fixed timeouts too (1.5 s late refutations on a loaded host
+        # evicted five healthy agents). Their RTO (the variance of 1 MB units' round trips
+        # in it) and the initial guess for links never used (most of a root's) added
+        # 0.1-0.2 s to every silent round at 15 agents: a refutation is one small message.
+        rtt = max((r for p in tree.members if p != self.node
+                   and (r := self.links.measured_rtt(p)) is not None), default=0.0)
+        self.membership.grace = max(self.config.suspicion_grace, SUSPICION_RTTS * rtt)
         out: list[CoreAction] = []
         for peer in tree.members:
             if peer != self.node and (self.membership.is_down(peer) or self.absent.get(peer, -1) >= self.round):

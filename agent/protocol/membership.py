@@ -46,6 +46,7 @@ from agent.protocol.topology import Tree
 
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
+SUSPICION_RTTS = 2.0  # a report stands at least this many of the links' round trips (refutation)
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
 # A view that removes a member is believed when we saw that member go offline, or saw it

@@ -100,13 +100,11 @@ class LinkEstimators:
     def observe(self, peer: int, rtt: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe(rtt)
 
-    def measured_rto(self, peer: int) -> float | None:
-        """The RTO the link's round trips show, with fixed timeouts too (None: never
+    def measured_rtt(self, peer: int) -> float | None:
+        """The smoothed round trip of the link, with fixed timeouts too (None: never
         measured): how long a reply through the broker takes now, however timeouts are set."""
         est = self.peers.get(peer)
-        if est is None or est.srtt is None:
-            return None
-        return min(self.max_timeout, est.srtt + max(4 * est.rttvar, 0.001))
+        return None if est is None else est.srtt
 
     def is_measured(self, peer: int) -> bool:
         """A round trip with ``peer`` was measured (its RTO is not the initial guess)."""

@@ -416,16 +416,17 @@ def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> fl
 
 
 def test_the_suspicion_grace_follows_the_links_measured_with_fixed_timeouts_too() -> None:
-    """A refutation crosses the broker twice: the suspect gets as long as our links need.
-    With fixed timeouts the grace ignored the links (1.5 s late refutations on a loaded host
-    evicted five healthy agents), and the initial guess for links never used (most of a
+    """A refutation crosses the broker twice: the suspect gets twice the round trip our links
+    show. With fixed timeouts the grace ignored the links (1.5 s late refutations on a loaded
+    host evicted five healthy agents), and the initial guess for links never used (most of a
     root's 14) added 0.1 s to every silent round."""
     adaptive = AllreduceConfig(chunk_size=8, min_timeout=0.2, initial_timeout=0.5, max_timeout=2.0)
     assert _grace_after_start(adaptive, {}) == 0.4  # nothing measured: the configured grace
     assert _grace_after_start(adaptive, {0: 0.01, 3: 0.02}) == 0.4
+    assert _grace_after_start(adaptive, {0: 0.3}) == 0.6  # twice the round trip
     fixed = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.2, max_timeout=2.0)
     assert _grace_after_start(fixed, {0: 0.01}) == 0.4
-    assert _grace_after_start(fixed, {0: 0.9}) >= 0.9  # the broker is slow now
+    assert _grace_after_start(fixed, {0: 0.9}) >= 1.8  # the broker is slow now
 
 
 def test_the_telemetry_of_a_round_counts_its_retransmits() -> None:
