@@ -57,3 +57,24 @@ def test_an_unmeasured_sibling_asked_for_the_result_gets_the_parents_timeout_not
     (first_at, first), (second_at, second) = asked
     assert (first, second) == (4, 0), asked  # the sibling first: a cut link of ours is likelier
     assert second_at - first_at <= 2 * CFG.min_timeout, asked  # not the 0.5 s initial timeout
+
+
+def test_a_puller_gets_the_result_from_us_only_when_its_parent_cannot_send_it() -> None:
+    """In a round stalled on a frozen node every member pulls; each copy the root sent to a
+    puller whose parent was alive doubled that puller's broadcast (30 MB more at 15 agents).
+    A puller whose parent is down gets it from us."""
+    tree = Tree(tuple(range(15)), 2)  # 3 (parent of 7 and 8) is down; 5's parent 2 lives
+    root = FtTreeRound(RoundContext(CFG, tree, 0, 0, np.zeros(8, np.float32), 0, CFG.new_links(), 0.0))
+    root.start(0.0)
+    root.peer_down(3, 0.01)
+    for puller in (5, 7):
+        root.on_frame(Frame(Kind.PULL, CFG.job, 0, puller, 0, 2, Flag.BROADCAST, origin=puller, target=0), 0.02)
+    sent: list[Send] = []
+    for sender, ids in ((1, {1, 4, 7, 8, 9, 10}), (2, {2, 5, 6, 11, 12, 13, 14})):
+        for j in (0, 1):
+            unit = Frame(Kind.DATA, CFG.job, 0, sender, j, 2, Flag.NONE, origin=sender, target=0,
+                         contributors=frozenset(ids)).with_values(np.ones(4, np.float32))
+            sent += [a for a in root.on_frame(unit, 0.03) if isinstance(a, Send)]
+    assert root.result is not None and not root.result.degraded
+    finals = {a.dst for a in sent if a.frame.kind == Kind.DATA and a.frame.flags & Flag.FINAL}
+    assert 7 in finals and 5 not in finals and {1, 2} <= finals
