@@ -57,6 +57,7 @@ class AgentConfig(BaseModel):
     max_timeout: float = Field(2.0, gt=0, description="adaptive timeout upper clamp (s)")
     round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
     link_rate_floor: float = Field(2e6, gt=0, description="bytes/s: adaptive timeouts let the bytes queued towards a peer drain at no faster a rate (a link fast last round may be slow now); lower it on links slower than that")
+    broadcast: Literal["tree", "fanout"] = Field("tree", description="ft-tree: how the root's result reaches the members: relayed down the tree (tree) or published once on the root's fan-out topic that every member reads, a missed chunk pulled from the parent (fanout)")
     remember_dead_links: bool = Field(True, description="route around a link that timed out in an earlier round from the start (probing it to notice when it heals); off: detect it again every round, as the thesis measured")
     chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=64, le=1 << 20, description="values per chunk")
     wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")

@@ -34,6 +34,7 @@ from agent.model.optim import scheduled_lr
 from agent.protocol.allreduce import (
     ROOT_WILL_GRACE,
     AllreduceConfig,
+    Fanout,
     Note,
     RoundContext,
     RoundMachine,
@@ -227,7 +228,7 @@ class Displaced:
     pid: int | None
 
 
-CoreAction = (Send | PublishView | PublishStatus | PublishSuspect | ComputeGradient | ApplyUpdate | LoadState
+CoreAction = (Send | Fanout | PublishView | PublishStatus | PublishSuspect | ComputeGradient | ApplyUpdate | LoadState
               | SendState | SaveCheckpoint | ApplyControl | ReportRound | Displaced)
 
 
@@ -311,8 +312,9 @@ class AgentCore:
                       incarnation=self.incarnation)
 
     def subscriptions(self) -> list[str]:
+        fanout = [self.topics.all_fanout()] if self.config.allreduce.broadcast == "fanout" else []
         return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.all_views(),
-                self.topics.control, self.topics.all_suspect()]
+                self.topics.control, self.topics.all_suspect(), *fanout]
 
     def next_deadline(self) -> float | None:
         times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]
@@ -348,6 +350,10 @@ class AgentCore:
         if topic == DISCONNECTED:
             return self.on_disconnect(now)
         link = self.topics.parse_link(topic)
+        if link is None and (publisher := self.topics.parse_fanout(topic)) is not None:
+            if publisher == self.node:
+                return []  # our own fan-out, back from the broker
+            link = (publisher, self.node)  # its publisher is the sender, as on a link topic
         if link is not None:
             self.counters.bytes_received += len(payload)
             frame = decode(payload, expected_sender=link[0], job=self.job)
@@ -1159,12 +1165,12 @@ class AgentCore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _run(self, actions: list[Send | Note], round: int) -> list[CoreAction]:
+    def _run(self, actions: list[Send | Fanout | Note], round: int) -> list[CoreAction]:
         """A round machine's actions: notes are kept for the report, frames go out, and a
         peer found silent is reported to the fleet (once per round)."""
         out: list[CoreAction] = []
         for action in actions:
-            if isinstance(action, Send):
+            if isinstance(action, Send | Fanout):
                 self.counters.bytes_sent += frame_size(action.frame)
                 out.append(action)
                 continue

@@ -17,7 +17,7 @@ def allreduce_config(config: AgentConfig) -> AllreduceConfig:
         fixed_timeout=config.timeout, min_timeout=config.min_timeout,
         max_timeout=config.max_timeout, initial_timeout=config.timeout,
         round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
-        link_rate_floor=config.link_rate_floor,
+        link_rate_floor=config.link_rate_floor, broadcast=config.broadcast,
     )
 
 

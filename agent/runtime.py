@@ -43,7 +43,7 @@ from agent.core import (
 )
 from agent.core_config import core_config
 from agent.model.data import to_float_pixels
-from agent.protocol.allreduce import Note, Send
+from agent.protocol.allreduce import Fanout, Note, Send
 from agent.protocol.membership import PublishView
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, encode
@@ -201,6 +201,8 @@ class AgentRuntime:
     def _do(self, action: CoreAction) -> None:
         if isinstance(action, Send):
             self._send(action.dst, action.frame)
+        elif isinstance(action, Fanout):
+            self._publish(self.topics.fanout(self.core.node), encode(action.frame), reliable=False)
         elif isinstance(action, SendState):
             for send in self.core.state_frames(action, self.backend.state()):
                 self._send(send.dst, send.frame)

@@ -39,7 +39,7 @@ from agent.core import (
     SaveCheckpoint,
     SendState,
 )
-from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult, Send, frame_size
+from agent.protocol.allreduce import AllreduceConfig, Fanout, Note, RoundResult, Send, frame_size
 from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
@@ -186,6 +186,8 @@ class SimAgent:
             return
         now = self.fleet.clock.now()
         if isinstance(payload, Frame):  # frames travel as objects here, to save encoding time
+            if TOPICS.parse_fanout(topic) == self.node:
+                return  # our own fan-out, as AgentCore.on_message drops it
             self.execute(self.core.on_frame(payload, now))
         elif isinstance(payload, bytes):
             self.execute(self.core.on_message(topic, payload, now))
@@ -222,6 +224,8 @@ class SimAgent:
         bus, fleet = self.fleet.bus, self.fleet
         if isinstance(action, Send):
             fleet.send(self, action.dst, action.frame)
+        elif isinstance(action, Fanout):
+            fleet.fanout(self, action.frame)
         elif isinstance(action, SendState):
             for send in self.core.state_frames(action, self.state):
                 fleet.send(self, send.dst, send.frame)
@@ -321,6 +325,10 @@ class VirtualFleet:
         if frame.is_broadcast and frame.kind in (Kind.DATA, Kind.RELAY) and frame.flags & Flag.FINAL:
             self.fire_faults(frame.round, "broadcast")
         self.bus.publish(agent.name, TOPICS.link(agent.node, dst), frame, size=frame_size(frame))
+
+    def fanout(self, agent: SimAgent, frame: Frame) -> None:
+        self.fire_faults(frame.round, "broadcast")
+        self.bus.publish(agent.name, TOPICS.fanout(agent.node), frame, size=frame_size(frame))
 
     def record_start(self, agent: SimAgent, action: ComputeGradient, grad: np.ndarray,
                      params_hash: int) -> None:

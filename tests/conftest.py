@@ -4,14 +4,37 @@ Property tests (hypothesis) run derandomized by default: the README's test comma
 tries the same examples every time, so a red run is a regression, never a new random draw.
 ``HYPOTHESIS_PROFILE=explore`` searches at random (1000 examples where a test sets no number), to hunt for
 new counterexamples (add each one found as an ``@example``).
+
+``--broadcast fanout`` runs the tests with ft-tree's fan-out broadcast as the default of
+``AllreduceConfig`` (every test that does not name a broadcast mode: the fault matrix, the
+property tests, the round machines' tests), to check both modes with the same tests.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
+
+from agent.protocol.allreduce import BROADCASTS, AllreduceConfig
 
 settings.register_profile("default", derandomize=True)
 settings.register_profile("explore", derandomize=False, max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--broadcast", choices=BROADCASTS, default=None,
+                     help="ft-tree broadcast mode the tests' AllreduceConfig defaults to")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mode = config.getoption("--broadcast")
+    if mode is None:
+        return
+    # The dataclass keeps its defaults in __init__'s: the last field is ``broadcast``.
+    defaults = AllreduceConfig.__init__.__defaults__
+    assert defaults is not None and defaults[-1] in BROADCASTS
+    AllreduceConfig.__init__.__defaults__ = (*defaults[:-1], mode)
+    assert AllreduceConfig().broadcast == mode

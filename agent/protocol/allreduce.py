@@ -29,6 +29,12 @@ DEFAULT_CHUNK_VALUES = 262_144
 Algorithm = Literal["ft-tree", "tree", "rps"]
 TimeoutMode = Literal["adaptive", "fixed"]
 ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
+# How ft-tree's root hands the result down: "tree" (every inner node relays it to its children,
+# each unit ACKed, routed around dead links) or "fanout" (the root publishes each chunk once on
+# its fan-out topic, which every member reads; a member that misses one pulls it from its
+# parent). The reduce uses the per-link topics either way.
+Broadcast = Literal["tree", "fanout"]
+BROADCASTS: tuple[str, ...] = ("tree", "fanout")
 
 
 # A root's Will: the members wait this long for it to come back (its connection dropped:
@@ -59,10 +65,13 @@ class AllreduceConfig:
     reduce_fraction: float = 0.5  # the root stops waiting for contributions at this fraction
     pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
     remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
+    broadcast: Broadcast = "tree"  # ft-tree: see Broadcast
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.broadcast not in BROADCASTS:
+            raise ValueError(f"broadcast must be one of {BROADCASTS}, got {self.broadcast!r}")
         if self.timeout_mode not in ("adaptive", "fixed"):
             raise ValueError(f"timeout_mode must be adaptive or fixed, got {self.timeout_mode!r}")
         if self.chunk_size < 1:
@@ -94,13 +103,21 @@ class Send:
 
 
 @dataclass(frozen=True)
+class Fanout:
+    """Publish ``frame`` once on this node's fan-out topic, which every member reads (the
+    root's result, ``broadcast: fanout``)."""
+
+    frame: Frame
+
+
+@dataclass(frozen=True)
 class Note:
     kind: str  # timeout, link_dead, reroute, relay, nack, pull, escalate, degraded, drift, ...
     peer: int | None
     detail: str = ""
 
 
-Action = Send | Note
+Action = Send | Fanout | Note
 
 
 @dataclass
@@ -212,6 +229,11 @@ class Outbox:
         self.stats.frames_sent += 1
         self.stats.bytes_sent += frame_size(frame)
         self._out.append(Send(dst, frame))
+
+    def _fanout(self, frame: Frame) -> None:
+        self.stats.frames_sent += 1
+        self.stats.bytes_sent += frame_size(frame)
+        self._out.append(Fanout(frame))
 
     def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
         self._out.append(Note(kind, peer, detail))

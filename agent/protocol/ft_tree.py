@@ -3,7 +3,8 @@
 Reduce: every node sends, chunk by chunk, the mean and contributor set of its subtree to its
 parent as soon as chunk j of every child subtree is covered; later arrivals follow as separate
 disjoint units ("supplements"). Broadcast: the root sends the final mean down; every node
-forwards what it gets. Each unit is ACKed; a unit that is not ACKed within the link's RTO
+forwards what it gets (``broadcast: fanout``: the root publishes each chunk once on its fan-out
+topic instead, every member reads it there, and a chunk it misses is pulled from its parent). Each unit is ACKed; a unit that is not ACKed within the link's RTO
 marks that link dead for the round and moves, with every other unit waiting on that link, to
 the next route: relay through the backup link(s), then (reduce) straight to the grandparent
 and further ancestors, finally a flood over the FT graph. A node that got a peer's data by a
@@ -61,7 +62,7 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
-from agent.protocol.wire import HEADER_SIZE, DType, Flag, Frame, Kind, value_bytes
+from agent.protocol.wire import HEADER_SIZE, NO_NODE, DType, Flag, Frame, Kind, value_bytes
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 SILENCE_BACKOFF_CAP = 2.0  # RTOs of silence from a peer that showed life that make it silent
@@ -190,6 +191,7 @@ class FtTreeRound(Outbox):
         own = _peak(gradient)
         self.value_limit = IMPLAUSIBLE_FACTOR * max(own, 1.0)  # see _plausible
         self.nacked: set[tuple[int, bool, int]] = set()
+        self.gaps_pulled: set[int] = set()  # chunks lost in the root's fan-out, asked for
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
         self.wait_at = now + self._reduce_wait()
@@ -645,7 +647,12 @@ class FtTreeRound(Outbox):
         ch.final, ch.final_ids = values, ids
         frame = replace(self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
                         dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
-        broadcast = self._broadcast_peers()
+        if self.cfg.broadcast == "fanout":
+            broadcast: list[int] = []  # every member reads the root's fan-out (see _on_fanned)
+            if self.parent is None:
+                self._fanout(frame)
+        else:
+            broadcast = self._broadcast_peers()
         for peer in broadcast:
             routes = self._down_routes(peer)
             if routes:
@@ -680,6 +687,10 @@ class FtTreeRound(Outbox):
 
     def _on_final(self, frame: Frame, now: float, how: str) -> None:
         j = frame.chunk_index
+        fanned = self.cfg.broadcast == "fanout" and how == DIRECT and frame.target == NO_NODE
+        if fanned:
+            self._on_fanned(frame, now)
+            return
         self._ack(frame, how, now)
         if self.chunks[j].final is not None:
             return
@@ -694,6 +705,37 @@ class FtTreeRound(Outbox):
         if not self._plausible(values, frame.sender):
             return
         self._set_final(j, frame.contributors, values, now, frame)
+
+    def _on_fanned(self, frame: Frame, now: float) -> None:
+        """A chunk of the result on the root's fan-out topic (``broadcast: fanout``): from this
+        round's root only (the topic names its publisher, whom the ACL lets write it alone),
+        checked like any other; not ACKed (the root waits for nobody). Frames of one topic
+        arrive in order: an earlier chunk that did not come was lost, and is pulled from our
+        parent at once (one that lost the last chunk pulls when its pull timer runs out)."""
+        j = frame.chunk_index
+        if frame.sender != self.tree.root or self.parent is None or not frame.contributors:
+            self.stats.dropped += 1
+            return
+        if self.chunks[j].final is not None:
+            return
+        if self.root_hash is None:
+            self.root_hash = frame.model_hash
+        self._pull_gaps(j)
+        values = frame.values()
+        if not self._plausible(values, frame.sender):
+            return
+        self._set_final(j, frame.contributors, values, now, frame)
+
+    def _pull_gaps(self, j: int) -> None:
+        """Ask our parent for the chunks before ``j`` that the fan-out did not bring (once)."""
+        gaps = [i for i in range(j) if self.chunks[i].final is None and i not in self.gaps_pulled]
+        if not gaps or self.parent is None or self.parent in self.down:
+            return
+        self.gaps_pulled.update(gaps)
+        self.stats.nacks += 1
+        self._note("nack", self.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
+        pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
+        self._send(self.parent, pull.with_indices(gaps))
 
     # ------------------------------------------------------------------ frames in
 

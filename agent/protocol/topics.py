@@ -42,6 +42,15 @@ class Topics:
         """Subscription filter for every frame addressed to ``dst``."""
         return f"{self.prefix}/link/+/{dst}"
 
+    def fanout(self, node: int) -> str:
+        """Where ``node``, as a round's root, publishes the round's result once for every
+        member (``broadcast: fanout``); each agent may write only its own (ACL), so the
+        publisher is known, and members accept a result there from their round's root only."""
+        return f"{self.prefix}/fanout/{node}"
+
+    def all_fanout(self) -> str:
+        return f"{self.prefix}/fanout/+"
+
     def status(self, node: int) -> str:
         return f"{self.prefix}/status/{node}"
 
@@ -81,6 +90,11 @@ class Topics:
     def parse_link(self, topic: str) -> tuple[int, int] | None:
         """(src, dst) of a link topic of this job, None for anything else."""
         return self._ints(topic, "link", 2)  # type: ignore[return-value]
+
+    def parse_fanout(self, topic: str) -> int | None:
+        """The publisher of a fan-out topic of this job, None for anything else."""
+        ids = self._ints(topic, "fanout", 1)
+        return None if ids is None else ids[0]
 
     def parse_status(self, topic: str) -> int | None:
         ids = self._ints(topic, "status", 1)

@@ -8,7 +8,8 @@ arrives after the link's latency and, with ``ingress_bandwidth``, waits for the 
 own downlink (a FIFO queue per client, like the simulator's per-agent proxy). Per-topic order is kept (FIFO queues, fixed latencies).
 
 Faults: cut a link (``link/<src>/<dst>`` topics, one way or both), loss with probability p
-(seeded generator; applies to link topics only, like QoS 0 frames), crash (the broker
+(seeded generator; applies to link topics, like QoS 0 frames, and to each delivery of a
+``fanout/<node>`` frame, with the bus-wide probability), crash (the broker
 publishes the client's Last Will at once), hang (messages queue up, the Will is published
 after ``will_delay`` seconds as a keepalive expiry would) and resume.
 
@@ -253,7 +254,11 @@ class MemoryBus:
             else:
                 self.retained[topic] = (payload, nbytes)
         arrive = self._transit(sender, link, nbytes)
+        fanout = self.loss > 0 and "/fanout/" in topic  # one publish, a QoS 0 copy per reader
         for target in self._subscribers(topic):
+            if fanout and self.rng.random() < self.loss:
+                self.stats.lost += 1
+                continue
             self._schedule_delivery(target, topic, payload, nbytes, arrive)
 
     def _transit(self, sender: str, link: tuple[int, int] | None, nbytes: int) -> float:

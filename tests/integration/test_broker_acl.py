@@ -25,11 +25,11 @@ def test_agent_cannot_publish_as_another_agent(
     dash = transport_factory(broker, "dashboard", [f"{TOPICS.prefix}/#"])
     a1 = transport_factory(broker, 1, [])
     forged = [TOPICS.link(2, 0), TOPICS.link(2, 1), TOPICS.status(2), TOPICS.telemetry(2),
-              TOPICS.control, TOPICS.view_of(2), TOPICS.view, TOPICS.suspect(2)]
+              TOPICS.control, TOPICS.view_of(2), TOPICS.view, TOPICS.suspect(2), TOPICS.fanout(2)]
     for topic in forged:
         a1.publish(topic, b"forged")
     own = [TOPICS.link(1, 0), TOPICS.status(1), TOPICS.telemetry(1), TOPICS.suspect(1),
-           TOPICS.view_of(1)]
+           TOPICS.fanout(1), TOPICS.view_of(1)]
     for topic in own:
         a1.publish(topic, b"own")
     # One publisher's messages reach the dashboard in order: once the last allowed one is
@@ -50,12 +50,13 @@ def test_agent_cannot_read_frames_meant_for_another_agent(
         snoop = snoop[1:]
     # With acl_file, mosquitto grants any subscription and filters each delivery instead.
     spy = transport_factory(broker, 1, [*snoop, TOPICS.all_status(), TOPICS.all_views(),
-                                        TOPICS.control])
+                                        TOPICS.control, TOPICS.all_fanout()])
     admin = transport_factory(broker, "admin", [])
     admin.publish(TOPICS.link(0, 2), b"for agent 2")
+    admin.publish(TOPICS.fanout(0), b"for every member")  # the fan-out is every member's to read
     admin.publish(TOPICS.link(0, 1), b"for agent 1")
     got = collect(spy, lambda ms: any(m.payload == b"for agent 1" for m in ms))
-    assert [m.payload for m in got] == [b"for agent 1"]
+    assert [m.payload for m in got] == [b"for every member", b"for agent 1"]
 
 
 @pytest.mark.parametrize("username,password", [(None, None), ("agent-1", "wrong"),

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agent.commands.fault_cost import fault_cost_table
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import BROADCASTS, AllreduceConfig, Broadcast
 from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 NODES = 7
@@ -45,12 +47,14 @@ def check_deadlines(records: list[RoundRecord]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("broadcast", BROADCASTS)
 @pytest.mark.parametrize("phase", ["reduce", "broadcast"])
 @pytest.mark.parametrize("role", list(ROLES))
 @pytest.mark.parametrize("kind", ["crash", "hang", "cut", "loss", "flap", "restart"])
-def test_fault_matrix(kind: str, role: str, phase: str) -> None:
+def test_fault_matrix(kind: str, role: str, phase: str, broadcast: Broadcast) -> None:
     node = ROLES[role]
-    records = run_fleet(NODES, ROUNDS, length=37, allreduce=CONFIG, keep_gradients=True,
+    config = replace(CONFIG, broadcast=broadcast)
+    records = run_fleet(NODES, ROUNDS, length=37, allreduce=config, keep_gradients=True,
                         faults=faults_for(kind, node, phase), will_delay=0.3, max_time=120.0, compute_time=0.1)
     assert [r.round for r in records] == list(range(ROUNDS)), "the fleet halted"
     check_deadlines(records)

@@ -27,6 +27,8 @@ def test_default_prefix_and_every_topic() -> None:
     assert TOPICS.telemetry(2) == "edgegrove/mnist-7/telemetry/2"
     assert TOPICS.all_telemetry() == "edgegrove/mnist-7/telemetry/+"
     assert TOPICS.control == "edgegrove/mnist-7/control"
+    assert TOPICS.fanout(5) == "edgegrove/mnist-7/fanout/5"
+    assert TOPICS.all_fanout() == "edgegrove/mnist-7/fanout/+"
     assert Topics("j", prefix="site/a/j").link(0, 1) == "site/a/j/link/0/1"
 
 
@@ -35,6 +37,9 @@ def test_parse_inverts_build(src: int, dst: int) -> None:
     assert TOPICS.parse_link(TOPICS.link(src, dst)) == (src, dst)
     assert TOPICS.parse_status(TOPICS.status(src)) == src
     assert TOPICS.parse_telemetry(TOPICS.telemetry(dst)) == dst
+    assert TOPICS.parse_fanout(TOPICS.fanout(src)) == src
+    assert TOPICS.parse_fanout(TOPICS.link(src, dst)) is None
+    assert TOPICS.parse_link(TOPICS.fanout(src)) is None
     # A topic of one kind is not another kind.
     assert TOPICS.parse_status(TOPICS.link(src, dst)) is None
     assert TOPICS.parse_link(TOPICS.telemetry(dst)) is None
@@ -72,6 +77,7 @@ def test_foreign_and_absurd_link_topics_are_refused(topic: str) -> None:
 def test_bad_status_and_telemetry_topics_are_refused(topic: str) -> None:
     assert TOPICS.parse_status(topic) is None
     assert TOPICS.parse_telemetry(topic.replace("status", "telemetry")) is None
+    assert TOPICS.parse_fanout(topic.replace("status", "fanout")) is None
 
 
 @given(st.text(max_size=60))
