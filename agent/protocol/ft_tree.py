@@ -725,6 +725,13 @@ class FtTreeRound(Outbox):
         if not self._plausible(values, frame.sender):
             return
         self._set_final(j, frame.contributors, values, now, frame)
+        rest = sum(1 for ch in self.chunks[j + 1 :] if ch.final is None)
+        if self.result is None and rest and self.pull_at is not None:
+            # The rest of the fan-out follows this chunk at once: what has not come within half
+            # an RTO of our parent (and its transmission; when a lost unit would be resent on a
+            # link) was lost: ask then, not a pull timeout later.
+            due = now + self._rto(self.parent) / 2 + self._transmit(self.tree.root, rest * self.unit_bytes)
+            self.pull_at = min(self.pull_at, due)
 
     def _pull_gaps(self, j: int) -> None:
         """Ask our parent for the chunks before ``j`` that the fan-out did not bring (once)."""

@@ -1,0 +1,105 @@
+"""ft-tree with ``broadcast: fanout``: the root publishes each result chunk once, every member
+takes it from the root only, relays nothing, and pulls what the fan-out lost from its parent."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.core import AgentCore, CoreConfig
+from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send
+from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.topics import Topics
+from agent.protocol.topology import Tree
+from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, encode
+
+CFG = AllreduceConfig(chunk_size=4, min_timeout=0.05, initial_timeout=0.5, round_deadline=5.0,
+                      broadcast="fanout")
+TREE = Tree((0, 1, 2, 3, 4, 5, 6), 2)  # 0 root; 1 inner with leaves 3 and 4
+
+
+def machine(node: int, grad: float = 1.0) -> FtTreeRound:
+    m = FtTreeRound(RoundContext(CFG, TREE, node, 0, np.full(8, grad, np.float32), 0, CFG.new_links(), 0.0))
+    m.start(0.0)
+    return m
+
+
+def final(j: int, sender: int = 0, value: float = 2.0, target: int = NO_NODE) -> Frame:
+    frame = Frame(Kind.DATA, CFG.job, 0, sender, j, 2, Flag.BROADCAST | Flag.FINAL, target=target,
+                  contributors=frozenset(range(7)))
+    return frame.with_values(np.full(4, value, np.float32), CFG.wire_dtype)
+
+
+def sends(actions: list[object], kind: Kind) -> list[Send]:
+    return [a for a in actions if isinstance(a, Send) and a.frame.kind == kind]
+
+
+def test_the_root_publishes_each_chunk_once_and_sends_no_broadcast_on_links() -> None:
+    root = machine(0)
+    out = []
+    for child, j in ((1, 0), (1, 1), (2, 0), (2, 1)):
+        subtree = frozenset(TREE.subtree(child))
+        unit = Frame(Kind.DATA, CFG.job, 0, child, j, 2, Flag.NONE, target=0, contributors=subtree)
+        out += root.on_frame(unit.with_values(np.ones(4, np.float32), CFG.wire_dtype), 0.01)
+    fanned = [a.frame for a in out if isinstance(a, Fanout)]
+    assert [(f.chunk_index, f.target, f.flags & Flag.FINAL) for f in fanned] == [(0, NO_NODE, Flag.FINAL),
+                                                                                  (1, NO_NODE, Flag.FINAL)]
+    assert not [s for s in sends(out, Kind.DATA) if s.frame.is_broadcast]
+    assert root.result is not None and not root.result.degraded
+
+
+def test_an_inner_node_takes_the_roots_fanout_relays_nothing_and_acks_nothing() -> None:
+    inner = machine(1)
+    out = inner.on_frame(final(0), 0.02) + inner.on_frame(final(1), 0.02)
+    assert not sends(out, Kind.DATA) and not sends(out, Kind.ACK)
+    assert not [a for a in out if isinstance(a, Fanout)]
+    assert inner.result is not None
+    assert inner.result.values.tolist() == [2.0] * 8
+
+
+def test_a_fanout_from_anyone_but_the_rounds_root_is_dropped() -> None:
+    leaf = machine(3)
+    for forger in (1, 4, 6):  # the parent, a sibling, a stranger: each may write only its own
+        leaf.on_frame(final(0, sender=forger, value=1e3), 0.02)
+        leaf.on_frame(final(1, sender=forger, value=1e3), 0.02)
+    assert leaf.result is None and leaf.stats.dropped == 6
+    assert all(ch.final is None for ch in leaf.chunks)
+
+
+def test_implausible_values_on_the_fanout_are_refused() -> None:
+    leaf = machine(3)
+    leaf.on_frame(final(0, value=1e6), 0.02)
+    assert leaf.chunks[0].final is None and leaf.stats.implausible == 1
+
+
+def test_a_chunk_lost_in_the_fanout_is_pulled_from_the_parent_at_once_and_once() -> None:
+    leaf = machine(3)
+    out = leaf.on_frame(final(1), 0.02)  # chunk 0 did not come: frames of one topic keep order
+    pulls = sends(out, Kind.PULL)
+    assert [(p.dst, p.frame.indices()) for p in pulls] == [(1, [0])]
+    assert not sends(leaf.on_frame(final(1), 0.03), Kind.PULL)  # a duplicate asks nothing more
+    # The parent's answer (target: us, a direct frame) completes the round.
+    leaf.on_frame(final(0, sender=1, target=3), 0.04)
+    assert leaf.result is not None and not leaf.result.degraded
+
+
+def test_a_parent_answers_a_pull_for_a_chunk_it_has_not_got_yet_when_the_fanout_brings_it() -> None:
+    inner = machine(1)
+    pull = Frame(Kind.PULL, CFG.job, 0, 3, 0, 2, Flag.BROADCAST).with_indices([0])
+    assert not sends(inner.on_frame(pull, 0.02), Kind.DATA)
+    answer = sends(inner.on_frame(final(0), 0.03), Kind.DATA)
+    assert [(s.dst, s.frame.chunk_index, s.frame.target) for s in answer] == [(3, 0, 3)]
+
+
+def test_the_core_reads_the_fanout_of_others_only_in_fanout_mode() -> None:
+    topics = Topics("j")
+    for mode in ("tree", "fanout"):
+        config = CoreConfig(node=3, job="j", allreduce=AllreduceConfig(broadcast=mode))  # type: ignore[arg-type]
+        core = AgentCore(config, incarnation=1, now=0.0)
+        assert (topics.all_fanout() in core.subscriptions()) == (mode == "fanout")
+    # Its own fan-out coming back from the broker is not even decoded.
+    own = encode(final(0, sender=3))
+    assert core.on_message(topics.fanout(3), own, 0.0) == []
+    assert core.counters.bytes_received == 0
+    # Another's is a frame like one on a link topic, its sender checked against the topic.
+    core.on_message(topics.fanout(0), encode(final(0, sender=2)), 0.0)
+    assert dict(core.counters.rejected) == {"forged_sender": 1}
