@@ -192,6 +192,8 @@ class FtTreeRound(Outbox):
         self.value_limit = IMPLAUSIBLE_FACTOR * max(own, 1.0)  # see _plausible
         self.nacked: set[tuple[int, bool, int]] = set()
         self.gaps_pulled: set[int] = set()  # chunks lost in the root's fan-out, asked for
+        self.fanned_at: dict[int, float] = {}  # chunk -> when the fan-out sent (root) or brought it
+        self.fan_sampled: set[int] = set()  # children whose ACK of the fan-out gave an RTT sample
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
         self.wait_at = now + self._reduce_wait()
@@ -651,6 +653,7 @@ class FtTreeRound(Outbox):
             broadcast: list[int] = []  # every member reads the root's fan-out (see _on_fanned)
             if self.parent is None:
                 self._fanout(frame)
+                self.fanned_at[j] = now
         else:
             broadcast = self._broadcast_peers()
         for peer in broadcast:
@@ -720,6 +723,8 @@ class FtTreeRound(Outbox):
             return
         if self.root_hash is None:
             self.root_hash = frame.model_hash
+        self.fanned_at[j] = now
+        self._ack_fanned(frame, now)
         self._pull_gaps(j)
         values = frame.values()
         if not self._plausible(values, frame.sender):
@@ -732,6 +737,30 @@ class FtTreeRound(Outbox):
             # link) was lost: ask then, not a pull timeout later.
             due = now + self._rto(self.parent) / 2 + self._transmit(self.tree.root, rest * self.unit_bytes)
             self.pull_at = min(self.pull_at, due)
+
+    def _ack_fanned(self, frame: Frame, now: float) -> None:
+        """ACK the fan-out to our parent, batched as if it had sent it: our parent sends us
+        nothing else that we ACK, and these give it the RTO of its link to us (its waits for
+        a silent child count on it). Its sample runs from when it sent (the root) or got the
+        chunk itself: about one trip short of a round trip, under the RTO floor here."""
+        parent = self.parent
+        if parent is None or self.over or self.result is not None:
+            return
+        batch = self.ack_due.setdefault(parent, {}).setdefault((Flag.BROADCAST, frame.contributors), [])
+        if frame.chunk_index not in batch:
+            batch.append(frame.chunk_index)
+        if frame.chunk_index == self.n - 1 or len(batch) >= ACK_EVERY:
+            self._send_acks(parent)
+        elif parent not in self.ack_at:
+            self.ack_at[parent] = now + min(ACK_DELAY, self._rto(parent) / 4)
+
+    def _fanout_acked(self, child: int, indices: list[int], now: float) -> None:
+        """A child ACKed the fan-out (see _ack_fanned): one RTT sample per child and round,
+        when we had every chunk it ACKs."""
+        if child in self.fan_sampled or not all(j in self.fanned_at for j in indices):
+            return
+        self.fan_sampled.add(child)
+        self.links.observe(child, max(0.0, now - max(self.fanned_at[j] for j in indices)))
 
     def _pull_gaps(self, j: int) -> None:
         """Ask our parent for the chunks before ``j`` that the fan-out did not bring (once)."""
@@ -797,6 +826,9 @@ class FtTreeRound(Outbox):
             self.stats.dropped += 1
             return
         unit = frame.origin if broadcast else frame.contributors
+        if (broadcast and self.cfg.broadcast == "fanout" and frame.sender == frame.origin
+                and frame.sender in self.children):
+            self._fanout_acked(frame.sender, indices, now)
         latest: dict[Route, int] = {}  # direct route -> highest send seq ACKed by this frame
         sample_bytes, sample_from = 0, now  # units sent once: how much this ACK shows drained
         for j in indices:

@@ -47,13 +47,26 @@ def test_the_root_publishes_each_chunk_once_and_sends_no_broadcast_on_links() ->
     assert root.result is not None and not root.result.degraded
 
 
-def test_an_inner_node_takes_the_roots_fanout_relays_nothing_and_acks_nothing() -> None:
+def test_an_inner_node_takes_the_roots_fanout_relays_nothing_and_acks_it_to_its_parent_once() -> None:
     inner = machine(1)
     out = inner.on_frame(final(0), 0.02) + inner.on_frame(final(1), 0.02)
-    assert not sends(out, Kind.DATA) and not sends(out, Kind.ACK)
+    assert not sends(out, Kind.DATA)
     assert not [a for a in out if isinstance(a, Fanout)]
+    assert [(a.dst, a.frame.indices()) for a in sends(out, Kind.ACK)] == [(0, [0, 1])]
     assert inner.result is not None
     assert inner.result.values.tolist() == [2.0] * 8
+
+
+def test_a_leaf_acks_the_fanout_to_its_parent_which_measures_its_link_from_it() -> None:
+    leaf, inner = machine(3), machine(1)
+    inner.on_frame(final(0), 0.020)
+    inner.on_frame(final(1), 0.021)
+    acks = sends(leaf.on_frame(final(0), 0.022) + leaf.on_frame(final(1), 0.023), Kind.ACK)
+    assert [a.dst for a in acks] == [1]  # not the root: it sent the fan-out, but waits for nobody
+    assert not inner.links.is_measured(3)
+    inner.on_frame(acks[0].frame, 0.030)
+    assert inner.links.is_measured(3)
+    assert inner.links.peers[3].srtt is not None and abs(inner.links.peers[3].srtt - 0.009) < 1e-9
 
 
 def test_a_fanout_from_anyone_but_the_rounds_root_is_dropped() -> None:
