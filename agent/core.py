@@ -69,7 +69,7 @@ from agent.protocol.state_transfer import (
     state_chunk_count,
 )
 from agent.protocol.topics import Topics
-from agent.protocol.wire import Flag, Frame, Kind, Rejection, RejectReason, decode
+from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
 from agent.transport.base import DISCONNECTED, RECONNECTED
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
@@ -98,6 +98,12 @@ class Phase(enum.Enum):
     FINAL_SYNC = "final_sync"  # the last round fell back: waiting (bounded) for the fleet's state
     LINGERING = "lingering"  # done: still answering late pulls, NACKs and ACKs for a while
     DONE = "done"
+
+
+def _is_fanned_result(frame: Frame) -> bool:
+    """What a root publishes on its fan-out topic: a result chunk addressed to nobody."""
+    return (frame.kind == Kind.DATA and frame.target == NO_NODE
+            and frame.flags & (Flag.BROADCAST | Flag.FINAL) == Flag.BROADCAST | Flag.FINAL)
 
 
 def _asks_for_what_we_sent(frame: Frame) -> bool:
@@ -350,7 +356,9 @@ class AgentCore:
         if topic == DISCONNECTED:
             return self.on_disconnect(now)
         link = self.topics.parse_link(topic)
-        if link is None and (publisher := self.topics.parse_fanout(topic)) is not None:
+        publisher = self.topics.parse_fanout(topic) if link is None else None
+        fanned = publisher is not None
+        if publisher is not None:
             if publisher == self.node:
                 return []  # our own fan-out, back from the broker
             link = (publisher, self.node)  # its publisher is the sender, as on a link topic
@@ -359,6 +367,11 @@ class AgentCore:
             frame = decode(payload, expected_sender=link[0], job=self.job)
             if isinstance(frame, Rejection):
                 self.counters.rejected[frame.reason.value] += 1
+                return []
+            if fanned and not _is_fanned_result(frame):
+                # A fan-out reaches every member: only a result for all (the round machine
+                # takes it from the round's root only), never a frame meant for one of them.
+                self.counters.rejected["fanout_not_a_result"] += 1
                 return []
             return self.on_frame(frame, now, counted=True)
         try:

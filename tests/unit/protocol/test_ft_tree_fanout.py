@@ -10,7 +10,7 @@ from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topics import Topics
 from agent.protocol.topology import Tree
-from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, encode
+from agent.protocol.wire import NO_NODE, DType, Flag, Frame, Kind, encode
 
 CFG = AllreduceConfig(chunk_size=4, min_timeout=0.05, initial_timeout=0.5, round_deadline=5.0,
                       broadcast="fanout")
@@ -116,3 +116,27 @@ def test_the_core_reads_the_fanout_of_others_only_in_fanout_mode() -> None:
     # Another's is a frame like one on a link topic, its sender checked against the topic.
     core.on_message(topics.fanout(0), encode(final(0, sender=2)), 0.0)
     assert dict(core.counters.rejected) == {"forged_sender": 1}
+
+
+def test_the_root_applies_exactly_what_it_publishes() -> None:
+    cfg = AllreduceConfig(chunk_size=8, wire_dtype=DType.F16, broadcast="fanout")
+    root = FtTreeRound(RoundContext(cfg, Tree((0, 1), 2), 0, 0, np.full(8, 0.1, np.float32), 0,
+                                    cfg.new_links(), 0.0))
+    root.start(0.0)
+    up = Frame(Kind.DATA, 0, 0, 1, 0, 1, contributors=frozenset({1})).with_values(
+        np.full(8, 0.2, np.float32), DType.F16)
+    fanned = [a.frame for a in root.on_frame(up, 0.01) if isinstance(a, Fanout)]
+    assert root.result is not None and len(fanned) == 1 and fanned[0].dtype == DType.F16
+    assert root.result.values.tobytes() == fanned[0].values().tobytes()
+
+
+def test_the_core_refuses_on_a_fanout_topic_anything_but_a_result_for_all() -> None:
+    """A member may publish on its own fan-out topic: a frame there addressed to one member (a
+    final with a target, a unit, a pull) would reach every member at once, so it is refused."""
+    core = AgentCore(CoreConfig(node=3, allreduce=CFG), incarnation=1, now=0.0)
+    topics = Topics("default")
+    unit = Frame(Kind.DATA, CFG.job, 0, 4, 0, 2, Flag.NONE, target=3, contributors=frozenset({4}))
+    pull = Frame(Kind.PULL, CFG.job, 0, 4, 0, 2, Flag.BROADCAST)
+    for frame in (final(0, sender=4, target=3), unit.with_values(np.ones(4, np.float32)), pull):
+        assert core.on_message(topics.fanout(4), encode(frame), 0.0) == []
+    assert dict(core.counters.rejected) == {"fanout_not_a_result": 3}
