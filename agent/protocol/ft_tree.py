@@ -229,7 +229,10 @@ class FtTreeRound(Outbox):
         self.stats.frames_received += 1
         self.stats.bytes_received += frame_size(frame)
         first = frame.sender not in self.last_heard
-        self.last_heard[frame.sender] = now
+        if not self._fanned(frame):
+            # The root's fan-out shows it is alive, not that its link to us works (a one-way
+            # cut of it hid behind the fan-out: no verdict, and the drift resync leaned on it).
+            self.last_heard[frame.sender] = now
         self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         if self.held_for and not self.held_for.isdisjoint((frame.sender, frame.origin)):
             self._release_held(frame.sender, now)
@@ -353,6 +356,12 @@ class FtTreeRound(Outbox):
         for p in list(self.pending.values()):
             p.route_since = now
             self._emit(p, now, fresh=False)
+        if self.parent is None and self.cfg.broadcast == "fanout":
+            # Our fan-out of the chunks done so far may have been lost with the connection.
+            for j, ch in enumerate(self.chunks):
+                if ch.final is not None:
+                    done = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids)
+                    self._fanout(done.with_values(ch.final, self.cfg.wire_dtype))
         if self.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
             self._note("reconnected", self.node, f"back after {away * 1000:.0f} ms: the round goes on")
             self._ask_children_again()
@@ -690,8 +699,7 @@ class FtTreeRound(Outbox):
 
     def _on_final(self, frame: Frame, now: float, how: str) -> None:
         j = frame.chunk_index
-        fanned = self.cfg.broadcast == "fanout" and how == DIRECT and frame.target == NO_NODE
-        if fanned:
+        if how == DIRECT and self._fanned(frame):
             self._on_fanned(frame, now)
             return
         self._ack(frame, how, now)
@@ -708,6 +716,12 @@ class FtTreeRound(Outbox):
         if not self._plausible(values, frame.sender):
             return
         self._set_final(j, frame.contributors, values, now, frame)
+
+    def _fanned(self, frame: Frame) -> bool:
+        """A result chunk from the root's fan-out topic (the core lets nothing else come from
+        there; on a link topic a result always names its target)."""
+        return (self.cfg.broadcast == "fanout" and frame.kind == Kind.DATA and frame.is_broadcast
+                and frame.target == NO_NODE and frame.sender == frame.origin)
 
     def _on_fanned(self, frame: Frame, now: float) -> None:
         """A chunk of the result on the root's fan-out topic (``broadcast: fanout``): from this

@@ -140,3 +140,14 @@ def test_the_core_refuses_on_a_fanout_topic_anything_but_a_result_for_all() -> N
     for frame in (final(0, sender=4, target=3), unit.with_values(np.ones(4, np.float32)), pull):
         assert core.on_message(topics.fanout(4), encode(frame), 0.0) == []
     assert dict(core.counters.rejected) == {"fanout_not_a_result": 3}
+
+
+def test_a_root_back_from_a_dropped_connection_publishes_its_fanout_again() -> None:
+    cfg = AllreduceConfig(chunk_size=8, broadcast="fanout")
+    root = FtTreeRound(RoundContext(cfg, Tree((0, 1), 2), 0, 0, np.full(8, 0.1, np.float32), 0,
+                                    cfg.new_links(), 0.0))
+    root.start(0.0)
+    up = Frame(Kind.DATA, 0, 0, 1, 0, 1, contributors=frozenset({1})).with_values(np.full(8, 0.3, np.float32))
+    first = [a.frame for a in root.on_frame(up, 0.01) if isinstance(a, Fanout)]
+    again = [a.frame for a in root.reconnected(0.05, away=0.02) if isinstance(a, Fanout)]
+    assert again == first
