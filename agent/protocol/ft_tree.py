@@ -739,6 +739,7 @@ class FtTreeRound(Outbox):
             self.root_hash = frame.model_hash
         self.fanned_at[j] = now
         self._ack_fanned(frame, now)
+        self._missing_acks(j, frame.contributors)
         self._pull_gaps(j)
         values = frame.values()
         if not self._plausible(values, frame.sender):
@@ -751,6 +752,17 @@ class FtTreeRound(Outbox):
             # link) was lost: ask then, not a pull timeout later.
             due = now + self._rto(self.parent) / 2 + self._transmit(self.tree.root, rest * self.unit_bytes)
             self.pull_at = min(self.pull_at, due)
+
+    def _missing_acks(self, j: int, counted: frozenset[int]) -> None:
+        """The fan-out of chunk ``j`` counts what we sent for it straight to a peer, so the peer
+        had it before the root published; an ACK it sent at once (the last chunk, a large unit)
+        came before the fan-out (causal order through one broker). Still missing, it was lost:
+        the link from that peer is cut one way or lossy. Marked as a rerouted broadcast marks it
+        in tree mode (a drift resync must not lean on that link, and the dashboard shows it)."""
+        for p in self.pending.values():
+            if (not p.broadcast and p.chunk == j and p.route.kind == DIRECT and p.contributors <= counted
+                    and (j == self.n - 1 or len(p.frame.payload) >= ACK_AT_ONCE_BYTES)):
+                self.book.mark(p.route.target, "rerouted")
 
     def _ack_fanned(self, frame: Frame, now: float) -> None:
         """ACK the fan-out to our parent, batched as if it had sent it: our parent sends us

@@ -151,3 +151,19 @@ def test_a_root_back_from_a_dropped_connection_publishes_its_fanout_again() -> N
     first = [a.frame for a in root.on_frame(up, 0.01) if isinstance(a, Fanout)]
     again = [a.frame for a in root.reconnected(0.05, away=0.02) if isinstance(a, Fanout)]
     assert again == first
+
+
+def test_a_fanout_that_counts_our_unit_before_its_ack_came_marks_that_link() -> None:
+    """0 -> 1 cut one way: 1's data reaches the root, the root's ACKs do not, its fan-out does.
+    In tree mode the rerouted broadcast marks the link; here the fan-out that counts our unit
+    while its ACK (sent at once for the last chunk) is missing does."""
+    inner = machine(1)
+    for j in (0, 1):  # the children's data: 1 sends its subtree's units up to the root
+        for leaf in (3, 4):
+            unit = Frame(Kind.DATA, CFG.job, 0, leaf, j, 2, Flag.NONE, target=1, contributors=frozenset({leaf}))
+            inner.on_frame(unit.with_values(np.ones(4, np.float32), CFG.wire_dtype), 0.01)
+    assert {p.chunk for p in inner.pending.values() if not p.broadcast} == {0, 1}
+    inner.on_frame(final(0), 0.03)
+    assert inner.book.states[0] == "ok"  # chunk 0's ACK may be batched: no verdict
+    inner.on_frame(final(1), 0.03)
+    assert inner.result is not None and inner.result.link_states[0] == "rerouted"
