@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N", help="fleet sizes that run the --baseline arms (default: every size)")
     parser.add_argument("--agent-option", action="append", default=[], metavar="NAME=VALUE",
                         help="extra agent option for the edgegrove arms (repeatable)")
+    parser.add_argument("--own-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra agent option for this checkout's arms only, not the --baseline "
+                             "arms (repeatable): an option the baseline does not know")
     parser.add_argument("--broker-json", type=arg(input_file), default=RESULTS_DIR / "broker.json",
                         help="`bench broker` document giving the measured throughput for the bound")
     parser.add_argument("--timeout", type=arg(positive_seconds), default=600.0,
@@ -108,6 +111,8 @@ def _run_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     before = arm in (BEFORE, BEFORE_FP16)
     env = [f"PYTHONPATH={args.baseline}"] if before else []
     options = ["wire_dtype=float16"] if arm in (FP16, BEFORE_FP16) else []
+    if not before:
+        options += args.own_option
     # `python -m` puts the working directory first on sys.path, before PYTHONPATH: the agents
     # of the baseline arm must start in the baseline checkout, or they run this one's code.
     where = contextlib.chdir(args.baseline) if before else contextlib.nullcontext()
@@ -176,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     results = [measure_size(n, args, version is not None) for n in args.nodes]
     doc = document("compare", torch=version, values=PARAM_COUNT, alternations=args.alternations,
                    rounds=args.rounds, warmup=args.warmup, gloo_iterations=args.gloo_iterations,
-                   agent_options=args.agent_option,
+                   agent_options=args.agent_option, own_options=args.own_option,
                    baseline=str(args.baseline) if args.baseline is not None else None,
                    results=results)
     emit(doc, args, render_table(doc))

@@ -77,3 +77,20 @@ def test_the_report_section_shows_every_arm_and_the_baseline(tmp_path: Any) -> N
            "baseline": "/tmp/base", "agent_options": [], "values": 1, "results": [out]}
     text = render_compare(doc, Context({}, tmp_path, ""))
     assert "`before`" in text and "| 7 | before | 150 |" in text and "| 7 | edgegrove | 50 |" in text
+
+
+def test_own_options_reach_this_checkouts_arms_only(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, list[str]] = {}
+
+    def measure(nodes: int, fleet_args: argparse.Namespace, work: Any) -> dict[str, Any]:
+        seen[str(fleet_args.env)] = fleet_args.agent_option
+        return {"per_round": [], "degraded_rounds": 0, "cpu_s_per_round_agents": 0.1,
+                "cpu_s_per_round": {}, "bound_s": 0.02, "round_period_s_median": 0.1}
+
+    monkeypatch.setattr(compare.round_profile, "measure_fleet", measure)
+    args = _args("--baseline", str(tmp_path), "--agent-option", "chunk_size=1024",
+                 "--own-option", "broadcast=fanout")
+    compare._run_arm(compare.EDGEGROVE, 7, args)
+    compare._run_arm(compare.BEFORE_FP16, 7, args)
+    assert seen == {"[]": ["chunk_size=1024", "broadcast=fanout"],
+                    f"['PYTHONPATH={tmp_path}']": ["chunk_size=1024", "wire_dtype=float16"]}
