@@ -192,6 +192,9 @@ def render_compare(doc: dict[str, Any], ctx: Context) -> str:
                      f"(`{doc['baseline']}`), measured in the same run.")
     if doc.get("agent_options"):
         parts.append(f"Agent options: `{' '.join(doc['agent_options'])}`.")
+    if doc.get("own_options"):
+        parts.append(f"Arms `edgegrove` and `edgegrove-fp16` only (not `before`): "
+                     f"`{' '.join(doc['own_options'])}`.")
     parts.append(markdown_table(TABLE_HEADERS, table_rows(doc)))
     return "\n\n".join(parts)
 

@@ -77,6 +77,9 @@ def test_the_report_section_shows_every_arm_and_the_baseline(tmp_path: Any) -> N
            "baseline": "/tmp/base", "agent_options": [], "values": 1, "results": [out]}
     text = render_compare(doc, Context({}, tmp_path, ""))
     assert "`before`" in text and "| 7 | before | 150 |" in text and "| 7 | edgegrove | 50 |" in text
+    assert "only (not `before`)" not in text
+    doc["own_options"] = ["broadcast=fanout"]
+    assert "only (not `before`): `broadcast=fanout`" in render_compare(doc, Context({}, tmp_path, ""))
 
 
 def test_own_options_reach_this_checkouts_arms_only(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
