@@ -70,7 +70,7 @@ from agent.protocol.state_transfer import (
 )
 from agent.protocol.topics import Topics
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
-from agent.transport.base import DISCONNECTED, RECONNECTED
+from agent.transport.base import ARRIVING, DISCONNECTED, RECONNECTED
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
 # rounds ahead means the fleet went on without us.
@@ -355,6 +355,8 @@ class AgentCore:
             return self.on_reconnect(now)
         if topic == DISCONNECTED:
             return self.on_disconnect(now)
+        if topic == ARRIVING:
+            return self.on_arriving(payload.decode(errors="replace"), now)
         link = self.topics.parse_link(topic)
         publisher = self.topics.parse_fanout(topic) if link is None else None
         fanned = publisher is not None
@@ -420,6 +422,15 @@ class AgentCore:
             self.counters.rejected[RejectReason.STALE_ROUND.value] += 1
             out += self._hint_behind(frame)
         return out + self._advance(now)
+
+    def on_arriving(self, topic: str, now: float) -> list[CoreAction]:
+        """A large message on ``topic`` is still arriving, piece by piece (our downlink is
+        slow): the round under way holds its verdicts on silence (issue 19)."""
+        link = self.topics.parse_link(topic)
+        machine = self.machines.get(self.round)
+        if link is None or machine is None or machine.result is not None:
+            return []
+        return self._run(machine.arriving(link[0], now), self.round)
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our

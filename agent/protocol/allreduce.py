@@ -47,6 +47,16 @@ ROOT_WILL_GRACE = 0.4
 # grace: the members' clock runs from its Will to its birth status, which differ from its
 # own disconnect and reconnect by the broker's reaction, and must not run out first.
 ROOT_RETURN_MARGIN = 0.1
+# Slow links (issue 19). A node whose transport reports a large frame arriving piece by piece
+# (``RoundMachine.arriving``: its downlink is slow, and whatever else is sent to it waits
+# behind that frame) holds every silence verdict, resend and pull for DOWNLINK_BUSY_HOLD s
+# after the report, and tells its neighbours so at most every PROGRESS_EVERY s (a PROBE with
+# the PROGRESS flag): their units towards it are queued, not lost. The hard deadline of a
+# round is put off while links show such progress, by DOWNLINK_BUSY_HOLD at a time, up to
+# DEADLINE_STRETCH x round_deadline: a round on a 2 MB/s link needs more than the default 5 s.
+DOWNLINK_BUSY_HOLD = 0.25
+PROGRESS_EVERY = 0.1
+DEADLINE_STRETCH = 4.0
 
 @dataclass(frozen=True)
 class AllreduceConfig:
@@ -215,6 +225,11 @@ class RoundMachine(Protocol):
         the peers routed around us on our Will, or a member's data of the next round reached
         us): ask for the result now, once, from whoever would send it anyway (no second copy
         when it does), and ask for what our children sent while we were away."""
+        ...
+
+    def arriving(self, sender: int, now: float) -> list[Action]:
+        """Our transport says a large frame from ``sender`` is still arriving, piece by piece:
+        our downlink is slow, ``sender`` lives, and what others sent us queues behind it."""
         ...
 
 

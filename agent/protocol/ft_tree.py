@@ -25,6 +25,18 @@ never faster than a floor): while ACKs of earlier units keep coming, the link is
 nothing is resent or rerouted. Resends of one unit back off exponentially, and a resent unit
 gives no RTT or rate sample (Karn).
 
+The rates measured are those of the last rounds: when a link slows down from one round to the
+next, the first slow round learns it only from an ACK, which may come after the timers.
+Evidence that comes sooner (adaptive timeouts only): our transport reports a large frame that
+keeps arriving piece by piece (``arriving``): our downlink is slow, its sender lives, and
+whatever else was sent to us queues behind it, so every verdict on silence, every resend and
+pull waits until DOWNLINK_BUSY_HOLD after the last report, and we tell our neighbours so
+(PROBE|PROGRESS, at most every PROGRESS_EVERY): their units towards us are queued, not lost.
+A unit queued on our uplink behind a unit to another peer that still shows life waits for it.
+While such evidence keeps coming, the round's hard deadline is put off, up to
+DEADLINE_STRETCH x the configured one. On fast links frames arrive whole, nothing is reported,
+and a dead link is found as before.
+
 A dead link stays dead across rounds (``LinkEstimators.dead``): the next round routes around
 it from the start and sends the peer a PROBE instead, which the peer answers; an answer (or
 an ACK of a frame sent straight to the peer) proves the link works both ways and heals it.
@@ -50,6 +62,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from agent.protocol.allreduce import (
+    DEADLINE_STRETCH,
+    DOWNLINK_BUSY_HOLD,
+    PROGRESS_EVERY,
     ROOT_RETURN_MARGIN,
     ROOT_WILL_GRACE,
     Action,
@@ -196,6 +211,10 @@ class FtTreeRound(Outbox):
         self.fan_sampled: set[int] = set()  # children whose ACK of the fan-out gave an RTT sample
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
+        self.deadline_limit = now + config.round_deadline * DEADLINE_STRETCH  # see _draining
+        self.down_busy_at = -1e9  # our transport last said a large frame is still arriving
+        self.progress_sent_at = -1e9
+        self.progress_from: dict[int, float] = {}  # peer -> its last PROBE|PROGRESS
         self.wait_at = now + self._reduce_wait()
         self.wait_fired = False
         # A child that sends nothing at all for this long is silent: stop waiting for it.
@@ -254,7 +273,7 @@ class FtTreeRound(Outbox):
         elif frame.kind == Kind.PULL:
             self._on_pull(frame, now)
         elif frame.kind == Kind.PROBE:
-            self._on_probe(frame)
+            self._on_probe(frame, now)
         else:
             self.stats.dropped += 1
         return self._flush()
@@ -262,6 +281,9 @@ class FtTreeRound(Outbox):
     def on_timer(self, now: float) -> list[Action]:
         if self.over:
             return []
+        if now >= self.deadline and self._draining(now) and now < self.deadline_limit:
+            self.deadline = min(self.deadline_limit, now + DOWNLINK_BUSY_HOLD)
+            self._note("deadline_put_off", None, "links still draining")
         if now >= self.deadline:
             self.over = True
             self.pending.clear()
@@ -281,6 +303,8 @@ class FtTreeRound(Outbox):
         self._check_silent_children(now)
         self._check_relay_targets(now)
         self._expire_pending(now)
+        if self.pull_at is not None and now >= self.pull_at and (hold := self._pull_hold()) > now:
+            self.pull_at = hold  # the broadcast is under way: a pull would only add a copy
         if self.pull_at is not None and now >= self.pull_at:
             if self.root_gone_at is not None:
                 self._root_went_down(now)  # the parent did not answer: skip as the others did
@@ -301,6 +325,49 @@ class FtTreeRound(Outbox):
         times.extend(at + self._relay_wait(t) for t, at in self.relay_watch.items())
         times.extend(self.ack_at.values())
         return min(times)
+
+    def arriving(self, sender: int, now: float) -> list[Action]:
+        if self.over or self.cfg.timeout_mode == "fixed":
+            return []
+        self.down_busy_at = now
+        if sender != self.node and sender in self.tree.members:
+            if sender not in self.last_heard and sender in self.silence_at and not self.irregular_start:
+                self.links.observe_first_frame(sender, now - self.start_time)  # its first frame began
+            self.last_heard[sender] = self.heard_of[sender] = now
+        if now - self.progress_sent_at >= PROGRESS_EVERY:
+            self.progress_sent_at = now
+            for peer in self.neighbours:
+                if peer not in self.down:
+                    self._send(peer, self._frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
+        return self._flush()
+
+    def _draining(self, now: float) -> bool:
+        """Links around us show they are still delivering: our downlink is busy with a large
+        frame, or a neighbour's is (its PROGRESS)."""
+        if self.cfg.timeout_mode == "fixed":
+            return False
+        latest = max(self.down_busy_at, max(self.progress_from.values(), default=-1e9))
+        return now - latest < DOWNLINK_BUSY_HOLD
+
+    def _pull_hold(self) -> float:
+        """Pull no sooner than this: our downlink or our parent's is busy with a large frame
+        (the broadcast on its way, slowly)."""
+        if self.cfg.timeout_mode == "fixed":
+            return -1e9
+        parent = self.progress_from.get(self.parent, -1e9) if self.parent is not None else -1e9
+        return max(self.down_busy_at, parent) + DOWNLINK_BUSY_HOLD
+
+    def _queued_evidence(self, p: Pending) -> float:
+        """The latest sign that direct unit ``p`` is queued, not lost: our downlink was busy
+        with a large frame (the peer's answer may wait behind it), or a unit sent before ``p``
+        to another peer is unACKed and that peer was heard from (our uplink still drains it)."""
+        if self.cfg.timeout_mode == "fixed":
+            return -1e9
+        latest = self.down_busy_at
+        for q in self.pending.values():
+            if q.seq < p.seq and q.route.kind == DIRECT and q.route.target != p.route.target:
+                latest = max(latest, self.last_heard.get(q.route.target, -1e9))
+        return latest
 
     def peer_down(self, peer: int, now: float) -> list[Action]:
         """Membership says ``peer`` is offline: stop waiting for it, route around it."""
@@ -451,7 +518,7 @@ class FtTreeRound(Outbox):
         for target, at in list(self.relay_watch.items()):
             if self.heard_of.get(target, -1e9) >= at:
                 del self.relay_watch[target]  # it answered
-            elif now >= at + self._relay_wait(target):
+            elif now >= at + self._relay_wait(target) and not self._draining(now):
                 del self.relay_watch[target]
                 self._report_silent(target, "relayed to it, no answer", now)
 
@@ -485,6 +552,10 @@ class FtTreeRound(Outbox):
         for child, at in list(self.silence_at.items()):
             if now < at:
                 continue
+            if self._draining(now):
+                # Its first frame may queue behind what we or our neighbours receive.
+                self.silence_at[child] = now + self._rto(child) + DOWNLINK_BUSY_HOLD
+                continue
             del self.silence_at[child]
             if child in self.heard_of or child in self.down or child not in self.expected:
                 continue
@@ -500,10 +571,11 @@ class FtTreeRound(Outbox):
     def _wait_span(self) -> float:
         return self.cfg.round_deadline * self.cfg.reduce_fraction * self._subtree_share()
 
-    def _wait_cap(self) -> float:
-        """The longest wait for contributions: half of what the base wait leaves of the round."""
+    def _wait_cap(self, stretch: float = 1.0) -> float:
+        """The longest wait for contributions: half of what the base wait leaves of the round
+        (of the round put off by ``stretch`` while its links drain)."""
         base = self._wait_span()
-        return base + (self.cfg.round_deadline - base) / 2
+        return base + (self.cfg.round_deadline * stretch - base) / 2
 
     def _reduce_wait(self) -> float:
         """How long to wait for every contribution: the base share of the deadline, or (adaptive)
@@ -524,7 +596,7 @@ class FtTreeRound(Outbox):
         left of the round for the broadcast."""
         if self.cfg.timeout_mode == "fixed":
             return now
-        cap = self.start_time + self._wait_cap()
+        cap = self.start_time + self._wait_cap(DEADLINE_STRETCH if self._draining(now) else 1.0)
         due = now
         for child in self.children:
             owed = self.expected & set(self.tree.subtree(child))
@@ -894,8 +966,10 @@ class FtTreeRound(Outbox):
         self.stats.retransmits += 1
         self._emit(p, now, fresh=False)
 
-    def _on_probe(self, frame: Frame) -> None:
-        if frame.flags & Flag.REPLY:
+    def _on_probe(self, frame: Frame, now: float) -> None:
+        if frame.flags & Flag.PROGRESS:
+            self.progress_from[frame.sender] = now  # it lives (last_heard), its downlink is busy
+        elif frame.flags & Flag.REPLY:
             self._heal(frame.sender)
         else:
             self._send(frame.sender, self._frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
@@ -1066,7 +1140,7 @@ class FtTreeRound(Outbox):
             # Half an RTO (doubled by every resend, adaptive) after the link last showed life
             # and drained what is queued up to this unit: the resend's ACK can still come
             # before the peer counts as silent.
-            heard = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at))
+            heard = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at), self._queued_evidence(p))
             resend = heard + drain + p.timeout / 2 * self._backoff(p)
             return min(silent, resend)
         return min(silent, p.sent_at + drain + p.timeout)
@@ -1105,7 +1179,7 @@ class FtTreeRound(Outbox):
         """When the peer of a direct unit will have been silent for a whole RTO beyond the time
         the bytes queued towards it up to this unit need."""
         heard = max(self.last_heard.get(p.route.target, p.route_since),
-                    self.progress.get(p.route.hop_key, p.route_since))
+                    self.progress.get(p.route.hop_key, p.route_since), self._queued_evidence(p))
         # Two resends back off (each waits for the one before), but not the verdict beyond
         # two RTOs of nothing at all: a child that ACKed one chunk of the broadcast and froze
         # kept its parent resending the next for eight RTOs (1.6 s) before it was reported.

@@ -114,6 +114,9 @@ class RpsRound(Outbox):
     def went_on(self, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 
+    def arriving(self, sender: int, now: float) -> list[Action]:
+        return []  # no link timers: its gather timer waits as long
+
     def _maybe_publish(self, j: int, now: float, force: bool) -> None:
         parts = self.parts[j]
         if self.final[j] is not None or not (force or self.expected <= set(parts)):

@@ -19,6 +19,9 @@ class TransportError(Exception):
 # subscribes to this one, so no client can send it to us.
 RECONNECTED = "$edgegrove/reconnected"
 DISCONNECTED = "$edgegrove/disconnected"  # the same, when the connection is lost
+# The same kind of pseudo-topic: a large message is still arriving, piece by piece (a slow
+# downlink). Its payload is the message's topic, UTF-8; the message itself follows when whole.
+ARRIVING = "$edgegrove/arriving"
 
 
 @dataclass(frozen=True)

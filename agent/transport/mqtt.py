@@ -24,6 +24,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -32,7 +33,7 @@ import numpy as np
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
-from agent.transport.base import DISCONNECTED, RECONNECTED, Message, TransportError, Will
+from agent.transport.base import ARRIVING, DISCONNECTED, RECONNECTED, Message, TransportError, Will
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -54,10 +55,20 @@ PUBLISH_FLUSH_S = 1.0  # inline mode: longest a publish waits for a full socket 
 # share (``_in_packet``, ``_packet_handle``, ``_handle_on_message``); anything they do not
 # cover (MQTT 5, QoS > 0, a malformed header) goes through paho's own code.
 _BIG_WRITE = 4096  # bytes: smaller outgoing packets are sent as paho queues them
+# A PUBLISH still arriving this long after its first byte is reported (``ARRIVING``), then at
+# most every ARRIVING_EVERY s until it is whole: the downlink is slow, and what else is sent
+# to us queues behind it (issue 19). A 1 MB frame takes ~2 ms on loopback, 0.5 s at 2 MB/s.
+ARRIVING_AFTER = 0.03
+ARRIVING_EVERY = 0.05
 
 
 class _Client(paho.Client):
-    """``paho.Client`` with a read path of one buffer per packet (see above)."""
+    """``paho.Client`` with a read path of one buffer per packet (see above), which also
+    reports a large PUBLISH that keeps arriving piece by piece to ``on_arriving(topic)``."""
+
+    on_arriving: Callable[[str], None] | None = None
+    _arriving_since = 0.0  # monotonic: the current packet's first byte
+    _arriving_told = 0.0  # monotonic: its last report (0: none yet)
 
     def _recv_byte(self) -> bytes | MQTTErrorCode:
         """One byte of the packet's header, or why there is none (paho's error codes)."""
@@ -90,6 +101,7 @@ class _Client(paho.Client):
                     break
             packet["have_remaining"] = 1
             packet["to_process"] = packet["remaining_length"]
+            self._arriving_since, self._arriving_told = time.monotonic(), 0.0
             if packet["command"] & 0xF0 == paho.PUBLISH and packet["remaining_length"] > _BIG_WRITE:
                 # Not zero-filled (bytearray(n) is): recv_into writes every byte before use.
                 packet["packet"] = np.empty(packet["remaining_length"], np.uint8)  # type: ignore[typeddict-item]
@@ -108,6 +120,8 @@ class _Client(paho.Client):
                 if got == 0:
                     return MQTTErrorCode.MQTT_ERR_CONN_LOST
                 packet["to_process"] -= got
+                if packet["to_process"] > 0 and self.on_arriving is not None:
+                    self._tell_arriving(packet["packet"], packet["remaining_length"] - packet["to_process"])
                 with self._msgtime_mutex:
                     self._last_bytes_received = paho.time_func()
                 pieces -= 1
@@ -125,6 +139,20 @@ class _Client(paho.Client):
         with self._msgtime_mutex:
             self._last_bytes_received = paho.time_func()
         return rc
+
+    def _tell_arriving(self, data: Any, got: int) -> None:
+        """Report the PUBLISH being read when it has been arriving long enough (see
+        ARRIVING_AFTER), and its topic has arrived."""
+        now = time.monotonic()
+        if (self._in_packet["command"] & 0xF0 != paho.PUBLISH or now - self._arriving_since < ARRIVING_AFTER
+                or now - self._arriving_told < ARRIVING_EVERY or got < 2 or self.on_arriving is None):
+            return
+        length = int(data[0]) << 8 | int(data[1])
+        if 2 + length > got:
+            return
+        self._arriving_told = now
+        with contextlib.suppress(UnicodeDecodeError):
+            self.on_arriving(bytes(data[2 : 2 + length]).decode())
 
     def _sock_recv_into(self, buffer: memoryview) -> int:
         """``_sock_recv``, into ``buffer``: same errors."""
@@ -370,6 +398,7 @@ class MqttTransport:
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
         client.on_socket_open = self._on_socket_open
+        client.on_arriving = self._on_arriving
         return client
 
     def connect(
@@ -503,6 +532,12 @@ class MqttTransport:
             self._queue.append(Message(msg.topic, payload, bool(msg.retain)))
             self._queued_bytes += len(payload)
             self._arrived.notify()
+
+    def _on_arriving(self, topic: str) -> None:
+        with self._arrived:
+            if len(self._queue) < self._queue_size:
+                self._queue.append(Message(ARRIVING, topic.encode(), False))
+                self._arrived.notify()
 
     # -- Transport ------------------------------------------------------------------------
 
