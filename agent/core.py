@@ -70,7 +70,7 @@ from agent.protocol.state_transfer import (
 )
 from agent.protocol.topics import Topics
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
-from agent.transport.base import ARRIVING, DISCONNECTED, RECONNECTED
+from agent.transport.base import ARRIVING, DISCONNECTED, RECONNECTED, SENDING
 
 # Frames of rounds not yet started are kept (bounded) until the round starts; a frame this many
 # rounds ahead means the fleet went on without us.
@@ -357,6 +357,8 @@ class AgentCore:
             return self.on_disconnect(now)
         if topic == ARRIVING:
             return self.on_arriving(payload.decode(errors="replace"), now)
+        if topic == SENDING:
+            return self.on_arriving(None, now)
         link = self.topics.parse_link(topic)
         publisher = self.topics.parse_fanout(topic) if link is None else None
         fanned = publisher is not None
@@ -423,14 +425,15 @@ class AgentCore:
             out += self._hint_behind(frame)
         return out + self._advance(now)
 
-    def on_arriving(self, topic: str, now: float) -> list[CoreAction]:
+    def on_arriving(self, topic: str | None, now: float) -> list[CoreAction]:
         """A large message on ``topic`` is still arriving, piece by piece (our downlink is
-        slow): the round under way holds its verdicts on silence (issue 19)."""
-        link = self.topics.parse_link(topic)
+        slow), or (None) what we published is still waiting to leave (our uplink is): the
+        round under way holds its verdicts on silence (issue 19)."""
+        link = None if topic is None else self.topics.parse_link(topic)
         machine = self.machines.get(self.round)
-        if link is None or machine is None or machine.result is not None:
+        if (topic is not None and link is None) or machine is None or machine.result is not None:
             return []
-        return self._run(machine.arriving(link[0], now), self.round)
+        return self._run(machine.arriving(None if link is None else link[0], now), self.round)
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our

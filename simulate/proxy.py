@@ -5,18 +5,25 @@ from one side is written to the other side no earlier than ``latency`` seconds l
 faster than ``bytes_per_second`` (a token bucket per direction, FIFO preserved). Limits can be
 changed while connections are open. The proxy runs its own asyncio loop in a daemon thread;
 ``stop()`` closes the listener and every connection.
+
+Like a real bottleneck, the proxy pushes back: each direction holds at most ``HOLD_BYTES`` read
+but not yet handed on, and its sockets' receive buffers are as small, so the sender's own
+socket fills up (TCP flow control) instead of the proxy buffering without bound. A sender can
+then see its link is slow (its send queue drains at the link's rate), as on a Wi-Fi uplink.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 READ_SIZE = 64 * 1024
+HOLD_BYTES = 64 * 1024  # per direction: read from one side, not yet written to the other
 
 
 @dataclass
@@ -38,6 +45,9 @@ class _Pump:
         self.counter = counter
         self.queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         self.last_due = 0.0
+        self.held = 0  # bytes in ``queue``
+        self.room = asyncio.Event()  # set whenever held < HOLD_BYTES
+        self.room.set()
 
     async def read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -50,7 +60,11 @@ class _Pump:
                     # Serialisation delay: the chunk occupies the link for len/rate seconds.
                     due = max(due, self.last_due) + len(data) / rate
                 self.last_due = due
+                self.held += len(data)
                 await self.queue.put((due, data))
+                if self.held >= HOLD_BYTES:
+                    self.room.clear()
+                    await self.room.wait()  # push back: no more reads until some went on
         finally:
             await self.queue.put((0.0, b""))
 
@@ -68,8 +82,17 @@ class _Pump:
             self.counter[0] += len(data)
             self.writer.write(data)
             await self.writer.drain()
+            self.held -= len(data)
+            if self.held < HOLD_BYTES:
+                self.room.set()
         with contextlib.suppress(OSError):
             self.writer.close()
+
+
+def _small_receive_buffer(sock: socket.socket) -> None:
+    """What the kernel accepts for the proxy before it reads: HOLD_BYTES (Linux doubles it)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, HOLD_BYTES)
 
 
 class TcpProxy:
@@ -100,9 +123,9 @@ class TcpProxy:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
-                self._server = loop.run_until_complete(
-                    asyncio.start_server(self._handle, *self.listen)
-                )
+                listener = socket.create_server(self.listen)
+                _small_receive_buffer(listener)  # accepted sockets inherit it
+                self._server = loop.run_until_complete(asyncio.start_server(self._handle, sock=listener))
                 self.port = self._server.sockets[0].getsockname()[1]
             except OSError as exc:
                 errors.append(exc)
@@ -167,7 +190,17 @@ class TcpProxy:
     async def _handle(self, client_reader: asyncio.StreamReader,
                       client_writer: asyncio.StreamWriter) -> None:
         try:
-            broker_reader, broker_writer = await asyncio.open_connection(*self.target)
+            loop = asyncio.get_running_loop()
+            family, _, _, _, address = (await loop.getaddrinfo(*self.target, type=socket.SOCK_STREAM))[0]
+            upstream = socket.socket(family, socket.SOCK_STREAM)
+            _small_receive_buffer(upstream)
+            upstream.setblocking(False)
+            try:
+                await loop.sock_connect(upstream, address)
+            except OSError:
+                upstream.close()
+                raise
+            broker_reader, broker_writer = await asyncio.open_connection(sock=upstream)
         except OSError:
             client_writer.close()
             return

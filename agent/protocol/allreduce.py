@@ -48,8 +48,8 @@ ROOT_WILL_GRACE = 0.4
 # own disconnect and reconnect by the broker's reaction, and must not run out first.
 ROOT_RETURN_MARGIN = 0.1
 # Slow links (issue 19). A node whose transport reports a large frame arriving piece by piece
-# (``RoundMachine.arriving``: its downlink is slow, and whatever else is sent to it waits
-# behind that frame) holds every silence verdict, resend and pull for DOWNLINK_BUSY_HOLD s
+# or its own sends still queued (``RoundMachine.arriving``: its downlink or uplink is slow, and
+# whatever else crosses it waits behind that frame) holds every silence verdict, resend and pull for DOWNLINK_BUSY_HOLD s
 # after the report, and tells its neighbours so at most every PROGRESS_EVERY s (a PROBE with
 # the PROGRESS flag): their units towards it are queued, not lost. The hard deadline of a
 # round is put off while links show such progress, by DOWNLINK_BUSY_HOLD at a time, up to
@@ -227,9 +227,11 @@ class RoundMachine(Protocol):
         when it does), and ask for what our children sent while we were away."""
         ...
 
-    def arriving(self, sender: int, now: float) -> list[Action]:
+    def arriving(self, sender: int | None, now: float) -> list[Action]:
         """Our transport says a large frame from ``sender`` is still arriving, piece by piece:
-        our downlink is slow, ``sender`` lives, and what others sent us queues behind it."""
+        our downlink is slow, ``sender`` lives, and what others sent us queues behind it. Or
+        (``sender`` None) that what we published is still waiting to leave: our uplink is
+        slow, and what we sent is queued, not lost."""
         ...
 
 

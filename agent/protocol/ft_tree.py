@@ -282,8 +282,9 @@ class FtTreeRound(Outbox):
         if self.over:
             return []
         if now >= self.deadline and self._draining(now) and now < self.deadline_limit:
+            if self.deadline <= self.start_time + self.cfg.round_deadline:
+                self._note("deadline_put_off", None, "links still draining")
             self.deadline = min(self.deadline_limit, now + DOWNLINK_BUSY_HOLD)
-            self._note("deadline_put_off", None, "links still draining")
         if now >= self.deadline:
             self.over = True
             self.pending.clear()
@@ -326,11 +327,11 @@ class FtTreeRound(Outbox):
         times.extend(self.ack_at.values())
         return min(times)
 
-    def arriving(self, sender: int, now: float) -> list[Action]:
+    def arriving(self, sender: int | None, now: float) -> list[Action]:
         if self.over or self.cfg.timeout_mode == "fixed":
             return []
-        self.down_busy_at = now
-        if sender != self.node and sender in self.tree.members:
+        self.down_busy_at = now  # (or our uplink: the same hold either way)
+        if sender is not None and sender != self.node and sender in self.tree.members:
             if sender not in self.last_heard and sender in self.silence_at and not self.irregular_start:
                 self.links.observe_first_frame(sender, now - self.start_time)  # its first frame began
             self.last_heard[sender] = self.heard_of[sender] = now
@@ -358,12 +359,15 @@ class FtTreeRound(Outbox):
         return max(self.down_busy_at, parent) + DOWNLINK_BUSY_HOLD
 
     def _queued_evidence(self, p: Pending) -> float:
-        """The latest sign that direct unit ``p`` is queued, not lost: our downlink was busy
-        with a large frame (the peer's answer may wait behind it), or a unit sent before ``p``
-        to another peer is unACKed and that peer was heard from (our uplink still drains it)."""
+        """The latest sign that direct unit ``p`` is queued, not lost (a time to count its
+        timers from): our link was busy (the peer's answer may wait behind a large frame), or
+        the peer's downlink was (its PROGRESS), DOWNLINK_BUSY_HOLD ago at the latest; or a unit
+        sent before ``p`` to another peer is unACKed and that peer was heard from (our uplink
+        still drains it)."""
         if self.cfg.timeout_mode == "fixed":
             return -1e9
-        latest = self.down_busy_at
+        # A hold beyond the last report: the next report comes PROGRESS_EVERY later at best.
+        latest = max(self.down_busy_at, self.progress_from.get(p.route.target, -1e9)) + DOWNLINK_BUSY_HOLD
         for q in self.pending.values():
             if q.seq < p.seq and q.route.kind == DIRECT and q.route.target != p.route.target:
                 latest = max(latest, self.last_heard.get(q.route.target, -1e9))

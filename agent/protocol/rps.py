@@ -114,7 +114,7 @@ class RpsRound(Outbox):
     def went_on(self, now: float) -> list[Action]:
         return []  # its gather timer already republishes what is missing
 
-    def arriving(self, sender: int, now: float) -> list[Action]:
+    def arriving(self, sender: int | None, now: float) -> list[Action]:
         return []  # no link timers: its gather timer waits as long
 
     def _maybe_publish(self, j: int, now: float, force: bool) -> None:

@@ -95,7 +95,7 @@ class PlainTreeRound(Outbox):
     def went_on(self, now: float) -> list[Action]:
         return []  # no pulls: what was lost waits for the deadline
 
-    def arriving(self, sender: int, now: float) -> list[Action]:
+    def arriving(self, sender: int | None, now: float) -> list[Action]:
         return []  # its timers wait for the deadline anyway
 
     def _maybe_forward(self, j: int, now: float) -> None:

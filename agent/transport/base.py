@@ -22,6 +22,8 @@ DISCONNECTED = "$edgegrove/disconnected"  # the same, when the connection is los
 # The same kind of pseudo-topic: a large message is still arriving, piece by piece (a slow
 # downlink). Its payload is the message's topic, UTF-8; the message itself follows when whole.
 ARRIVING = "$edgegrove/arriving"
+# And: what we published has been waiting to leave for a while (a slow uplink). No payload.
+SENDING = "$edgegrove/sending"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,12 @@ Every paho, ssl or socket error is turned into ``TransportError`` right where it
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import select
 import socket
 import ssl
+import struct
+import termios
 import threading
 import time
 from collections import deque
@@ -33,7 +36,15 @@ import numpy as np
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
-from agent.transport.base import ARRIVING, DISCONNECTED, RECONNECTED, Message, TransportError, Will
+from agent.transport.base import (
+    ARRIVING,
+    DISCONNECTED,
+    RECONNECTED,
+    SENDING,
+    Message,
+    TransportError,
+    Will,
+)
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -60,6 +71,9 @@ _BIG_WRITE = 4096  # bytes: smaller outgoing packets are sent as paho queues the
 # to us queues behind it (issue 19). A 1 MB frame takes ~2 ms on loopback, 0.5 s at 2 MB/s.
 ARRIVING_AFTER = 0.03
 ARRIVING_EVERY = 0.05
+# Likewise ``SENDING``: at least this many bytes published but not yet taken by the peer (the
+# socket's send queue, SIOCOUTQ, and paho's) for ARRIVING_AFTER: our uplink is slow.
+SENDING_BACKLOG = 64 * 1024
 
 
 class _Client(paho.Client):
@@ -366,6 +380,8 @@ class MqttTransport:
         self._reconnect_at = 0.0  # inline mode: the next reconnect attempt (monotonic)
         self._connected_at = 0.0
         self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
+        self._backlog_since: float | None = None  # monotonic: SENDING_BACKLOG unsent since then
+        self._backlog_told = 0.0
         self._client = self._make_client(username, password, tls_ca, tls_insecure,
                                          reconnect_min_s, reconnect_max_s)
 
@@ -557,6 +573,8 @@ class MqttTransport:
             except (ValueError, TypeError, OSError) as exc:
                 raise TransportError(f"cannot publish on {topic!r}: {exc}") from None
             sent = info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
+        if not self._threaded:
+            self._check_backlog()
         if not self._threaded and self._client.want_write():
             # The socket took only part of it: write the rest now (a sender that publishes a
             # burst and then stops receiving must not leave it in paho's queue).
@@ -659,7 +677,38 @@ class MqttTransport:
             client.loop_write()
         if client.socket() is not None:
             client.loop_misc()  # keepalive: PINGREQ, and a dead broker noticed
+            self._check_backlog()
         return self._counts["messages_received"] > before
+
+    def backlog(self) -> int:
+        """Bytes published but not yet taken by the broker's side of the connection: the
+        socket's send queue (SIOCOUTQ, where the kernel has it) and what paho still holds."""
+        client = self._client
+        sock: Any = client.socket()
+        if sock is None:
+            return 0
+        queued = sum(int(p["to_process"]) for p in list(client._out_packet))
+        try:
+            raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+            queued += struct.unpack("i", raw)[0]
+        except (OSError, ValueError, AttributeError):
+            pass
+        return queued
+
+    def _check_backlog(self) -> None:
+        """Queue a ``SENDING`` message when a backlog of SENDING_BACKLOG bytes has lasted
+        ARRIVING_AFTER s (then at most every ARRIVING_EVERY s while it lasts)."""
+        now = time.monotonic()
+        if self.backlog() < SENDING_BACKLOG:
+            self._backlog_since = None
+            return
+        if self._backlog_since is None:
+            self._backlog_since = now
+        if now - self._backlog_since >= ARRIVING_AFTER and now - self._backlog_told >= ARRIVING_EVERY:
+            self._backlog_told = now
+            with self._arrived:
+                if len(self._queue) < self._queue_size:
+                    self._queue.append(Message(SENDING, b"", False))
 
     def _reconnect(self, timeout: float) -> None:
         """Not connected: try again when the backoff allows (doubling, as paho's thread does)."""
