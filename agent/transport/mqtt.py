@@ -54,7 +54,15 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
-PUBLISH_FLUSH_S = 1.0  # inline mode: longest a publish waits for a full socket (the rest: receive)
+# Inline mode, on a slow uplink (issue 19): the kernel's send queue is kept small (SEND_BUFFER;
+# Linux doubles it), so what the link cannot take yet waits in paho's queue, where a small
+# message (an ACK, a PROGRESS, a refutation: at most URGENT_BYTES) overtakes queued bulk data
+# instead of waiting seconds behind it. A publish waits at most PUBLISH_FLUSH_S for a full
+# socket then (loopback takes a MB in about a ms): the rest goes out from ``receive``, which
+# the runtime calls at least every 50 ms.
+SEND_BUFFER = 64 * 1024
+PUBLISH_FLUSH_S = 0.01
+URGENT_BYTES = 1024
 
 
 # paho builds a received packet by ``recv(remaining)`` calls appended to a bytearray (a 1 MB
@@ -234,6 +242,26 @@ class _Client(paho.Client):
                                      "info": None})
         with self._msgtime_mutex:
             self._last_msg_out = paho.time_func()
+        return True
+
+    def publish_urgent(self, topic: str, payload: bytes, retain: bool = False) -> bool:
+        """A small QoS 0 PUBLISH (MQTT 3.1.1) queued ahead of every packet not yet begun but
+        behind the urgent ones queued before it (their order kept). False, with nothing
+        queued, when nothing waits to be overtaken, or for MQTT 5 or no connection: then
+        publish as usual. Inline mode only (one thread writes the socket)."""
+        out = self._out_packet
+        if (not out or self._protocol == MQTTProtocolVersion.MQTTv5 or not self.is_connected()
+                or not topic or "+" in topic or "#" in topic):
+            return False
+        name = topic.encode()
+        packet = bytearray((paho.PUBLISH | (0x01 if retain else 0),))
+        self._pack_remaining_length(packet, 2 + len(name) + len(payload))
+        packet += len(name).to_bytes(2, "big") + name + payload
+        i = 1 if out[0]["pos"] > 0 else 0  # the packet being written goes on first
+        while i < len(out) and out[i].get("urgent"):
+            i += 1
+        out.insert(i, {"command": 0, "mid": 0, "qos": 0, "pos": 0, "to_process": len(packet),  # type: ignore[typeddict-unknown-key]
+                       "packet": packet, "info": None, "urgent": True})
         return True
 
     def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
@@ -477,6 +505,9 @@ class MqttTransport:
         # paho leaves Nagle on: a small frame (an ACK) would wait ~40 ms for delayed ACKs.
         with contextlib.suppress(OSError, AttributeError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self._threaded:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
 
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
@@ -565,7 +596,10 @@ class MqttTransport:
             raise TransportError(f"publish on {topic!r}: the transport is "
                                  f"{'closed' if self._closed else 'not connected yet'}")
         self._pace(len(payload))
-        if not self._threaded and not reliable and not retain and self._client.publish_now(topic, payload):
+        if (not self._threaded and not reliable and len(payload) <= URGENT_BYTES
+                and self._client.publish_urgent(topic, payload, retain)):
+            sent = True  # ahead of the bulk still queued (see URGENT_BYTES)
+        elif not self._threaded and not reliable and not retain and self._client.publish_now(topic, payload):
             sent = True  # one sendmsg, no packet built (see _Client.publish_now)
         else:
             try:
@@ -576,9 +610,9 @@ class MqttTransport:
         if not self._threaded:
             self._check_backlog()
         if not self._threaded and self._client.want_write():
-            # The socket took only part of it: write the rest now (a sender that publishes a
-            # burst and then stops receiving must not leave it in paho's queue).
-            self._flush_inline(PUBLISH_FLUSH_S)
+            # The socket took only part of it: write what it takes readily, the rest from
+            # ``receive`` (see SEND_BUFFER).
+            self._write_for(PUBLISH_FLUSH_S)
         if sent or reliable:
             with self._publish_lock:
                 self._counts["messages_sent"] += 1
@@ -720,6 +754,21 @@ class MqttTransport:
         self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
         with contextlib.suppress(OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
             self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
+
+    def _write_for(self, seconds: float) -> None:
+        """Write what paho holds for at most ``seconds`` (inline mode), reading nothing."""
+        client = self._client
+        deadline = time.monotonic() + seconds
+        while client.want_write() and (sock := client.socket()) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                _, writable, _ = select.select([], [sock], [], left)
+            except (OSError, ValueError, TypeError):
+                return
+            if writable and client.loop_write() != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                return
 
     def _flush_inline(self, timeout: float) -> None:
         """Write what is still queued in paho (a DISCONNECT, a last status) before returning."""
