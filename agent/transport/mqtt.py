@@ -257,7 +257,10 @@ class _Client(paho.Client):
         packet = bytearray((paho.PUBLISH | (0x01 if retain else 0),))
         self._pack_remaining_length(packet, 2 + len(name) + len(payload))
         packet += len(name).to_bytes(2, "big") + name + payload
-        i = 1 if out[0]["pos"] > 0 else 0  # the packet being written goes on first
+        # The packet being written goes on first: begun, or the rest of one that publish_now
+        # began (command 0, not urgent).
+        head = out[0]
+        i = 1 if head["pos"] > 0 or (head["command"] == 0 and not head.get("urgent")) else 0
         while i < len(out) and out[i].get("urgent"):
             i += 1
         out.insert(i, {"command": 0, "mid": 0, "qos": 0, "pos": 0, "to_process": len(packet),  # type: ignore[typeddict-unknown-key]
