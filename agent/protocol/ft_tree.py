@@ -351,12 +351,11 @@ class FtTreeRound(Outbox):
         return now - latest < DOWNLINK_BUSY_HOLD
 
     def _pull_hold(self) -> float:
-        """Pull no sooner than this: our downlink or our parent's is busy with a large frame
-        (the broadcast on its way, slowly)."""
+        """Pull no sooner than this: our link or a neighbour's is busy with a large frame (the
+        broadcast on its way, slowly)."""
         if self.cfg.timeout_mode == "fixed":
             return -1e9
-        parent = self.progress_from.get(self.parent, -1e9) if self.parent is not None else -1e9
-        return max(self.down_busy_at, parent) + DOWNLINK_BUSY_HOLD
+        return max(self.down_busy_at, max(self.progress_from.values(), default=-1e9)) + DOWNLINK_BUSY_HOLD
 
     def _queued_evidence(self, p: Pending) -> float:
         """The latest sign that direct unit ``p`` is queued, not lost (a time to count its
@@ -1147,7 +1146,7 @@ class FtTreeRound(Outbox):
             heard = max(p.sent_at, self.last_heard.get(p.route.target, p.sent_at), self._queued_evidence(p))
             resend = heard + drain + p.timeout / 2 * self._backoff(p)
             return min(silent, resend)
-        return min(silent, p.sent_at + drain + p.timeout)
+        return min(silent, max(p.sent_at, self._queued_evidence(p)) + drain + p.timeout)
 
     def _drain(self, p: Pending) -> float:
         """Transmission time of the bytes unACKed on ``p``'s direct link up to ``p`` itself."""
