@@ -22,8 +22,10 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-READ_SIZE = 64 * 1024
 HOLD_BYTES = 64 * 1024  # per direction: read from one side, not yet written to the other
+# Reads of a quarter of that: the next piece is read while the last waits for its due time, so
+# a late wake-up of the writer does not slow the link down.
+READ_SIZE = HOLD_BYTES // 4
 
 
 @dataclass
