@@ -599,8 +599,10 @@ class FtTreeRound(Outbox):
         left of the round for the broadcast."""
         if self.cfg.timeout_mode == "fixed":
             return now
-        cap = self.start_time + self._wait_cap(DEADLINE_STRETCH if self._draining(now) else 1.0)
-        due = now
+        draining = self._draining(now)
+        cap = self.start_time + self._wait_cap(DEADLINE_STRETCH if draining else 1.0)
+        # Our link or a neighbour's is busy with a large frame: contributions are on the way.
+        due = now + DOWNLINK_BUSY_HOLD if draining else now
         for child in self.children:
             owed = self.expected & set(self.tree.subtree(child))
             if child in self.down or not owed or all(owed <= ch.covered for ch in self.chunks):
