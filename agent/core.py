@@ -410,6 +410,8 @@ class AgentCore:
             out += self._on_state_frame(frame, now)
         elif machine is not None:
             out += self._run(machine.on_frame(frame, now), frame.round)
+        elif frame.kind == Kind.PROBE and frame.flags & Flag.PROGRESS:
+            pass  # a busy link in a round we do not run (any more): nothing waits on it here
         elif frame.round >= self.round + FUTURE_ROUNDS:
             out += self._fell_behind(frame, now)
         elif frame.round >= self.round and _asks_for_what_we_sent(frame):
@@ -430,10 +432,12 @@ class AgentCore:
         slow), or (None) what we published is still waiting to leave (our uplink is): the
         round under way holds its verdicts on silence (issue 19)."""
         link = None if topic is None else self.topics.parse_link(topic)
-        machine = self.machines.get(self.round)
-        if (topic is not None and link is None) or machine is None or machine.result is not None:
+        if topic is not None and link is None:
             return []
-        return self._run(machine.arriving(None if link is None else link[0], now), self.round)
+        out: list[CoreAction] = []
+        for rnd, machine in list(self.machines.items()):  # the last round's broadcast may still drain
+            out += self._run(machine.arriving(None if link is None else link[0], now), rnd)
+        return out
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our

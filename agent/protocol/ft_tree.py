@@ -285,6 +285,12 @@ class FtTreeRound(Outbox):
             if self.deadline <= self.start_time + self.cfg.round_deadline:
                 self._note("deadline_put_off", None, "links still draining")
             self.deadline = min(self.deadline_limit, now + DOWNLINK_BUSY_HOLD)
+        if now >= self.deadline and not self.wait_fired and self.deadline > self.start_time + self.cfg.round_deadline:
+            # A slow round whose wait for contributions went on while its links drained, and
+            # they went quiet just now: what we have goes on (the root's result), not nothing.
+            self.wait_fired = True
+            for j in range(self.n):
+                self._try_forward(j, now)
         if now >= self.deadline:
             self.over = True
             self.pending.clear()
