@@ -48,13 +48,14 @@ ROOT_WILL_GRACE = 0.4
 # own disconnect and reconnect by the broker's reaction, and must not run out first.
 ROOT_RETURN_MARGIN = 0.1
 # Slow links (issue 19). A node whose transport reports a large frame arriving piece by piece
-# or its own sends still queued (``RoundMachine.arriving``: its downlink or uplink is slow, and
-# whatever else crosses it waits behind that frame) holds every silence verdict, resend and pull for DOWNLINK_BUSY_HOLD s
-# after the report, and tells its neighbours so at most every PROGRESS_EVERY s (a PROBE with
-# the PROGRESS flag): their units towards it are queued, not lost. The hard deadline of a
-# round is put off while links show such progress, by DOWNLINK_BUSY_HOLD at a time, up to
-# DEADLINE_STRETCH x round_deadline: a round on a 2 MB/s link needs more than the default 5 s.
-DOWNLINK_BUSY_HOLD = 0.25
+# or its own sends still queued (``RoundMachine.arriving``: its downlink or uplink is slow,
+# and whatever else crosses it waits behind that frame) holds every silence verdict, resend
+# and pull for DOWNLINK_BUSY_HOLD s after the report, and tells the other members so at most
+# every PROGRESS_EVERY s (a PROBE with the PROGRESS flag): their units towards it are queued,
+# not lost, and the round is still under way. The hard deadline of a round is put off while
+# links show such progress, by DOWNLINK_BUSY_HOLD at a time, up to DEADLINE_STRETCH x
+# round_deadline: a round on a 2 MB/s link needs more than the default 5 s.
+DOWNLINK_BUSY_HOLD = 0.4
 PROGRESS_EVERY = 0.1
 DEADLINE_STRETCH = 4.0
 

@@ -30,8 +30,9 @@ next, the first slow round learns it only from an ACK, which may come after the 
 Evidence that comes sooner (adaptive timeouts only): our transport reports a large frame that
 keeps arriving piece by piece (``arriving``): our downlink is slow, its sender lives, and
 whatever else was sent to us queues behind it, so every verdict on silence, every resend and
-pull waits until DOWNLINK_BUSY_HOLD after the last report, and we tell our neighbours so
-(PROBE|PROGRESS, at most every PROGRESS_EVERY): their units towards us are queued, not lost.
+pull waits until DOWNLINK_BUSY_HOLD after the last report, and we tell the other members so
+(PROBE|PROGRESS, at most every PROGRESS_EVERY): their units towards us are queued, not lost,
+and the round is still under way (no pull, no deadline yet).
 A unit queued on our uplink behind a unit to another peer that still shows life waits for it.
 While such evidence keeps coming, the round's hard deadline is put off, up to
 DEADLINE_STRETCH x the configured one. On fast links frames arrive whole, nothing is reported,
@@ -343,8 +344,10 @@ class FtTreeRound(Outbox):
             self.last_heard[sender] = self.heard_of[sender] = now
         if now - self.progress_sent_at >= PROGRESS_EVERY:
             self.progress_sent_at = now
-            for peer in self.neighbours:
-                if peer not in self.down:
+            # To every member, not only our neighbours: a leaf waiting for the broadcast learns
+            # that the round is still under way elsewhere (instead of pulling a copy).
+            for peer in self.tree.members:
+                if peer != self.node and peer not in self.down:
                     self._send(peer, self._frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
         return self._flush()
 
