@@ -55,7 +55,7 @@ ROOT_RETURN_MARGIN = 0.1
 # not lost, and the round is still under way. The hard deadline of a round is put off while
 # links show such progress, by DOWNLINK_BUSY_HOLD at a time, up to DEADLINE_STRETCH x
 # round_deadline: a round on a 2 MB/s link needs more than the default 5 s.
-DOWNLINK_BUSY_HOLD = 0.4
+DOWNLINK_BUSY_HOLD = 1.0
 PROGRESS_EVERY = 0.1
 DEADLINE_STRETCH = 4.0
 
