@@ -8,8 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from agent.transport.base import RECONNECTED, Message, Will
+from agent.transport.base import ARRIVING, RECONNECTED, SENDING, Message, Will
+from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker
+from simulate.proxy import TcpProxy
 from tests.integration.conftest import TOPICS, TransportFactory, collect, publish_until_received
 
 pytestmark = pytest.mark.integration
@@ -98,3 +100,65 @@ def test_reconnects_resubscribes_and_rebirths_after_a_broker_restart(
     publish_until_received(a2, TOPICS.link(2, 1), b"after", a1)
     dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.status(1)])
     assert collect(dash, lambda ms: len(ms) >= 1)[0].payload == b"online"
+
+
+def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
+    mosquitto_broker: MosquittoBroker,
+) -> None:
+    # Both agents behind a 1 MB/s proxy each way (issue 19): the sender reports its send
+    # backlog (SENDING), the receiver the large frame arriving piece by piece (ARRIVING, with
+    # its topic), and a small message published after 1.5 MB of bulk data overtakes it.
+    host, port = mosquitto_broker.url.rsplit("//", 1)[1].rsplit(":", 1)
+    proxies = [TcpProxy(host, int(port)) for _ in range(2)]
+    made: list[MqttTransport] = []
+    try:
+        ends = []
+        for node, proxy in zip((1, 2), proxies, strict=True):
+            listen = proxy.start()
+            creds = mosquitto_broker.credentials_for(node)
+            t = MqttTransport(f"itest-slow-{node}", f"mqtt://127.0.0.1:{listen}", username=creds.username,
+                              password=creds.password, threaded=False)
+            made.append(t)
+            t.connect([TOPICS.links_to(node)])
+            ends.append(t)
+        rx, tx = ends
+        for proxy in proxies:
+            proxy.set_bandwidth(1_000_000)
+        bulk = [np.random.default_rng(i).bytes(500_000) for i in range(3)]
+        for payload in bulk:
+            tx.publish(TOPICS.link(2, 1), payload)
+        tx.publish(TOPICS.link(2, 1), b"ack")
+        got: list[Message] = []
+        sending = 0
+        deadline = time.monotonic() + 20.0
+        while sum(m.topic == TOPICS.link(2, 1) for m in got) < 4 and time.monotonic() < deadline:
+            sending += sum(m.topic == SENDING for m in tx.receive(0.01))
+            got += rx.receive(0.01)
+        frames = [m.payload for m in got if m.topic == TOPICS.link(2, 1)]
+        # The packet being written when it was published goes on first (MQTT cannot split it).
+        assert frames.index(b"ack") <= 1 and [f for f in frames if f != b"ack"] == bulk
+        arriving = [m for m in got if m.topic == ARRIVING]
+        assert arriving and all(m.payload == TOPICS.link(2, 1).encode() for m in arriving)
+        assert sending > 0
+    finally:
+        for t in made:
+            t.close()
+        for proxy in proxies:
+            proxy.stop()
+
+
+def test_fast_links_report_no_backlog_and_no_slow_arrival(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    rx = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False)
+    tx = transport_factory(mosquitto_broker, 2, [TOPICS.links_to(2)], threaded=False)
+    payload = np.random.default_rng(0).bytes(1 << 20)
+    tx.publish(TOPICS.link(2, 1), payload)
+    got: list[Message] = []
+    seen: list[Message] = []
+    deadline = time.monotonic() + 10.0
+    while not any(m.topic == TOPICS.link(2, 1) for m in got) and time.monotonic() < deadline:
+        seen += tx.receive(0.005)
+        got += rx.receive(0.005)
+    assert [m.payload for m in got if m.topic == TOPICS.link(2, 1)] == [payload]
+    assert [m.topic for m in got + seen if m.topic in (ARRIVING, SENDING)] == []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from simulate.injector import NetNamespace, netns_supported
-from simulate.proxy import TcpProxy
+from simulate.proxy import HOLD_BYTES, TcpProxy
+from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +99,42 @@ def test_proxy_latency_and_bandwidth_hold_data_back(echo_server: int) -> None:
         assert with_limit >= 0.3
     finally:
         proxy.stop()
+
+
+def test_a_slow_proxy_pushes_back_into_the_senders_socket() -> None:
+    # A real bottleneck holds little and lets TCP flow control back up into the sender: what
+    # the link cannot take yet stays in the sender's own send queue (SIOCOUTQ), where the
+    # sender can see it drain at the link's rate.
+    sink = socket.create_server(("127.0.0.1", 0))
+    got = [0]
+
+    def drain() -> None:
+        conn, _ = sink.accept()
+        with conn:
+            while data := conn.recv(65536):
+                got[0] += len(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proxy = TcpProxy("127.0.0.1", sink.getsockname()[1])
+    port = proxy.start()
+    try:
+        proxy.set_bandwidth(1_000_000)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            sock.setblocking(False)
+            payload, sent = os.urandom(2_000_000), 0
+            with contextlib.suppress(BlockingIOError):
+                while sent < len(payload):
+                    sent += sock.send(payload[sent:])
+            wait_until(lambda: got[0] > 100_000, what="the first bytes through")
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+            # At most the proxy's hold and its socket's receive buffer are out of our queue.
+            assert sent - got[0] - queued <= 4 * HOLD_BYTES + 65536
+            assert queued > 1_000_000
+    finally:
+        proxy.stop()
+        sink.close()
 
 
 def test_proxy_rejects_nonsense_limits() -> None:
