@@ -23,9 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 HOLD_BYTES = 64 * 1024  # per direction: read from one side, not yet written to the other
-# Reads of a quarter of that: the next piece is read while the last waits for its due time, so
-# a late wake-up of the writer does not slow the link down.
-READ_SIZE = HOLD_BYTES // 4
+READ_SIZE = 64 * 1024
 
 
 @dataclass
@@ -47,6 +45,7 @@ class _Pump:
         self.counter = counter
         self.queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         self.last_due = 0.0
+        self.last_read = 0.0
         self.held = 0  # bytes in ``queue``
         self.room = asyncio.Event()  # set whenever held < HOLD_BYTES
         self.room.set()
@@ -54,9 +53,14 @@ class _Pump:
     async def read_loop(self) -> None:
         loop = asyncio.get_running_loop()
         try:
+            pushed_back = False
             while data := await self.reader.read(READ_SIZE):
                 now = loop.time()
-                due = max(now + self.shaping.latency, self.last_due)
+                # Pushed back, these bytes waited in the sender since our last read: the link
+                # was busy all along, and a late wake-up of the writer must not slow it down.
+                ready = (self.last_read if pushed_back else now) + self.shaping.latency
+                self.last_read = now
+                due = max(ready, self.last_due)
                 rate = self.shaping.bytes_per_second
                 if rate:
                     # Serialisation delay: the chunk occupies the link for len/rate seconds.
@@ -64,7 +68,8 @@ class _Pump:
                 self.last_due = due
                 self.held += len(data)
                 await self.queue.put((due, data))
-                if self.held >= HOLD_BYTES:
+                pushed_back = self.held >= HOLD_BYTES
+                if pushed_back:
                     self.room.clear()
                     await self.room.wait()  # push back: no more reads until some went on
         finally:

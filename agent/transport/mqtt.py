@@ -54,8 +54,10 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
-# Inline mode, on a slow uplink (issue 19): the kernel's send queue is kept small (SEND_BUFFER;
-# Linux doubles it), so what the link cannot take yet waits in paho's queue, where a small
+# Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``SENDING``), the
+# kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
+# sizes it, and a 1 MB frame goes out in one write), so what the link cannot take yet waits in
+# paho's queue, where a small
 # message (an ACK, a PROGRESS, a refutation: at most URGENT_BYTES) overtakes queued bulk data
 # instead of waiting seconds behind it. A publish waits at most PUBLISH_FLUSH_S for a full
 # socket then (loopback takes a MB in about a ms): the rest goes out from ``receive``, which
@@ -412,6 +414,7 @@ class MqttTransport:
         self._connected_at = 0.0
         self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
         self._backlog_since: float | None = None  # monotonic: SENDING_BACKLOG unsent since then
+        self._small_send_buffer = False  # SEND_BUFFER set on the current socket
         self._backlog_told = 0.0
         self._client = self._make_client(username, password, tls_ca, tls_insecure,
                                          reconnect_min_s, reconnect_max_s)
@@ -508,9 +511,7 @@ class MqttTransport:
         # paho leaves Nagle on: a small frame (an ACK) would wait ~40 ms for delayed ACKs.
         with contextlib.suppress(OSError, AttributeError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self._threaded:
-            with contextlib.suppress(OSError, AttributeError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        self._small_send_buffer = False  # a new socket: the kernel sizes its buffer
 
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
@@ -743,6 +744,11 @@ class MqttTransport:
             self._backlog_since = now
         if now - self._backlog_since >= ARRIVING_AFTER and now - self._backlog_told >= ARRIVING_EVERY:
             self._backlog_told = now
+            sock: Any = self._client.socket()
+            if not self._small_send_buffer and sock is not None:
+                self._small_send_buffer = True  # a slow uplink: keep the rest in paho's queue
+                with contextlib.suppress(OSError, AttributeError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             with self._arrived:
                 if len(self._queue) < self._queue_size:
                     self._queue.append(Message(SENDING, b"", False))
