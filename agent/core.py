@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -411,7 +411,10 @@ class AgentCore:
         elif machine is not None:
             out += self._run(machine.on_frame(frame, now), frame.round)
         elif frame.kind == Kind.PROBE and frame.flags & Flag.PROGRESS:
-            pass  # a busy link in a round we do not run (any more): nothing waits on it here
+            # A busy link of a peer still in another round (the limit came while it finished
+            # the last one): what we sent it in ours is queued behind, not lost.
+            for rnd, other in list(self.machines.items()):
+                out += self._run(other.on_frame(replace(frame, round=rnd), now), rnd)
         elif frame.round >= self.round + FUTURE_ROUNDS:
             out += self._fell_behind(frame, now)
         elif frame.round >= self.round and _asks_for_what_we_sent(frame):
