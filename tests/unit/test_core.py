@@ -5,6 +5,7 @@ through the fleet harness and directly."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -23,11 +24,12 @@ from agent.core import (
     telemetry_for,
 )
 from agent.protocol.allreduce import AllreduceConfig, RoundResult, RoundStats, Send
+from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import state_hash
-from agent.protocol.wire import Frame, Kind
-from agent.transport.base import RECONNECTED
+from agent.protocol.wire import Flag, Frame, Kind
+from agent.transport.base import ARRIVING, RECONNECTED, SENDING
 from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
@@ -438,3 +440,22 @@ def test_the_telemetry_of_a_round_counts_its_retransmits() -> None:
                         model_hash=0, wall_time=1.0)
     assert tel.retransmits == 3 and tel.nacks == 1
     assert Telemetry.decode(tel.encode()).retransmits == 3
+
+
+def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_round_counts() -> None:
+    adaptive = AllreduceConfig(chunk_size=8, round_deadline=1.0)
+    core = _running_core(node=1)
+    core.config = replace(core.config, allreduce=adaptive)
+    machine = core.machines[0]
+    assert isinstance(machine, FtTreeRound)
+    machine.cfg = adaptive
+    # Our transport: a large frame from node 0 still arriving (link topic 0 -> 1).
+    actions = core.on_message(ARRIVING, core.topics.link(0, 1).encode(), 0.2)
+    assert machine.down_busy_at == 0.2 and machine.last_heard[0] == 0.2
+    assert {a.dst for a in actions if isinstance(a, Send) and a.frame.flags & Flag.PROGRESS} == {0, 2, 3}
+    core.on_message(SENDING, b"", 0.3)
+    assert machine.down_busy_at == 0.3
+    # Node 3 is still in round 5: its PROGRESS holds our timers towards it in ours.
+    core.on_frame(Frame(Kind.PROBE, CONFIG.job, 5, 3, 0, 1, Flag.PROGRESS, target=1), 0.4)
+    assert machine.progress_from == {3: 0.4} and machine.last_heard[3] == 0.4
+    assert core.counters.rejected["stale_round"] == 0
