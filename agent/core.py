@@ -435,6 +435,8 @@ class AgentCore:
         slow), or (None) what we published is still waiting to leave (our uplink is): the
         round under way holds its verdicts on silence (issue 19)."""
         link = None if topic is None else self.topics.parse_link(topic)
+        if topic is not None and link is None and (publisher := self.topics.parse_fanout(topic)) is not None:
+            link = (publisher, self.node)  # a result chunk of the fan-out, from its publisher
         if topic is not None and link is None:
             return []
         out: list[CoreAction] = []
