@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.protocol.allreduce import DEFAULT_CHUNK_VALUES
+from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.topics import validate_job
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
@@ -59,7 +60,10 @@ class AgentConfig(BaseModel):
     link_rate_floor: float = Field(2e6, gt=0, description="bytes/s: adaptive timeouts let the bytes queued towards a peer drain at no faster a rate (a link fast last round may be slow now); lower it on links slower than that")
     broadcast: Literal["tree", "fanout"] = Field("tree", description="ft-tree: how the root's result reaches the members: relayed down the tree (tree) or published once on the root's fan-out topic that every member reads, a missed chunk pulled from the parent (fanout)")
     remember_dead_links: bool = Field(True, description="route around a link that timed out in an earlier round from the start (probing it to notice when it heals); off: detect it again every round, as the thesis measured")
-    chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=64, le=1 << 20, description="values per chunk")
+    chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=MIN_CHUNK_VALUES, le=MAX_CHUNK_VALUES,
+                            description="values per chunk (on slow links the coordinator may "
+                                        "choose fewer for the fleet: agent/protocol/chunking.py)")
+    adapt_chunks: bool = Field(True, description="as coordinator, cut the vector into 32,768-value chunks for the whole fleet while large messages arrive slower than 100 MB/s (Wi-Fi, 100 Mbit/s: a chunk is forwarded only once whole, so big chunks make a slow link's round 2.5-3x its bytes' time), and back to chunk_size above 300 MB/s; off: always chunk_size")
     wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")

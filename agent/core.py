@@ -42,6 +42,7 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
+from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES, DownlinkRate, chunk_values_for
 from agent.protocol.membership import (
     SUSPICION_RTTS,
     Membership,
@@ -139,6 +140,9 @@ class CoreConfig:
     offline_settle: float = 1.0  # a Will changes views this long after it came (broker shutdowns)
     linger: float = 0.0  # seconds to keep answering after the last round
     state_chunk_values: int = STATE_CHUNK_VALUES
+    # As coordinator, cut the vector into smaller chunks for the fleet while our downlink is
+    # slow (agent/protocol/chunking.py); off: every round uses allreduce.chunk_size.
+    adapt_chunks: bool = True
 
 
 # -- actions ----------------------------------------------------------------------------------
@@ -268,6 +272,8 @@ class AgentCore:
         self.topics = Topics(config.job)
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
+        self.downlink = DownlinkRate()
+        self._chunked: AllreduceConfig | None = None  # allreduce config at a view's chunk size
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
             offline_settle=config.offline_settle)
@@ -349,8 +355,10 @@ class AgentCore:
 
     # -- events -----------------------------------------------------------------------------
 
-    def on_message(self, topic: str, payload: bytes, now: float) -> list[CoreAction]:
-        """One message as the broker delivered it (bytes crossing the boundary are checked here)."""
+    def on_message(self, topic: str, payload: bytes, now: float, arrival: float = 0.0) -> list[CoreAction]:
+        """One message as the broker delivered it (bytes crossing the boundary are checked here).
+        ``arrival``: seconds a large one took to arrive, first byte to last (0: untimed, as
+        if at once), what the coordinator picks the fleet's chunk size from."""
         if topic == RECONNECTED:
             return self.on_reconnect(now)
         if topic == DISCONNECTED:
@@ -372,6 +380,8 @@ class AgentCore:
             if isinstance(frame, Rejection):
                 self.counters.rejected[frame.reason.value] += 1
                 return []
+            if len(payload) >= DOWNLINK_SAMPLE_BYTES:
+                self.downlink.observe(len(payload), arrival)
             if fanned and not _is_fanned_result(frame):
                 # A fan-out reaches every member: only a result for all (the round machine
                 # takes it from the round's root only), never a frame meant for one of them.
@@ -443,6 +453,28 @@ class AgentCore:
         for rnd, machine in list(self.machines.items()):  # the last round's broadcast may still drain
             out += self._run(machine.arriving(None if link is None else link[0], now), rnd)
         return out
+
+    def _choose_chunks(self) -> list[CoreAction]:
+        """As coordinator: the chunk size the fleet's next rounds use, from our downlink."""
+        view = self.membership.latest
+        if not self.config.adapt_chunks or view is None or self.membership.coordinator() != self.node:
+            return []
+        rate = self.downlink.rate()
+        want = chunk_values_for(rate, view.chunk_values, self.config.allreduce.chunk_size)
+        out = self.membership.change_chunks(want)
+        if out and rate is not None:
+            size = want or self.config.allreduce.chunk_size
+            self.notes.append(Note("chunks", None, f"{size:,} values per chunk from round "
+                                   f"{self.membership.newest.from_round}: downlink {rate / 1e6:.1f} MB/s"))
+        return list(out)
+
+    def _allreduce_config(self, view: View) -> AllreduceConfig:
+        base = self.config.allreduce
+        if not view.chunk_values or view.chunk_values == base.chunk_size:
+            return base
+        if self._chunked is None or self._chunked.chunk_size != view.chunk_values:
+            self._chunked = replace(base, chunk_size=view.chunk_values)
+        return self._chunked
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our
@@ -680,7 +712,7 @@ class AgentCore:
     def _start_machine(self, current: _RoundInProgress, now: float) -> list[CoreAction]:
         assert current.gradient is not None
         tree = view_tree(current.view)
-        machine = new_round(RoundContext(self.config.allreduce, tree, self.node, self.round,
+        machine = new_round(RoundContext(self._allreduce_config(current.view), tree, self.node, self.round,
                                          current.gradient, current.own_hash, self.links, now,
                                          irregular_start=self._irregular_start(current.view)))
         self.machines[self.round] = machine
@@ -833,6 +865,7 @@ class AgentCore:
             # from the rounds we ran); before, that view came for the round after and this
             # one waited the whole root wait (5 s) on every member.
             out += self.membership.round_started(self.round, now)
+            out += self._choose_chunks()
             if (newer := self.membership.view_for(self.round)) is not view:
                 view, root_down = newer, self._dead_root_blocks(newer, now)
         if view is None:

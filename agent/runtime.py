@@ -172,7 +172,8 @@ class AgentRuntime:
         messages = self.transport.receive(timeout)
         self.read_at = self.clock.now()
         for message in messages:
-            self._execute(self.core.on_message(message.topic, message.payload, self.clock.now()))
+            self._execute(self.core.on_message(message.topic, message.payload, self.clock.now(),
+                                                   message.arrival))
         return bool(messages)
 
     def _catch_up(self) -> None:

@@ -408,6 +408,8 @@ def _view_detail(old: View | None, new: View) -> str:
         gone = sorted(set(old.members) - set(new.members))
         came = sorted(set(new.members) - set(old.members))
         text += "".join([f", left {gone}" if gone else "", f", joined {came}" if came else ""])
+        if new.chunk_values != old.chunk_values:
+            text += f", chunks of {new.chunk_values:,} values" if new.chunk_values else ", chunks as configured"
     return text
 
 

@@ -406,8 +406,22 @@ class Membership:
             return []
         return self._publish(live, 1, self.round)
 
-    def _publish(self, members: list[int], epoch: int, from_round: int) -> list[PublishView]:
+    def change_chunks(self, chunk_values: int) -> list[PublishView]:
+        """As coordinator, cut the vector into chunks of ``chunk_values`` (0: the configured
+        size) from ``LEAD_ROUNDS`` on: a view with the same members. Nothing while a change
+        is still pending (views stay ordered, no burst) or when it is the newest view's."""
+        if (self.coordinator() != self.node or not self.views or self.now < self.hold_until
+                or self.newest.from_round > self.round or self.newest.chunk_values == chunk_values):
+            return []
+        return self._publish(list(self.newest.members), self.newest.epoch + 1,
+                             self.round + LEAD_ROUNDS, chunk_values)
+
+    def _publish(self, members: list[int], epoch: int, from_round: int,
+                 chunk_values: int | None = None) -> list[PublishView]:
+        # A membership change keeps the chunks of the newest view (a new coordinator decides
+        # again from its own links).
+        chunks = self.newest.chunk_values if chunk_values is None and self.views else chunk_values or 0
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
-                    from_round=from_round)
+                    from_round=from_round, chunk_values=chunks)
         self.on_view(view)
         return [PublishView(view)]

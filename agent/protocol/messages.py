@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
+from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
+
 MAX_MESSAGE_BYTES = 256 * 1024
 
 NodeState = Literal["online", "joining", "offline"]
@@ -146,9 +148,14 @@ class View(_JsonMessage):
     arity: int
     coordinator: int
     from_round: int
+    # Values per chunk in its rounds, the coordinator's pick for the links it sees
+    # (agent/protocol/chunking.py); 0: the agents' configured chunk_size.
+    chunk_values: int = 0
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        if not (type(self.chunk_values) is int and self.chunk_values == 0):
+            _check_int("chunk_values", self.chunk_values, MIN_CHUNK_VALUES, MAX_CHUNK_VALUES)
         _check_ids("members", self.members)
         if list(self.members) != sorted(set(self.members)):
             raise ValueError("members must be sorted and unique")

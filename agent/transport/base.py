@@ -31,6 +31,9 @@ class Message:
     topic: str
     payload: bytes
     retained: bool = False
+    # Seconds from a large PUBLISH's first byte to its last (at least
+    # chunking.DOWNLINK_SAMPLE_BYTES): a sample of the downlink's rate. 0: not timed.
+    arrival: float = 0.0
 
 
 @dataclass(frozen=True)

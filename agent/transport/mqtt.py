@@ -36,6 +36,7 @@ import numpy as np
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
+from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import (
     ARRIVING,
     DISCONNECTED,
@@ -91,6 +92,7 @@ class _Client(paho.Client):
     reports a large PUBLISH that keeps arriving piece by piece to ``on_arriving(topic)``."""
 
     on_arriving: Callable[[str], None] | None = None
+    arrival = 0.0  # seconds the PUBLISH being handed over took to arrive (0: small)
     _arriving_since = 0.0  # monotonic: the current packet's first byte
     _arriving_told = 0.0  # monotonic: its last report (0: none yet)
 
@@ -154,6 +156,9 @@ class _Client(paho.Client):
         finally:
             buffer.release()
         packet["pos"] = 0
+        big = packet["command"] & 0xF0 == paho.PUBLISH and packet["remaining_length"] >= DOWNLINK_SAMPLE_BYTES
+        # For on_message, called from _packet_handle: at least a nanosecond, 0 means untimed.
+        self.arrival = max(time.monotonic() - self._arriving_since, 1e-9) if big else 0.0
         try:
             rc = self._packet_handle()
         except paho.MalformedPacket:
@@ -580,7 +585,8 @@ class MqttTransport:
                     or len(self._queue) >= self._queue_size):
                 self._counts["dropped"] += 1
                 return
-            self._queue.append(Message(msg.topic, payload, bool(msg.retain)))
+            arrival = client.arrival if isinstance(client, _Client) else 0.0
+            self._queue.append(Message(msg.topic, payload, bool(msg.retain), arrival))
             self._queued_bytes += len(payload)
             self._arrived.notify()
 

@@ -8,7 +8,19 @@ import time
 import numpy as np
 import pytest
 
-from agent.transport.base import ARRIVING, RECONNECTED, SENDING, Message, Will
+from agent.protocol.chunking import (
+    SLOW_DOWNLINK_RATE,
+    SLOW_LINK_CHUNK_VALUES,
+    DownlinkRate,
+    chunk_values_for,
+)
+from agent.transport.base import (
+    ARRIVING,
+    RECONNECTED,
+    SENDING,
+    Message,
+    Will,
+)
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker
 from simulate.proxy import TcpProxy
@@ -145,6 +157,16 @@ def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
         assert frames.index(b"ack") < frames.index(bulk[-1]) and [f for f in frames if f != b"ack"] == bulk
         arriving = [m for m in got if m.topic == ARRIVING]
         assert arriving and all(m.payload == TOPICS.link(2, 1).encode() for m in arriving)
+        # Each large frame is timed, first byte to last, just before it is handed over: the
+        # downlink's rate, what the coordinator picks the fleet's chunk size from.
+        assert [m.arrival > 0 for m in got if m.topic == TOPICS.link(2, 1)] == [
+            f != b"ack" for f in frames]  # the ACK is too small to time
+        rate = DownlinkRate()
+        for m in got:
+            rate.observe(len(m.payload), m.arrival)
+        measured = rate.rate()
+        assert measured is not None and 0.5e6 < measured < 1.5e6
+        assert chunk_values_for(measured, 0, 262_144) == SLOW_LINK_CHUNK_VALUES
     finally:
         for t in made:
             t.close()
@@ -157,13 +179,20 @@ def test_fast_links_report_no_backlog_and_no_slow_arrival(
 ) -> None:
     rx = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False)
     tx = transport_factory(mosquitto_broker, 2, [TOPICS.links_to(2)], threaded=False)
-    payload = np.random.default_rng(0).bytes(1 << 20)
-    tx.publish(TOPICS.link(2, 1), payload)
+    payloads = [np.random.default_rng(i).bytes(1 << 20) for i in range(4)]
+    for payload in payloads:
+        tx.publish(TOPICS.link(2, 1), payload)
     got: list[Message] = []
     seen: list[Message] = []
     deadline = time.monotonic() + 10.0
-    while not any(m.topic == TOPICS.link(2, 1) for m in got) and time.monotonic() < deadline:
+    while sum(m.topic == TOPICS.link(2, 1) for m in got) < 4 and time.monotonic() < deadline:
         seen += tx.receive(0.005)
         got += rx.receive(0.005)
-    assert [m.payload for m in got if m.topic == TOPICS.link(2, 1)] == [payload]
+    assert [m.payload for m in got if m.topic == TOPICS.link(2, 1)] == payloads
     assert [m.topic for m in got + seen if m.topic in (ARRIVING, SENDING)] == []
+    # Timed too, and fast: the fleet keeps its large chunks on loopback, however loaded.
+    rate = DownlinkRate()
+    for m in got:
+        rate.observe(len(m.payload), m.arrival)
+    measured = rate.rate()
+    assert measured is not None and measured > SLOW_DOWNLINK_RATE

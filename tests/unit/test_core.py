@@ -24,11 +24,12 @@ from agent.core import (
     telemetry_for,
 )
 from agent.protocol.allreduce import AllreduceConfig, RoundResult, RoundStats, Send
+from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import state_hash
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.wire import Flag, Frame, Kind, encode
 from agent.transport.base import ARRIVING, RECONNECTED, SENDING
 from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet
 
@@ -459,3 +460,49 @@ def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_ro
     core.on_frame(Frame(Kind.PROBE, CONFIG.job, 5, 3, 0, 1, Flag.PROGRESS, target=1), 0.4)
     assert machine.progress_from == {3: 0.4} and machine.last_heard[3] == 0.4
     assert core.counters.rejected["stale_round"] == 0
+
+
+def _big_frame(sender: int, round: int = 0) -> bytes:
+    frame = Frame(Kind.DATA, CONFIG.job, round, sender, 0, 1, contributors=frozenset({sender}))
+    return encode(frame.with_values(np.zeros(8192, np.float32)))  # 32 KB
+
+
+def _views_after_arrivals(seconds: float, *, node: int = 0, adapt: bool = True) -> list[View]:
+    """A fleet of three starting; ``node`` got eight large frames, each ``seconds`` arriving."""
+    big = AllreduceConfig(chunk_size=262_144)
+    core = AgentCore(CoreConfig(node=node, rounds=50, allreduce=big, state_size=4, adapt_chunks=adapt), 3)
+    core.on_view(View(1, [0, 1, 2], 2, 0, 0), 0.0)
+    sender = 1 if node != 1 else 0
+    for _ in range(8):
+        core.on_message(core.topics.link(sender, node), _big_frame(sender), 0.1, seconds)
+    assert core.counters.rejected == {}
+    out = []
+    for peer in (0, 1, 2):
+        out += core.on_status(Status(peer, "online", incarnation=3 if peer == node else 0), 0.2)
+    return [a.view for a in out if isinstance(a, PublishView)]
+
+
+def test_a_coordinator_on_a_slow_downlink_cuts_the_fleets_chunks_smaller_by_a_view() -> None:
+    """1 MB chunks on a 6 MB/s link: every crossing of a chunk waits for it whole (2.3-2.5 s
+    rounds against a 0.81 s bound); 32,768 values made it 1.43x."""
+    slow = _views_after_arrivals(32_800 / 6e6)
+    assert [(v.members, v.chunk_values, v.from_round) for v in slow] == [([0, 1, 2], SLOW_LINK_CHUNK_VALUES, 2)]
+    assert _views_after_arrivals(0.00001) == []  # 3.3 GB/s: loopback, whatever the load
+    assert _views_after_arrivals(0.0) == []  # untimed
+    assert _views_after_arrivals(32_800 / 6e6, adapt=False) == []  # the option off
+    assert _views_after_arrivals(32_800 / 6e6, node=1) == []  # not the coordinator
+
+
+def _chunk_counts_sent(view: View) -> set[int]:
+    big = AllreduceConfig(chunk_size=262_144)
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=big, state_size=4), 3)
+    core.on_view(view, 0.0)
+    for peer in (0, 1, 2):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    actions = core.on_gradient(0, 1.0, np.ones(100_000, np.float32), 0, 0.01)
+    return {a.frame.chunk_count for a in actions if isinstance(a, Send)}
+
+
+def test_every_member_cuts_the_vector_as_the_view_of_the_round_says() -> None:
+    assert _chunk_counts_sent(View(1, [0, 1, 2], 2, 0, 0)) == {1}  # the configured 262,144
+    assert _chunk_counts_sent(View(1, [0, 1, 2], 2, 0, 0, chunk_values=32_768)) == {4}

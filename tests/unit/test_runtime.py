@@ -243,7 +243,7 @@ class _RecordingCore:
     def __init__(self, clock: _StepClock, busy: dict[str, float]) -> None:
         self.clock, self.busy, self.log = clock, busy, []
 
-    def on_message(self, topic: str, payload: bytes, now: float) -> list[Any]:
+    def on_message(self, topic: str, payload: bytes, now: float, arrival: float = 0.0) -> list[Any]:
         self.log.append(topic)
         self.clock.t += self.busy.get(topic, 0.0)  # e.g. the round it ends is evaluated
         return []

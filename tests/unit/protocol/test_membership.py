@@ -391,3 +391,24 @@ def test_healthy_nodes_refuting_too_late_one_after_another_never_empty_the_fleet
     m.on_suspect(Suspect(3, 12, 6), 10.0)
     m.check(10.31)
     assert m.suspected() == {6}
+
+
+def test_the_coordinator_changes_the_chunk_size_by_a_view_of_the_same_members() -> None:
+    coordinator, other = Membership(0, 2, START), Membership(1, 2, START)
+    for m in (coordinator, other):
+        for s in online(0, 1, 2, 3):
+            m.on_status(s, 0.0)
+        m.round_started(7, 1.0)
+    assert other.change_chunks(32768) == []  # only the coordinator decides
+    out = coordinator.change_chunks(32768)
+    assert [p.view for p in out] == [View(1, [0, 1, 2, 3], 2, 0, 9, chunk_values=32768)]
+    assert coordinator.change_chunks(32768) == []  # the newest view has it already
+    assert coordinator.change_chunks(0) == []  # the change is still pending: one at a time
+    other.on_view(out[0].view)
+    assert other.view_for(8) == START and other.view_for(9).chunk_values == 32768  # type: ignore[union-attr]
+    coordinator.round_started(9, 2.0)
+    # A membership change keeps the chunk size; going back is a view of its own.
+    removed = coordinator.on_status(Status(3, "offline"), 2.0)
+    assert [(p.view.members, p.view.chunk_values) for p in removed] == [([0, 1, 2], 32768)]
+    coordinator.round_started(11, 3.0)
+    assert [p.view.chunk_values for p in coordinator.change_chunks(0)] == [0]

@@ -23,6 +23,7 @@ EXAMPLES: list[_JsonMessage] = [
     Status(node=3, state="online", round=12, pid=4242, incarnation=2),
     Status(node=0, state="offline"),
     View(epoch=4, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=17),
+    View(epoch=5, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=19, chunk_values=32768),
     Telemetry(node=2, round=9, epoch=1, algorithm="ft-tree", wall_time=1732870000.5, loss=0.31,
               accuracy=0.94, phase_seconds={"reduce": 0.02, "broadcast": 0.01}, bytes_sent=1628200,
               bytes_received=3256400, contributors=7, members=7, reroutes=1, timeouts=1,
@@ -49,6 +50,17 @@ def test_telemetry_machine_is_optional_and_round_trips() -> None:
     arm = Telemetry(node=1, round=2, epoch=0, algorithm="ft-tree", wall_time=1.0, machine="aarch64")
     assert _fields(arm)["machine"] == "aarch64"
     assert Telemetry.decode(arm.encode()) == arm
+
+
+def test_a_views_chunk_size_is_optional_and_checked() -> None:
+    old = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
+    assert View.decode(old).chunk_values == 0  # the agents' configured chunk size
+    for bad in (10, 1 << 21, True, "32768", -1):
+        doc = json.loads(old)
+        doc["chunk_values"] = bad
+        with pytest.raises(MessageError) as caught:
+            View.decode(json.dumps(doc).encode())
+        assert caught.value.reason == "bad_field"
 
 
 @settings(max_examples=100)

@@ -1,0 +1,80 @@
+"""How many values a chunk holds in a round: a fleet decision, carried by the view.
+
+A node forwards a chunk only once it has it whole, and so does the broker (MQTT stores and
+forwards whole PUBLISH packets). On a link that is slow for its bytes (Wi-Fi, 100 Mbit/s) a
+round therefore costs about the busiest link's bytes over its rate, plus one chunk's time on
+a link for every link a chunk crosses in turn (up and down through the broker, each level of
+the reduce and of the broadcast): at 7 agents seven such crossings, with 1 MB chunks 2.6-3.2x
+the busiest link's bound at 2-6 MB/s (`edgegrove bench links`). Smaller chunks shorten that
+fill. On fast links (loopback, gigabit Ethernet) the opposite holds: per message costs
+dominate and 262,144 values beat every smaller size (docs/PROFILE.md).
+
+Every member must cut the vector the same way in a round, so the size is not a local choice:
+the coordinator puts it in the view (``View.chunk_values``; 0 = the agents' configured
+``chunk_size``) and every member applies the view of the round. The coordinator decides from
+its own downlink: how fast large messages arrived, first byte to last, as the transport
+timed them (``Message.arrival``; an untimed one counts as fast). That is the link's rate, not the host's load: on loopback with a
+load of 10 on 2 cores, 1 MB frames arrived at 0.56 GB/s and more (2nd percentile; median 5.5
+GB/s), through a 6 MB/s proxy at 5.7-6.6 MB/s (25th-75th percentile). The round trip of an
+ACK is no such measure: the peer's scheduling is in it (loopback's ACK-based rates had a
+median of 39 MB/s on that host).
+
+Pure: no clock, no IO; the core feeds samples and asks after each round.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+# The sizes a chunk may have (agent option ``chunk_size``, ``View.chunk_values``).
+MIN_CHUNK_VALUES, MAX_CHUNK_VALUES = 64, 1 << 20
+# A message this large arriving counts as a sample of the downlink's rate (smaller ones are
+# mostly headers and the broker's write).
+DOWNLINK_SAMPLE_BYTES = 16 * 1024
+DOWNLINK_SAMPLES = 8  # the rate: from this many latest samples
+# Below this rate a 1 MB chunk spends more than 10 ms on each link it crosses: the fill of
+# the pipeline counts, take smaller chunks. Loopback and gigabit links stay above it.
+SLOW_DOWNLINK_RATE = 100e6  # bytes/s
+# ... and back to the configured size only above this (no flapping between two views).
+FAST_DOWNLINK_RATE = 300e6  # bytes/s
+# Chunks on a slow link: the fill is a fixed share of the bytes, the same at every rate. At
+# 7 agents, 6 MB/s, float32 (bound 0.81 s; host load 6-7 on 2 cores), the median allreduce was
+# 2.3-2.5 s with 262,144 values, 1.30 s with 65,536 and 1.18 s with 32,768 (128 KB frames).
+SLOW_LINK_CHUNK_VALUES = 32_768
+
+
+class DownlinkRate:
+    """The rate large messages arrived at lately, bytes/s: the lower quartile of the latest
+    samples. A sample can only err fast: a message that came while we were busy waited
+    whole in the socket's buffer and is read at once (on a loaded host half the 6 MB/s
+    samples read as fast, and a median flipped the fleet back to large chunks); a slow one
+    is the link (the loaded loopback's 2nd percentile was 0.56 GB/s)."""
+
+    def __init__(self, samples: int = DOWNLINK_SAMPLES) -> None:
+        self._rates: deque[float] = deque(maxlen=samples)
+
+    def observe(self, nbytes: int, seconds: float) -> None:
+        """A message of ``nbytes`` arrived ``seconds`` after its first byte (0: in one read,
+        faster than we can time)."""
+        if nbytes < DOWNLINK_SAMPLE_BYTES or not seconds >= 0:
+            return  # too small to say anything about the link
+        self._rates.append(nbytes / seconds if seconds > 0 else float("inf"))
+
+    def rate(self) -> float | None:
+        """None until enough samples to judge (half the window)."""
+        if len(self._rates) < max(1, (self._rates.maxlen or 1) // 2):
+            return None
+        return sorted(self._rates)[len(self._rates) // 4]
+
+
+def chunk_values_for(rate: float | None, current: int, configured: int) -> int:
+    """The ``View.chunk_values`` the coordinator wants from the downlink's ``rate``, given the
+    ``current`` view's (0 = ``configured``). Unchanged without evidence and between the two
+    thresholds."""
+    if configured <= SLOW_LINK_CHUNK_VALUES or rate is None:
+        return current  # nothing smaller to offer, or nothing known
+    if rate < SLOW_DOWNLINK_RATE:
+        return SLOW_LINK_CHUNK_VALUES
+    if rate > FAST_DOWNLINK_RATE:
+        return 0
+    return current
