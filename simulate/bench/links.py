@@ -14,7 +14,9 @@ round 1).
 BOUND: the busiest link's bound. Over all agents and both directions of their connection,
 the most bytes one fault-free allreduce moves through one agent's proxy, divided by the
 rate. Counted exactly from the tree the agents build (binary, heap order, chunks of the
-agents' chunk_size, 262,144 values by default): every PUBLISH an agent sends goes up
+agents' chunk_size, 262,144 values by default; on a slow link the coordinator soon cuts
+chunks of 32,768 values, whose headers and ACKs add 0.1-0.4 % to the bound: it counts the
+configured size, the lower): every PUBLISH an agent sends goes up
 through its proxy, every one it receives comes down through it, each as MQTT packet bytes
 (fixed header, topic, wire frame: header, contributor bitmap, values at the wire's bytes
 per value, CRC), data chunks and one ACK per chunk. An inner node of the binary tree is the

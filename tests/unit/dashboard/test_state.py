@@ -260,3 +260,12 @@ def test_a_node_out_of_the_view_but_not_offline_shows_as_evicted_until_it_rejoin
     assert node_state(state.nodes[6], True) != "evicted"  # on its way back
     state, _ = apply_status(state, Status(6, "offline", incarnation=state.nodes[6].incarnation), 22.0)
     assert node_state(state.nodes[6], True) == "offline"
+
+
+def test_a_view_that_changes_only_the_chunk_size_is_on_the_timeline() -> None:
+    state, _ = apply_view(FleetState(), View(1, [0, 1, 2], 2, 0, 0), 0.0)
+    state, events = apply_view(state, View(2, [0, 1, 2], 2, 0, 6, chunk_values=32768), 1.0)
+    assert [(e.kind, e.detail) for e in events] == [
+        ("view_change", "epoch 2: 3 members, arity 2, chunks of 32,768 values")]
+    _, events = apply_view(state, View(3, [0, 1, 2], 2, 0, 9), 2.0)
+    assert [e.detail for e in events] == ["epoch 3: 3 members, arity 2, chunks as configured"]
