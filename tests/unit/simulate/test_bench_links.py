@@ -172,6 +172,14 @@ def test_criteria_hold_only_when_every_run_meets_them() -> None:
         row["bytes_sent"] = int(1.2 * row["bytes_sent"])  # resends, no degraded round
     shown = _doc([links.run_result(heavy, 6.0, "float32", 0)])["must_show"]
     assert [c["holds"] for c in shown] == [False, True, True]
+    # The same resends in a run with a loss burst are the burst's: not held against the bytes.
+    burst = links.run_result(heavy, 6.0, "float32", 0)
+    burst.update(loss_burst={"node": 1}, recovery_rounds=1)
+    shown = _doc([burst])["must_show"]
+    assert [c["holds"] for c in shown] == [True, True, True, True]
+    assert "(bytes: the runs without a loss burst)" in shown[0]["criterion"]
+    burst["degraded_rounds"] = 2
+    assert _doc([burst])["must_show"][0]["misses"] == ["6 MB/s float32: 2 degraded, max 1.2x"]
 
 
 def test_a_fast_fleet_that_gave_up_waiting_does_not_meet_the_bound() -> None:
