@@ -325,7 +325,9 @@ def test_an_auto_run_is_bounded_by_the_format_its_agents_used_most() -> None:
     r = _auto_run(seconds=0.3)
     assert r["bound_wire"] == "int8" and r["wire_frames"] == {"int8": 8 * 40, "float32": 8 * 4}  # rounds 2-9
     assert r["bound_s"] == links.link_bound(7, "int8", 6.0)["bound_s"]
-    assert r["bytes_over_model_max"] == pytest.approx(1.0, abs=1e-3)
+    f32, i8 = (links.link_bound(7, w, 6.0)["model_bytes"] for w in ("float32", "int8"))
+    # Rounds that sent int8's bytes against a model of 4 float32 and 40 int8 frames in 44.
+    assert r["bytes_over_model_max"] == pytest.approx(i8 / (4 / 44 * f32 + 40 / 44 * i8), abs=1e-3)
     assert links.table_rows(_doc([r]))[0][1] == "auto (int8)"
     mostly_wide = _auto_run(seconds=0.3, used="float32:30 int8:4")
     assert mostly_wide["bound_wire"] == "float32"
@@ -356,3 +358,18 @@ def test_auto_may_be_at_most_20_percent_slower_than_the_best_fixed_format_at_its
     assert not any(c["criterion"].startswith("auto") for c in _doc([f32, i8])["must_show"])
     accuracy = _doc([f32, i8, _auto_run(seconds=0.3)])["must_show"][-1]
     assert "(and auto)" in accuracy["criterion"] and accuracy["holds"]
+
+
+def test_an_auto_rounds_bytes_are_compared_with_the_model_in_the_formats_that_round_used() -> None:
+    run = _run("int8", 6.0, seconds=0.3)
+    f32 = links.link_bound(7, "float32", 6.0)["model_bytes"]
+    i8 = links.link_bound(7, "int8", 6.0)["model_bytes"]
+    for row in run.rows:
+        row["wire_frames"] = "int8:24"
+    run.rows[2].update(wire_frames="float32:24", bytes_sent=f32)  # not measured yet: float32
+    run.rows[3].update(wire_frames="float32:12 int8:12", bytes_sent=(f32 + i8) // 2)
+    r = links.run_result(run, 6.0, "auto", 0)
+    assert r["bound_wire"] == "int8"
+    assert r["bytes_over_model_max"] == pytest.approx(1.0, abs=1e-3)  # not 4x int8's bytes
+    run.rows[4]["bytes_sent"] = 2 * i8  # an int8 round that sent twice its bytes
+    assert links.run_result(run, 6.0, "auto", 0)["bytes_over_model_max"] == pytest.approx(2.0, abs=1e-3)
