@@ -55,9 +55,13 @@ Wire formats (``wire_auto``, agent option ``wire_dtype = "auto"``): a unit going
 the narrowest of the format its link fits (``wire_choice.choose`` from the link's typical rate
 and the round's budget) and the formats of the units of that chunk it merged (its children's),
 so a slow link anywhere below narrows every frame above it. The root quantizes each chunk of
-the result once, in the narrowest format that went into that chunk and its own links to its
-children fit, and everybody passes exactly those bytes on (broadcast, fan-out, answers to
-pulls, a result sent again after a reconnect): every member applies the same values. Without
+the result once, in the narrowest format that went into that chunk, and everybody passes
+exactly those bytes on (broadcast, fan-out, answers to pulls, a result sent again after a
+reconnect): every member applies the same values. The root's own links to its children do not
+narrow the result: their rates come from the broadcast's ACKs, and the root sends each result
+chunk to all its children at once, so each child's sample shows a share of the root's uplink
+(on a loaded host's loopback that alone made the result float16 in 13 of 30 rounds); a slow
+link of the root shows in its children's units, which cross the same connection. Without
 ``wire_auto`` every frame is in ``wire_dtype``.
 
 Counting: a unit is accepted only when its contributor set is disjoint from everything
@@ -749,11 +753,7 @@ class FtTreeRound(Outbox):
     def _finalize_chunk(self, j: int, now: float) -> None:
         ch = self.chunks[j]
         ids, mean = merge_means(ch.units)
-        dtype = self.cfg.wire_dtype
-        for peer in self._broadcast_peers() if self.cfg.wire_auto else ():
-            dtype = narrowest(dtype, self._wire_dtype(peer, ch))
-        if self.cfg.wire_auto:
-            dtype = narrowest(dtype, ch.narrowest)  # also with no child left to send it to
+        dtype = narrowest(self.cfg.wire_dtype, ch.narrowest) if self.cfg.wire_auto else self.cfg.wire_dtype
         frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(mean, dtype)
         if dtype != DType.F32:
             # Everybody applies what the wire carries, the root included: byte-identical.

@@ -28,7 +28,8 @@ The result must be byte-identical on every member, so formats are never mixed wi
 chunk's result: see ``FtTreeRound`` (a node sends a chunk's partial mean up in the narrowest of
 its own link's choice and the formats its children's units for that chunk came in; the root
 quantizes the result once in the narrowest format that went into it, and every member passes
-those bytes on).
+those bytes on). Only the reduce chooses: a link's rate is learnt from ACKs of units of ours,
+so a link that slows down still carries one or two rounds wide before its median says so.
 """
 
 from __future__ import annotations

@@ -85,12 +85,12 @@ def test_fixed_formats_are_what_they_were() -> None:
 
 
 def test_the_root_quantizes_the_result_once_and_every_copy_carries_those_bytes() -> None:
-    # Its link to child 1 is slow: the result goes int8, though every unit came in float32.
-    root = machine(0, slow(fast(AUTO.new_links(), 2), 1), tree=Tree((0, 1, 2), 2))
+    # Child 1's units came in int8, child 2's in float32: the result goes int8.
+    root = machine(0, fast(fast(AUTO.new_links(), 2), 1), tree=Tree((0, 1, 2), 2))
     root.start(0.0)
     down: list[Send] = []
     for j in range(root.n):
-        down += data(root.on_frame(unit(1, j, DType.F32, root), 0.01))
+        down += data(root.on_frame(unit(1, j, DType.I8, root), 0.01))
         down += data(root.on_frame(unit(2, j, DType.F32, root), 0.01))
     assert sorted((s.dst, s.frame.chunk_index) for s in down) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert {s.frame.dtype for s in down} == {DType.I8}
@@ -109,6 +109,17 @@ def test_the_root_quantizes_the_result_once_and_every_copy_carries_those_bytes()
     for s in answers:
         sent = next(d.frame for d in down if d.frame.chunk_index == s.frame.chunk_index)
         assert (s.frame.payload, s.frame.scale) == (sent.payload, sent.scale)
+
+
+def test_the_roots_own_slow_link_to_a_child_does_not_narrow_the_result() -> None:
+    # (Its samples come from the broadcast's ACKs, a share of the root's uplink each.)
+    root = machine(0, slow(AUTO.new_links(), 1), tree=Tree((0, 1, 2), 2))
+    root.start(0.0)
+    down: list[Send] = []
+    for j in range(root.n):
+        down += data(root.on_frame(unit(1, j, DType.F32, root), 0.01))
+        down += data(root.on_frame(unit(2, j, DType.F32, root), 0.01))
+    assert len(down) == 2 * root.n and {s.frame.dtype for s in down} == {DType.F32}
 
 
 def test_an_inner_node_passes_the_roots_format_on_to_its_children_and_to_pullers() -> None:
@@ -135,12 +146,12 @@ def test_an_inner_node_passes_the_roots_format_on_to_its_children_and_to_pullers
 def test_a_root_back_after_a_drop_fans_the_same_bytes_out_again() -> None:
     cfg = AllreduceConfig(wire_auto=True, round_deadline=5.0, broadcast="fanout")
     tree = Tree((0, 1, 2), 2)
-    root = machine(0, slow(AUTO.new_links(), 1), cfg, tree)
+    root = machine(0, None, cfg, tree)
     root.start(0.0)
     first: list[Frame] = []
     for j in range(root.n):
-        for child in (1, 2):
-            first += [a.frame for a in root.on_frame(unit(child, j, DType.F32, root), 0.01)
+        for child, dtype in ((1, DType.F32), (2, DType.I8)):
+            first += [a.frame for a in root.on_frame(unit(child, j, dtype, root), 0.01)
                       if isinstance(a, Fanout)]
     assert [f.dtype for f in first] == [DType.I8] * root.n
     again = [a.frame for a in root.reconnected(0.05, away=0.05) if isinstance(a, Fanout)]
