@@ -196,6 +196,7 @@ class FtTreeRound(Outbox):
         self.progress: dict[tuple[str, int, int], float] = {}
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
         self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
+        self.drain_from: dict[int, tuple[float, int]] = {}  # peer -> (start, bytes): see _drained
         self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
         self.reported_silent: dict[int, float] = {}  # peer -> when we last reported it silent
         self.held_for: set[int] = set()  # targets of floods held (see _advance)
@@ -987,12 +988,27 @@ class FtTreeRound(Outbox):
             if sample_bytes:
                 start = max(sample_from, self.acked_at.get(frame.sender, sample_from))
                 self.links.observe_rate(frame.sender, sample_bytes, now - start)
+                self._drained(frame.sender, sample_bytes, start == sample_from, sample_from, now)
             self.acked_at[frame.sender] = now
         if frame.sender == frame.origin and not frame.flags & Flag.FLOOD:
             self._heal(frame.sender)  # an ACK straight from the peer: a round trip worked
         for route, seq in latest.items():
             self._fast_retransmit(route, seq, now)
         self._check_reduce_done(now)
+
+    def _drained(self, peer: int, nbytes: int, idle: bool, sent: float, now: float) -> None:
+        """What ``wire_dtype = "auto"`` learns a link's rate from: the bytes of a whole busy
+        stretch of the link (from a unit sent while nothing to ``peer`` was unACKed until
+        nothing is), over its duration. The samples of single ACKs above are for the timers: an
+        ACK that waited behind bulk data on our downlink comes with the next one, and the next
+        sample then shows a rate far beyond the link's (float32 frames chosen on a 6 MB/s link)."""
+        start, total = (sent, 0) if idle or peer not in self.drain_from else self.drain_from[peer]
+        total += nbytes
+        if any(p.route.kind == DIRECT and p.route.target == peer for p in self.pending.values()):
+            self.drain_from[peer] = (start, total)
+            return
+        self.drain_from.pop(peer, None)
+        self.links.observe_drain(peer, total, now - start)
 
     def _fast_retransmit(self, route: Route, acked_seq: int, now: float) -> None:
         """Units sent on ``route`` before the one just ACKed were lost (or their ACK was)."""

@@ -20,10 +20,12 @@ at once, one that speeds up slowly), so a link that drops by more than the headr
 one round of early verdicts, which a live peer refutes, and then runs on the floor again.
 
 ``typical_rate`` is what ``wire_dtype = "auto"`` picks a wire format from (agent/protocol/
-wire_choice.py): the median of a link's last ``RATE_SAMPLES_KEPT`` rate samples, not the
-down-at-once estimate the timers use. A CPU stall on a loaded host only ever lowers a sample
-(the ACK comes late), so one stall must not narrow the format; a link that is slow every time
-shows it in the majority of its samples within a round or two.
+wire_choice.py): the median of the link's last ``RATE_SAMPLES_KEPT`` drain samples (the bytes
+of a whole busy stretch of the link over its duration, ``observe_drain``: single ACKs that
+bunch up behind bulk data would show rates beyond the link's), not the down-at-once estimate
+the timers use. A CPU stall on a loaded host only ever lowers a sample (the ACK comes late),
+so one stall must not narrow the format; a link that is slow every time shows it in the
+majority of its samples within a round or two (a leaf's link drains once a round).
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ class LinkEstimate:
         previous = self.first_frame if self.first_frame is not None else seconds
         self.first_frame = max(seconds, 0.8 * previous + 0.2 * seconds)
 
-    def observe_rate(self, rate: float) -> None:
+    def observe_drain(self, rate: float) -> None:
         self.recent_rates = [*self.recent_rates[1 - RATE_SAMPLES_KEPT :], rate]
+
+    def observe_rate(self, rate: float) -> None:
         # Down at once, up slowly: timers that trust a link too fast call a slow peer silent.
         if self.rate is None or rate < self.rate:
             self.rate = rate
@@ -130,8 +134,8 @@ class LinkEstimators:
         return max(min(self.rate_floor, est.rate), est.rate / RATE_HEADROOM)
 
     def typical_rate(self, peer: int) -> float | None:
-        """The median of the link's recent rate samples in bytes/s (None: never measured),
-        with fixed timeouts too: what a unit of ours usually drains at towards ``peer``."""
+        """The median of the link's recent drain samples in bytes/s (None: never measured),
+        with fixed timeouts too: what our units usually drain at towards ``peer``."""
         est = self.peers.get(peer)
         if est is None or not est.recent_rates:
             return None
@@ -157,6 +161,12 @@ class LinkEstimators:
         """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""
         if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
             self.peers.setdefault(peer, LinkEstimate()).observe_rate(nbytes / seconds)
+
+    def observe_drain(self, peer: int, nbytes: int, seconds: float) -> None:
+        """The link to ``peer`` drained ``nbytes`` of units sent once in ``seconds``: from the
+        first unit sent onto the idle link to the ACK after which nothing was unACKed."""
+        if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
+            self.peers.setdefault(peer, LinkEstimate()).observe_drain(nbytes / seconds)
 
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:

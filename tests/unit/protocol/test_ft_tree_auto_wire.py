@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send
+from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send, frame_size
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -25,7 +25,7 @@ GRAD = rng.standard_normal(MODEL, dtype=np.float32)
 
 def slow(links: LinkEstimators, peer: int, rate: float = 2e6) -> LinkEstimators:
     for _ in range(3):
-        links.observe_rate(peer, 1_000_000, 1_000_000 / rate)
+        links.observe_drain(peer, 1_000_000, 1_000_000 / rate)
     return links
 
 
@@ -76,6 +76,26 @@ def test_a_unit_goes_up_in_the_narrowest_of_its_links_choice_and_its_childrens_f
             up += [s for s in data(inner.on_frame(unit(child, j, dtype, inner), 0.01)) if s.dst == 0]
     assert [s.frame.dtype for s in up] == [expected] * inner.n
     assert all(s.frame.contributors == frozenset({1, 3, 4}) for s in up)
+
+
+def test_a_link_is_measured_over_its_whole_drain_not_by_acks_that_bunched_up() -> None:
+    leaf = machine(3)
+    sent = [s.frame for s in data(leaf.start(0.0))]
+    assert [f.dtype for f in sent] == [DType.F32] * 2  # nothing measured: float32
+    sizes = [frame_size(f) for f in sent]
+
+    def ack(j: int) -> Frame:
+        return Frame(Kind.ACK, 0, 0, 1, j, 2, Flag.NONE, target=3, contributors=frozenset({3}))
+
+    # A 3 MB/s link, but chunk 1's ACK waited behind bulk data on our downlink and came
+    # 10 ms after chunk 0's: a single-ACK sample of ~58 MB/s (float32, were it believed).
+    leaf.on_frame(ack(0), 0.5)
+    leaf.on_frame(ack(1), 0.51)
+    assert sizes[1] / 0.01 > 50e6
+    typical = leaf.links.typical_rate(1)
+    assert typical == pytest.approx(sum(sizes) / 0.51)  # the whole drain: ~3.2 MB/s
+    assert len(leaf.links.peers[1].recent_rates) == 1
+    assert leaf._wire_dtype(1, leaf.chunks[0]) == DType.I8
 
 
 def test_fixed_formats_are_what_they_were() -> None:
