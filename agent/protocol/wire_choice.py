@@ -1,11 +1,11 @@
 """``wire_dtype = "auto"``: the wire format of a frame from its link's measured rate (issue 19).
 
-A sender (ft-tree) picks float32, float16 or int8 for every frame of values it sends straight
-to a peer: the time this round's vector takes on that link in a format is its bytes in that
-format over the link's typical rate (``LinkEstimators.typical_rate``: the median of its recent
-rate samples, measured from the ACKs of large units); the widest format whose time fits the
-budget (agent option ``wire_budget``, default ``AUTO_WIRE_BUDGET``) is taken, int8 when none
-does. A link never measured (the first round, a link that carried nothing yet) gets float32.
+A sender (ft-tree) picks float32, float16 or int8 for every unit of the reduce it sends to its
+parent: the time this round's vector takes on that link in a format is its bytes in that
+format over the link's typical rate (``LinkEstimators.typical_rate``: the median of its last
+drains, each the bytes of a busy stretch of the link over the time to its last ACK); the
+widest format whose time fits the budget (agent option ``wire_budget``, default
+``AUTO_WIRE_BUDGET``) is taken, int8 when none does. A link never measured (the first round, a link that carried nothing yet) gets float32.
 
 The thresholds this gives, for the thesis model (407,050 values: 1.63 MB in float32) and the
 default budget of 0.1 s: float32 on a link that usually drains >= 16.3 MB/s, float16 from
@@ -13,7 +13,7 @@ default budget of 0.1 s: float32 on a link that usually drains >= 16.3 MB/s, flo
 
 - Loopback must stay float32 and must never fall to int8, however loaded the host. A
   CPU-starved agent on loopback still ACKs a 1 MB unit within tens of ms, i.e. >= 20 MB/s
-  (above the float32 threshold). To reach int8 the median of its last 5 samples would have
+  (above the float32 threshold). To reach int8 the median of its last 5 drains would have
   to be under 8.1 MB/s: most of its 1 MB units ACKed more than 120 ms after they left, round
   after round, which is a slow link, not a stall (a stall only ever lowers single samples,
   and the median ignores a minority of them).
