@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.protocol.allreduce import DEFAULT_CHUNK_VALUES
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.topics import validate_job
+from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
 
@@ -64,7 +65,13 @@ class AgentConfig(BaseModel):
                             description="values per chunk (on slow links the coordinator may "
                                         "choose fewer for the fleet: agent/protocol/chunking.py)")
     adapt_chunks: bool = Field(True, description="as coordinator, cut the vector into 32,768-value chunks for the whole fleet while large messages arrive slower than 100 MB/s (Wi-Fi, 100 Mbit/s: a chunk is forwarded only once whole, so big chunks make a slow link's round 2.5-3x its bytes' time), and back to chunk_size above 300 MB/s; off: always chunk_size")
-    wire_dtype: Literal["float32", "float16", "int8"] = Field("float32", description="wire format of values")
+    wire_dtype: Literal["float32", "float16", "int8", "auto"] = Field(
+        "float32", description="wire format of values; auto (ft-tree): each frame in float32, float16 or int8, "
+        "the widest in which the round's values cross its link within wire-budget at the link's measured rate "
+        "(float32 until a link is measured; a chunk's result in the narrowest format that went into it)")
+    wire_budget: float = Field(AUTO_WIRE_BUDGET, gt=0, description="wire-dtype auto: seconds the round's values "
+                               "may take on one link (the default picks float32 from ~16 MB/s, int8 below ~8 MB/s "
+                               "for the thesis model)")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")
     checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")
@@ -92,6 +99,13 @@ class AgentConfig(BaseModel):
     def _schedule_needs_rounds(self) -> AgentConfig:
         if self.lr_schedule != "constant" and self.rounds == 0:
             raise ValueError(f"lr_schedule {self.lr_schedule!r} decays over the run: set rounds > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _auto_wire_needs_ft_tree(self) -> AgentConfig:
+        if self.wire_dtype == "auto" and self.algorithm != "ft-tree":
+            raise ValueError(f"wire_dtype auto is for the ft-tree algorithm, not {self.algorithm}: "
+                             "use float32, float16 or int8")
         return self
 
     @property

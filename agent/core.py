@@ -1270,6 +1270,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         reroutes=stats.reroutes if stats else 0, timeouts=stats.timeouts if stats else 0,
         nacks=stats.nacks if stats else 0, pulls=stats.pulls if stats else 0,
         retransmits=stats.retransmits if stats else 0,
+        wire_frames=dict(stats.wire_frames) if stats else {},
         degraded=report.degraded,
         missing_chunks=len(result.missing_chunks) if result is not None else 0,
         rejected=dict(core.counters.rejected),

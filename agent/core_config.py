@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.config import AgentConfig
 from agent.core import CoreConfig
 from agent.protocol.allreduce import AllreduceConfig
-from agent.protocol.wire import WIRE_DTYPES, job_hash
+from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
 
 STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
 
@@ -13,7 +13,9 @@ STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask
 def allreduce_config(config: AgentConfig) -> AllreduceConfig:
     return AllreduceConfig(
         job=job_hash(config.job), algorithm=config.algorithm, chunk_size=config.chunk_size,
-        wire_dtype=WIRE_DTYPES[config.wire_dtype], timeout_mode=config.timeout_mode,
+        # auto: each frame's format from its link, float32 at the widest
+        wire_dtype=WIRE_DTYPES.get(config.wire_dtype, DType.F32), wire_auto=config.wire_dtype == "auto",
+        wire_budget=config.wire_budget, timeout_mode=config.timeout_mode,
         fixed_timeout=config.timeout, min_timeout=config.min_timeout,
         max_timeout=config.max_timeout, initial_timeout=config.timeout,
         round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,

@@ -422,7 +422,9 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
              "the vector each way at the wire's bytes per value. *bytes/model*: link bytes the agents "
              "sent per round over the wire frames of one fault-free allreduce (median and max over "
              "the same rounds). *accuracy*: the full test set after the last round, the same rounds "
-             "for every wire format; *vs float32*: minus float32's at the same rate (pp)."
+             "for every wire format; *vs float32*: minus float32's at the same rate (pp). *auto*: "
+             "each agent picks every frame's format from its link's measured rate; its bound and "
+             "bytes/model are those of the format its agents sent most frames in (in brackets)."
              + (f" The host's 1-minute load average at the runs' starts: {min(loads):.1f} – "
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
@@ -445,7 +447,8 @@ def _plot_links(doc: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, (times, ratios) = plt.subplots(1, 2, figsize=(11, 4))
     for i, dtype in enumerate(dict.fromkeys(r["wire_dtype"] for r in doc["results"])):
-        rows = [r for r in doc["results"] if r["wire_dtype"] == dtype and r.get("allreduce_s_median")]
+        rows = [r for r in doc["results"] if r["wire_dtype"] == dtype and r.get("allreduce_s_median")
+                and r.get("ratio_to_bound") is not None]  # (an auto run whose agents named no format: none)
         color = f"C{i}"
         by_rate = sorted({r["rate_mb_s"] for r in rows})
         for ax, key in ((times, "allreduce_s_median"), (ratios, "ratio_to_bound")):

@@ -43,7 +43,7 @@ BAD_LINK_STATES = frozenset({"failed", "rerouted", "suspected"})
 ROUND_COLUMNS = (
     "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
     "round_s_max", "bytes_sent", "bytes_received", "reroutes", "timeouts", "nacks",
-    "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active",
+    "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active", "wire_frames",
 )
 
 
@@ -66,6 +66,8 @@ class RoundRow:
     degraded_nodes: int = 0
     distinct_hashes: int = 0
     faults_active: str = ""
+    # Frames of values the agents sent, by wire format: "float32:4 int8:20" (see wire_frames_text)
+    wire_frames: str = ""
 
 
 @dataclass
@@ -121,8 +123,30 @@ def rounds_table(records: Iterable[Record], faults: Sequence[FaultOutcome] = ())
             degraded_nodes=sum(1 for t in tels if t.get("degraded")),
             distinct_hashes=len({t.get("model_hash", "") for t in tels}),
             faults_active=" ".join(active),
+            wire_frames=wire_frames_text(tels),
         ))
     return rows
+
+
+def wire_frames_text(tels: Sequence[Record]) -> str:
+    """The agents' frames of values by wire format, summed: "float32:4 int8:20" (formats in
+    the order the agents name them first; "" when none says)."""
+    total: dict[str, int] = {}
+    for t in tels:
+        frames = t.get("wire_frames")
+        for name, count in (frames.items() if isinstance(frames, dict) else ()):
+            total[str(name)] = total.get(str(name), 0) + int(count)
+    return " ".join(f"{name}:{count}" for name, count in total.items() if count)
+
+
+def parse_wire_frames(text: object) -> dict[str, int]:
+    """``wire_frames_text`` back to counts (a rounds.csv cell; bad parts are skipped)."""
+    out: dict[str, int] = {}
+    for part in str(text or "").split():
+        name, _, count = part.partition(":")
+        if count.isdigit():
+            out[name] = out.get(name, 0) + int(count)
+    return out
 
 
 def _active_at(fault: FaultOutcome, rnd: int) -> bool:

@@ -19,7 +19,8 @@ import numpy as np
 
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
-from agent.protocol.wire import HEADER_SIZE, DType, Frame
+from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Frame, Kind
+from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 
 # Values per chunk (1 MB frames in float32: the thesis model's 407,050 values in 2 chunks). Per
 # message costs dominate on small devices and a shared host: measured with `bench
@@ -63,7 +64,11 @@ DEADLINE_STRETCH = 4.0
 class AllreduceConfig:
     algorithm: Algorithm = "ft-tree"
     chunk_size: int = DEFAULT_CHUNK_VALUES
-    wire_dtype: DType = DType.F32
+    wire_dtype: DType = DType.F32  # every frame's format; with wire_auto, the widest one
+    # ft-tree: each frame's format from its link's measured rate (agent/protocol/wire_choice.py),
+    # so that this round's values take at most wire_budget seconds on the link.
+    wire_auto: bool = False
+    wire_budget: float = AUTO_WIRE_BUDGET
     timeout_mode: TimeoutMode = "adaptive"
     fixed_timeout: float = 0.5
     min_timeout: float = 0.02
@@ -93,6 +98,10 @@ class AllreduceConfig:
             raise ValueError("need 0 < min_timeout <= max_timeout")
         if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
             raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
+        if self.wire_auto and self.algorithm != "ft-tree":
+            raise ValueError(f"wire_auto is for ft-tree, not {self.algorithm!r}")
+        if self.wire_budget <= 0:
+            raise ValueError("wire_budget must be > 0")
         if self.link_rate_floor <= 0:
             raise ValueError("link_rate_floor must be > 0")
         if not 0 < self.reduce_fraction < 1:
@@ -146,6 +155,9 @@ class RoundStats:
     overlaps: int = 0  # contributions refused because they overlapped counted ones
     retransmits: int = 0  # units resent on the same link (lost frame or lost ACK)
     implausible: int = 0  # units refused: values far beyond any honest gradient (see ft_tree)
+    # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
+    # "float16", "int8"): which formats wire_dtype "auto" used.
+    wire_frames: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -244,14 +256,20 @@ class Outbox:
     _out: list[Action]
 
     def _send(self, dst: int, frame: Frame) -> None:
-        self.stats.frames_sent += 1
-        self.stats.bytes_sent += frame_size(frame)
+        self._count(frame)
         self._out.append(Send(dst, frame))
 
     def _fanout(self, frame: Frame) -> None:
+        self._count(frame)
+        self._out.append(Fanout(frame))
+
+    def _count(self, frame: Frame) -> None:
         self.stats.frames_sent += 1
         self.stats.bytes_sent += frame_size(frame)
-        self._out.append(Fanout(frame))
+        if frame.kind is Kind.DATA or frame.kind is Kind.RELAY:
+            name = WIRE_NAMES.get(frame.dtype)
+            if name is not None:
+                self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1
 
     def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
         self._out.append(Note(kind, peer, detail))

@@ -51,6 +51,19 @@ the first waiting one (at most a quarter of the link's RTO), and at once when th
 here. Frames on one link arrive in order, so a gap in an ACK still means a loss (fast
 retransmit). Relayed and flooded units are ACKed one by one, as before.
 
+Wire formats (``wire_auto``, agent option ``wire_dtype = "auto"``): a unit going up is sent in
+the narrowest of the format its link fits (``wire_choice.choose`` from the link's typical rate
+and the round's budget) and the formats of the units of that chunk it merged (its children's),
+so a slow link anywhere below narrows every frame above it. The root quantizes each chunk of
+the result once, in the narrowest format that went into that chunk, and everybody passes
+exactly those bytes on (broadcast, fan-out, answers to pulls, a result sent again after a
+reconnect): every member applies the same values. The root's own links to its children do not
+narrow the result: their rates come from the broadcast's ACKs, and the root sends each result
+chunk to all its children at once, so each child's sample shows a share of the root's uplink
+(on a loaded host's loopback that alone made the result float16 in 13 of 30 rounds); a slow
+link of the root shows in its children's units, which cross the same connection. Without
+``wire_auto`` every frame is in ``wire_dtype``.
+
 Counting: a unit is accepted only when its contributor set is disjoint from everything
 counted for that chunk; a unit whose set is already covered is a duplicate (ACKed, not
 counted); a partial overlap is refused. Hence no contribution is ever counted twice.
@@ -79,6 +92,7 @@ from agent.protocol.allreduce import (
     merge_means,
 )
 from agent.protocol.wire import HEADER_SIZE, NO_NODE, DType, Flag, Frame, Kind, value_bytes
+from agent.protocol.wire_choice import choose, narrowest
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 SILENCE_BACKOFF_CAP = 2.0  # RTOs of silence from a peer that showed life that make it silent
@@ -153,6 +167,8 @@ class ChunkState:
     first_sent: bool = False
     final: np.ndarray | None = None
     final_ids: frozenset[int] = frozenset()
+    final_frame: Frame | None = None  # the result as it travels (its format and bytes), see _set_final
+    narrowest: DType = DType.F32  # wire_auto: the narrowest format of the units merged here
 
 
 class FtTreeRound(Outbox):
@@ -180,6 +196,7 @@ class FtTreeRound(Outbox):
         self.progress: dict[tuple[str, int, int], float] = {}
         self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
         self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
+        self.drain_from: dict[int, tuple[float, int]] = {}  # peer -> (start, bytes): see _drained
         self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
         self.reported_silent: dict[int, float] = {}  # peer -> when we last reported it silent
         self.held_for: set[int] = set()  # targets of floods held (see _advance)
@@ -437,10 +454,9 @@ class FtTreeRound(Outbox):
             self._emit(p, now, fresh=False)
         if self.parent is None and self.cfg.broadcast == "fanout":
             # Our fan-out of the chunks done so far may have been lost with the connection.
-            for j, ch in enumerate(self.chunks):
-                if ch.final is not None:
-                    done = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids)
-                    self._fanout(done.with_values(ch.final, self.cfg.wire_dtype))
+            for ch in self.chunks:
+                if ch.final_frame is not None:
+                    self._fanout(ch.final_frame)
         if self.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
             self._note("reconnected", self.node, f"back after {away * 1000:.0f} ms: the round goes on")
             self._ask_children_again()
@@ -644,9 +660,17 @@ class FtTreeRound(Outbox):
 
     def _send_up(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
         assert self.parent is not None
-        frame = self._frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.cfg.wire_dtype)
+        dtype = self._wire_dtype(self.parent, self.chunks[j])
+        frame = self._frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, dtype)
         pending = Pending(False, j, self.parent, ids, frame, self._up_routes(), cycle=True)
         self._launch(pending, now)
+
+    def _wire_dtype(self, peer: int, ch: ChunkState) -> DType:
+        """The format of chunk ``ch``'s values to ``peer`` (see the module docstring)."""
+        if not self.cfg.wire_auto:
+            return self.cfg.wire_dtype
+        fits = choose(len(self.grad), self.links.typical_rate(peer), self.cfg.wire_budget, self.cfg.wire_dtype)
+        return narrowest(fits, ch.narrowest)
 
     def _up_routes(self) -> list[Route]:
         assert self.parent is not None
@@ -689,6 +713,7 @@ class FtTreeRound(Outbox):
             ch.covered = set().union(*(u for u, _ in ch.units))
         ch.units.append((ids, values))
         ch.covered |= ids
+        ch.narrowest = narrowest(ch.narrowest, frame.dtype)
         self._try_forward(j, now)
 
     def _subsumes(self, ch: ChunkState, ids: frozenset[int]) -> bool:
@@ -729,9 +754,9 @@ class FtTreeRound(Outbox):
     def _finalize_chunk(self, j: int, now: float) -> None:
         ch = self.chunks[j]
         ids, mean = merge_means(ch.units)
-        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(
-            mean, self.cfg.wire_dtype)
-        if self.cfg.wire_dtype != DType.F32:
+        dtype = narrowest(self.cfg.wire_dtype, ch.narrowest) if self.cfg.wire_auto else self.cfg.wire_dtype
+        frame = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(mean, dtype)
+        if dtype != DType.F32:
             # Everybody applies what the wire carries, the root included: byte-identical.
             mean = frame.values()
         self._set_final(j, ids, mean, now, frame)
@@ -744,6 +769,7 @@ class FtTreeRound(Outbox):
         ch.final, ch.final_ids = values, ids
         frame = replace(self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
                         dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
+        ch.final_frame = frame  # every later copy of the result: these bytes, never re-encoded
         if self.cfg.broadcast == "fanout":
             broadcast: list[int] = []  # every member reads the root's fan-out (see _on_fanned)
             if self.parent is None:
@@ -958,15 +984,31 @@ class FtTreeRound(Outbox):
         if latest and frame.sender == frame.origin:
             # The link drained these bytes since it started on them: after the previous ACK
             # from this peer, or when they were sent if the link was idle until then.
-            if sample_bytes and self.cfg.timeout_mode != "fixed":
+            # (With fixed timeouts too: they ignore rates, wire_dtype "auto" does not.)
+            if sample_bytes:
                 start = max(sample_from, self.acked_at.get(frame.sender, sample_from))
                 self.links.observe_rate(frame.sender, sample_bytes, now - start)
+                self._drained(frame.sender, sample_bytes, start == sample_from, sample_from, now)
             self.acked_at[frame.sender] = now
         if frame.sender == frame.origin and not frame.flags & Flag.FLOOD:
             self._heal(frame.sender)  # an ACK straight from the peer: a round trip worked
         for route, seq in latest.items():
             self._fast_retransmit(route, seq, now)
         self._check_reduce_done(now)
+
+    def _drained(self, peer: int, nbytes: int, idle: bool, sent: float, now: float) -> None:
+        """What ``wire_dtype = "auto"`` learns a link's rate from: the bytes of a whole busy
+        stretch of the link (from a unit sent while nothing to ``peer`` was unACKed until
+        nothing is), over its duration. The samples of single ACKs above are for the timers: an
+        ACK that waited behind bulk data on our downlink comes with the next one, and the next
+        sample then shows a rate far beyond the link's (float32 frames chosen on a 6 MB/s link)."""
+        start, total = (sent, 0) if idle or peer not in self.drain_from else self.drain_from[peer]
+        total += nbytes
+        if any(p.route.kind == DIRECT and p.route.target == peer for p in self.pending.values()):
+            self.drain_from[peer] = (start, total)
+            return
+        self.drain_from.pop(peer, None)
+        self.links.observe_drain(peer, total, now - start)
 
     def _fast_retransmit(self, route: Route, acked_seq: int, now: float) -> None:
         """Units sent on ``route`` before the one just ACKed were lost (or their ACK was)."""
@@ -1015,9 +1057,8 @@ class FtTreeRound(Outbox):
         sent = self.pending.get((True, j, peer))
         if ch.final is not None and sent is not None and now - sent.sent_at < sent.timeout:
             return  # our broadcast to it left just now (resends follow): not a second copy
-        if ch.final is not None:
-            out = self._frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ch.final_ids, target=peer)
-            self._send(peer, out.with_values(ch.final, self.cfg.wire_dtype))
+        if ch.final_frame is not None:
+            self._send(peer, replace(ch.final_frame, target=peer))
         elif self.result is not None and not self.result.contributors[j]:
             self.no_result_for.setdefault(peer, []).append(j)
         elif not self.over:

@@ -198,6 +198,9 @@ class Telemetry(_JsonMessage):
     # The agent's CPU architecture (platform.machine(): "x86_64", "aarch64", ...); optional, ""
     # from an agent that does not say.
     machine: str = ""
+    # Frames of values this agent sent in the round by wire format ("float32", "float16",
+    # "int8"): which ones wire_dtype "auto" chose. Optional, {} from an agent that does not say.
+    wire_frames: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
@@ -219,6 +222,10 @@ class Telemetry(_JsonMessage):
             isinstance(v, str) and v in get_args(LinkState) for v in self.links.values()
         ):
             raise ValueError("links must map peer ids to ok/suspected/failed/rerouted")
+        if not isinstance(self.wire_frames, dict) or len(self.wire_frames) > 8:
+            raise ValueError("wire_frames must map at most 8 wire formats to counts")
+        for name, count in self.wire_frames.items():
+            _check_int(f"wire_frames[{name}]", count)
         if not isinstance(self.rejected, dict):
             raise ValueError("rejected must map reasons to counts")
         for reason, count in self.rejected.items():

@@ -18,10 +18,19 @@ per MB to every silence verdict, which is what a frozen peer costs the round it 
 (issue 12). A slower sample lowers the estimate at once (a link that slows down is believed
 at once, one that speeds up slowly), so a link that drops by more than the headroom costs
 one round of early verdicts, which a live peer refutes, and then runs on the floor again.
+
+``typical_rate`` is what ``wire_dtype = "auto"`` picks a wire format from (agent/protocol/
+wire_choice.py): the median of the link's last ``RATE_SAMPLES_KEPT`` drain samples (the bytes
+of a whole busy stretch of the link over its duration, ``observe_drain``: single ACKs that
+bunch up behind bulk data would show rates beyond the link's), not the down-at-once estimate
+the timers use. A CPU stall on a loaded host only ever lowers a sample (the ACK comes late),
+so one stall must not narrow the format; a link that is slow every time shows it in the
+majority of its samples within a round or two (a leaf's link drains once a round).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 ALPHA = 0.125
@@ -31,6 +40,7 @@ MIN_RATE_SAMPLE_BYTES = 16_384  # smaller ACKed units measure the round trip, no
 # Timers count on 1/RATE_HEADROOM of a link's measured rate when that is above the floor: a
 # link may get this much slower between two samples without a unit on it judged lost.
 RATE_HEADROOM = 8.0
+RATE_SAMPLES_KEPT = 5  # the last rate samples of a link that typical_rate takes the median of
 
 
 @dataclass
@@ -42,10 +52,14 @@ class LinkEstimate:
     # Seconds from our start of a round to this child's first frame in it: up at once, down
     # slowly (a slow round raises it for the next ones).
     first_frame: float | None = None
+    recent_rates: list[float] = field(default_factory=list)  # the last RATE_SAMPLES_KEPT samples
 
     def observe_first_frame(self, seconds: float) -> None:
         previous = self.first_frame if self.first_frame is not None else seconds
         self.first_frame = max(seconds, 0.8 * previous + 0.2 * seconds)
+
+    def observe_drain(self, rate: float) -> None:
+        self.recent_rates = [*self.recent_rates[1 - RATE_SAMPLES_KEPT :], rate]
 
     def observe_rate(self, rate: float) -> None:
         # Down at once, up slowly: timers that trust a link too fast call a slow peer silent.
@@ -119,6 +133,14 @@ class LinkEstimators:
             return self.rate_floor
         return max(min(self.rate_floor, est.rate), est.rate / RATE_HEADROOM)
 
+    def typical_rate(self, peer: int) -> float | None:
+        """The median of the link's recent drain samples in bytes/s (None: never measured),
+        with fixed timeouts too: what our units usually drain at towards ``peer``."""
+        est = self.peers.get(peer)
+        if est is None or not est.recent_rates:
+            return None
+        return statistics.median(est.recent_rates)
+
     def observe_first_frame(self, peer: int, seconds: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe_first_frame(max(0.0, seconds))
 
@@ -139,6 +161,12 @@ class LinkEstimators:
         """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""
         if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
             self.peers.setdefault(peer, LinkEstimate()).observe_rate(nbytes / seconds)
+
+    def observe_drain(self, peer: int, nbytes: int, seconds: float) -> None:
+        """The link to ``peer`` drained ``nbytes`` of units sent once in ``seconds``: from the
+        first unit sent onto the idle link to the ACK after which nothing was unACKed."""
+        if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
+            self.peers.setdefault(peer, LinkEstimate()).observe_drain(nbytes / seconds)
 
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:

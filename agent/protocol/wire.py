@@ -65,6 +65,7 @@ class DType(enum.IntEnum):
 
 # The wire formats of values by their configuration names (agent option ``wire_dtype``).
 WIRE_DTYPES: dict[str, DType] = {"float32": DType.F32, "float16": DType.F16, "int8": DType.I8}
+WIRE_NAMES: dict[DType, str] = {dtype: name for name, dtype in WIRE_DTYPES.items()}
 
 _ITEM: dict[DType, np.dtype[Any]] = {DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.I8: np.dtype("i1"),
          DType.U32: np.dtype("<u4")}

@@ -34,6 +34,13 @@ ACCURACY: test accuracy (all 10,000 test images, mean over agents) after the las
 the same number of rounds for every wire format; VS FLOAT32: its difference from float32's
 at the same rate, in percentage points.
 
+AUTO (--wires auto, agent option wire_dtype = "auto"): every agent picks each frame's format
+from its link's measured rate (agent/protocol/wire_choice.py). Its bound and bytes/model are
+those of the format its agents sent most frames of values in (from round 2 on; the wire
+column says which: "auto (int8)"; "-" when the agents did not say); its bytes/model compare
+each round with the model's bytes in the mix of formats that round's frames used. Issue 19
+wants it never more than 20 % slower than the best fixed format at the same rate.
+
 --loss-burst AGENT: also a burst of 20 % frame loss on that agent (its link frames, sent and
 received) in rounds 5 and 6; RECOVERY: the rounds after the burst until every later round is
 back within 1.25x the median of the clean rounds before it and not degraded (issue 19: within
@@ -73,7 +80,9 @@ from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
 
 DESCRIPTION = __doc__
 DEFAULT_RATES = (2.0, 6.0, 12.5, 50.0)  # MB/s: slow Wi-Fi, Wi-Fi, 100 Mbit/s Ethernet, fast
-WIRES = tuple(wire.WIRE_DTYPES)  # float32, float16, int8
+FIXED_WIRES = tuple(wire.WIRE_DTYPES)  # float32, float16, int8
+AUTO_WIRE = "auto"
+WIRES = (*FIXED_WIRES, AUTO_WIRE)
 REFERENCE_WIRE = "float32"
 ARITY = 2  # the agents' default tree
 MIN_RATE_MB_S = 0.001  # the bandwidth fault's floor: 1000 bytes/s
@@ -83,6 +92,7 @@ OWN_OPTIONS = frozenset({"wire_dtype", "eval_every", "eval_samples"})
 MAX_BYTES_OVER_MODEL = 1.1
 MAX_RATIO_TO_BOUND = 1.5
 MAX_ACCURACY_DROP_PP = 0.3
+MAX_AUTO_OVER_BEST = 1.2  # auto's median allreduce over the best fixed format's, same rate
 # --loss-burst: LOSS_BURST_P frame loss on one agent for LOSS_BURST_ROUNDS rounds from round
 # LOSS_BURST_AT (issue 19: "back to full speed within MAX_RECOVERY_ROUNDS rounds of the
 # burst"); full speed: within RECOVERED_FACTOR of the median of the rounds before it.
@@ -109,8 +119,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="agents in every fleet")
     parser.add_argument("--rates", type=arg(rate_mb_s), nargs="+", default=list(DEFAULT_RATES),
                         metavar="MB_S", help="link rates, MB/s (10^6 bytes/s) each way through every agent's proxy")
-    parser.add_argument("--wires", nargs="+", choices=WIRES, default=list(WIRES),
-                        help="wire formats of the values (agent option wire_dtype)")
+    parser.add_argument("--wires", nargs="+", choices=WIRES, default=list(FIXED_WIRES),
+                        help="wire formats of the values (agent option wire_dtype; auto: each agent "
+                             "picks per link from its measured rate)")
     parser.add_argument("--rounds", type=arg(whole(WARMUP_ROUNDS + 1, None, "a number of rounds")), default=30,
                         help=f"rounds of every run (the medians leave out the first {WARMUP_ROUNDS})")
     parser.add_argument("--repeats", type=arg(whole(1, None, "a number of runs")), default=1,
@@ -249,10 +260,22 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
                load: float | None = None) -> dict[str, Any]:
     """One run's figures (see the module's description)."""
     spec = run.scenario
-    bound = link_bound(spec.nodes, dtype, rate, chunk_values(spec), prefix)
-    times = split_rounds(run.rows, None, None)["fault_free"]
     measured = [r for r in run.rows if int(r["round"]) >= WARMUP_ROUNDS]
-    over = [float(r.get("bytes_sent") or 0) / bound["model_bytes"] for r in measured]
+    used = wire_frames_used(measured)
+    # auto: the bound of the format the agents used most (none said: no bound)
+    bound_wire = dtype if dtype != AUTO_WIRE else max(used, key=lambda w: used[w], default=None)
+    bound: dict[str, Any] = {"node": None, "direction": None, "bytes": None, "model_bytes": None, "bound_s": None}
+    if bound_wire in wire.WIRE_DTYPES:
+        bound = link_bound(spec.nodes, bound_wire, rate, chunk_values(spec), prefix)
+    times = split_rounds(run.rows, None, None)["fault_free"]
+    model = bound["model_bytes"]
+    over = [float(r.get("bytes_sent") or 0) / model for r in measured] if model else []
+    if dtype == AUTO_WIRE and model:
+        # Each round against the model's bytes in the formats that round used: the first
+        # limited rounds still go wide (their links' rates are not known yet).
+        models = {w: link_bound(spec.nodes, w, rate, chunk_values(spec), prefix)["model_bytes"]
+                  for w in used if w in wire.WIRE_DTYPES}
+        over = [float(r.get("bytes_sent") or 0) / _mixed_model_bytes(r, models, model) for r in measured]
     spread = summary(times) if times else None
     median = round(spread["median"], 4) if spread else None
     points = curve(run)
@@ -268,7 +291,8 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
         "allreduce_s_max": round(spread["max"], 4) if spread else None,
         "busiest_link": {k: bound[k] for k in ("node", "direction", "bytes")}, "chunk_values": chunk_values(spec),
         "model_bytes": bound["model_bytes"], "bound_s": bound["bound_s"],
-        "ratio_to_bound": round(median / bound["bound_s"], 2) if median is not None else None,
+        "ratio_to_bound": round(median / bound["bound_s"], 2) if median is not None and bound["bound_s"] else None,
+        "wire_frames": used, "bound_wire": bound_wire,
         "degraded_rounds": sum(1 for r in run.rows if (r.get("degraded_nodes") or 0) > 0),
         "bytes_over_model_median": round(statistics.median(over), 3) if over else None,
         "bytes_over_model_max": round(max(over), 3) if over else None,
@@ -279,6 +303,28 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
         "allreduce_s_by_round": [r.get("allreduce_s_max") for r in run.rows],
         **_burst_fields(spec, run.rows),
     }
+
+
+def _mixed_model_bytes(row: dict[str, Any], models: dict[str, int], default: int) -> float:
+    """One fault-free allreduce's frames in the mix of formats ``row``'s frames of values used
+    (each format's model bytes weighted by its share of those frames; ``default`` when the
+    round says nothing)."""
+    from simulate.report import parse_wire_frames
+
+    frames = {w: n for w, n in parse_wire_frames(row.get("wire_frames")).items() if w in models}
+    total = sum(frames.values())
+    return sum(n / total * models[w] for w, n in frames.items()) if total else float(default)
+
+
+def wire_frames_used(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Frames of values the agents sent by wire format over ``rows`` (rounds.csv's
+    wire_frames), most used first."""
+    from simulate.report import parse_wire_frames
+
+    total: Counter[str] = Counter()
+    for r in rows:
+        total.update(parse_wire_frames(r.get("wire_frames")))
+    return dict(total.most_common())
 
 
 def _burst_fields(spec: FleetScenario, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -330,11 +376,31 @@ def criteria(doc: dict[str, Any]) -> list[dict[str, Any]]:
              [f"{run_label(r, repeats)}: " + ("never back" if r["recovery_rounds"] is None
                                              else f"{r['recovery_rounds']} rounds") for r in burst
               if r["recovery_rounds"] is None or r["recovery_rounds"] > MAX_RECOVERY_ROUNDS])
-    item(f"float16 and int8 test accuracy within {MAX_ACCURACY_DROP_PP} pp of float32 after "
-         f"{doc['rounds']} rounds (same rate)",
+    autos = [r for r in results if r["wire_dtype"] == AUTO_WIRE]
+    if autos:
+        item(f"auto never worse than the best fixed format by more than {MAX_AUTO_OVER_BEST - 1:.0%} in time "
+             "(median allreduce, same rate)", [m for r in autos if (m := _auto_miss(r, results, repeats))])
+    item(f"float16 and int8{' (and auto)' if autos else ''} test accuracy within {MAX_ACCURACY_DROP_PP} pp of "
+         f"float32 after {doc['rounds']} rounds (same rate)",
          [f"{run_label(r, repeats)}: {r['accuracy_vs_float32_pp']} pp" for r in results if r["wire_dtype"] != REFERENCE_WIRE
           and (r.get("accuracy_vs_float32_pp") is None or abs(r["accuracy_vs_float32_pp"]) > MAX_ACCURACY_DROP_PP)])
     return out
+
+
+def _auto_miss(r: dict[str, Any], results: list[dict[str, Any]], repeats: int) -> str | None:
+    """Why auto run ``r`` misses its criterion (None: it holds): slower than MAX_AUTO_OVER_BEST
+    x the fastest fixed format at its rate and repeat, or nothing to compare with."""
+    fixed = [x for x in results if x["wire_dtype"] != AUTO_WIRE and x["rate_mb_s"] == r["rate_mb_s"]
+             and x["repeat"] == r["repeat"] and x["allreduce_s_median"] is not None]
+    if not fixed:
+        return f"{run_label(r, repeats)}: no fixed format ran at this rate"
+    best = min(fixed, key=lambda x: x["allreduce_s_median"])
+    if r["allreduce_s_median"] is None:
+        return f"{run_label(r, repeats)}: no median"
+    ratio = r["allreduce_s_median"] / best["allreduce_s_median"]
+    if ratio > MAX_AUTO_OVER_BEST:
+        return f"{run_label(r, repeats)}: {ratio:.2f}x {best['wire_dtype']}'s {best['allreduce_s_median']} s"
+    return None
 
 
 def run_label(r: dict[str, Any], repeats: int) -> str:
@@ -343,7 +409,10 @@ def run_label(r: dict[str, Any], repeats: int) -> str:
 
 
 def _wire(r: dict[str, Any], repeats: int) -> str:
-    return r["wire_dtype"] + (f" #{r['repeat'] + 1}" if repeats > 1 else "")
+    name = r["wire_dtype"]
+    if name == AUTO_WIRE:
+        name += f" ({r.get('bound_wire') or '-'})"  # the format its bound is of
+    return name + (f" #{r['repeat'] + 1}" if repeats > 1 else "")
 
 
 def run(args: argparse.Namespace) -> int:

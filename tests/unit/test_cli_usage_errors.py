@@ -72,7 +72,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "bench-allreduce-nodes": (["bench", "allreduce", "--nodes", "3"], "--nodes >= 7"),
     "bench-accuracy-rounds-0": (["bench", "accuracy", "--rounds", "0"], "--rounds >= 1"),
     "bench-loss-p": (["bench", "loss", "--p", "1.5"], "p < 1"),
-    "bench-links-wire-auto": (["bench", "links", "--wires", "auto"], "invalid choice: 'auto'"),
+    "bench-links-wire-bfloat16": (["bench", "links", "--wires", "bfloat16"], "invalid choice: 'bfloat16'"),
     "bench-links-rate-0": (["bench", "links", "--rates", "6", "0"], "MB/s >= 0.001"),
     "bench-links-own-option": (["bench", "links", "--agent-option", "wire_dtype=int8"], "sets it itself"),
     "bench-links-bad-option": (["bench", "links", "--agent-option", "round_deadline=0"], "round_deadline"),

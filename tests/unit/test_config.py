@@ -19,3 +19,19 @@ def test_a_decaying_lr_schedule_needs_a_known_number_of_rounds() -> None:
 def test_bad_schedule_options_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         AgentConfig(id=0, rounds=10, **bad)  # type: ignore[arg-type]
+
+
+def test_wire_dtype_auto_maps_to_the_ft_trees_per_link_choice_and_is_for_ft_tree_only() -> None:
+    from agent.core_config import allreduce_config
+    from agent.protocol.wire import DType
+    from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
+
+    auto = allreduce_config(AgentConfig(id=0, wire_dtype="auto", wire_budget=0.3))
+    assert (auto.wire_auto, auto.wire_dtype, auto.wire_budget) == (True, DType.F32, 0.3)
+    fixed = allreduce_config(AgentConfig(id=0, wire_dtype="int8"))
+    assert (fixed.wire_auto, fixed.wire_dtype, fixed.wire_budget) == (False, DType.I8, AUTO_WIRE_BUDGET)
+    assert AgentConfig(id=0).wire_dtype == "float32"  # not the default
+    with pytest.raises(ValidationError, match="for the ft-tree algorithm"):
+        AgentConfig(id=0, wire_dtype="auto", algorithm="rps")
+    with pytest.raises(ValidationError):
+        AgentConfig(id=0, wire_budget=0)

@@ -506,3 +506,15 @@ def _chunk_counts_sent(view: View) -> set[int]:
 def test_every_member_cuts_the_vector_as_the_view_of_the_round_says() -> None:
     assert _chunk_counts_sent(View(1, [0, 1, 2], 2, 0, 0)) == {1}  # the configured 262,144
     assert _chunk_counts_sent(View(1, [0, 1, 2], 2, 0, 0, chunk_values=32_768)) == {4}
+
+
+def test_the_telemetry_of_a_round_says_which_wire_formats_its_frames_of_values_used() -> None:
+    core = _running_core()
+    stats = RoundStats(wire_frames={"float32": 2, "int8": 4})
+    result = RoundResult(0, np.zeros(4, np.float32), (frozenset({0, 1}),), (), False, None, stats, {})
+    tel = telemetry_for(core, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
+                        model_hash=0, wall_time=1.0)
+    assert Telemetry.decode(tel.encode()).wire_frames == {"float32": 2, "int8": 4}
+    none = telemetry_for(core, RoundReport(0, 1, 4, 1.0, None, {}, []), algorithm="ft-tree",
+                         model_hash=0, wall_time=1.0)
+    assert none.wire_frames == {}

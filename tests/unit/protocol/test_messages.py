@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -177,3 +178,12 @@ def test_anything_decodes_to_a_message_or_a_message_error(data: bytes) -> None:
             assert exc.reason in ("bad_json", "unknown_field", "bad_field", "too_large")
         else:
             assert kind.decode(message.encode()) == message
+
+
+def test_telemetry_wire_frames_are_counts_by_format() -> None:
+    tel = Telemetry(node=1, round=2, epoch=0, algorithm="ft-tree", wall_time=1.0, wire_frames={"int8": 3})
+    assert Telemetry.decode(tel.encode()).wire_frames == {"int8": 3}
+    assert Telemetry.decode(Telemetry(node=1, round=2, epoch=0, algorithm="ft-tree", wall_time=1.0).encode()).wire_frames == {}
+    for bad in ({"int8": -1}, {"int8": "3"}, {f"f{i}": 1 for i in range(9)}):
+        with pytest.raises(MessageError):
+            Telemetry.decode(replace(tel, wire_frames=bad).encode())

@@ -239,7 +239,7 @@ def test_bad_rates_are_refused(text: str) -> None:
     assert links.rate_mb_s("12.5") == 12.5
 
 
-@pytest.mark.parametrize("argv", [["--wires", "auto"], ["--rates", "0"], ["--rounds", "2"],
+@pytest.mark.parametrize("argv", [["--wires", "bfloat16"], ["--rates", "0"], ["--rounds", "2"],
                                   ["--nodes", "1"], ["--repeats", "0"]])
 def test_bad_arguments_stop_the_parser_with_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
@@ -308,3 +308,76 @@ def test_the_report_renders_the_section_with_table_criteria_and_plot(tmp_path: P
     assert "- **incomplete** 2 MB/s float32: the fleet halted" in evaluation.render_links(doc, ctx)
     assert "![median allreduce" in text and (tmp_path / "img" / "links.png").stat().st_size > 0
     assert any(s.bench == "links" and s.title.startswith("Slow links") for s in evaluation.SECTIONS)
+
+
+# -- wire_dtype auto ----------------------------------------------------------------------
+
+
+def _auto_run(seconds: float, used: str | None = "float32:4 int8:40", rate: float = 6.0) -> dict[str, Any]:
+    run = _run("int8", rate, seconds=seconds)  # bytes as int8's: what the agents mostly sent
+    for row in run.rows:
+        row["wire_frames"] = used
+    return links.run_result(run, rate, "auto", 0)
+
+
+def test_auto_is_a_wire_choice_and_its_agents_get_the_option() -> None:
+    args = _args("--wires", "float32", "auto", "--rates", "6")
+    assert links.plan(args) == [(6.0, "float32", 0), (6.0, "auto", 0)]
+    links.check(args)  # the simulator's scenario check takes it
+    scenario = parse_scenario(links.scenario_for(args, 6.0, "auto", 0).toml(), "x")
+    assert scenario.agent["wire_dtype"] == "auto"
+    assert _args().wires == ["float32", "float16", "int8"]  # not a default: measured first
+
+
+def test_an_auto_run_is_bounded_by_the_format_its_agents_used_most() -> None:
+    r = _auto_run(seconds=0.3)
+    assert r["bound_wire"] == "int8" and r["wire_frames"] == {"int8": 8 * 40, "float32": 8 * 4}  # rounds 2-9
+    assert r["bound_s"] == links.link_bound(7, "int8", 6.0)["bound_s"]
+    f32, i8 = (links.link_bound(7, w, 6.0)["model_bytes"] for w in ("float32", "int8"))
+    # Rounds that sent int8's bytes against a model of 4 float32 and 40 int8 frames in 44.
+    assert r["bytes_over_model_max"] == pytest.approx(i8 / (4 / 44 * f32 + 40 / 44 * i8), abs=1e-3)
+    assert links.table_rows(_doc([r]))[0][1] == "auto (int8)"
+    mostly_wide = _auto_run(seconds=0.3, used="float32:30 int8:4")
+    assert mostly_wide["bound_wire"] == "float32"
+    assert mostly_wide["bound_s"] == links.link_bound(7, "float32", 6.0)["bound_s"]
+    # Agents that did not say: no bound, no ratio, no bytes/model, and the criteria miss.
+    silent = _auto_run(seconds=0.3, used=None)
+    assert silent["bound_wire"] is None and silent["bound_s"] is None and silent["ratio_to_bound"] is None
+    assert silent["bytes_over_model_max"] is None
+    assert links.table_rows(_doc([silent]))[0][1] == "auto (-)"
+    assert not _doc([silent])["must_show"][1]["holds"]
+
+
+def test_auto_may_be_at_most_20_percent_slower_than_the_best_fixed_format_at_its_rate() -> None:
+    f32 = links.run_result(_run("float32", seconds=1.0), 6.0, "float32", 0)
+    i8 = links.run_result(_run("int8", seconds=0.3), 6.0, "int8", 0)
+    other_rate = links.run_result(_run("int8", 2.0, seconds=0.1), 2.0, "int8", 0)
+
+    def auto_item(results: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(c for c in _doc(results)["must_show"] if c["criterion"].startswith("auto never worse"))
+
+    assert auto_item([f32, i8, other_rate, _auto_run(seconds=0.34)])["holds"]  # 1.06x int8's
+    slow = auto_item([f32, i8, other_rate, _auto_run(seconds=0.5)])
+    assert not slow["holds"] and slow["misses"][0].startswith("6 MB/s auto (int8): 1.56x")
+    assert "int8's" in slow["misses"][0]
+    alone = auto_item([other_rate, _auto_run(seconds=0.3)])
+    assert alone["misses"] == ["6 MB/s auto (int8): no fixed format ran at this rate"]
+    # No auto run: no such item; and auto's accuracy is held to float32's like the others.
+    assert not any(c["criterion"].startswith("auto") for c in _doc([f32, i8])["must_show"])
+    accuracy = _doc([f32, i8, _auto_run(seconds=0.3)])["must_show"][-1]
+    assert "(and auto)" in accuracy["criterion"] and accuracy["holds"]
+
+
+def test_an_auto_rounds_bytes_are_compared_with_the_model_in_the_formats_that_round_used() -> None:
+    run = _run("int8", 6.0, seconds=0.3)
+    f32 = links.link_bound(7, "float32", 6.0)["model_bytes"]
+    i8 = links.link_bound(7, "int8", 6.0)["model_bytes"]
+    for row in run.rows:
+        row["wire_frames"] = "int8:24"
+    run.rows[2].update(wire_frames="float32:24", bytes_sent=f32)  # not measured yet: float32
+    run.rows[3].update(wire_frames="float32:12 int8:12", bytes_sent=(f32 + i8) // 2)
+    r = links.run_result(run, 6.0, "auto", 0)
+    assert r["bound_wire"] == "int8"
+    assert r["bytes_over_model_max"] == pytest.approx(1.0, abs=1e-3)  # not 4x int8's bytes
+    run.rows[4]["bytes_sent"] = 2 * i8  # an int8 round that sent twice its bytes
+    assert links.run_result(run, 6.0, "auto", 0)["bytes_over_model_max"] == pytest.approx(2.0, abs=1e-3)

@@ -188,3 +188,15 @@ def test_an_empty_log_still_gives_a_report(tmp_path: Path) -> None:
     summary = report.write_report(tmp_path, [], {})
     assert summary["rounds"] == 0 and summary["final_test_accuracy"] is None
     assert (tmp_path / "report.md").is_file()
+
+
+def test_rounds_say_which_wire_formats_the_agents_frames_of_values_used(tmp_path: Path) -> None:
+    records = [_telemetry(n, 0) | {"wire_frames": {"float32": 2}} for n in range(3)]
+    records += [_telemetry(n, 1) | {"wire_frames": {"float32": 1, "int8": 2}} for n in range(2)]
+    records.append(_telemetry(2, 1))  # an agent that does not say
+    rows = report.rounds_table(records)
+    assert [r.wire_frames for r in rows] == ["float32:6", "float32:2 int8:4"]
+    assert report.parse_wire_frames(rows[1].wire_frames) == {"float32": 2, "int8": 4}
+    assert report.parse_wire_frames("") == {} == report.parse_wire_frames(None)
+    assert report.parse_wire_frames("int8:x float16:3") == {"float16": 3}
+    assert "wire_frames" in report.ROUND_COLUMNS
