@@ -195,6 +195,8 @@ def render_compare(doc: dict[str, Any], ctx: Context) -> str:
     if doc.get("own_options"):
         parts.append(f"Arms `edgegrove` and `edgegrove-fp16` only (not `before`): "
                      f"`{' '.join(doc['own_options'])}`.")
+    if doc.get("note"):
+        parts.append(str(doc["note"]))  # what the sitting's JSON alone does not say
     parts.append(markdown_table(TABLE_HEADERS, table_rows(doc)))
     return "\n\n".join(parts)
 
