@@ -42,7 +42,7 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES, DownlinkRate, chunk_values_for
+from agent.protocol.chunking import DownlinkRate, chunk_values_for
 from agent.protocol.membership import (
     SUSPICION_RTTS,
     Membership,
@@ -273,7 +273,6 @@ class AgentCore:
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
         self.downlink = DownlinkRate()
-        self._chunked: AllreduceConfig | None = None  # allreduce config at a view's chunk size
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
             offline_settle=config.offline_settle)
@@ -380,8 +379,7 @@ class AgentCore:
             if isinstance(frame, Rejection):
                 self.counters.rejected[frame.reason.value] += 1
                 return []
-            if len(payload) >= DOWNLINK_SAMPLE_BYTES:
-                self.downlink.observe(len(payload), arrival)
+            self.downlink.observe(len(payload), arrival)  # large ones only
             if fanned and not _is_fanned_result(frame):
                 # A fan-out reaches every member: only a result for all (the round machine
                 # takes it from the round's root only), never a frame meant for one of them.
@@ -472,9 +470,7 @@ class AgentCore:
         base = self.config.allreduce
         if not view.chunk_values or view.chunk_values == base.chunk_size:
             return base
-        if self._chunked is None or self._chunked.chunk_size != view.chunk_values:
-            self._chunked = replace(base, chunk_size=view.chunk_values)
-        return self._chunked
+        return replace(base, chunk_size=view.chunk_values)  # once a round
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our

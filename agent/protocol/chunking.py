@@ -24,7 +24,7 @@ Pure: no clock, no IO; the core feeds samples and asks after each round.
 
 from __future__ import annotations
 
-from collections import deque
+from agent.protocol.rto import RecentRates
 
 # The sizes a chunk may have (agent option ``chunk_size``, ``View.chunk_values``).
 MIN_CHUNK_VALUES, MAX_CHUNK_VALUES = 64, 1 << 20
@@ -56,20 +56,19 @@ class DownlinkRate:
     is the link (the loaded loopback's 2nd percentile was 0.56 GB/s)."""
 
     def __init__(self, samples: int = DOWNLINK_SAMPLES) -> None:
-        self._rates: deque[float] = deque(maxlen=samples)
+        self._rates = RecentRates(samples)
+        self._enough = max(1, samples // 2)
 
     def observe(self, nbytes: int, seconds: float) -> None:
         """A message of ``nbytes`` arrived ``seconds`` after its first byte (0: in one read,
         faster than we can time)."""
         if nbytes < DOWNLINK_SAMPLE_BYTES or not seconds >= 0:
             return  # too small to say anything about the link
-        self._rates.append(nbytes / seconds if seconds > 0 else float("inf"))
+        self._rates.add(nbytes / seconds if seconds > 0 else float("inf"))
 
     def rate(self) -> float | None:
         """None until enough samples to judge (half the window)."""
-        if len(self._rates) < max(1, (self._rates.maxlen or 1) // 2):
-            return None
-        return sorted(self._rates)[len(self._rates) // 4]
+        return self._rates.lower_quartile() if len(self._rates) >= self._enough else None
 
 
 def chunk_values_for(rate: float | None, current: int, configured: int) -> int:

@@ -418,10 +418,11 @@ class Membership:
 
     def _publish(self, members: list[int], epoch: int, from_round: int,
                  chunk_values: int | None = None) -> list[PublishView]:
-        # A membership change keeps the chunks of the newest view (a new coordinator decides
-        # again from its own links).
-        chunks = self.newest.chunk_values if chunk_values is None and self.views else chunk_values or 0
+        if chunk_values is None:
+            # A membership change keeps the chunks of the newest view (a new coordinator
+            # decides again from its own links).
+            chunk_values = self.newest.chunk_values if self.views else 0
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
-                    from_round=from_round, chunk_values=chunks)
+                    from_round=from_round, chunk_values=chunk_values)
         self.on_view(view)
         return [PublishView(view)]

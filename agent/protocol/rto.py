@@ -31,6 +31,7 @@ majority of its samples within a round or two (a leaf's link drains once a round
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 ALPHA = 0.125
@@ -43,6 +44,27 @@ RATE_HEADROOM = 8.0
 RATE_SAMPLES_KEPT = 5  # the last rate samples of a link that typical_rate takes the median of
 
 
+class RecentRates:
+    """The latest rate samples of a link (bytes/s), oldest dropped first: the window both the
+    wire format choice (``typical_rate``) and the fleet's chunk size (agent/protocol/chunking.py)
+    read an order statistic from."""
+
+    def __init__(self, keep: int) -> None:
+        self._rates: deque[float] = deque(maxlen=keep)
+
+    def __len__(self) -> int:
+        return len(self._rates)
+
+    def add(self, rate: float) -> None:
+        self._rates.append(rate)
+
+    def median(self) -> float | None:
+        return statistics.median(self._rates) if self._rates else None
+
+    def lower_quartile(self) -> float | None:
+        return sorted(self._rates)[len(self._rates) // 4] if self._rates else None
+
+
 @dataclass
 class LinkEstimate:
     srtt: float | None = None
@@ -52,14 +74,11 @@ class LinkEstimate:
     # Seconds from our start of a round to this child's first frame in it: up at once, down
     # slowly (a slow round raises it for the next ones).
     first_frame: float | None = None
-    recent_rates: list[float] = field(default_factory=list)  # the last RATE_SAMPLES_KEPT samples
+    drains: RecentRates = field(default_factory=lambda: RecentRates(RATE_SAMPLES_KEPT))
 
     def observe_first_frame(self, seconds: float) -> None:
         previous = self.first_frame if self.first_frame is not None else seconds
         self.first_frame = max(seconds, 0.8 * previous + 0.2 * seconds)
-
-    def observe_drain(self, rate: float) -> None:
-        self.recent_rates = [*self.recent_rates[1 - RATE_SAMPLES_KEPT :], rate]
 
     def observe_rate(self, rate: float) -> None:
         # Down at once, up slowly: timers that trust a link too fast call a slow peer silent.
@@ -137,9 +156,7 @@ class LinkEstimators:
         """The median of the link's recent drain samples in bytes/s (None: never measured),
         with fixed timeouts too: what our units usually drain at towards ``peer``."""
         est = self.peers.get(peer)
-        if est is None or not est.recent_rates:
-            return None
-        return statistics.median(est.recent_rates)
+        return None if est is None else est.drains.median()
 
     def observe_first_frame(self, peer: int, seconds: float) -> None:
         self.peers.setdefault(peer, LinkEstimate()).observe_first_frame(max(0.0, seconds))
@@ -166,7 +183,7 @@ class LinkEstimators:
         """The link to ``peer`` drained ``nbytes`` of units sent once in ``seconds``: from the
         first unit sent onto the idle link to the ACK after which nothing was unACKed."""
         if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
-            self.peers.setdefault(peer, LinkEstimate()).observe_drain(nbytes / seconds)
+            self.peers.setdefault(peer, LinkEstimate()).drains.add(nbytes / seconds)
 
     def observe_round(self, seconds: float) -> None:
         if self.round_time is None:
