@@ -53,9 +53,9 @@ def test_the_typical_rate_is_the_median_of_the_last_drains_so_one_stall_does_not
     for _ in range(RATE_SAMPLES_KEPT // 2):
         links.observe_drain(1, 1_000_000, 0.5)
     assert links.typical_rate(1) == pytest.approx(2 * MB)
-    assert len(links.peers[1].recent_rates) == RATE_SAMPLES_KEPT
+    assert len(links.peers[1].drains) == RATE_SAMPLES_KEPT
     links.observe_drain(1, 1_000, 0.5)  # a small unit measures the round trip: not a sample
-    assert len(links.peers[1].recent_rates) == RATE_SAMPLES_KEPT
+    assert len(links.peers[1].drains) == RATE_SAMPLES_KEPT
     # The timers' samples (single ACKs) are another estimate: they do not move this one.
     links.observe_rate(1, 1_000_000, 0.01)
     assert links.typical_rate(1) == pytest.approx(2 * MB) and links.peers[1].rate == pytest.approx(100 * MB)
