@@ -218,6 +218,9 @@ class RoundReport:
     accuracy: float | None = None
     bytes_sent: int = 0
     bytes_received: int = 0
+    # The core clock's time when the round's allreduce ended (0: not said); the runtime turns
+    # it into the wall-clock ``Telemetry.reduced_at``.
+    ended_at: float = 0.0
 
     @property
     def degraded(self) -> bool:
@@ -1058,7 +1061,7 @@ class AgentCore:
             round=self.round, epoch=current.view.epoch, members=len(current.view.members),
             loss=current.loss, result=result, phase_seconds=seconds, notes=self.notes,
             bytes_sent=self.counters.bytes_sent - current.bytes_sent,
-            bytes_received=self.counters.bytes_received - current.bytes_received)
+            bytes_received=self.counters.bytes_received - current.bytes_received, ended_at=now)
         self.notes = []
         self.current = None
         return report
@@ -1252,8 +1255,9 @@ class AgentCore:
 
 
 def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model_hash: int,
-                  wall_time: float, machine: str = "") -> Telemetry:
-    """The telemetry message of one reported round."""
+                  wall_time: float, machine: str = "", reduced_at: float = 0.0) -> Telemetry:
+    """The telemetry message of one reported round; ``reduced_at``: the wall-clock time the
+    round's allreduce ended (0: not said)."""
     result = report.result
     stats = result.stats if result is not None else None
     contributors = set().union(*result.contributors) if result is not None and result.contributors else set()
@@ -1273,7 +1277,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         links={str(k): v for k, v in result.link_states.items()} if result is not None else {},
         model_hash=f"{model_hash:08x}",
         events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
-        machine=machine,
+        machine=machine, reduced_at=reduced_at,
     )
 
 

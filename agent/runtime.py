@@ -261,9 +261,13 @@ class AgentRuntime:
         if self.on_round is not None:
             self.on_round(report)
         if self.config.telemetry:
+            wall = time.time()
+            # The core's clock is monotonic; the wall clock lets a bench line up the agents of one
+            # host (the fleet's collective time after its last gradient).
+            reduced_at = wall - (self.clock.now() - report.ended_at) if report.ended_at else 0.0
             telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
-                                      model_hash=self.backend.model_hash(), wall_time=time.time(),
-                                      machine=os.uname().machine)
+                                      model_hash=self.backend.model_hash(), wall_time=wall,
+                                      machine=os.uname().machine, reduced_at=reduced_at)
             self._publish(self.topics.telemetry(self.core.node), telemetry.encode())
 
     def _evaluate(self) -> float | None:

@@ -185,7 +185,11 @@ def render_compare(doc: dict[str, Any], ctx: Context) -> str:
              f"edgegrove {doc['rounds'] - doc['warmup']} measured rounds per run (slowest agent's "
              f"allreduce phase), gloo {doc['gloo_iterations']} iterations per run (slowest rank); "
              f"torch {doc.get('torch') or 'absent (no gloo arm)'}. 'x gloo': the arm's median over "
-             "gloo's median in the same run; 'bound': bytes through the broker / its measured "
+             "gloo's median in the same run. 'after last gradient': per round, from the moment the "
+             "fleet's last agent had its gradient to the moment its last agent had the result (the "
+             "agents' wall clocks, one host), the span gloo's barrier-then-allreduce times; the "
+             "agent's own phase also holds its wait for the other agents' gradients, computed on "
+             "the same 2 cores ('-': an arm whose agents do not report it). 'bound': bytes through the broker / its measured "
              "throughput; CPU: all agents' user + system seconds per round (median over runs)."]
     if doc.get("baseline"):
         parts.append("Arm `before`: the agents of the code before this change "

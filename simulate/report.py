@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,7 @@ ROUND_COLUMNS = (
     "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
     "round_s_max", "bytes_sent", "bytes_received", "reroutes", "timeouts", "nacks",
     "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active", "wire_frames",
+    "after_last_gradient_s",
 )
 
 
@@ -68,6 +70,9 @@ class RoundRow:
     faults_active: str = ""
     # Frames of values the agents sent, by wire format: "float32:4 int8:20" (see wire_frames_text)
     wire_frames: str = ""
+    # From the moment the last agent had its gradient to the moment the last agent had the
+    # result (see after_last_gradient); None when an agent did not say when its round ended.
+    after_last_gradient_s: float | None = None
 
 
 @dataclass
@@ -124,8 +129,26 @@ def rounds_table(records: Iterable[Record], faults: Sequence[FaultOutcome] = ())
             distinct_hashes=len({t.get("model_hash", "") for t in tels}),
             faults_active=" ".join(active),
             wire_frames=wire_frames_text(tels),
+            after_last_gradient_s=after_last_gradient(
+                [(float(t.get("reduced_at", 0.0)), float(t.get("phase_seconds", {}).get("allreduce", 0.0)))
+                 for t in tels]),
         ))
     return rows
+
+
+def after_last_gradient(ends: Sequence[tuple[float, float]]) -> float | None:
+    """One round's collective time as a barrier-then-allreduce bench (gloo) measures it: from
+    the moment the fleet's last agent had its gradient to the moment its last agent had the
+    result, from every agent's (wall-clock end of its allreduce, its allreduce seconds).
+
+    An agent's own allreduce phase also holds the wait for the others' gradients (on a shared
+    host, their compute); this figure does not. Only agents of one host share a wall clock, so
+    only benches on one host use it. None when an agent did not say (reduced_at 0) or said
+    something that is not a time."""
+    if not ends or any(not (math.isfinite(end) and end > 0 and math.isfinite(s) and s >= 0) for end, s in ends):
+        return None
+    last_gradient = max(end - s for end, s in ends)
+    return round(max(0.0, max(end for end, _ in ends) - last_gradient), 6)
 
 
 def wire_frames_text(tels: Sequence[Record]) -> str:

@@ -201,6 +201,9 @@ class Telemetry(_JsonMessage):
     # Frames of values this agent sent in the round by wire format ("float32", "float16",
     # "int8"): which ones wire_dtype "auto" chose. Optional, {} from an agent that does not say.
     wire_frames: dict[str, int] = field(default_factory=dict)
+    # Wall-clock time (seconds since the epoch) at which the round's allreduce ended, so that a
+    # bench can line up the agents of one host; optional, 0 from an agent that does not say.
+    reduced_at: float = 0.0
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
@@ -216,6 +219,7 @@ class Telemetry(_JsonMessage):
         if not isinstance(self.machine, str) or len(self.machine) > 64:
             raise ValueError("machine must be a string of at most 64 characters")
         _check_number("wall_time", self.wall_time)
+        _check_number("reduced_at", self.reduced_at)
         _check_number("loss", self.loss, optional=True)
         _check_number("accuracy", self.accuracy, optional=True)
         if not isinstance(self.links, dict) or not all(

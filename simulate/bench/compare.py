@@ -4,7 +4,10 @@ For every fleet size N and every alternation: torch.distributed gloo averages th
 model's 407,050-float32 vector among N local processes (``bench gloo``'s measurement), then
 N real agents on a real mosquitto run fault-free ft-tree rounds (``bench round-profile``'s
 measurement: per round the SLOWEST agent's allreduce phase, the step ``bench allreduce``
-reports), then any extra arms (float16 on the wire, the code of another checkout). Arms
+reports; and the fleet's collective time after its last gradient, from the moment the last
+agent had its gradient to the moment the last had the result, which is what gloo's
+barrier-then-allreduce times), then any extra arms (float16 on the wire, the code of another
+checkout: its own `bench round-profile`, broker set-up and agents, in a process of its own). Arms
 alternate (gloo, edgegrove, ..., gloo, edgegrove, ...) so that a noisy neighbour on the
 shared host hits them alike. Figures: medians over all samples of an arm (gloo: iterations,
 edgegrove: measured rounds), the ratio edgegrove / gloo, the broker bound (bytes through the
@@ -19,7 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +59,9 @@ EDGEGROVE = "edgegrove"
 FP16 = "edgegrove-fp16"
 BEFORE = "before"
 BEFORE_FP16 = "before-fp16"
+# A baseline checkout with this file measures its own fleet (see _run_baseline_bench).
+BASELINE_BENCH = Path("simulate/bench/round_profile.py")
+BASELINE_GRACE_S = 60.0  # on top of --timeout: the baseline's start-up, then its clean-up
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +124,8 @@ def _run_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     options = ["wire_dtype=float16"] if arm in (FP16, BEFORE_FP16) else []
     if not before:
         options += args.own_option
+    elif (args.baseline / BASELINE_BENCH).is_file():
+        return _run_baseline_bench(nodes, args, options)
     # `python -m` puts the working directory first on sys.path, before PYTHONPATH: the agents
     # of the baseline arm must start in the baseline checkout, or they run this one's code.
     where = contextlib.chdir(args.baseline) if before else contextlib.nullcontext()
@@ -121,10 +134,52 @@ def _run_arm(arm: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
             res = round_profile.measure_fleet(nodes, _fleet_args(args, env, options), Path(tmp))
         except SystemExit as exc:  # measure_fleet gives up with a message
             return {"error": str(exc)}
+    return _arm_figures(res)
+
+
+def _arm_figures(res: dict[str, Any]) -> dict[str, Any]:
+    """One edgegrove run's figures from its round-profile result (a baseline's has no
+    ``after_last_gradient``: its agents did not say when their rounds ended)."""
+    after = [p.get("after_last_gradient") for p in res["per_round"]]
     return {"samples_ms": [1000 * p["allreduce_max"] for p in res["per_round"]],
+            "after_last_gradient_ms": [1000 * a for a in after if a is not None],
             "degraded_rounds": res["degraded_rounds"], "cpu_agents": res["cpu_s_per_round_agents"],
             "cpu_mosquitto": res["cpu_s_per_round"].get("mosquitto"), "bound_ms": 1000 * res["bound_s"],
             "period_s": res["round_period_s_median"]}
+
+
+def _run_baseline_bench(nodes: int, args: argparse.Namespace, options: list[str]) -> dict[str, Any]:
+    """The baseline checkout measures its own fleet: its round-profile starts its own broker
+    (with the credentials and ACL its agents expect; an old checkout's agents are refused by
+    this one's broker set-up) and reads its own agents' telemetry. Started in the checkout with
+    PYTHONPATH=it, so that every module it imports is its own."""
+    command = [sys.executable, "-m", "simulate.bench.round_profile", "--nodes", str(nodes),
+               "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--json",
+               "--broker-json", str(args.broker_json.resolve()), "--timeout", str(args.timeout)]
+    for option in [*args.agent_option, *options]:
+        command += ["--agent-option", option]
+    env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
+    proc = subprocess.Popen(command, cwd=args.baseline, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=args.timeout + BASELINE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # lets it stop its fleet and broker; then by force
+        try:
+            proc.communicate(timeout=BASELINE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        return {"error": f"the baseline's round-profile did not finish within {args.timeout:.0f} s"}
+    lines = out.strip().splitlines()
+    try:
+        res = json.loads(lines[-1])["results"][0] if proc.returncode == 0 and lines else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        res = None
+    if res is None:
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the baseline's round-profile failed (exit {proc.returncode}): {tail}"}
+    return _arm_figures(res)
 
 
 def measure_size(nodes: int, args: argparse.Namespace, have_torch: bool) -> dict[str, Any]:
@@ -147,6 +202,10 @@ def summarize(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
         if samples:
             entry["ms"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in summary(samples).items()}
             entry["run_medians_ms"] = [round(statistics.median(p["samples_ms"]), 2) for p in ok if p["samples_ms"]]
+        after = [s for p in ok for s in p.get("after_last_gradient_ms", [])]
+        if after:
+            entry["after_last_gradient_ms"] = {k: round(v, 2) if isinstance(v, float) else v
+                                               for k, v in summary(after).items()}
         if arm != GLOO and ok:
             entry["degraded_rounds"] = sum(p["degraded_rounds"] for p in ok)
             entry["cpu_s_per_round_agents"] = round(statistics.median(p["cpu_agents"] for p in ok), 4)
@@ -162,6 +221,9 @@ def summarize(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
         median = entry["ms"]["median"]
         entry["ratio_to_gloo"] = round(median / gloo_ms, 2) if gloo_ms else None
         entry["ratio_to_bound"] = round(median / entry["bound_ms"], 2) if entry.get("bound_ms") else None
+        if "after_last_gradient_ms" in entry:
+            after_median = entry["after_last_gradient_ms"]["median"]
+            entry["after_last_gradient_ratio_to_gloo"] = round(after_median / gloo_ms, 2) if gloo_ms else None
     return out
 
 
@@ -189,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-TABLE_HEADERS = ["nodes", "arm", "median ms", "p10 - p90 ms", "x gloo", "bound ms", "x bound",
-                 "agents CPU s/round", "degraded", "samples"]
+TABLE_HEADERS = ["nodes", "arm", "median ms", "p10 - p90 ms", "x gloo", "after last gradient ms",
+                 "after x gloo", "bound ms", "x bound", "agents CPU s/round", "degraded", "samples"]
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
@@ -198,15 +260,18 @@ def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
     for r in doc["results"]:
         for arm, e in r["arms"].items():
             if "ms" not in e:
-                rows.append([r["nodes"], arm, "error: " + "; ".join(e["errors"]), "", "", "", "", "", "", 0])
+                rows.append([r["nodes"], arm, "error: " + "; ".join(e["errors"]), "", "", "", "", "", "", "", "", 0])
                 continue
+            after = e.get("after_last_gradient_ms", {}).get("median")
             rows.append([r["nodes"], arm, e["ms"]["median"], f"{e['ms']['p10']:.1f} - {e['ms']['p90']:.1f}",
-                         e.get("ratio_to_gloo"), e.get("bound_ms"), e.get("ratio_to_bound"),
+                         e.get("ratio_to_gloo"), after, e.get("after_last_gradient_ratio_to_gloo"),
+                         e.get("bound_ms"), e.get("ratio_to_bound"),
                          e.get("cpu_s_per_round_agents"), e.get("degraded_rounds"), e["ms"]["n"]])
     return rows
 
 
 def render_table(doc: dict[str, Any]) -> str:
     return (f"allreduce of {doc['values']} float32 values, fault-free, interleaved x{doc['alternations']}; "
-            f"edgegrove: slowest agent per round; gloo: slowest rank per iteration\n"
+            f"edgegrove: slowest agent per round (and the fleet's time after its last gradient); "
+            f"gloo: slowest rank per iteration after a barrier\n"
             + format_table(TABLE_HEADERS, table_rows(doc)))

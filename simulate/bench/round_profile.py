@@ -1,7 +1,9 @@
 """Where a fault-free round's time goes: a real fleet on real mosquitto, measured in one run.
 
 Per round (from the agents' telemetry): the slowest and the median agent's allreduce phase,
-gradient compute, and the round period (time between the root's consecutive reports, the
+the fleet's collective time after its last gradient (from the last agent's gradient to the last
+agent's result: what a barrier-then-allreduce bench such as gloo's times; an agent's own phase
+also holds its wait for the others' gradients), gradient compute, and the round period (time between the root's consecutive reports, the
 fleet's real step rate). Per process (psutil, over the measured rounds only): CPU seconds per
 round of every agent and of mosquitto, so the figure can be held against what 2 cores give.
 Optionally each agent runs under ``py-spy record`` (collapsed stacks, one file per agent).
@@ -49,6 +51,7 @@ from simulate.bench.common import (
 )
 from simulate.brokers import start_mosquitto
 from simulate.fleet import AgentSpec, Fleet
+from simulate.report import after_last_gradient
 from simulate.telemetry import Collector, EventLog, FleetWatch
 
 JOB = "bench-round"
@@ -187,7 +190,9 @@ def _summarize(nodes: int, args: argparse.Namespace, reports: list[Telemetry],
         tels = by_round[r]
         ar = [t.phase_seconds["allreduce"] for t in tels]
         comp = [t.phase_seconds["compute"] for t in tels]
+        after = after_last_gradient([(t.reduced_at, t.phase_seconds["allreduce"]) for t in tels])
         per_round.append({"round": r, "allreduce_max": max(ar), "allreduce_median": statistics.median(ar),
+                          "after_last_gradient": after,
                           "compute_max": max(comp), "compute_median": statistics.median(comp),
                           "degraded": any(t.degraded for t in tels)})
     root_times = sorted((t.round, t.wall_time) for t in reports if t.node == 0 and t.round in measured)
@@ -200,13 +205,15 @@ def _summarize(nodes: int, args: argparse.Namespace, reports: list[Telemetry],
     throughput = throughput_from(json.loads(args.broker_json.read_text()))
 
     def med(key: str) -> float:
-        return round(statistics.median(p[key] for p in per_round), 4) if per_round else float("nan")
+        values: list[float] = [v for p in per_round if (v := p[key]) is not None]
+        return round(statistics.median(values), 4) if values else float("nan")
 
     return {
         "nodes": nodes, "rounds_measured": len(per_round),
         "degraded_rounds": sum(p["degraded"] for p in per_round),
         "allreduce_s_max_median": med("allreduce_max"),
         "allreduce_s_median_median": med("allreduce_median"),
+        "after_last_gradient_s_median": med("after_last_gradient"),
         "compute_s_max_median": med("compute_max"),
         "compute_s_median_median": med("compute_median"),
         "round_period_s_median": round(statistics.median(periods), 4) if periods else None,
@@ -237,10 +244,10 @@ def run(args: argparse.Namespace) -> int:
             results.append(measure_fleet(nodes, args, Path(tmp)))
     doc = document("round_profile", env=_pairs(args.env), agent_options=_pairs(args.agent_option),
                    results=results)
-    headers = ["nodes", "allreduce max", "allreduce med", "compute max", "period", "bound",
+    headers = ["nodes", "allreduce max", "allreduce med", "after last gradient", "compute max", "period", "bound",
                "ratio", "agents cpu/round", "mosquitto cpu/round", "wall/round"]
     rows = [[r["nodes"], r["allreduce_s_max_median"], r["allreduce_s_median_median"],
-             r["compute_s_max_median"], r["round_period_s_median"], r["bound_s"],
+             r["after_last_gradient_s_median"], r["compute_s_max_median"], r["round_period_s_median"], r["bound_s"],
              round(r["allreduce_s_max_median"] / r["bound_s"], 2), r["cpu_s_per_round_agents"],
              r["cpu_s_per_round"].get("mosquitto"), r["wall_s_per_round"]] for r in results]
     emit(doc, args, format_table(headers, rows) + "\n(seconds; medians over rounds)")

@@ -8,6 +8,7 @@ built on serve_model_pull); one runtime runs for real, single-threaded, with a t
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from agent import checkpoint
 from agent.config import AgentConfig
 from agent.protocol.membership import Membership
-from agent.protocol.messages import Status, Suspect, View
+from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, serve_model_pull, state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
@@ -108,8 +109,8 @@ class Peer:
 
 
 def runtime(bus: MemoryBus, node: int, **options: Any) -> AgentRuntime:
-    config = AgentConfig(id=node, job=JOB, telemetry=False, eval_every=0, timeout_mode="fixed",
-                         timeout=0.2, round_deadline=2.0, **options)
+    config = AgentConfig(**{"id": node, "job": JOB, "telemetry": False, "eval_every": 0, "timeout_mode": "fixed",
+                            "timeout": 0.2, "round_deadline": 2.0, **options})
     batch = (np.zeros((1, 1), np.float32), np.zeros(1, np.int64))
     return AgentRuntime(config, TinyBackend(), itertools.repeat(batch), batch,
                         BusTransport(bus, f"agent-{node}"), clock=bus.clock)
@@ -289,3 +290,20 @@ def test_while_it_evaluates_the_test_set_the_agent_still_hears_its_peers_but_run
     # Answered after the first slice (a refutation goes out), not 0.9 s later; no verdict of
     # ours on a peer is taken while we were the one not listening.
     assert core.log == ["eval", "report-that-we-are-silent", "eval", "eval"]
+
+
+def test_the_telemetry_says_on_the_wall_clock_when_the_rounds_allreduce_ended() -> None:
+    # The core's clock is monotonic (here: the bus's fake one); agents of one host line up by
+    # the wall clock, so the runtime converts (bench round-profile's time after the last gradient).
+    bus = MemoryBus(will_delay=1.0)
+    started = time.time()
+    agent = runtime(bus, 0, fleet_size=1, rounds=2, telemetry=True)
+    ends: list[float] = []
+    agent.on_round = lambda report: ends.append(report.ended_at)
+    reports: list[Telemetry] = []
+    bus.connect("collector", lambda topic, payload, size: reports.append(Telemetry.decode(payload)),
+                [TOPICS.telemetry(0)])
+    assert agent.run() == 0
+    assert [t.round for t in reports] == [0, 1] and all(e > 0 for e in ends)
+    for tel in reports:
+        assert started <= tel.reduced_at <= tel.wall_time <= time.time()

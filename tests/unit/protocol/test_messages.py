@@ -187,3 +187,11 @@ def test_telemetry_wire_frames_are_counts_by_format() -> None:
     for bad in ({"int8": -1}, {"int8": "3"}, {f"f{i}": 1 for i in range(9)}):
         with pytest.raises(MessageError):
             Telemetry.decode(replace(tel, wire_frames=bad).encode())
+
+
+def test_telemetry_says_when_the_rounds_allreduce_ended_or_nothing() -> None:
+    tel = Telemetry(node=1, round=2, epoch=0, algorithm="ft-tree", wall_time=5.0, reduced_at=4.95)
+    assert Telemetry.decode(tel.encode()).reduced_at == 4.95
+    assert Telemetry.decode(replace(tel, reduced_at=0.0).encode()).reduced_at == 0.0  # not said
+    with pytest.raises(MessageError):
+        Telemetry.decode(replace(tel, reduced_at="soon").encode())  # type: ignore[arg-type]

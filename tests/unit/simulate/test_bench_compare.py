@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -97,3 +98,59 @@ def test_own_options_reach_this_checkouts_arms_only(tmp_path: Any, monkeypatch: 
     compare._run_arm(compare.BEFORE_FP16, 7, args)
     assert seen == {"[]": ["chunk_size=1024", "broadcast=fanout"],
                     f"['PYTHONPATH={tmp_path}']": ["chunk_size=1024", "wire_dtype=float16"]}
+
+
+def _baseline_checkout(root: Any, body: str) -> Any:
+    """A checkout whose `bench round-profile` is ``body`` (the baseline arm runs it as is)."""
+    bench = root / "simulate" / "bench"
+    bench.mkdir(parents=True)
+    for package in (root / "simulate", bench):
+        (package / "__init__.py").write_text("")
+    (bench / "round_profile.py").write_text(body)
+    return root
+
+
+_RECORDING_PROFILE = '''
+import json, os, sys
+with open(os.path.join(os.environ["PYTHONPATH"], "seen.json"), "w") as fh:
+    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "module": __file__}, fh)
+print("round profile: 7 agents ...", file=sys.stderr)
+print(json.dumps({"results": [{"per_round": [{"allreduce_max": 0.1}, {"allreduce_max": 0.3}],
+                               "degraded_rounds": 0, "cpu_s_per_round_agents": 0.2,
+                               "cpu_s_per_round": {"mosquitto": 0.02}, "bound_s": 0.025,
+                               "round_period_s_median": 0.3}]}))
+'''
+
+
+def test_a_baseline_checkout_measures_its_own_fleet_with_its_own_code(tmp_path: Any) -> None:
+    # An old checkout's agents are refused by this checkout's broker set-up (credentials bound
+    # to client ids): the baseline runs its own round-profile, broker and agents.
+    base = _baseline_checkout(tmp_path / "base", _RECORDING_PROFILE)
+    args = _args("--baseline", str(base), "--agent-option", "chunk_size=1024", "--own-option", "broadcast=fanout",
+                 "--rounds", "9", "--warmup", "3")
+    out = compare._run_arm(compare.BEFORE_FP16, 7, args)
+    assert out["samples_ms"] == [100.0, 300.0] and out["after_last_gradient_ms"] == []
+    assert out["cpu_agents"] == 0.2 and out["bound_ms"] == 25.0
+    seen = json.loads((base / "seen.json").read_text())
+    assert seen["cwd"] == str(base) and seen["module"].startswith(str(base))
+    argv = seen["argv"]
+    assert argv[argv.index("--nodes") + 1] == "7" and argv[argv.index("--rounds") + 1] == "9"
+    options = [argv[i + 1] for i, a in enumerate(argv) if a == "--agent-option"]
+    assert options == ["chunk_size=1024", "wire_dtype=float16"]  # not this checkout's own options
+
+
+def test_a_baseline_that_fails_says_why(tmp_path: Any) -> None:
+    base = _baseline_checkout(tmp_path / "base", 'import sys\nsys.exit("Connection Refused: not authorised.")\n')
+    out = compare._run_arm(compare.BEFORE, 7, _args("--baseline", str(base)))
+    assert "exit 1" in out["error"] and "not authorised" in out["error"]
+
+
+def test_the_time_after_the_last_gradient_is_pooled_and_held_against_gloo() -> None:
+    fleet = _fleet([60.0, 80.0], 0.2) | {"after_last_gradient_ms": [30.0, 50.0]}
+    out = compare.summarize(7, {"gloo": [{"samples_ms": [20.0]}], "edgegrove": [fleet],
+                                "before": [_fleet([150.0], 0.3)]})
+    eg, before = out["arms"]["edgegrove"], out["arms"]["before"]
+    assert eg["after_last_gradient_ms"]["median"] == 40.0 and eg["after_last_gradient_ratio_to_gloo"] == 2.0
+    assert "after_last_gradient_ms" not in before  # its agents did not say when
+    rows = compare.table_rows({"results": [out]})
+    assert rows[1][5:7] == [40.0, 2.0] and rows[2][5:7] == [None, None]

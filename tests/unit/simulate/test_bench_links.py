@@ -105,6 +105,17 @@ def _run(dtype: str = "float32", rate: float = 6.0, rounds: int = 10, seconds: f
                     round_end_t={r: float(r) for r in range(rounds)})
 
 
+def test_the_time_after_the_last_gradient_has_its_own_median_and_ratio() -> None:
+    run = _run(seconds=1.0)
+    for row in run.rows:
+        row["after_last_gradient_s"] = 0.01 if row["round"] < 2 else 0.8  # rounds 0-1 left out
+    run.rows[5]["after_last_gradient_s"] = None  # an agent did not say: that round left out
+    r = links.run_result(run, 6.0, "float32", 0)
+    assert r["after_last_gradient_s_median"] == 0.8
+    assert r["after_last_gradient_ratio_to_bound"] == pytest.approx(0.8 / r["bound_s"], abs=0.01)
+    assert links.table_rows(_doc([r]))[0][5:7] == [0.8, f"{0.8 / r['bound_s']:.2f}"]
+
+
 def test_medians_leave_out_the_first_rounds_and_degraded_rounds_count_all() -> None:
     r = links.run_result(_run(seconds=1.0), 6.0, "float32", 0)
     assert r["allreduce_s_median"] == pytest.approx(1.055)  # rounds 2..9: 1.02 .. 1.09
@@ -207,8 +218,9 @@ def test_why_a_run_is_incomplete() -> None:
 def test_table_rows_say_rate_wire_and_the_figures() -> None:
     doc = _doc([links.run_result(_run("float16", 12.5), 12.5, "float16", 0)])
     row = links.table_rows(doc)[0]
-    assert row[:2] == ["12.5", "float16"] and row[5] == "0 of 10" and row[6] == "1.00"
-    assert row[8] == "90.00 %" and row[9] is None  # no float32 run to compare with
+    assert row[:2] == ["12.5", "float16"] and row[7] == "0 of 10" and row[8] == "1.00"
+    assert row[10] == "90.00 %" and row[11] is None  # no float32 run to compare with
+    assert row[5:7] == [None, None]  # the agents did not say when their rounds ended
     text = links.render_table(doc)
     assert "median allreduce s" in text and "[holds] no degraded round" in text
     repeated = _doc([links.run_result(_run(), 6.0, "float32", 0),

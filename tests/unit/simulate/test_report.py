@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from simulate import report
 
 NODES = 7
@@ -200,3 +202,20 @@ def test_rounds_say_which_wire_formats_the_agents_frames_of_values_used(tmp_path
     assert report.parse_wire_frames("") == {} == report.parse_wire_frames(None)
     assert report.parse_wire_frames("int8:x float16:3") == {"float16": 3}
     assert "wire_frames" in report.ROUND_COLUMNS
+
+
+def test_the_time_after_the_last_gradient_runs_from_the_last_gradient_to_the_last_result() -> None:
+    # gradients at 10.000, 10.030 (the last) and 10.015; results at 10.050, 10.060, 10.055
+    ends = [(10.050, 0.050), (10.060, 0.030), (10.055, 0.040)]
+    assert report.after_last_gradient(ends) == pytest.approx(0.030)
+    assert report.after_last_gradient([*ends, (0.0, 0.02)]) is None  # one agent did not say when
+    assert report.after_last_gradient([*ends, (float("nan"), 0.02)]) is None
+    assert report.after_last_gradient([]) is None
+
+
+def test_rounds_say_the_time_after_the_last_gradient_when_every_agent_said_when() -> None:
+    said = [_telemetry(n, 0, allreduce=0.05 - 0.01 * n) | {"reduced_at": 100.0 + 0.001 * n} for n in range(3)]
+    unsaid = [_telemetry(n, 1, allreduce=0.05) for n in range(3)]
+    rows = report.rounds_table(said + unsaid)
+    assert rows[0].after_last_gradient_s == pytest.approx(0.030)  # node 2's gradient to node 2's result
+    assert rows[1].after_last_gradient_s is None
