@@ -6,11 +6,6 @@ faster than ``bytes_per_second`` (a token bucket per direction, FIFO preserved).
 changed while connections are open. The proxy runs its own asyncio loop in a daemon thread;
 ``stop()`` closes the listener and every connection.
 
-A limited direction hands bytes on in pieces of about ``PIECE_SECONDS`` of its rate, as a link
-delivers bytes while they arrive: a piece is due when its last byte would have crossed the
-link, so a whole 64 KB read handed on at once made every crossing of a message wait up to
-64 KB / rate (11 ms at 6 MB/s) longer than the link needs, once per hop.
-
 Like a real bottleneck, the proxy pushes back: each direction holds at most ``HOLD_BYTES`` read
 but not yet handed on, and its sockets' receive buffers are as small, so the sender's own
 socket fills up (TCP flow control) instead of the proxy buffering without bound. A sender can
@@ -29,17 +24,6 @@ from typing import Any
 
 HOLD_BYTES = 64 * 1024  # per direction: read from one side, not yet written to the other
 READ_SIZE = 64 * 1024
-# A limited direction's pieces: this much of its rate's time, no smaller than MIN_PIECE_BYTES
-# (each piece costs the proxy a wake-up and a write: 500 per second at 2 ms).
-PIECE_SECONDS = 0.002
-MIN_PIECE_BYTES = 4096
-
-
-def read_size(bytes_per_second: float | None) -> int:
-    """How many bytes a direction reads (and hands on) at a time at this rate."""
-    if not bytes_per_second:
-        return READ_SIZE
-    return max(MIN_PIECE_BYTES, min(READ_SIZE, int(bytes_per_second * PIECE_SECONDS)))
 
 
 @dataclass
@@ -70,7 +54,7 @@ class _Pump:
         loop = asyncio.get_running_loop()
         try:
             pushed_back = False
-            while data := await self.reader.read(read_size(self.shaping.bytes_per_second)):
+            while data := await self.reader.read(READ_SIZE):
                 now = loop.time()
                 # Pushed back, these bytes waited in the sender since our last read: the link
                 # was busy all along, and a late wake-up of the writer must not slow it down.
