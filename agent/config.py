@@ -64,6 +64,7 @@ class AgentConfig(BaseModel):
     chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=MIN_CHUNK_VALUES, le=MAX_CHUNK_VALUES,
                             description="values per chunk (on slow links the coordinator may "
                                         "choose fewer for the fleet: agent/protocol/chunking.py)")
+    adapt_broadcast: bool = Field(True, description="as coordinator (ft-tree), have the root publish each result chunk once on its fan-out topic for the whole fleet while large messages arrive slower than 100 MB/s (relayed down the tree, the result crosses an inner node's uplink once per child after its reduce: 1.5-1.7x the busiest link's bytes' time at 6-12.5 MB/s in float16/int8, 1.3-1.5x with the fan-out), back to broadcast above 300 MB/s; off: always broadcast")
     adapt_chunks: bool = Field(True, description="as coordinator, cut the vector into 32,768-value chunks for the whole fleet while large messages arrive slower than 100 MB/s (Wi-Fi, 100 Mbit/s: a chunk is forwarded only once whole, so big chunks make a slow link's round 2.5-3x its bytes' time), and back to chunk_size above 300 MB/s; off: always chunk_size")
     wire_dtype: Literal["float32", "float16", "int8", "auto"] = Field(
         "float32", description="wire format of values; auto (ft-tree): each frame in float32, float16 or int8, "

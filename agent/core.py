@@ -34,6 +34,7 @@ from agent.model.optim import scheduled_lr
 from agent.protocol.allreduce import (
     ROOT_WILL_GRACE,
     AllreduceConfig,
+    Broadcast,
     Fanout,
     Note,
     RoundContext,
@@ -42,7 +43,7 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
-from agent.protocol.chunking import DownlinkRate, chunk_values_for
+from agent.protocol.chunking import DownlinkRate, broadcast_for, chunk_values_for
 from agent.protocol.membership import (
     SUSPICION_RTTS,
     Membership,
@@ -143,6 +144,7 @@ class CoreConfig:
     # As coordinator, cut the vector into smaller chunks for the fleet while our downlink is
     # slow (agent/protocol/chunking.py); off: every round uses allreduce.chunk_size.
     adapt_chunks: bool = True
+    adapt_broadcast: bool = True
 
 
 # -- actions ----------------------------------------------------------------------------------
@@ -326,7 +328,9 @@ class AgentCore:
                       incarnation=self.incarnation)
 
     def subscriptions(self) -> list[str]:
-        fanout = [self.topics.all_fanout()] if self.config.allreduce.broadcast == "fanout" else []
+        # A fleet may switch to the fan-out (adapt_broadcast): we listen there from the start.
+        listen = self.config.allreduce.broadcast == "fanout" or self.config.adapt_broadcast
+        fanout = [self.topics.all_fanout()] if listen else []
         return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.all_views(),
                 self.topics.control, self.topics.all_suspect(), *fanout]
 
@@ -387,6 +391,10 @@ class AgentCore:
                 # A fan-out reaches every member: only a result for all (the round machine
                 # takes it from the round's root only), never a frame meant for one of them.
                 self.counters.rejected["fanout_not_a_result"] += 1
+                return []
+            if fanned and self._broadcast_of(frame.round) != "fanout":
+                # A round whose result is relayed down the tree takes none from a fan-out.
+                self.counters.rejected["fanout_in_tree_round"] += 1
                 return []
             return self.on_frame(frame, now, counted=True)
         try:
@@ -456,24 +464,38 @@ class AgentCore:
         return out
 
     def _choose_chunks(self) -> list[CoreAction]:
-        """As coordinator: the chunk size the fleet's next rounds use, from our downlink."""
+        """As coordinator: the chunk size and the broadcast the fleet's next rounds use, from
+        our downlink."""
         view = self.membership.latest
-        if not self.config.adapt_chunks or view is None or self.membership.coordinator() != self.node:
+        adapt = self.config.adapt_chunks or self.config.adapt_broadcast
+        if not adapt or view is None or self.membership.coordinator() != self.node:
             return []
         rate = self.downlink.rate()
-        want = chunk_values_for(rate, view.chunk_values, self.config.allreduce.chunk_size)
-        out = self.membership.change_chunks(want)
+        chunks, broadcast = view.chunk_values, view.broadcast
+        if self.config.adapt_chunks:
+            chunks = chunk_values_for(rate, chunks, self.config.allreduce.chunk_size)
+        if self.config.adapt_broadcast and self.config.allreduce.algorithm == "ft-tree":
+            broadcast = broadcast_for(rate, broadcast)
+        out = self.membership.change_chunks(chunks, broadcast)
         if out and rate is not None:
-            size = want or self.config.allreduce.chunk_size
-            self.notes.append(Note("chunks", None, f"{size:,} values per chunk from round "
+            size = chunks or self.config.allreduce.chunk_size
+            how = broadcast or self.config.allreduce.broadcast
+            self.notes.append(Note("chunks", None, f"{size:,} values per chunk, broadcast {how}, from round "
                                    f"{self.membership.newest.from_round}: downlink {rate / 1e6:.1f} MB/s"))
         return list(out)
 
     def _allreduce_config(self, view: View) -> AllreduceConfig:
         base = self.config.allreduce
-        if not view.chunk_values or view.chunk_values == base.chunk_size:
+        chunks = view.chunk_values or base.chunk_size
+        broadcast: Broadcast = "fanout" if (view.broadcast or base.broadcast) == "fanout" else "tree"
+        if (chunks, broadcast) == (base.chunk_size, base.broadcast):
             return base
-        return replace(base, chunk_size=view.chunk_values)  # once a round
+        return replace(base, chunk_size=chunks, broadcast=broadcast)  # once a round
+
+    def _broadcast_of(self, round: int) -> str:
+        """How round ``round``'s result reaches us: as its view says (else as configured)."""
+        view = self.membership.view_for(round)
+        return (view.broadcast if view is not None else "") or self.config.allreduce.broadcast
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our

@@ -30,6 +30,7 @@ def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
         expected_members=config.expected_members, join_grace=config.join_grace,
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,
+        adapt_broadcast=config.adapt_broadcast,
         checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
         state_pull_timeout=STATE_PULL_TIMEOUT,
         # Long enough for a healthy node to see a report about itself and answer it.

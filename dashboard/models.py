@@ -29,6 +29,7 @@ class ViewModel(BaseModel):
     coordinator: int
     from_round: int
     chunk_values: int = Field(0, description="values per chunk in its rounds; 0: the agents' configured chunk_size")
+    broadcast: str = Field("", description="how the result reaches the members in its rounds (fanout, tree); empty: the agents' configured broadcast")
 
 
 NodeState = Literal["online", "joining", "rejoining", "suspected", "hung", "evicted", "offline", "unknown"]
@@ -323,6 +324,7 @@ def fleet_model(
         view=None if view is None else ViewModel(
             epoch=view.epoch, members=list(view.members), arity=view.arity,
             coordinator=view.coordinator, from_round=view.from_round, chunk_values=view.chunk_values,
+            broadcast=view.broadcast,
         ),
         nodes=[node_model(state.nodes[n], tree, now, blamed,
                           [i.kind for i in active if n in i.targets]) for n in sorted(state.nodes)],

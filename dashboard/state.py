@@ -410,6 +410,8 @@ def _view_detail(old: View | None, new: View) -> str:
         text += "".join([f", left {gone}" if gone else "", f", joined {came}" if came else ""])
         if new.chunk_values != old.chunk_values:
             text += f", chunks of {new.chunk_values:,} values" if new.chunk_values else ", chunks as configured"
+        if new.broadcast != old.broadcast:
+            text += f", {new.broadcast} broadcast" if new.broadcast else ", broadcast as configured"
     return text
 
 

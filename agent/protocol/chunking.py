@@ -46,6 +46,7 @@ FAST_DOWNLINK_RATE = 300e6  # bytes/s
 # 7 agents, 6 MB/s, float32 (bound 0.81 s; host load 6-7 on 2 cores), the median allreduce was
 # 2.3-2.5 s with 262,144 values, 1.30 s with 65,536 and 1.18 s with 32,768 (128 KB frames).
 SLOW_LINK_CHUNK_VALUES = 32_768
+SLOW_LINK_BROADCAST = "fanout"  # the View.broadcast of a fleet on slow links
 
 
 class DownlinkRate:
@@ -69,6 +70,26 @@ class DownlinkRate:
     def rate(self) -> float | None:
         """None until enough samples to judge (half the window)."""
         return self._rates.lower_quartile() if len(self._rates) >= self._enough else None
+
+
+def broadcast_for(rate: float | None, current: str) -> str:
+    """The ``View.broadcast`` the coordinator wants from the downlink's ``rate``, given the
+    ``current`` view's ("" = the configured one): the fan-out on a slow downlink, "" on a fast
+    one, unchanged without evidence and between the two thresholds.
+
+    Relayed down the tree, the result crosses an inner node's uplink once per child, after its
+    reduce and in series with it: ~4 vectors' time on the busiest link for 3 vectors' bytes.
+    Published once on the root's fan-out topic, every member's downlink carries it once, in the
+    same 3 vectors (bench links, 7 agents, 6 and 12.5 MB/s, float16 and int8: 1.27-1.51x the
+    busiest link's bound against 1.49-1.67x relayed). On loopback the relay's extra hop costs
+    CPU, not link time, and the agents keep what they are configured with."""
+    if rate is None:
+        return current
+    if rate < SLOW_DOWNLINK_RATE:
+        return SLOW_LINK_BROADCAST
+    if rate > FAST_DOWNLINK_RATE:
+        return ""
+    return current
 
 
 def chunk_values_for(rate: float | None, current: int, configured: int) -> int:

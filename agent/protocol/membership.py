@@ -406,23 +406,30 @@ class Membership:
             return []
         return self._publish(live, 1, self.round)
 
-    def change_chunks(self, chunk_values: int) -> list[PublishView]:
+    def change_chunks(self, chunk_values: int, broadcast: str | None = None) -> list[PublishView]:
         """As coordinator, cut the vector into chunks of ``chunk_values`` (0: the configured
-        size) from ``LEAD_ROUNDS`` on: a view with the same members. Nothing while a change
-        is still pending (views stay ordered, no burst) or when it is the newest view's."""
-        if (self.coordinator() != self.node or not self.views or self.now < self.hold_until
-                or self.newest.from_round > self.round or self.newest.chunk_values == chunk_values):
+        size) and send the result as ``broadcast`` says ("": the configured way; None: as the
+        newest view does) from ``LEAD_ROUNDS`` on: a view with the same members. Nothing while
+        a change is still pending (views stay ordered, no burst) or when it is the newest view's."""
+        if self.coordinator() != self.node or not self.views:
+            return []
+        if broadcast is None:
+            broadcast = self.newest.broadcast
+        if (self.now < self.hold_until or self.newest.from_round > self.round
+                or (self.newest.chunk_values, self.newest.broadcast) == (chunk_values, broadcast)):
             return []
         return self._publish(list(self.newest.members), self.newest.epoch + 1,
-                             self.round + LEAD_ROUNDS, chunk_values)
+                             self.round + LEAD_ROUNDS, chunk_values, broadcast)
 
     def _publish(self, members: list[int], epoch: int, from_round: int,
-                 chunk_values: int | None = None) -> list[PublishView]:
+                 chunk_values: int | None = None, broadcast: str | None = None) -> list[PublishView]:
+        # A membership change keeps the chunks and the broadcast of the newest view (a new
+        # coordinator decides again from its own links).
         if chunk_values is None:
-            # A membership change keeps the chunks of the newest view (a new coordinator
-            # decides again from its own links).
             chunk_values = self.newest.chunk_values if self.views else 0
+        if broadcast is None:
+            broadcast = self.newest.broadcast if self.views else ""
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
-                    from_round=from_round, chunk_values=chunk_values)
+                    from_round=from_round, chunk_values=chunk_values, broadcast=broadcast)
         self.on_view(view)
         return [PublishView(view)]

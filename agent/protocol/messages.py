@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
+from agent.protocol.allreduce import BROADCASTS
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -151,9 +152,14 @@ class View(_JsonMessage):
     # Values per chunk in its rounds, the coordinator's pick for the links it sees
     # (agent/protocol/chunking.py); 0: the agents' configured chunk_size.
     chunk_values: int = 0
+    # How the result reaches the members in its rounds (ft-tree), the coordinator's pick for
+    # the links it sees: "fanout" or "tree"; "": the agents' configured broadcast.
+    broadcast: str = ""
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        if self.broadcast not in ("", *BROADCASTS):
+            raise ValueError(f"broadcast must be one of {BROADCASTS} or empty, got {self.broadcast!r}")
         if not (type(self.chunk_values) is int and self.chunk_values == 0):
             _check_int("chunk_values", self.chunk_values, MIN_CHUNK_VALUES, MAX_CHUNK_VALUES)
         _check_ids("members", self.members)

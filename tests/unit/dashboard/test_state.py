@@ -269,3 +269,7 @@ def test_a_view_that_changes_only_the_chunk_size_is_on_the_timeline() -> None:
         ("view_change", "epoch 2: 3 members, arity 2, chunks of 32,768 values")]
     _, events = apply_view(state, View(3, [0, 1, 2], 2, 0, 9), 2.0)
     assert [e.detail for e in events] == ["epoch 3: 3 members, arity 2, chunks as configured"]
+    state, events = apply_view(state, View(3, [0, 1, 2], 2, 0, 9, chunk_values=32768, broadcast="fanout"), 2.0)
+    assert [e.detail for e in events] == ["epoch 3: 3 members, arity 2, fanout broadcast"]
+    _, events = apply_view(state, View(4, [0, 1, 2], 2, 0, 12, chunk_values=32768), 3.0)
+    assert [e.detail for e in events] == ["epoch 4: 3 members, arity 2, broadcast as configured"]

@@ -9,8 +9,10 @@ from agent.protocol.chunking import (
     DOWNLINK_SAMPLES,
     FAST_DOWNLINK_RATE,
     SLOW_DOWNLINK_RATE,
+    SLOW_LINK_BROADCAST,
     SLOW_LINK_CHUNK_VALUES,
     DownlinkRate,
+    broadcast_for,
     chunk_values_for,
 )
 
@@ -68,3 +70,16 @@ def test_the_chunk_size_follows_the_downlink_with_hysteresis(rate: float | None,
 def test_a_configured_size_at_or_below_the_slow_links_is_kept() -> None:
     assert chunk_values_for(1 * MB, 0, SLOW_LINK_CHUNK_VALUES) == 0
     assert chunk_values_for(1 * MB, 0, 16_384) == 0
+
+
+@pytest.mark.parametrize(("rate", "current", "chosen"), [
+    (6 * MB, "", SLOW_LINK_BROADCAST),                    # Wi-Fi-like: the fan-out
+    (SLOW_DOWNLINK_RATE * 1.01, "", ""),                  # fast enough: as configured
+    (200 * MB, SLOW_LINK_BROADCAST, SLOW_LINK_BROADCAST),  # between: no flapping
+    (FAST_DOWNLINK_RATE * 1.01, SLOW_LINK_BROADCAST, ""),  # back to the configured one
+    (None, SLOW_LINK_BROADCAST, SLOW_LINK_BROADCAST),      # nothing known: unchanged
+    (None, "", ""),
+])
+def test_the_broadcast_follows_the_downlink_with_the_same_hysteresis(rate: float | None, current: str,
+                                                                     chosen: str) -> None:
+    assert broadcast_for(rate, current) == chosen

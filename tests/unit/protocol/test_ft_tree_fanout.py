@@ -103,12 +103,15 @@ def test_a_parent_answers_a_pull_for_a_chunk_it_has_not_got_yet_when_the_fanout_
     assert [(s.dst, s.frame.chunk_index, s.frame.target) for s in answer] == [(3, 0, 3)]
 
 
-def test_the_core_reads_the_fanout_of_others_only_in_fanout_mode() -> None:
+def test_the_core_reads_the_fanout_of_others_only_when_its_rounds_may_use_it() -> None:
+    # In fanout mode, or in tree mode while a view may switch the fleet to it (adapt_broadcast:
+    # a fleet on slow links); in tree rounds a fan-out is refused (test_core).
     topics = Topics("j")
-    for mode in ("tree", "fanout"):
-        config = CoreConfig(node=3, job="j", allreduce=AllreduceConfig(broadcast=mode))  # type: ignore[arg-type]
+    for mode, adapt, reads in (("tree", False, False), ("tree", True, True), ("fanout", False, True)):
+        config = CoreConfig(node=3, job="j", allreduce=AllreduceConfig(broadcast=mode),  # type: ignore[arg-type]
+                            adapt_broadcast=adapt)
         core = AgentCore(config, incarnation=1, now=0.0)
-        assert (topics.all_fanout() in core.subscriptions()) == (mode == "fanout")
+        assert (topics.all_fanout() in core.subscriptions()) == reads
     # Its own fan-out coming back from the broker is not even decoded.
     own = encode(final(0, sender=3))
     assert core.on_message(topics.fanout(3), own, 0.0) == []

@@ -412,3 +412,18 @@ def test_the_coordinator_changes_the_chunk_size_by_a_view_of_the_same_members() 
     assert [(p.view.members, p.view.chunk_values) for p in removed] == [([0, 1, 2], 32768)]
     coordinator.round_started(11, 3.0)
     assert [p.view.chunk_values for p in coordinator.change_chunks(0)] == [0]
+
+
+def test_the_coordinator_changes_the_broadcast_by_a_view_and_a_membership_change_keeps_it() -> None:
+    coordinator = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        coordinator.on_status(s, 0.0)
+    coordinator.round_started(7, 1.0)
+    out = coordinator.change_chunks(32768, "fanout")
+    assert [p.view for p in out] == [View(1, [0, 1, 2, 3], 2, 0, 9, chunk_values=32768, broadcast="fanout")]
+    coordinator.round_started(9, 2.0)
+    assert coordinator.change_chunks(32768) == []  # None: the newest view's broadcast, nothing new
+    removed = coordinator.on_status(Status(3, "offline"), 2.0)
+    assert [(p.view.members, p.view.broadcast) for p in removed] == [([0, 1, 2], "fanout")]
+    coordinator.round_started(11, 3.0)
+    assert [(p.view.chunk_values, p.view.broadcast) for p in coordinator.change_chunks(32768, "")] == [(32768, "")]

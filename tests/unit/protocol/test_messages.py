@@ -195,3 +195,14 @@ def test_telemetry_says_when_the_rounds_allreduce_ended_or_nothing() -> None:
     assert Telemetry.decode(replace(tel, reduced_at=0.0).encode()).reduced_at == 0.0  # not said
     with pytest.raises(MessageError):
         Telemetry.decode(replace(tel, reduced_at="soon").encode())  # type: ignore[arg-type]
+
+
+def test_a_view_says_how_its_rounds_broadcast_and_an_old_one_says_nothing() -> None:
+    view = View(epoch=3, members=[0, 1, 2], arity=2, coordinator=0, from_round=9, broadcast="fanout")
+    assert View.decode(view.encode()) == view
+    old = json.loads(view.encode())
+    del old["broadcast"]
+    assert View.decode(json.dumps(old).encode()).broadcast == ""  # the configured one
+    for bad in ("multicast", 1, None):
+        with pytest.raises(MessageError):
+            View.decode(replace(view, broadcast=bad).encode())  # type: ignore[arg-type]
