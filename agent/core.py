@@ -487,15 +487,19 @@ class AgentCore:
     def _allreduce_config(self, view: View) -> AllreduceConfig:
         base = self.config.allreduce
         chunks = view.chunk_values or base.chunk_size
-        broadcast: Broadcast = "fanout" if (view.broadcast or base.broadcast) == "fanout" else "tree"
+        broadcast = self._broadcast_in(view)
         if (chunks, broadcast) == (base.chunk_size, base.broadcast):
             return base
         return replace(base, chunk_size=chunks, broadcast=broadcast)  # once a round
 
-    def _broadcast_of(self, round: int) -> str:
-        """How round ``round``'s result reaches us: as its view says (else as configured)."""
-        view = self.membership.view_for(round)
-        return (view.broadcast if view is not None else "") or self.config.allreduce.broadcast
+    def _broadcast_of(self, round: int) -> Broadcast:
+        """How round ``round``'s result reaches us (see _broadcast_in)."""
+        return self._broadcast_in(self.membership.view_for(round))
+
+    def _broadcast_in(self, view: View | None) -> Broadcast:
+        """The one rule for a round's broadcast: as its view says, else as configured."""
+        chosen = (view.broadcast if view is not None else "") or self.config.allreduce.broadcast
+        return "fanout" if chosen == "fanout" else "tree"
 
     def _fleet_went_on(self, frame: Frame, now: float) -> list[CoreAction]:
         """A member's contribution to the next round while ours still waits: it has our
