@@ -6,8 +6,9 @@ tries the same examples every time, so a red run is a regression, never a new ra
 new counterexamples (add each one found as an ``@example``).
 
 ``--broadcast fanout`` runs the tests with ft-tree's fan-out broadcast as the default of
-``AllreduceConfig`` (every test that does not name a broadcast mode: the fault matrix, the
-property tests, the round machines' tests), to check both modes with the same tests.
+``AllreduceConfig`` and of the agent's configuration (every test that does not name a broadcast
+mode: the fault matrix, the property tests, the round machines' tests, the agents' defaults),
+to check both modes with the same tests (``--broadcast tree`` is the default's).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from agent.config import AgentConfig
 from agent.protocol.allreduce import BROADCASTS, AllreduceConfig
 
 settings.register_profile("default", derandomize=True)
@@ -38,3 +40,6 @@ def pytest_configure(config: pytest.Config) -> None:
     assert defaults is not None and defaults[-1] in BROADCASTS
     AllreduceConfig.__init__.__defaults__ = (*defaults[:-1], mode)
     assert AllreduceConfig().broadcast == mode
+    AgentConfig.model_fields["broadcast"].default = mode
+    AgentConfig.model_rebuild(force=True)
+    assert AgentConfig(id=0).broadcast == mode

@@ -25,7 +25,7 @@ from agent.core import (
     SendState,
     telemetry_for,
 )
-from agent.protocol.allreduce import AllreduceConfig, RoundResult, RoundStats, Send
+from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats, Send
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import PublishView
@@ -371,9 +371,11 @@ def test_a_round_that_fell_back_is_never_replayed_on_a_late_state() -> None:
     """Leaf 6 cut off in rounds 4 and 5 falls back to what it has in round 4: that update is
     not the fleet's, and a state of round 4 arriving late must not get it applied again on
     top (it is not installed: the next resync fetches a newer one)."""
+    # Relayed down the tree: the root's fan-out is no link, and would bring leaf 6 the
+    # fleet's mean through the cuts (tests/unit/simulate/test_virtual_fleet.py).
     faults = (*(FaultSpec("cut", 4, 6, p) for p in range(6)), *(FaultSpec("heal", 6, 6, p) for p in range(6)))
-    fleet = VirtualFleet(FleetConfig(nodes=7, rounds=7, length=37, allreduce=CONFIG, faults=faults,
-                                     compute_time=0.01))
+    fleet = VirtualFleet(FleetConfig(nodes=7, rounds=7, length=37, allreduce=replace(CONFIG, broadcast="tree"),
+                                     faults=faults, compute_time=0.01))
     records = fleet.run()
     assert records[4].results[6].missing_chunks and not records[4].results[0].missing_chunks
     assert 4 not in fleet.agents[6].core.applied
@@ -510,10 +512,11 @@ def test_a_coordinator_on_a_slow_downlink_has_the_root_fan_the_result_out_by_a_v
     assert _views_after_arrivals(0.0001) == []  # loopback: as configured
 
 
-def _first_round(view: View, **options: Any) -> tuple[AgentCore, list[Any]]:
-    """Node 2 (a leaf under the root 0) of a fleet of three, in round 0 of ``view``."""
-    core = AgentCore(CoreConfig(node=2, rounds=50, allreduce=AllreduceConfig(chunk_size=8), state_size=4,
-                                **options), 3)
+def _first_round(view: View, broadcast: Broadcast = "tree", **options: Any) -> tuple[AgentCore, list[Any]]:
+    """Node 2 (a leaf under the root 0) of a fleet of three configured with ``broadcast``,
+    in round 0 of ``view``."""
+    config = AllreduceConfig(chunk_size=8, broadcast=broadcast)
+    core = AgentCore(CoreConfig(node=2, rounds=50, allreduce=config, state_size=4, **options), 3)
     core.on_view(view, 0.0)
     for peer in (0, 1, 2):
         core.on_status(Status(peer, "online", incarnation=3 if peer == 2 else 0), 0.0)
@@ -540,6 +543,11 @@ def test_a_member_takes_the_fan_out_in_the_rounds_whose_view_says_so_and_refuses
     assert dict(tree.counters.rejected) == {"fanout_in_tree_round": 1}
     quiet, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), adapt_broadcast=False)
     assert quiet.topics.all_fanout() not in quiet.subscriptions()  # nothing can switch it
+    fanout, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), broadcast="fanout")  # the default
+    assert fanout.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
+    assert fanout.topics.all_fanout() in fanout.subscriptions()
+    assert [a.values.tolist() for a in fanout.on_message(fanout.topics.fanout(0), _fanned_result(), 0.02)
+            if isinstance(a, ApplyUpdate)] == [[0.5] * 4]
 
 
 def _chunk_counts_sent(view: View) -> set[int]:

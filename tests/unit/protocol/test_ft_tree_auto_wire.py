@@ -6,10 +6,19 @@ the result, and the results stay byte-identical."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send, frame_size
+from agent.protocol.allreduce import (
+    AllreduceConfig,
+    Broadcast,
+    Fanout,
+    RoundContext,
+    Send,
+    frame_size,
+)
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -18,6 +27,7 @@ from simulate.virtual_fleet import FleetConfig, VirtualFleet
 
 MODEL = 407_050  # the thesis model: 2 chunks of the default size, 1.63 MB in float32
 AUTO = AllreduceConfig(wire_auto=True, round_deadline=5.0)
+AUTO_TREE = replace(AUTO, broadcast="tree")  # the relayed copies of the result, looked at one by one
 TREE = Tree((0, 1, 2, 3, 4), 2)  # 0 root; 1 inner with leaves 3 and 4; 2 a leaf
 rng = np.random.default_rng(0)
 GRAD = rng.standard_normal(MODEL, dtype=np.float32)
@@ -106,7 +116,7 @@ def test_fixed_formats_are_what_they_were() -> None:
 
 def test_the_root_quantizes_the_result_once_and_every_copy_carries_those_bytes() -> None:
     # Child 1's units came in int8, child 2's in float32: the result goes int8.
-    root = machine(0, fast(fast(AUTO.new_links(), 2), 1), tree=Tree((0, 1, 2), 2))
+    root = machine(0, fast(fast(AUTO.new_links(), 2), 1), AUTO_TREE, Tree((0, 1, 2), 2))
     root.start(0.0)
     down: list[Send] = []
     for j in range(root.n):
@@ -133,7 +143,7 @@ def test_the_root_quantizes_the_result_once_and_every_copy_carries_those_bytes()
 
 def test_the_roots_own_slow_link_to_a_child_does_not_narrow_the_result() -> None:
     # (Its samples come from the broadcast's ACKs, a share of the root's uplink each.)
-    root = machine(0, slow(AUTO.new_links(), 1), tree=Tree((0, 1, 2), 2))
+    root = machine(0, slow(AUTO.new_links(), 1), AUTO_TREE, Tree((0, 1, 2), 2))
     root.start(0.0)
     down: list[Send] = []
     for j in range(root.n):
@@ -143,7 +153,7 @@ def test_the_roots_own_slow_link_to_a_child_does_not_narrow_the_result() -> None
 
 
 def test_an_inner_node_passes_the_roots_format_on_to_its_children_and_to_pullers() -> None:
-    inner = machine(1, fast(fast(AUTO.new_links(), 3), 4))  # its own links fast: float32 would fit
+    inner = machine(1, fast(fast(AUTO.new_links(), 3), 4), AUTO_TREE)  # its own links fast: float32 would fit
     inner.start(0.0)
     ids = frozenset(range(5))
     finals = [final(inner, j, DType.I8, ids) for j in range(inner.n)]
@@ -181,9 +191,11 @@ def test_a_root_back_after_a_drop_fans_the_same_bytes_out_again() -> None:
 # -- a fleet --------------------------------------------------------------------------------
 
 
-def fleet(slow_link: tuple[int, int] | None = None, rate: float = 0.0, rounds: int = 4) -> VirtualFleet:
-    f = VirtualFleet(FleetConfig(nodes=7, rounds=rounds, length=MODEL, allreduce=AUTO, latency=0.001,
-                                 compute_time=0.05, max_time=1e3))
+def fleet(slow_link: tuple[int, int] | None = None, rate: float = 0.0, rounds: int = 4,
+          broadcast: Broadcast | None = None) -> VirtualFleet:
+    config = AUTO if broadcast is None else replace(AUTO, broadcast=broadcast)
+    f = VirtualFleet(FleetConfig(nodes=7, rounds=rounds, length=MODEL, allreduce=config,
+                                 latency=0.001, compute_time=0.05, max_time=1e3))
     if slow_link is not None:
         f.bus.set_link(*slow_link, bandwidth=rate)
     return f
@@ -207,10 +219,13 @@ def test_fast_links_stay_float32_everywhere() -> None:
     assert {name for r in records for n in range(7) for name in formats(r, n)} == {"float32"}
 
 
+@pytest.mark.parametrize("broadcast", ["fanout", "tree"])
 @pytest.mark.parametrize(("rate", "narrow"), [(2e6, "int8"), (12e6, "float16")])
-def test_one_slow_link_narrows_its_frames_and_the_result_on_every_member(rate: float, narrow: str) -> None:
+def test_one_slow_link_narrows_its_frames_and_the_result_on_every_member(
+    rate: float, narrow: str, broadcast: Broadcast
+) -> None:
     # Leaf 3's uplink to its parent 1 is slow; every other link is fast.
-    records = fleet((3, 1), rate).run()
+    records = fleet((3, 1), rate, broadcast=broadcast).run()
     assert [r.round for r in records] == [0, 1, 2, 3]
     assert_identical(records)
     first, later = records[0], records[1:]
@@ -222,7 +237,8 @@ def test_one_slow_link_narrows_its_frames_and_the_result_on_every_member(rate: f
         assert formats(r, 5) == formats(r, 6) == {"float32"}
         assert formats(r, 1) == {narrow}  # its mean went up narrow, and the result came down so
         assert formats(r, 0) == {narrow}  # the root's result
-        assert formats(r, 2) == {"float32", narrow}  # a fast subtree's mean up, the result down
+        # A fast subtree's mean up (and, relayed, the result down to its children).
+        assert formats(r, 2) == ({"float32", narrow} if broadcast == "tree" else {"float32"})
     # The result every member applied is the narrow format's (int8: at most 255 levels a chunk).
     if narrow == "int8":
         chunk = records[-1].results[5].values[: AUTO.chunk_size]

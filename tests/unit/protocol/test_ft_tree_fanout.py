@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.core import AgentCore, CoreConfig
-from agent.protocol.allreduce import AllreduceConfig, Fanout, RoundContext, Send
+from agent.protocol.allreduce import AllreduceConfig, Fanout, Note, RoundContext, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topics import Topics
 from agent.protocol.topology import Tree
@@ -185,3 +185,41 @@ def test_a_unit_the_fanout_counts_is_delivered_even_when_its_ack_was_lost() -> N
         later += sends(leaf.on_timer(now), Kind.DATA)
     assert later, "the unit of chunk 1 goes on (resent or rerouted): nothing counts it yet"
     assert not [s for s in later if s.frame.chunk_index == 0]
+
+
+def fanout_ack(child: int, parent: int, chunks: list[int]) -> Frame:
+    ack = Frame(Kind.ACK, CFG.job, 0, child, max(chunks), 2, Flag.BROADCAST, target=parent,
+                contributors=frozenset(range(7)))
+    return ack.with_indices(chunks)
+
+
+def test_a_child_that_acks_none_of_the_fanout_gets_it_relayed_and_is_found_silent() -> None:
+    """Relayed down the tree, the copy to a child frozen in the round goes unACKed and finds
+    it silent in that round; with the fan-out its parent sent it nothing, and a frozen leaf
+    was found only by the next round's wait for its contribution (0.64 s, the agents'
+    defaults, 7 agents)."""
+    inner = machine(1)
+    for j in range(2):
+        inner.on_frame(final(j), 0.02)
+    assert inner.result is not None
+    inner.on_frame(fanout_ack(3, 1, [0, 1]), 0.025)  # leaf 3 ACKs the fan-out; leaf 4 is frozen
+    out: list[object] = []
+    for now in (0.1, 0.3, 0.6, 1.0, 1.5, 2.0, 2.5):
+        out += inner.on_timer(now)
+    copies = [s for s in sends(out, Kind.DATA) if s.frame.is_broadcast]
+    assert copies and {s.frame.target for s in copies} == {4}  # not to 3: it ACKed
+    notes = [a for a in out if isinstance(a, Note)]
+    assert any(n.kind == "silent" and n.peer == 4 for n in notes), notes
+    assert not any(n.peer == 3 for n in notes if n.kind in ("silent", "link_dead"))
+
+
+def test_a_child_that_acked_part_of_the_fanout_is_left_to_pull_the_rest() -> None:
+    inner = machine(1)
+    for j in range(2):
+        inner.on_frame(final(j), 0.02)
+    inner.on_frame(fanout_ack(3, 1, [0]), 0.025)
+    inner.on_frame(fanout_ack(4, 1, [0, 1]), 0.025)
+    out: list[object] = []
+    for now in (0.1, 0.3, 0.6, 1.0):
+        out += inner.on_timer(now)
+    assert not [s for s in sends(out, Kind.DATA) if s.frame.is_broadcast]

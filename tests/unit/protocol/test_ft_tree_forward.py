@@ -15,7 +15,8 @@ TREE = Tree((0, 1, 2, 3, 4), 2)  # 1 is inner: children 3 and 4
 
 @pytest.mark.parametrize("dtype", [DType.F32, DType.F16, DType.I8])
 def test_an_inner_node_forwards_the_parents_payload_unchanged(dtype: DType) -> None:
-    cfg = AllreduceConfig(chunk_size=8, wire_dtype=dtype, timeout_mode="fixed", fixed_timeout=0.1)
+    cfg = AllreduceConfig(chunk_size=8, wire_dtype=dtype, timeout_mode="fixed", fixed_timeout=0.1,
+                          broadcast="tree")
     inner = FtTreeRound(RoundContext(cfg, TREE, 1, 0, np.zeros(8, np.float32), 0, cfg.new_links(), 0.0))
     inner.start(0.0)
     values = np.linspace(-3, 3, 8, dtype=np.float32)
@@ -29,7 +30,8 @@ def test_an_inner_node_forwards_the_parents_payload_unchanged(dtype: DType) -> N
 
 
 def test_the_root_applies_exactly_what_it_sends() -> None:
-    cfg = AllreduceConfig(chunk_size=8, wire_dtype=DType.F16, timeout_mode="fixed", fixed_timeout=0.1)
+    cfg = AllreduceConfig(chunk_size=8, wire_dtype=DType.F16, timeout_mode="fixed", fixed_timeout=0.1,
+                          broadcast="tree")
     root = FtTreeRound(RoundContext(cfg, Tree((0, 1), 2), 0, 0, np.full(8, 0.1, np.float32), 0,
                                     cfg.new_links(), 0.0))
     root.start(0.0)

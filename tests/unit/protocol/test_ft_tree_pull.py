@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
 
-from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
+import numpy as np
+import pytest
+
+from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundContext, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -59,12 +62,14 @@ def test_an_unmeasured_sibling_asked_for_the_result_gets_the_parents_timeout_not
     assert second_at - first_at <= 2 * CFG.min_timeout, asked  # not the 0.5 s initial timeout
 
 
-def test_a_puller_gets_the_result_from_us_only_when_its_parent_cannot_send_it() -> None:
+@pytest.mark.parametrize("broadcast", ["tree", "fanout"])
+def test_a_puller_gets_the_result_from_us_only_when_its_parent_cannot_send_it(broadcast: Broadcast) -> None:
     """In a round stalled on a frozen node every member pulls; each copy the root sent to a
     puller whose parent was alive doubled that puller's broadcast (30 MB more at 15 agents).
     A puller whose parent is down gets it from us."""
+    cfg = replace(CFG, broadcast=broadcast)
     tree = Tree(tuple(range(15)), 2)  # 3 (parent of 7 and 8) is down; 5's parent 2 lives
-    root = FtTreeRound(RoundContext(CFG, tree, 0, 0, np.zeros(8, np.float32), 0, CFG.new_links(), 0.0))
+    root = FtTreeRound(RoundContext(cfg, tree, 0, 0, np.zeros(8, np.float32), 0, cfg.new_links(), 0.0))
     root.start(0.0)
     root.peer_down(3, 0.01)
     for puller in (5, 7):
@@ -77,4 +82,5 @@ def test_a_puller_gets_the_result_from_us_only_when_its_parent_cannot_send_it() 
             sent += [a for a in root.on_frame(unit, 0.03) if isinstance(a, Send)]
     assert root.result is not None and not root.result.degraded
     finals = {a.dst for a in sent if a.frame.kind == Kind.DATA and a.frame.flags & Flag.FINAL}
-    assert 7 in finals and 5 not in finals and {1, 2} <= finals
+    # Relayed, the root's children get it from us too; with the fan-out only the puller.
+    assert finals == ({1, 2, 7} if broadcast == "tree" else {7})

@@ -4,6 +4,8 @@ the deadline)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
@@ -56,7 +58,7 @@ def test_on_the_roots_will_a_leaf_takes_the_result_its_parent_already_has() -> N
     asked = sends(leaf.peer_down(0, 0.01), Kind.PULL)
     assert [a.dst for a in asked] == [1] and leaf.result is None  # asks before it skips
     for j in (0, 1):
-        leaf.on_frame(final(j, 1), 0.02)
+        leaf.on_frame(replace(final(j, 1), target=3), 0.02)  # the answer names its puller
     assert leaf.result is not None and not leaf.result.degraded  # the root's data counts
     assert leaf.result.contributors == (EVERYONE, EVERYONE)
 

@@ -120,6 +120,10 @@ def _agent_defaults_run(faults: tuple[FaultSpec, ...], rounds: int, reconnect_de
         latency=0.0005, broker_bandwidth=300e6, max_time=600.0, reconnect_delay=reconnect_delay)).run()
 
 
+def _fault_free_median(jitter: float) -> float:
+    return statistics.median(survivors_time(r, -1) for r in _agent_defaults_run((), 12, compute_jitter=jitter)[3:])
+
+
 @pytest.fixture(scope="module")
 def agent_defaults_median() -> float:
     return statistics.median(survivors_time(r, -1) for r in _agent_defaults_run((), 12)[3:])
@@ -138,14 +142,23 @@ def test_with_the_agents_defaults_the_round_a_node_freezes_in_costs_under_a_seco
     records = _agent_defaults_run(faults, 16)
     assert [r.round for r in records] == list(range(16)), "the fleet halted"
     # Frozen in the broadcast, it is silent from the next round's start: that round counts
-    # as the one it goes silent in (as in `bench silent`).
-    first_routed = 9 if phase == "reduce" else 10
+    # as the one it goes silent in (as in `bench silent`). So is a node frozen 10 ms into a
+    # fan-out round: it had the result by then (relayed, the result took ~25 ms here).
+    silent = _silent_from(records, node, 8)
+    assert silent in ((8, 9) if phase == "reduce" else (9,)), silent
+    first_routed = silent + 1
     for rec in records[8:first_routed]:
         assert survivors_time(rec, node) <= agent_defaults_median + 1.0, (rec.round, survivors_time(rec, node))
     for rec in records[first_routed:first_routed + 4]:  # still frozen: routed around, then out of the view
         assert survivors_time(rec, node) <= 1.5 * agent_defaults_median + 0.01, rec.round
         assert not any(res.degraded for n, res in rec.results.items() if n != node), rec.round
     assert node not in records[first_routed + 1].members
+
+
+def _silent_from(records: list[RoundRecord], node: int, first: int) -> int:
+    """The round a frozen ``node`` goes silent in: the first from ``first`` on that it ended
+    no more (it froze before its result came)."""
+    return next(r.round for r in records[first:] if node not in r.results)
 
 
 def _forwarded_to(rec: RoundRecord, node: int) -> set[int]:
@@ -164,13 +177,15 @@ def test_at_15_agents_a_frozen_node_costs_one_short_round_and_the_next_ones_run_
     faults = (FaultSpec("hang", 8, node, after=0.01), FaultSpec("resume", 8, node, after=3.0))
     records = _agent_defaults_run(faults, 13, nodes=15)
     assert [r.round for r in records] == list(range(13)), "the fleet halted"
-    assert survivors_time(records[8], node) <= median + 1.0
-    for rec in records[9:12]:
+    silent = _silent_from(records, node, 8)  # 9: it had round 8's result (see above)
+    assert silent in (8, 9), silent
+    assert survivors_time(records[silent], node) <= median + 1.0
+    for rec in records[silent + 1 : silent + 4]:
         assert survivors_time(rec, node) <= 1.5 * median + 0.01, (rec.round, survivors_time(rec, node), median)
         assert not any(res.degraded for n, res in rec.results.items() if n != node), rec.round
-    assert node not in records[10].members
+    assert node not in records[silent + 2].members
     if role == "leaf":
-        assert _forwarded_to(records[8], node) <= {13}, "flooded"  # its sibling's relay only
+        assert _forwarded_to(records[silent], node) <= {13}, "flooded"  # its sibling's relay only
 
 
 @pytest.mark.parametrize("nodes", [7, 15])
@@ -214,12 +229,18 @@ def test_with_the_agents_defaults_a_flapping_connection_costs_no_wait(
     rounds = 4 + 3 * len(FLAP_AFTER) + 4
     records = _agent_defaults_run(faults, rounds, reconnect_delay=0.08, compute_jitter=jitter)
     assert [r.round for r in records] == list(range(rounds)), "the fleet halted"
-    limit = 1.5 * agent_defaults_median + 0.01  # 10 ms: event grain
+    # Against the same fleet without faults, gradients as late: a round ends with its last
+    # gradient, so the jitter alone lengthens every round (with the fan-out's 38 ms rounds,
+    # rounds 70-80 ms long only by the jitter counted as slow against the unjittered median).
+    median = agent_defaults_median if jitter == 0 else _fault_free_median(jitter)
+    limit = 1.5 * median + 0.01  # 10 ms: event grain
+    away = 0.0
     if role == "root":
         # Nobody else can average the round: the fleet waits out the root's 80 ms away
         # (ROOT_WILL_GRACE) instead of skipping the round, so no round is degraded and no
         # member drifts (a skipped round's chunks differed between members: state transfers).
-        limit += 0.08
+        away = 0.08
+        limit += away
         assert [r.round for r in records if r.degraded] == []
         assert [r.round for r in records if len(set(r.start_hashes.values())) > 1] == []
     slow = [(r.round, round(survivors_time(r, node), 3)) for r in records if survivors_time(r, node) > limit]
@@ -229,7 +250,7 @@ def test_with_the_agents_defaults_a_flapping_connection_costs_no_wait(
     # node: no round near a timeout.
     assert len(slow) <= len(FLAP_AFTER) // 2, slow
     worst = max(survivors_time(r, node) for r in records)
-    assert worst <= 3 * agent_defaults_median + jitter + 0.01, slow
+    assert worst <= 3 * median + away + 0.01, slow
     last = records[-1]
     assert node in last.members and node in last.results
     assert len(set(last.start_hashes.values())) == 1, last.start_hashes

@@ -72,15 +72,29 @@ def test_degraded_rounds_cause_drift_and_drifted_nodes_resync() -> None:
     # falls back to its own gradient, its model drifts from the fleet's, the next root hash
     # reveals it and it fetches the fleet's state. (Cut for round 1 only, it pulls round 1's
     # result once healed and applies the fleet's mean without itself: no drift at all.)
+    # Relayed down the tree: the root's fan-out is no link, and brings the leaf the fleet's
+    # mean through the cuts (next test).
     faults = (*(FaultSpec("cut", 1, 6, p) for p in range(6)),
               *(FaultSpec("heal", 3, 6, p) for p in range(6)))
-    records = run_fleet(7, 8, length=37, allreduce=config(), faults=faults, compute_time=0.01)
+    records = run_fleet(7, 8, length=37, allreduce=config(broadcast="tree"), faults=faults,
+                        compute_time=0.01)
     assert records[1].degraded and records[1].results[6].missing_chunks
     assert len(set(records[2].start_hashes.values())) > 1
     notes = [n.kind for rec in records for ns in rec.notes.values() for n in ns]
     assert "drift" in notes and "state_received" in notes
     assert all(6 in rec.members for rec in records)  # alive: never evicted
     assert len(set(records[-1].start_hashes.values())) == 1 and not records[-1].degraded
+
+
+def test_a_leaf_cut_from_every_peer_still_takes_the_fleets_mean_from_the_fanout() -> None:
+    faults = (*(FaultSpec("cut", 1, 6, p) for p in range(6)),
+              *(FaultSpec("heal", 3, 6, p) for p in range(6)))
+    records = run_fleet(7, 8, length=37, allreduce=config(broadcast="fanout"), faults=faults,
+                        compute_time=0.01)
+    assert all(6 in rec.members for rec in records)  # alive: never evicted
+    # Its own units reach nobody, but the mean of the others reaches it: no model drifts.
+    assert all(len(set(rec.start_hashes.values())) == 1 for rec in records)
+    assert not records[-1].degraded
 
 
 def test_many_rounds_run_in_seconds() -> None:
