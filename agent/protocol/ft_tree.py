@@ -227,6 +227,7 @@ class FtTreeRound(Outbox):
         self.gaps_pulled: set[int] = set()  # chunks lost in the root's fan-out, asked for
         self.fanned_at: dict[int, float] = {}  # chunk -> when the fan-out sent (root) or brought it
         self.fan_sampled: set[int] = set()  # children whose ACK of the fan-out gave an RTT sample
+        self.back_at = -1e9  # when our connection came back in this round (see reconnected)
         self.fan_acked: dict[int, set[int]] = {}  # child -> chunks of the result it ACKed
         self.fan_watch: dict[int, float] = {}  # child -> when its ACK of the whole result is due
         self.root_hash: int | None = model_hash if self.parent is None else None
@@ -473,6 +474,13 @@ class FtTreeRound(Outbox):
         elif self.result is None:
             for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
                 self._pull(now)
+            # A child that saw our Will sent around us: what it sent us before is no sign that
+            # more is on its way (see _draining_until), and we wait for it only as long as a
+            # first frame usually takes. An inner node's 10 ms drop, with the fan-out: a child
+            # had sent us chunk 0 and chunk 1 around us; we waited for its chunk 1 as for a
+            # unit still draining (at the link rate floor: 0.7 s), and the root for us.
+            self.back_at = now
+            self._stop_waiting_soon(now)
         return self._flush()
 
     def peer_away(self, peer: int, now: float) -> list[Action]:
@@ -637,7 +645,7 @@ class FtTreeRound(Outbox):
             if child in self.down or not owed or all(owed <= ch.covered for ch in self.chunks):
                 continue
             heard = self.last_heard.get(child)
-            if heard is not None:
+            if heard is not None and heard >= self.back_at:
                 due = max(due, heard + self._rto(child) + self._transmit(child, self.unit_bytes))
         return min(due, cap) if due > now else now
 
