@@ -5,10 +5,10 @@ tries the same examples every time, so a red run is a regression, never a new ra
 ``HYPOTHESIS_PROFILE=explore`` searches at random (1000 examples where a test sets no number), to hunt for
 new counterexamples (add each one found as an ``@example``).
 
-``--broadcast fanout`` runs the tests with ft-tree's fan-out broadcast as the default of
+``--broadcast tree`` runs the tests with ft-tree's relayed broadcast as the default of
 ``AllreduceConfig`` and of the agent's configuration (every test that does not name a broadcast
 mode: the fault matrix, the property tests, the round machines' tests, the agents' defaults),
-to check both modes with the same tests (``--broadcast tree`` is the default's).
+to check both modes with the same tests (the default is the fan-out, ``--broadcast fanout``).
 """
 
 from __future__ import annotations

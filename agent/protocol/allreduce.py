@@ -36,6 +36,11 @@ ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
 # parent). The reduce uses the per-link topics either way.
 Broadcast = Literal["tree", "fanout"]
 BROADCASTS: tuple[str, ...] = ("tree", "fanout")
+# The default since issue 13's measurement (bench compare, same sitting, docs/PROFILE.md): the
+# slowest agent's allreduce at 7 agents 44.8 ms against 53.0 ms relayed, float16 36.5 against
+# 48.5 ms. Relayed, the result waits at every inner node for a hop per tree level, each a
+# message through the broker and a wake-up on cores the agents share.
+DEFAULT_BROADCAST: Broadcast = "fanout"
 
 
 # A root's Will: the members wait this long for it to come back (its connection dropped:
@@ -81,7 +86,7 @@ class AllreduceConfig:
     reduce_fraction: float = 0.5  # the root stops waiting for contributions at this fraction
     pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
     remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
-    broadcast: Broadcast = "tree"  # ft-tree: see Broadcast
+    broadcast: Broadcast = DEFAULT_BROADCAST  # ft-tree: see Broadcast
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

@@ -41,6 +41,10 @@ LONG_ROUNDS = 300
 EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39, ...
 ACCURACY_PP = 0.5  # an attacked run's accuracy against the clean run's, same rounds
 FLEET = {"eval_every": EVAL_EVERY}
+MODEL_BYTES = 407_050 * 4
+# What a pull flood kept up may add to its victim's round: one stripe (half a state: params and
+# Adam's two moments), and one result resent to a child whose ACK was late on the busy host.
+FLOOD_ROUND_EXTRA = 1.1 * 3 * MODEL_BYTES / 2 + MODEL_BYTES
 VICTIM = 2  # of the forged state answers
 # The agents' chunk geometry (default options): forged frames must fit it to be looked at.
 CHUNKS = chunk_bounds(PARAM_COUNT, AgentConfig.model_fields["chunk_size"].default)
@@ -192,15 +196,18 @@ def test_a_hostile_device_neither_halts_nor_poisons_the_fleet_and_is_counted(
         per_round = [(t.round, round(t.bytes_sent / 1e6, 2)) for t in listener.telemetry[0][5:25]]
         assert flood <= max(sent_before) + 1.1 * state_bytes + 2 * 407_050 * 4, (per_round, sent_before)
         # Kept up in every round, the flood gets one stripe (half a state) per round: every
-        # round of the victim's stays within 2x of its normal round (before: a whole state
-        # every 4 rounds, that round at 2.5x; this check failed on that code).
+        # round of the victim's sends at most that more than its normal round, and a result
+        # resent to a child (before: a whole state every 4 rounds; this check failed on that
+        # code). In bytes, not as a ratio: the root's normal round is one fan-out publish,
+        # half of what it was relayed down the tree (a copy per child).
         during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
         worst = max(during) / float(np.mean(sent_before))
+        extra = max(during) - float(np.mean(sent_before))
         print(f"pull flood: node 0 sent at most {flood / 1e6:.2f} MB in a round "
               f"({flood / max(sent_before):.2f}x its largest normal round); kept up for "
               f"{len(during)} rounds, {np.mean(during) / np.mean(sent_before):.2f}x its mean normal "
               f"round, at most {worst:.2f}x in one")
-        assert len(during) >= 6 and worst <= 2.0, (per_round, sent_before)
+        assert len(during) >= 6 and extra <= FLOOD_ROUND_EXTRA, (per_round, sent_before)
         assert rejected.get("model_pull_budget", 0) >= 1, rejected
         assert not listener.events(0, "abandoned") and not listener.events(2, "abandoned")
     finally:
@@ -231,9 +238,10 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
         _assert_accuracy(listener, clean_accuracy, ROUNDS, nodes=(0, 1, 2))
         during = [t.bytes_sent for t in listener.telemetry[0] if t.round in flooded]
         worst = max(during) / float(np.mean(sent_before))
+        extra = max(during) - float(np.mean(sent_before))
         print(f"behind-claim flood: node 0 sent {np.mean(during) / np.mean(sent_before):.2f}x its mean "
               f"normal round over {len(during)} rounds (at most {worst:.2f}x in one)")
-        assert len(during) >= 6 and worst <= 2.0, ([round(b / 1e6, 2) for b in during], sent_before)
+        assert len(during) >= 6 and extra <= FLOOD_ROUND_EXTRA, ([round(b / 1e6, 2) for b in during], sent_before)
         assert listener.last(0).rejected.get("model_pull_budget", 0) >= 1, listener.last(0).rejected
     finally:
         evil.close()
