@@ -70,7 +70,8 @@ def test_payloads_of_every_size_arrive_whole_through_both_read_paths(
     deadline = time.monotonic() + 10.0
     while len(got) < len(payloads) and time.monotonic() < deadline:
         tx.receive(0.0)  # inline: what the socket did not take at once goes out from here
-        got += rx.receive(0.01)
+        # (a loaded host may also report the 3 MB one as still arriving: not a message)
+        got += [m for m in rx.receive(0.01) if m.topic != ARRIVING]
     assert [m.payload for m in got] == payloads
     assert all(type(m.payload) is bytes and m.topic == TOPICS.link(2, 1) for m in got)
 
