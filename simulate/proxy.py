@@ -24,6 +24,14 @@ from typing import Any
 
 HOLD_BYTES = 64 * 1024  # per direction: read from one side, not yet written to the other
 READ_SIZE = 64 * 1024
+# asyncio's StreamReader stops reading its socket above twice this; its default (64 KiB) let
+# the proxy hide up to 128 KiB more of a backed-up link from the sender's own send queue.
+READER_LIMIT = 16 * 1024
+# The most one direction can hold out of the sender's send queue while the link is backed up:
+# the pump's queue (it stops reading at HOLD_BYTES, after a read of up to READ_SIZE), the
+# StreamReader's buffer (above 2 x READER_LIMIT it pauses, after one more read of at most what
+# the kernel held) and the kernel's receive buffer (SO_RCVBUF = HOLD_BYTES, doubled by Linux).
+MOST_HELD_BYTES = (HOLD_BYTES + READ_SIZE) + (2 * READER_LIMIT + 2 * HOLD_BYTES) + 2 * HOLD_BYTES
 
 
 @dataclass
@@ -132,7 +140,7 @@ class TcpProxy:
             try:
                 listener = socket.create_server(self.listen)
                 _small_receive_buffer(listener)  # accepted sockets inherit it
-                self._server = loop.run_until_complete(asyncio.start_server(self._handle, sock=listener))
+                self._server = loop.run_until_complete(asyncio.start_server(self._handle, sock=listener, limit=READER_LIMIT))
                 self.port = self._server.sockets[0].getsockname()[1]
             except OSError as exc:
                 errors.append(exc)
@@ -207,7 +215,7 @@ class TcpProxy:
             except OSError:
                 upstream.close()
                 raise
-            broker_reader, broker_writer = await asyncio.open_connection(sock=upstream)
+            broker_reader, broker_writer = await asyncio.open_connection(sock=upstream, limit=READER_LIMIT)
         except OSError:
             client_writer.close()
             return
