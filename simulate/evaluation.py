@@ -441,6 +441,15 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
+    if floors := doc.get("floor"):
+        parts.append("*no limit*: the same fleet and rounds with no link limit at all, run first in the same "
+                     "sitting (the host's own floor: its 2 cores run the broker and every agent); *x max(bound, "
+                     "no limit)*: the median over the larger of the link's bound and that floor. Where the bound "
+                     "is below the floor the link is not what limits the round on this host.\n\n"
+                     + markdown_table(["wire, no link limit", "median allreduce s", "after last gradient s",
+                                       "degraded rounds"],
+                                      [[f["wire_dtype"], f["allreduce_s_median"], f.get("after_last_gradient_s_median"),
+                                        f"{f['degraded_rounds']} of {f['rounds']}"] for f in floors]))
     if lines := [f"- **incomplete** {run_label(r, doc.get('repeats', 1))}: {why}"
                  for r in doc["results"] if (why := incomplete(r))]:
         parts.append("\n".join(lines))

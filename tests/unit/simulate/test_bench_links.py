@@ -281,6 +281,14 @@ def test_every_agent_is_limited_from_round_1_and_evaluated_after_the_last_round(
     assert scenario.agent["eval_every"] == 30  # round 0 and the last round only
 
 
+def test_the_floor_runs_the_same_fleet_with_no_link_limit_and_no_burst() -> None:
+    args = _args("--rounds", "30", "--loss-burst", "1")
+    assert args.floor and not _args("--no-floor").floor
+    spec = links.floor_scenario(args, "float16")
+    scenario = parse_scenario(spec.toml(), "x")
+    assert scenario.faults == [] and scenario.agent["wire_dtype"] == "float16"
+    assert spec.name == "links-7-nolimit-float16" and (spec.nodes, spec.rounds) == (7, 30)
+
 
 def test_a_loss_burst_drops_one_agents_frames_for_two_rounds_from_round_5() -> None:
     args = _args("--rounds", "12", "--loss-burst", "1")
@@ -303,6 +311,36 @@ def test_recovery_counts_the_rounds_after_the_burst_until_every_later_one_is_at_
     flat = [*fast, 5.0, 5.0, 1.0, 1.0, 1.0]
     assert links.recovery_rounds(flat, degraded=[False] * 8 + [True, False]) == 2
     assert links.recovery_rounds(flat, degraded=[False, False] + [True] * 8) is None
+
+
+
+def _host_floor_item(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in links.criteria(doc) if "no link limit" in c["criterion"])
+
+
+def test_the_floor_is_the_no_limit_median_of_the_same_wire_and_can_miss() -> None:
+    bound = links.link_bound(7, "int8", 50.0)["bound_s"]  # ~0.024 s
+    results = [links.run_result(_run("int8", 50.0, seconds=0.1), 50.0, "int8", 0),
+               links.run_result(_run("float32", 50.0, seconds=0.1), 50.0, "float32", 0)]
+    floor = _run("int8", 50.0, seconds=0.08)
+    floors = [links.floor_result(floor, "int8")]
+    assert floors[0]["allreduce_s_median"] == pytest.approx(0.135)  # rounds 2..9: 0.1 .. 0.17
+    links.add_floors(results, floors)
+    assert results[0]["floor_s"] == pytest.approx(0.135) and results[1]["floor_s"] is None
+    assert results[0]["ratio_to_bound_or_floor"] == pytest.approx(0.155 / 0.135, abs=0.01)
+    assert results[0]["ratio_to_bound"] > 5 * results[0]["ratio_to_bound_or_floor"] and bound < 0.03
+    doc = _doc(results)
+    doc["floor"] = floors
+    host = [c for c in links.criteria(doc) if "no link limit" in c["criterion"]]
+    assert len(host) == 1 and not host[0]["holds"]
+    assert host[0]["misses"] == ["50 MB/s float32: Nonex"]  # no floor of its wire: not decided
+    doc["results"] = results[:1]
+    assert _host_floor_item(doc)["holds"]
+    results[0]["allreduce_s_median"] = 0.25
+    links.add_floors(results[:1], floors)
+    assert _host_floor_item(doc)["misses"] == ["50 MB/s int8: 1.85x"]
+    assert links.table_rows(doc)[0][12:] == [pytest.approx(0.135), "1.85"]
+    assert not any("no link limit" in c["criterion"] for c in links.criteria(_doc(results[:1])))
 
 
 # -- the report's section -----------------------------------------------------------------
