@@ -442,8 +442,9 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
     if floors := doc.get("floor"):
-        parts.append("*no limit*: the same fleet and rounds with no link limit at all, run first in the same "
-                     "sitting (the host's own floor: its 2 cores run the broker and every agent); *x max(bound, "
+        parts.append("*no limit*: the same fleet and rounds through the same proxies limiting nothing (10 GB/s), "
+                     "run first in the same sitting (the host's own floor: its cores run the broker, every "
+                     "agent and the simulator's proxies); *x max(bound, "
                      "no limit)*: the median over the larger of the link's bound and that floor. Where the bound "
                      "is below the floor the link is not what limits the round on this host.\n\n"
                      + markdown_table(["wire, no link limit", "median allreduce s", "after last gradient s",
