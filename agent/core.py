@@ -422,6 +422,8 @@ class AgentCore:
             self.counters.bytes_received += frame_size(frame)
         out: list[CoreAction] = []
         machine = self.machines.get(frame.round)
+        if frame.kind == Kind.PROBE and frame.flags & Flag.PROGRESS:
+            self.membership.peer_busy(frame.sender, now)  # a report about it waits behind that
         if frame.kind == Kind.MODEL_PULL:
             self.pending_pulls[frame.sender] = frame
             out += self._serve_pulls()
@@ -458,6 +460,7 @@ class AgentCore:
             link = (publisher, self.node)  # a result chunk of the fan-out, from its publisher
         if topic is not None and link is None:
             return []
+        self.membership.links_busy(now)
         out: list[CoreAction] = []
         for rnd, machine in list(self.machines.items()):  # the last round's broadcast may still drain
             out += self._run(machine.arriving(None if link is None else link[0], now), rnd)

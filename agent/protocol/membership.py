@@ -20,7 +20,8 @@ dead, a silent child, a relay through it unanswered) publishes a ``Suspect`` to 
 A node that is alive and sees a report about itself refutes it at once by publishing its
 status: the broker still hears it, so only its links are slow or cut. A node is *suspected*
 when a report about it (from a member, within ``SUSPICION_ROUNDS`` rounds) stood unrefuted
-for ``grace`` seconds: then it is silent to the broker too, frozen or cut off. One witness
+for ``grace`` seconds (``DOWNLINK_BUSY_HOLD`` more while our own links show a backlog: the
+refutation may wait behind a large frame, or the suspect's: its PROGRESS): then it is silent to the broker too, frozen or cut off. One witness
 is enough because the suspect itself is asked; a lossy or cut link, or cut links all around a
 healthy node, are refuted and evict nobody. So that a congested broker (late refutations)
 cannot empty the fleet, never more than a minority is suspected within
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
 from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.topology import Tree
 
@@ -101,6 +103,8 @@ class Membership:
         self.round = 0
         self.now = self.gate.started_at
         self.grace = grace  # how long a report stands unrefuted before it counts
+        self.links_busy_at = -1e18  # when our own links last showed a backlog (see links_busy)
+        self.peer_busy_at: dict[int, float] = {}  # node -> when its PROGRESS last said its downlink was busy
         # A Will counts for views this long after it came: a broker going down publishes every
         # client's Will just before our own connection drops (which then holds all decisions).
         self.offline_settle = offline_settle
@@ -157,6 +161,26 @@ class Membership:
             by[report.node] = (report.round, now)
         self.reported_in[report.peer] = max(report.round, self.reported_in.get(report.peer, report.round))
         return self.check(now)
+
+    def links_busy(self, now: float) -> None:
+        """Our downlink is busy with a large frame, or what we published waits to leave: a
+        refutation may wait behind it (and the suspect's downlink may hold our report)."""
+        self.links_busy_at = now
+
+    def peer_busy(self, node: int, now: float) -> None:
+        """``node``'s PROGRESS: a large frame is still arriving on its downlink (it lives, and
+        a report about it may wait behind that frame before it can refute it)."""
+        self.peer_busy_at[node] = now
+
+    def _stands_until(self, suspect: int, heard: float) -> float:
+        """When a report about ``suspect`` heard at ``heard`` counts, unrefuted: ``grace``
+        later, and DOWNLINK_BUSY_HOLD more if our links or the suspect's downlink showed a
+        backlog from a hold before it on. On 2 MB/s links the first slow round's 262 KB units
+        took longer to reach an inner node than its leaf's timeout; the inner node, accused,
+        heard the report only behind them, after the grace: the fleet dropped it for two
+        rounds and its rounds ran degraded (2 of 9 runs; with min_timeout 0.1 s, 2 of 2)."""
+        busy = max(self.links_busy_at, self.peer_busy_at.get(suspect, -1e18))
+        return heard + self.grace + (DOWNLINK_BUSY_HOLD if busy >= heard - DOWNLINK_BUSY_HOLD else 0.0)
 
     def hold(self, until: float) -> None:
         """Decide nothing until ``until`` (inf: until told otherwise): while the broker is
@@ -281,12 +305,12 @@ class Membership:
         """(peer, round) of every report that stood unrefuted for ``grace``: within that
         round nobody needs to wait for the peer's contribution any more."""
         return [(peer, rnd) for peer, by in self.reports.items() for rnd, t in by.values()
-                if t + self.grace <= now]
+                if self._stands_until(peer, t) <= now]
 
     def next_check(self) -> float | None:
         """When a pending report's grace ends, or a hold (None: nothing pending)."""
-        times = [t + self.grace for peer, by in self.reports.items() if peer not in self.evicted
-                 for _, t in by.values() if t + self.grace > self.now]
+        times = [at for peer, by in self.reports.items() if peer not in self.evicted
+                 for _, t in by.values() if (at := self._stands_until(peer, t)) > self.now]
         if self.hold_until > self.now:
             times.append(self.hold_until)
         # The same sum as in _coordinate: the check at this time must find the Will settled
@@ -302,7 +326,7 @@ class Membership:
         for peer, by in self.reports.items():
             if peer == self.node:
                 continue  # reports about us are for the others to judge (see offer_view)
-            if any(rnd + SUSPICION_ROUNDS >= self.round and t + self.grace <= now
+            if any(rnd + SUSPICION_ROUNDS >= self.round and self._stands_until(peer, t) <= now
                    and self.states.get(r) == "online" for r, (rnd, t) in by.items()):
                 out.add(peer)
         # Those suspected lately count even when they spoke since (each refuted too late: a

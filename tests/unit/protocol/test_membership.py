@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
 from agent.protocol.membership import Membership, StartupGate
 from agent.protocol.messages import Status, Suspect, View
 
@@ -229,6 +230,39 @@ def test_a_witness_reporting_again_does_not_restart_the_grace() -> None:
     m2.on_status(Status(3, "online", round=30), 1.1)
     m2.on_suspect(Suspect(1, 31, 3), 1.3)
     assert m2.unrefuted(1.4) == [] and m2.unrefuted(1.8) == [(3, 31)]
+
+
+def test_while_our_links_show_a_backlog_a_report_stands_a_busy_hold_longer() -> None:
+    # Slow links: the accused hears the report, and we its refutation, behind large frames.
+    def fleet() -> Membership:
+        m = Membership(0, 2, START, grace=0.4)
+        for s in online(0, 1, 2, 3):
+            m.on_status(s, 0.0)
+        m.round_started(1, 0.0)
+        return m
+
+    busy = fleet()
+    busy.links_busy(0.9)  # a large frame was still arriving just before the report
+    busy.on_suspect(Suspect(3, 1, 1), 1.0)
+    assert busy.next_check() == 1.0 + 0.4 + DOWNLINK_BUSY_HOLD
+    assert busy.check(1.5) == [] and busy.unrefuted(1.5) == [] and not busy.suspected()
+    busy.on_status(Status(1, "online", round=1), 1.8)  # the refutation, late but in time
+    assert busy.check(3.0) == [] and not busy.suspected()
+    # Frozen after all: it is suspected, a busy hold later than on idle links.
+    busy.on_suspect(Suspect(3, 2, 1), 3.0)
+    busy.links_busy(3.1)
+    assert busy.check(3.5) == [] and busy.check(3.0 + 0.4 + DOWNLINK_BUSY_HOLD)[0].view.members == [0, 2, 3]
+    # The suspect's downlink busy (its PROGRESS): it hears the report late, the same hold.
+    slow = fleet()
+    slow.on_suspect(Suspect(3, 1, 1), 1.0)
+    slow.peer_busy(1, 1.1)
+    slow.peer_busy(2, 0.5)  # another node's busy link says nothing about node 1
+    assert slow.next_check() == 1.0 + 0.4 + DOWNLINK_BUSY_HOLD and slow.check(1.5) == []
+    # Idle links: the grace alone (a backlog long before the report does not count).
+    idle = fleet()
+    idle.links_busy(1.0 - DOWNLINK_BUSY_HOLD - 0.1)
+    idle.on_suspect(Suspect(3, 1, 1), 1.0)
+    assert idle.next_check() == 1.4 and idle.check(1.4)[0].view.members == [0, 2, 3]
 
 
 def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -> None:
