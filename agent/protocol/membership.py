@@ -178,7 +178,9 @@ class Membership:
         backlog from a hold before it on. On 2 MB/s links the first slow round's 262 KB units
         took longer to reach an inner node than its leaf's timeout; the inner node, accused,
         heard the report only behind them, after the grace: the fleet dropped it for two
-        rounds and its rounds ran degraded (2 of 9 runs; with min_timeout 0.1 s, 2 of 2)."""
+        rounds and its rounds ran degraded (2 of 2 runs of 2 MB/s int8). Our own links' backlog
+        alone did not save it (min_timeout 0.1 s: 2 of 2 still dropped it); the suspect's
+        PROGRESS did (0 of 3)."""
         busy = max(self.links_busy_at, self.peer_busy_at.get(suspect, -1e18))
         return heard + self.grace + (DOWNLINK_BUSY_HOLD if busy >= heard - DOWNLINK_BUSY_HOLD else 0.0)
 
