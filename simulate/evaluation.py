@@ -410,6 +410,7 @@ def render_silent(doc: dict[str, Any], ctx: Context) -> str:
 
 def render_links(doc: dict[str, Any], ctx: Context) -> str:
     from simulate.bench.links import (
+        FLOOR_RATE_MB_S,
         TABLE_HEADERS,
         criteria_lines,
         incomplete,
@@ -442,7 +443,8 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
     if floors := doc.get("floor"):
-        parts.append("*no limit*: the same fleet and rounds through the same proxies limiting nothing (10 GB/s), "
+        parts.append(f"*no limit*: the same fleet and rounds through the same proxies limiting nothing "
+                     f"({FLOOR_RATE_MB_S / 1000:g} GB/s), "
                      "run first in the same sitting (the host's own floor: its cores run the broker, every "
                      "agent and the simulator's proxies); *x max(bound, "
                      "no limit)*: the median over the larger of the link's bound and that floor. Where the bound "

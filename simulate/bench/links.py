@@ -48,7 +48,7 @@ NO LIMIT (on by default; --no-floor leaves it out): first, one run of every wire
 every agent's proxy in place but limiting nothing (FLOOR_RATE_MB_S), the same fleet and
 rounds: the host's own floor (its CPU, the broker, the agents and the simulator's proxies,
 one Python process, sharing its cores; at 7 agents in int8 the proxies alone took a round
-from 0.042 to 0.105 s on a 2-core host). A link's bound below it is out of reach on this host
+from 0.042 to ~0.08 s on a 2-core host). A link's bound below it is out of reach on this host
 whatever the protocol does; X MAX(BOUND, NO LIMIT) compares the median with the larger of the
 two (a perfect pipeline hides the faster one behind the slower). Auto's floor is auto's own
 run with no limit.
@@ -243,17 +243,26 @@ def floor_scenario(args: argparse.Namespace, dtype: str) -> FleetScenario:
     return replace(spec, name=f"links-{args.nodes}-nolimit-{dtype}", loss_burst=None)
 
 
-def floor_result(run: FleetRun, dtype: str, load: float | None = None) -> dict[str, Any]:
-    """A run with no link limit: its median allreduce (the same rounds as a limited run's)."""
+def round_figures(run: FleetRun) -> dict[str, Any]:
+    """What every run reports of its rounds: the medians over the rounds from WARMUP_ROUNDS on,
+    the degraded rounds of all of them, the frames of values sent by format."""
     measured = [r for r in run.rows if int(r["round"]) >= WARMUP_ROUNDS]
     times = split_rounds(run.rows, None, None)["fault_free"]
+    spread = summary(times) if times else None
     after = [float(a) for r in measured if (a := r.get("after_last_gradient_s")) is not None]
-    return {"wire_dtype": dtype, "rounds": len(run.rows), "finished": run.finished, "error": run.error,
-            "wall_seconds": round(run.wall_seconds, 1), "load_1m_at_start": load,
-            "allreduce_s_median": round(statistics.median(times), 4) if times else None,
+    return {"rounds": len(run.rows), "finished": run.finished, "error": run.error,
+            "wall_seconds": round(run.wall_seconds, 1),
+            "allreduce_s_median": round(spread["median"], 4) if spread else None,
+            "allreduce_s_p90": round(spread["p90"], 4) if spread else None,
+            "allreduce_s_max": round(spread["max"], 4) if spread else None,
             "after_last_gradient_s_median": round(statistics.median(after), 4) if after else None,
             "degraded_rounds": sum(1 for r in run.rows if (r.get("degraded_nodes") or 0) > 0),
             "wire_frames": wire_frames_used(measured)}
+
+
+def floor_result(run: FleetRun, dtype: str, load: float | None = None) -> dict[str, Any]:
+    """A run with no link limit: its median allreduce (the same rounds as a limited run's)."""
+    return {"wire_dtype": dtype, "load_1m_at_start": load, **round_figures(run)}
 
 
 def add_floors(results: list[dict[str, Any]], floors: list[dict[str, Any]]) -> None:
@@ -309,14 +318,14 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
                load: float | None = None) -> dict[str, Any]:
     """One run's figures (see the module's description)."""
     spec = run.scenario
+    figures = round_figures(run)
     measured = [r for r in run.rows if int(r["round"]) >= WARMUP_ROUNDS]
-    used = wire_frames_used(measured)
+    used = figures["wire_frames"]
     # auto: the bound of the format the agents used most (none said: no bound)
     bound_wire = dtype if dtype != AUTO_WIRE else max(used, key=lambda w: used[w], default=None)
     bound: dict[str, Any] = {"node": None, "direction": None, "bytes": None, "model_bytes": None, "bound_s": None}
     if bound_wire in wire.WIRE_DTYPES:
         bound = link_bound(spec.nodes, bound_wire, rate, chunk_values(spec), prefix)
-    times = split_rounds(run.rows, None, None)["fault_free"]
     model = bound["model_bytes"]
     over = [float(r.get("bytes_sent") or 0) / model for r in measured] if model else []
     if dtype == AUTO_WIRE and model:
@@ -325,31 +334,22 @@ def run_result(run: FleetRun, rate: float, dtype: str, repeat: int, prefix: str 
         models = {w: link_bound(spec.nodes, w, rate, chunk_values(spec), prefix)["model_bytes"]
                   for w in used if w in wire.WIRE_DTYPES}
         over = [float(r.get("bytes_sent") or 0) / _mixed_model_bytes(r, models, model) for r in measured]
-    spread = summary(times) if times else None
-    median = round(spread["median"], 4) if spread else None
-    after = [float(a) for r in measured if (a := r.get("after_last_gradient_s")) is not None]
-    after_median = round(statistics.median(after), 4) if after else None
+    median, after_median = figures["allreduce_s_median"], figures["after_last_gradient_s_median"]
     points = curve(run)
     last = points[-1] if points and points[-1]["round"] == spec.rounds - 1 else None
     return {
         "rate_mb_s": rate, "wire_dtype": dtype, "repeat": repeat, "nodes": spec.nodes,
-        "rounds": len(run.rows), "rounds_planned": spec.rounds, "finished": run.finished,
-        "error": run.error, "wall_seconds": round(run.wall_seconds, 1), "load_1m_at_start": load,
+        **figures, "rounds_planned": spec.rounds, "load_1m_at_start": load,
         # the simulator stopped waiting: no agent reported for its stall timeout
         "halted": bool(run.summary.get("halted")), "last_round_reporters": run.summary.get("last_round_reporters"),
-        "allreduce_s_median": median,
-        "allreduce_s_p90": round(spread["p90"], 4) if spread else None,
-        "allreduce_s_max": round(spread["max"], 4) if spread else None,
         "busiest_link": {k: bound[k] for k in ("node", "direction", "bytes")}, "chunk_values": chunk_values(spec),
         "model_bytes": bound["model_bytes"], "bound_s": bound["bound_s"],
         "ratio_to_bound": round(median / bound["bound_s"], 2) if median is not None and bound["bound_s"] else None,
         # From the last agent's gradient to the last agent's result (the agents' own phase also
         # holds their wait for the others' gradients, computed on the same cores)
-        "after_last_gradient_s_median": after_median,
         "after_last_gradient_ratio_to_bound": (round(after_median / bound["bound_s"], 2)
                                                if after_median is not None and bound["bound_s"] else None),
-        "wire_frames": used, "bound_wire": bound_wire,
-        "degraded_rounds": sum(1 for r in run.rows if (r.get("degraded_nodes") or 0) > 0),
+        "bound_wire": bound_wire,
         "bytes_over_model_median": round(statistics.median(over), 3) if over else None,
         "bytes_over_model_max": round(max(over), 3) if over else None,
         "timeouts": sum(int(r.get("timeouts") or 0) for r in run.rows),
