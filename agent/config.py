@@ -71,7 +71,7 @@ class AgentConfig(BaseModel):
         "the widest in which the round's values cross its link within wire-budget at the link's measured rate "
         "(float32 until a link is measured; a chunk's result in the narrowest format that went into it)")
     wire_budget: float = Field(AUTO_WIRE_BUDGET, gt=0, description="wire-dtype auto: seconds the round's values "
-                               "may take on one link (the default picks float32 from ~33 MB/s, int8 below ~16 MB/s "
+                               "may take on one link (the default picks float32 from ~16 MB/s, int8 below ~8 MB/s "
                                "for the thesis model)")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")

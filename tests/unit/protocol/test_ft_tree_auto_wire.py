@@ -220,7 +220,7 @@ def test_fast_links_stay_float32_everywhere() -> None:
 
 
 @pytest.mark.parametrize("broadcast", ["fanout", "tree"])
-@pytest.mark.parametrize(("rate", "narrow"), [(2e6, "int8"), (24e6, "float16")])
+@pytest.mark.parametrize(("rate", "narrow"), [(2e6, "int8"), (12e6, "float16")])
 def test_one_slow_link_narrows_its_frames_and_the_result_on_every_member(
     rate: float, narrow: str, broadcast: Broadcast
 ) -> None:

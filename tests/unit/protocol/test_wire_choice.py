@@ -19,9 +19,9 @@ def test_an_unmeasured_link_gets_the_widest_format() -> None:
 
 
 @pytest.mark.parametrize(("rate_mb", "expected"), [
-    (1000, DType.F32), (67, DType.F32), (33, DType.F32),  # loopback, a loaded host's too
-    (32, DType.F16), (16.5, DType.F16),  # a starved loopback: never int8 above ~16.3 MB/s
-    (16, DType.I8), (9.7, DType.I8), (6, DType.I8), (0.5, DType.I8),  # limited links, shared
+    (1000, DType.F32), (20, DType.F32), (16.5, DType.F32),  # loopback, even a CPU-starved one
+    (16, DType.F16), (8.2, DType.F16),  # not int8 above ~8.1 MB/s
+    (8.0, DType.I8), (6, DType.I8), (3, DType.I8), (0.5, DType.I8),  # limited links, shared
 ])
 def test_the_widest_format_whose_time_fits_the_budget(rate_mb: float, expected: DType) -> None:
     assert choose(MODEL, rate_mb * MB, AUTO_WIRE_BUDGET) == expected
@@ -29,7 +29,6 @@ def test_the_widest_format_whose_time_fits_the_budget(rate_mb: float, expected: 
 
 def test_a_small_model_stays_float32_on_a_slow_link_and_the_budget_moves_the_thresholds() -> None:
     assert choose(1000, 1 * MB, AUTO_WIRE_BUDGET) == DType.F32  # 4 kB take 4 ms
-    assert choose(MODEL, 9.7 * MB, 0.1) == DType.F16  # the old budget: float16 at 50 MB/s
     assert choose(MODEL, 6 * MB, 0.3) == DType.F32  # 0.27 s fit a budget of 0.3 s
     assert choose(MODEL, 6 * MB, 0.2) == DType.F16
     assert choose(MODEL, 100 * MB, AUTO_WIRE_BUDGET, widest=DType.I8) == DType.I8  # never wider
