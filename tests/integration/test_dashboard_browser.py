@@ -157,8 +157,12 @@ def test_page_shows_fleet_link_cut_and_accuracy(
             "() => Number(document.querySelector('[data-counter=\"round\"] .value').textContent) >= 4",
             timeout=60_000)
         link = '#tree .link[data-a="1"][data-b="3"]'
-        assert page.get_attribute(link, "data-state") == "ok"
-        assert page.locator("#events li", has_text="link 1-3").count() == 0
+        # On a loaded host the demo's 0.3 s window can miss a probe and report the link for a
+        # round before any cut (a real timeout, as an agent would report it): wait for it to be
+        # ok, and judge the events by the round they came in, not by their absence before.
+        page.wait_for_function(
+            f"() => document.querySelector('{link}')?.dataset.state === 'ok'", timeout=10_000)
+        round_at_cut = int(page.locator('[data-counter="round"] .value').text_content() or "0")
 
         broker.revoke_link(1, 3)
         broker.revoke_link(3, 1)
@@ -178,8 +182,11 @@ def test_page_shows_fleet_link_cut_and_accuracy(
                 f"link 1-3 back to {page.get_attribute(link, 'data-state')} while still revoked")
 
         page.click('#event-filters button[data-filter="links"]')  # the timeline's link events
-        page.wait_for_selector('#events li[data-kind="link_rerouted"], '
-                               '#events li[data-kind="link_failed"]', timeout=10_000)
+        page.wait_for_function(
+            f"""() => [...document.querySelectorAll('#events li')].some(li =>
+                ['link_rerouted', 'link_failed'].includes(li.dataset.kind)
+                && li.textContent.includes('link 1-3') && Number(li.dataset.round) > {round_at_cut})""",
+            timeout=10_000)
         accuracy_points = page.locator("#chart-accuracy circle.point").count()
         assert accuracy_points >= 1
         assert page.locator("#chart-loss circle.point").count() >= 4
