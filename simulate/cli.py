@@ -35,9 +35,11 @@ from simulate.injector import (
     NetNamespace,
     Plan,
     Restartable,
-    isolated_nodes,
+    free_slot,
+    namespaced_nodes,
     plan_mechanisms,
     proxied_nodes,
+    taken_slots,
 )
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
@@ -297,18 +299,26 @@ class Simulation:
 
         address = parse_broker_url(url)
         faults = self.scenario.faults
-        isolated = isolated_nodes(faults, plans)
+        proxied = proxied_nodes(faults, plans)
         proxies: dict[int, TcpProxy] = {}
         namespaces: dict[int, NetNamespace] = {}
         tag = secrets.token_hex(2)
-        for node in sorted(proxied_nodes(faults, plans)):
-            listen = "127.0.0.1"
-            if node in isolated:
-                ns = NetNamespace(f"eg{tag}n{node}", slot=(node % 200) + 1)
-                stack.callback(ns.remove)
-                ns.create()
-                namespaces[node] = ns
-                listen = ns.host_ip
+        taken = taken_slots() if namespaced_nodes(faults, plans) else set()
+        for node in sorted(namespaced_nodes(faults, plans)):
+            slot = free_slot((node % 200) + 1, taken)
+            taken.add(slot)
+            ns = NetNamespace(f"eg{tag}n{node}", slot=slot)
+            stack.callback(ns.remove)
+            ns.create()
+            namespaces[node] = ns
+            if node not in proxied:
+                # Kernel shaping only: the agent reaches the broker through the kernel alone.
+                if address.host not in ("127.0.0.1", "localhost"):
+                    raise RuntimeError(f"limiting links in the kernel needs the simulator's own broker "
+                                        f"on 127.0.0.1, not {address.host}")
+                ns.forward(address.port, address.port)
+        for node in sorted(proxied):
+            listen = namespaces[node].host_ip if node in namespaces else "127.0.0.1"
             proxy = TcpProxy(address.host, address.port, listen_host=listen, name=f"proxy-{node}")
             proxy.start()
             stack.callback(proxy.stop)
@@ -341,6 +351,8 @@ class Simulation:
 
     def _specs(self, url: str, creds_file: Path | None, proxies: dict[int, TcpProxy],
                namespaces: dict[int, NetNamespace]) -> list[AgentSpec]:
+        from dashboard.settings import parse_broker_url
+
         fleet = self.scenario.fleet
         options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds,
                                    **self.scenario.agent}
@@ -352,6 +364,8 @@ class Simulation:
             if node in proxies:
                 proxy = proxies[node]
                 node_url = f"mqtt://{proxy.listen[0]}:{proxy.port}"
+            elif node in namespaces:  # the kernel forwards the host end's port to the broker
+                node_url = f"mqtt://{namespaces[node].host_ip}:{parse_broker_url(url).port}"
             prefix = namespaces[node].prefix() if node in namespaces else ()
             specs.append(AgentSpec(node, node_url, options, self.run_dir / "checkpoints" / str(node),
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))

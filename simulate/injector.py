@@ -6,7 +6,8 @@
 |           | or a Control ``cut`` that agent a applies (drops frames to and from b)     |
 | loss      | Control ``loss`` p to the agent (it drops sent and received link frames)   |
 | latency   | the agent's TCP proxy delays its traffic, or Control ``latency``           |
-| bandwidth | the agent's TCP proxy paces its traffic                                    |
+| bandwidth | the agent's TCP proxy paces its traffic, or (via = "kernel") a tbf qdisc    |
+|           | on both ends of the veth link of the agent's network namespace (root only) |
 | flap      | the agent's TCP proxy cuts its broker connection N times (it reconnects)   |
 | crash     | SIGKILL; respawned with the same checkpoint dir at restart_round           |
 | hang      | SIGSTOP; SIGCONT at resume_round                                           |
@@ -21,6 +22,7 @@ with the reason), so the run starts the proxies and namespaces it needs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -77,6 +79,17 @@ def netns_supported() -> str:
     return ""
 
 
+def kernel_shaping_supported() -> str:
+    """'' when links can be limited in the kernel here (netns, veth, tbf, a DNAT to the
+    broker), else the reason why not."""
+    if os.geteuid() != 0:
+        return "limiting links in the kernel needs root (ip netns, tc, iptables); run as root or use the proxy"
+    missing = [tool for tool in ("ip", "tc", "iptables") if shutil.which(tool) is None]
+    if missing:
+        return f"limiting links in the kernel needs {' and '.join(missing)} (apt-get install iproute2 iptables)"
+    return ""
+
+
 def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,
                     broker_restartable: bool = False) -> list[Plan]:
     plans = []
@@ -94,6 +107,8 @@ def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,
             plans.append(Plan("agent-loss"))
         elif isinstance(fault, LatencyFault):
             plans.append(Plan("agent-latency" if fault.via == "agent" else "proxy"))
+        elif isinstance(fault, BandwidthFault) and fault.via == "kernel":
+            plans.append(Plan("netns-tbf", kernel_shaping_supported()))
         elif isinstance(fault, BandwidthFault | FlapFault):
             plans.append(Plan("proxy"))
         elif isinstance(fault, CrashFault):
@@ -120,17 +135,45 @@ def proxied_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
     return nodes
 
 
-def isolated_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
+def namespaced_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
+    """Nodes whose agent runs in a network namespace of its own (isolation, kernel shaping)."""
     return {f.node for f, p in zip(faults, plans, strict=True)
-            if not p.skip and p.mechanism == "netns-iptables"}
+            if not p.skip and p.mechanism in ("netns-iptables", "netns-tbf")}
+
+
+# tbf counts whole Ethernet frames: 1514 bytes carry 1448 of TCP payload (IP, TCP with
+# timestamps, Ethernet headers), so a link of R payload bytes/s is limited at R * 1514 / 1448.
+FRAME_BYTES_PER_PAYLOAD = 1514 / 1448
+TBF_BURST_BYTES = 64 * 1024  # at least a GSO segment; the proxy hands on 64 KB at a time too
+TBF_LATENCY = "200ms"  # the qdisc's queue; TCP's small queues keep it nearly empty (no drops)
+NETNS_PREFIX = "10.201"
+
+
+def taken_slots() -> set[int]:
+    """Third octets of NETNS_PREFIX addresses already on this host (another fleet's namespaces)."""
+    done = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False)
+    found = re.findall(rf"inet {re.escape(NETNS_PREFIX)}\.(\d+)\.", done.stdout)
+    return {int(x) for x in found}
+
+
+def free_slot(preferred: int, taken: set[int]) -> int:
+    """The first slot from ``preferred`` on (1-249, wrapping) that no address uses."""
+    for k in range(249):
+        slot = (preferred - 1 + k) % 249 + 1
+        if slot not in taken:
+            return slot
+    raise RuntimeError(f"no free {NETNS_PREFIX}.x.0/30 left for a network namespace")
 
 
 class NetNamespace:
     """A network namespace joined to the host by a veth pair (10.201.<slot>.0/30).
 
     The agent runs inside (``ip netns exec``) and reaches the broker through a TCP proxy bound
-    to the host end. ``isolate`` drops every packet in the namespace with iptables; ``heal``
-    removes the rules. ``remove`` deletes the namespace (and so the veth pair).
+    to the host end, or (``forward``) through a DNAT of the host end's port to the broker on
+    127.0.0.1. ``isolate`` drops every packet in the namespace with iptables; ``heal``
+    removes the rules. ``limit`` puts a tbf qdisc on both ends of the veth (each direction);
+    ``unlimit`` removes them. ``remove`` deletes the namespace (and so the veth pair) and the
+    DNAT rule.
     """
 
     def __init__(self, name: str, slot: int) -> None:
@@ -139,9 +182,10 @@ class NetNamespace:
         self.name = name
         self.host_if = f"{name[:11]}h"
         self.ns_if = f"{name[:11]}n"
-        self.host_ip = f"10.201.{slot}.1"
-        self.ns_ip = f"10.201.{slot}.2"
+        self.host_ip = f"{NETNS_PREFIX}.{slot}.1"
+        self.ns_ip = f"{NETNS_PREFIX}.{slot}.2"
         self.created = False
+        self.forwarded: tuple[str, ...] = ()  # the host's DNAT rule, to delete on remove
 
     def create(self) -> None:
         run = _run
@@ -168,7 +212,31 @@ class NetNamespace:
     def heal(self) -> None:
         self.exec_run("iptables", "-F")
 
+    def forward(self, port: int, broker_port: int) -> None:
+        """Connections to host_ip:port from inside reach 127.0.0.1:broker_port on the host
+        (the kernel forwards them: no process in the path)."""
+        _run("sysctl", "-qw", f"net.ipv4.conf.{self.host_if}.route_localnet=1")
+        rule = ("PREROUTING", "-i", self.host_if, "-p", "tcp", "--dport", str(port),
+                "-j", "DNAT", "--to-destination", f"127.0.0.1:{broker_port}")
+        _run("iptables", "-t", "nat", "-A", *rule)
+        self.forwarded = rule
+
+    def limit(self, bytes_per_second: float) -> None:
+        """Each direction to ``bytes_per_second`` of TCP payload (tbf on both veth ends)."""
+        rate = f"{max(8, round(bytes_per_second * FRAME_BYTES_PER_PAYLOAD * 8))}bit"
+        tbf = ("root", "tbf", "rate", rate, "burst", str(TBF_BURST_BYTES), "latency", TBF_LATENCY)
+        _run("tc", "qdisc", "replace", "dev", self.host_if, *tbf)  # the agent's downlink
+        self.exec_run("tc", "qdisc", "replace", "dev", self.ns_if, *tbf)  # its uplink
+
+    def unlimit(self) -> None:
+        subprocess.run(["tc", "qdisc", "del", "dev", self.host_if, "root"], capture_output=True, check=False)
+        subprocess.run([*self.prefix(), "tc", "qdisc", "del", "dev", self.ns_if, "root"],
+                       capture_output=True, check=False)
+
     def remove(self) -> None:
+        if self.forwarded:
+            subprocess.run(["iptables", "-t", "nat", "-D", *self.forwarded], capture_output=True, check=False)
+            self.forwarded = ()
         if not self.created:
             return
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
@@ -217,6 +285,12 @@ class Injector:
                 self.proxies[fault.node].set_latency(0.0 if undo else fault.seconds)
             else:
                 self.publish_control(Control("latency", fault.node, value=0.0 if undo else fault.seconds))
+        elif isinstance(fault, BandwidthFault) and mech == "netns-tbf":
+            ns = self.namespaces[fault.node]
+            if undo:
+                ns.unlimit()
+            else:
+                ns.limit(fault.bytes_per_second)
         elif isinstance(fault, BandwidthFault):
             self.proxies[fault.node].set_bandwidth(None if undo else fault.bytes_per_second)
         elif isinstance(fault, FlapFault):

@@ -143,14 +143,20 @@ class LatencyFault(_NodeFault):
 
 
 class BandwidthFault(_NodeFault):
-    """Limit the node's traffic (each direction) through its TCP proxy."""
+    """Limit the node's traffic (each direction): through its TCP proxy, or in the kernel."""
 
     kind: Literal["bandwidth"]
     bytes_per_second: float = Field(ge=1000.0)
     heal_round: int | None = None
+    via: Literal["proxy", "kernel"] = Field(
+        "proxy", description="proxy = the agent's user-space TCP proxy paces its bytes; kernel = "
+        "the agent runs in a network namespace whose veth link a tbf qdisc limits (root, iproute2: "
+        "no process of ours in the path, as on a real link)"
+    )
 
     def describe(self) -> str:
-        return f"node {self.node} limited to {self.bytes_per_second / 1e6:g} MB/s"
+        where = " in the kernel" if self.via == "kernel" else ""
+        return f"node {self.node} limited to {self.bytes_per_second / 1e6:g} MB/s{where}"
 
 
 class FlapFault(_NodeFault):

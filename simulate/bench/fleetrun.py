@@ -49,6 +49,7 @@ class FleetScenario:
     # ``bandwidth_at`` on (0: no limit)
     per_node_bandwidth: float = 0.0
     bandwidth_at: int = 1
+    bandwidth_via: str = "proxy"  # or "kernel": a tbf qdisc on the agent's namespace's veth
     # (node, p, first round, rounds): that agent drops sent and received link frames with
     # probability p in those rounds only (a burst of loss)
     loss_burst: tuple[int, float, int, int] | None = None
@@ -70,7 +71,7 @@ class FleetScenario:
             for node in range(self.nodes):
                 lines += ["", "[[faults]]", 'kind = "bandwidth"', f"node = {node}",
                           f"bytes_per_second = {self.per_node_bandwidth:.0f}",
-                          f"at_round = {self.bandwidth_at}"]
+                          f"at_round = {self.bandwidth_at}", f'via = "{self.bandwidth_via}"']
         if self.loss_burst is not None:
             node, p, at, rounds = self.loss_burst
             lines += ["", "[[faults]]", 'kind = "loss"', f"node = {node}", f"p = {p:.6f}",

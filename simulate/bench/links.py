@@ -45,13 +45,24 @@ each round with the model's bytes in the mix of formats that round's frames used
 wants it never more than 20 % slower than the best fixed format at the same rate.
 
 NO LIMIT (on by default; --no-floor leaves it out): first, one run of every wire format with
-every agent's proxy in place but limiting nothing (FLOOR_RATE_MB_S), the same fleet and
+every agent's shaper in place (its proxy, or its namespace and qdiscs) but limiting
+nothing (FLOOR_RATE_MB_S), the same fleet and
 rounds: the host's own floor (its CPU, the broker, the agents and the simulator's proxies,
 one Python process, sharing its cores; at 7 agents in int8 the proxies alone took a round
 from 0.042 to ~0.08 s on a 2-core host). A link's bound below it is out of reach on this host
 whatever the protocol does; X MAX(BOUND, NO LIMIT) compares the median with the larger of the
 two (a perfect pipeline hides the faster one behind the slower). Auto's floor is auto's own
 run with no limit.
+
+SHAPER (--shaper): what limits the links. proxy (the default): every agent's user-space TCP
+proxy, all of them threads of the simulator's one Python process, whose CPU shares the host's
+cores with the agents and the broker. kernel: every agent runs in a network namespace of its
+own, joined to the host by a veth pair with a tbf qdisc on each end (its uplink and its
+downlink), and reaches the broker on 127.0.0.1 through a DNAT on the veth's host end: no
+process of ours in the path, as on a real Wi-Fi or Ethernet link (root, iproute2, iptables).
+The qdisc counts whole Ethernet frames, so it is set 1514/1448 above the rate: the rate stays
+that of TCP payload, as the proxy's and the bound's. TCP's small queues keep the qdisc's own
+queue short: the backlog stays in the sender's socket, as behind the proxy.
 
 --loss-burst AGENT: also a burst of 20 % frame loss on that agent (its link frames, sent and
 received) in rounds 5 and 6; RECOVERY: the rounds after the burst until every later round is
@@ -97,6 +108,7 @@ FIXED_WIRES = tuple(wire.WIRE_DTYPES)  # float32, float16, int8
 AUTO_WIRE = "auto"
 WIRES = (*FIXED_WIRES, AUTO_WIRE)
 REFERENCE_WIRE = "float32"
+SHAPERS = ("proxy", "kernel")
 ARITY = 2  # the agents' default tree
 MIN_RATE_MB_S = 0.001  # the bandwidth fault's floor: 1000 bytes/s
 FLOOR_RATE_MB_S = 10_000.0  # "no limit": the proxies in the path, 10 GB/s (faster than loopback)
@@ -147,6 +159,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"also drop {LOSS_BURST_P * 100:.0f} %% of AGENT's link frames (sent and received) in "
                              f"rounds {LOSS_BURST_AT}-{LOSS_BURST_AT + LOSS_BURST_ROUNDS - 1}, and report how many "
                              "rounds after the burst the fleet is back to full speed")
+    parser.add_argument("--shaper", choices=SHAPERS, default="proxy",
+                        help="what limits the links: proxy = every agent's user-space TCP proxy (the "
+                             "simulator's bandwidth fault; its CPU shares the host's cores); kernel = every "
+                             "agent in a network namespace of its own, a tbf qdisc on each direction of "
+                             "its veth link, the broker reached through a DNAT (root, iproute2, iptables; "
+                             "no process of ours in the path, as on a real link)")
     parser.add_argument("--no-floor", dest="floor", action="store_false",
                         help="leave out the runs with no link limit (one per wire format, first, through "
                              "the same proxies: the host's own floor, beside the links' bound)")
@@ -232,15 +250,18 @@ def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int)
             raise UsageError(f"--loss-burst needs --rounds >= "
                              f"{LOSS_BURST_AT + LOSS_BURST_ROUNDS + MAX_RECOVERY_ROUNDS + 1}")
         burst = (args.loss_burst, LOSS_BURST_P, LOSS_BURST_AT, LOSS_BURST_ROUNDS)
+    if args.shaper != "proxy":
+        name += f"-{args.shaper}"
     return FleetScenario(name, args.nodes, args.rounds, agent, per_node_bandwidth=rate * 1e6,
-                         loss_burst=burst)
+                         bandwidth_via=args.shaper, loss_burst=burst)
 
 
 def floor_scenario(args: argparse.Namespace, dtype: str) -> FleetScenario:
     """The same fleet through the same proxies, limiting nothing (and no loss burst): the host's
     floor for ``dtype``."""
     spec = scenario_for(args, FLOOR_RATE_MB_S, dtype, 0)
-    return replace(spec, name=f"links-{args.nodes}-nolimit-{dtype}", loss_burst=None)
+    suffix = "" if args.shaper == "proxy" else f"-{args.shaper}"
+    return replace(spec, name=f"links-{args.nodes}-nolimit-{dtype}{suffix}", loss_burst=None)
 
 
 def round_figures(run: FleetRun) -> dict[str, Any]:
@@ -299,8 +320,11 @@ def recovery_rounds(by_round: list[float | None], at: int = LOSS_BURST_AT,
 def check(args: argparse.Namespace) -> None:
     """Everything about the arguments that argparse cannot see, before anything starts: the
     agent options and every run's scenario as the simulator will read it."""
+    from simulate.injector import kernel_shaping_supported
     from simulate.scenario import ScenarioError, parse_scenario
 
+    if args.shaper == "kernel" and (problem := kernel_shaping_supported()):
+        raise UsageError(f"--shaper kernel: {problem}")
     for rate, dtype, repeat in plan(args):
         spec = scenario_for(args, rate, dtype, repeat)
         try:
@@ -512,14 +536,21 @@ def run(args: argparse.Namespace) -> int:
     add_floors(results, floors)
     doc = document("links", nodes=args.nodes, rounds=args.rounds, repeats=args.repeats, arity=ARITY,
                    measured_from_round=WARMUP_ROUNDS, agent_options=extra_options(args), results=results,
-                   floor=floors,
+                   floor=floors, shaper=args.shaper,
                    method=("real mosquitto, one agent process per node via `edgegrove simulate`, "
-                           "ft-tree, default agent options; every agent's TCP proxy limits each "
-                           "direction to the rate from round 1 (bandwidth fault)"))
+                           "ft-tree, default agent options; " + SHAPER_METHODS[args.shaper]))
     doc["must_show"] = criteria(doc)
     emit(doc, args, render_table(doc))
     return 1 if any(r["error"] for r in [*results, *floors]) else 0
 
+
+SHAPER_METHODS = {
+    "proxy": "every agent's TCP proxy limits each direction to the rate from round 1 (bandwidth fault)",
+    "kernel": ("every agent in a network namespace of its own; a tbf qdisc on each end of its veth "
+               "link limits each direction to the rate (TCP payload; the qdisc counts whole frames, "
+               "set 1514/1448 higher) from round 1 (bandwidth fault, via = kernel); the broker on "
+               "127.0.0.1 through a DNAT"),
+}
 
 TABLE_HEADERS = ["MB/s", "wire", "median allreduce s", "bound s", "x bound", "after last gradient s",
                  "after x bound", "degraded rounds",
@@ -564,7 +595,8 @@ def criteria_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def render_table(doc: dict[str, Any]) -> str:
-    text = (f"{doc['nodes']} agents, every agent's link limited from round 1, {doc['rounds']} rounds, "
+    how = "by a tbf qdisc in the kernel" if doc.get("shaper") == "kernel" else "by its TCP proxy"
+    text = (f"{doc['nodes']} agents, every agent's link limited {how} from round 1, {doc['rounds']} rounds, "
             f"medians from round {doc['measured_from_round']}; bound = busiest link's bytes / rate\n")
     text += format_table(TABLE_HEADERS, table_rows(doc))
     errors = [f"{run_label(r, doc.get('repeats', 1))}: {why}" for r in doc["results"] if (why := incomplete(r))]

@@ -1,4 +1,4 @@
-"""The simulator's network tools on real sockets: the TCP proxy and netns isolation."""
+"""The simulator's network tools on real sockets: the TCP proxy, netns isolation and kernel shaping."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from simulate.injector import NetNamespace, netns_supported
+from simulate.injector import (
+    NetNamespace,
+    free_slot,
+    kernel_shaping_supported,
+    netns_supported,
+    taken_slots,
+)
 from simulate.proxy import MOST_HELD_BYTES, TcpProxy
 from tests.integration.conftest import wait_until
 
@@ -186,3 +192,56 @@ def test_netns_isolation_cuts_the_agent_off_and_heals(echo_server: int) -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert ns.name not in listed
     assert shutil.which("ip")
+
+
+# Echo SIZE random bytes through host:port (sending while receiving); print the seconds it took
+# and whether every byte came back.
+_ECHO_CLIENT = """
+import os, socket, sys, threading, time
+host, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+payload = os.urandom(size)
+with socket.create_connection((host, port), timeout=20) as s:
+    started = time.monotonic()
+    sender = threading.Thread(target=s.sendall, args=(payload,))
+    sender.start()
+    got = bytearray()
+    while len(got) < size and (chunk := s.recv(65536)):
+        got += chunk
+    sender.join()
+    print(f"{time.monotonic() - started:.4f} {bytes(got) == payload}")
+"""
+
+
+@pytest.mark.skipif(bool(kernel_shaping_supported()), reason="needs root, ip, tc and iptables")
+def test_kernel_shaping_limits_both_directions_with_no_process_in_the_path(echo_server: int) -> None:
+    slot = free_slot(230, taken_slots())
+    ns = NetNamespace(f"egk{os.getpid() % 10000}", slot=slot)
+    fwd_port = 18_000 + os.getpid() % 20_000  # on the veth's host end only: the DNAT matches there
+    try:
+        ns.create()
+        ns.forward(fwd_port, echo_server)
+
+        def echo(size: int) -> float:
+            done = subprocess.run([*ns.prefix(), sys.executable, "-c", _ECHO_CLIENT, ns.host_ip, str(fwd_port),
+                                   str(size)], capture_output=True, text=True, timeout=60, check=True)
+            seconds, intact = done.stdout.split()
+            assert intact == "True", done.stdout
+            return float(seconds)
+
+        size = 600_000
+        free = echo(size)
+        ns.limit(500_000)
+        limited = echo(size)
+        ns.unlimit()
+        free_again = echo(size)
+        print(f"kernel shaping: {size} B echo {free:.3f} s free, {limited:.3f} s at 0.5 MB/s each way, "
+              f"{free_again:.3f} s free again")
+        # Lower bound only where a busy host can only add time: 600 kB each way at 0.5 MB/s
+        # take 1.2 s (the directions overlap). Free, the echo is the veth's and loopback's.
+        assert limited >= 1.0
+        assert free_again < limited / 2
+    finally:
+        ns.remove()
+    rules = subprocess.run(["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True, text=True).stdout
+    assert ns.host_if not in rules  # the DNAT went with the namespace
+    assert ns.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -1,5 +1,5 @@
 """End to end: a fleet on slow links adapts. Every agent's link is limited (the simulator's
-bandwidth fault, each agent's TCP proxy) from round 1: the coordinator times the large frames
+bandwidth fault: each agent's TCP proxy, or a tbf qdisc on its namespace's veth) from round 1: the coordinator times the large frames
 arriving on its downlink and publishes a view with the same members, small chunks and the
 root's fan-out broadcast; the fleet follows it from a later round, on real mosquitto, and every
 agent ends every round with the same model."""
@@ -13,19 +13,24 @@ from pathlib import Path
 import pytest
 
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
+from simulate.injector import kernel_shaping_supported
 from tests.integration.simulate_helpers import FAST, read_events, run_simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NODES, ROUNDS = 5, 12
-LIMITS = "".join(f"""
+
+
+def scenario(shaper: str) -> str:
+    limits = "".join(f"""
 [[faults]]
 kind = "bandwidth"
 node = {n}
 bytes_per_second = 12000000
 at_round = 1
+via = "{shaper}"
 """ for n in range(NODES))
-SCENARIO = f"""
+    return f"""
 name = "slow-fleet"
 description = "every agent's link limited to 12 MB/s from round 1, int8 on the wire"
 
@@ -36,19 +41,28 @@ rounds = {ROUNDS}
 [agent]
 wire_dtype = "int8"
 eval_every = 0
-{LIMITS}"""
+{limits}"""
 
 
-def test_a_fleet_on_slow_links_takes_small_chunks_and_the_fan_out_and_stays_identical(tmp_path: Path) -> None:
-    scenario, run_dir = tmp_path / "slow.toml", tmp_path / "run"
-    scenario.write_text(SCENARIO)
-    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out", str(run_dir),
+@pytest.mark.parametrize("shaper", [
+    "proxy",
+    pytest.param("kernel", marks=pytest.mark.skipif(bool(kernel_shaping_supported()),
+                                                    reason="needs root, ip, tc and iptables")),
+])
+def test_a_fleet_on_slow_links_takes_small_chunks_and_the_fan_out_and_stays_identical(
+        shaper: str, tmp_path: Path) -> None:
+    scenario_file, run_dir = tmp_path / "slow.toml", tmp_path / "run"
+    scenario_file.write_text(scenario(shaper))
+    done = run_simulate("--scenario", str(scenario_file), "--broker", "mosquitto", "--out", str(run_dir),
                         "--json", *FAST, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["halted"] is False and summary["error"] is None and summary["rounds"] == ROUNDS
     assert summary["models_identical_at_end"] is True
     events = read_events(run_dir)
+    injected = [e for e in events if e["type"] == "fault" and e["action"] == "inject"]
+    assert len(injected) == NODES and {e["mechanism"] for e in injected} == {
+        "netns-tbf" if shaper == "kernel" else "proxy"}
     views = [e for e in events if e["type"] == "view"]
     adapted = [v for v in views if v.get("broadcast") == "fanout"]
     assert adapted, [(v["epoch"], v.get("chunk_values"), v.get("broadcast")) for v in views]

@@ -11,9 +11,10 @@ import pytest
 
 from agent.protocol import wire
 from agent.validate import OneLineParser, UsageError
-from simulate import evaluation
+from simulate import evaluation, injector
 from simulate.bench import broker, links
 from simulate.bench.fleetrun import FleetRun
+from simulate.injector import plan_mechanisms
 from simulate.scenario import parse_scenario
 
 VECTOR = broker.MODEL_VALUES
@@ -279,6 +280,36 @@ def test_every_agent_is_limited_from_round_1_and_evaluated_after_the_last_round(
         ("bandwidth", n, 12.5e6, 1) for n in range(7)]
     assert scenario.agent["wire_dtype"] == "int8" and scenario.agent["round_deadline"] == 8
     assert scenario.agent["eval_every"] == 30  # round 0 and the last round only
+
+
+def test_the_kernel_shaper_limits_every_agent_in_the_kernel_and_says_so() -> None:
+    assert _args().shaper == "proxy"
+    args = _args("--shaper", "kernel")
+    scenario = parse_scenario(links.scenario_for(args, 6, "float32", 0).toml(), "x")
+    assert [(f.via, f.bytes_per_second) for f in scenario.faults] == [("kernel", 6e6)] * 7
+    plans = plan_mechanisms(scenario.faults, broker_can_revoke=True)
+    assert {p.mechanism for p in plans} == {"netns-tbf"}
+    floor = parse_scenario(links.floor_scenario(args, "int8").toml(), "x")
+    assert {f.via for f in floor.faults} == {"kernel"}  # the floor through the same namespaces
+    proxied = parse_scenario(links.scenario_for(_args(), 6, "float32", 0).toml(), "x")
+    assert {f.via for f in proxied.faults} == {"proxy"}
+    assert {p.mechanism for p in plan_mechanisms(proxied.faults, broker_can_revoke=True)} == {"proxy"}
+
+
+def test_the_kernel_shaper_where_it_cannot_run_exits_2_before_any_run(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def no_fleet(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a fleet was started")
+
+    monkeypatch.setattr(links, "run_fleet", no_fleet)
+    monkeypatch.setattr(injector.os, "geteuid", lambda: 1000)
+    assert links.run(_args("--shaper", "kernel")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgegrove bench links: --shaper kernel: ") and "root" in err and err.count("\n") == 1
+    # and a scenario that asks for it plans the fault as skipped, saying why
+    plans = plan_mechanisms(parse_scenario(links.scenario_for(_args("--shaper", "kernel"), 6, "int8", 0).toml(),
+                                           "x").faults, broker_can_revoke=True)
+    assert all("root" in p.skip for p in plans)
 
 
 def test_the_floor_runs_the_same_fleet_with_no_link_limit_and_no_burst() -> None:
