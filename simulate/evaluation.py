@@ -418,6 +418,8 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
         table_rows,
     )
 
+    kernel = doc.get("shaper") == "kernel"
+    path_word = "link" if kernel else "proxy"
     opts = _agent_options(doc)
     loads = [r["load_1m_at_start"] for r in doc["results"] if r.get("load_1m_at_start") is not None]
     parts = [f"{doc['nodes']} agents, {doc['rounds']} rounds per run, every agent's link limited from "
@@ -425,7 +427,7 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
              f"slowest agent's allreduce phase, median over the rounds from round "
              f"{doc['measured_from_round']} on. *bound*: the busiest link's bound, the most bytes "
              "(MQTT packets: data chunks and their ACKs) one fault-free allreduce moves through one "
-             "agent's proxy in one direction, over the rate: an inner node of the binary tree, ~3 x "
+             f"agent's {path_word} in one direction, over the rate: an inner node of the binary tree, ~3 x "
              "the vector each way at the wire's bytes per value (with the root's fan-out, which a "
              "fleet on links below 100 MB/s switches to by a view, the same 3 vectors cross an inner "
              "node's downlink: its children's units and the fan-out). *after last gradient*: per "
@@ -443,10 +445,11 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
                 "(other processes, such as other fleets, shared the CPU)." if loads else ""),
              markdown_table(TABLE_HEADERS, table_rows(doc))]
     if floors := doc.get("floor"):
-        parts.append(f"*no limit*: the same fleet and rounds through the same proxies limiting nothing "
+        through = ("the same namespaces and qdiscs" if kernel else "the same proxies")
+        cores = "the broker and every agent" if kernel else "the broker, every agent and the simulator's proxies"
+        parts.append(f"*no limit*: the same fleet and rounds through {through} limiting nothing "
                      f"({FLOOR_RATE_MB_S / 1000:g} GB/s), "
-                     "run first in the same sitting (the host's own floor: its cores run the broker, every "
-                     "agent and the simulator's proxies); *x max(bound, "
+                     f"run first in the same sitting (the host's own floor: its cores run {cores}); *x max(bound, "
                      "no limit)*: the median over the larger of the link's bound and that floor. Where the bound "
                      "is below the floor the link is not what limits the round on this host.\n\n"
                      + markdown_table(["wire, no link limit", "median allreduce s", "after last gradient s",
@@ -460,7 +463,7 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
         parts.append("Issue 19's *must show* items these runs decide:\n\n"
                      + "\n".join(f"- {line}" for line in criteria_lines(doc)))
     if any(r.get("allreduce_s_median") is not None for r in doc["results"]):
-        parts.append(ctx.image("links.png", lambda p: _plot_links(doc, p),
+        parts.append(ctx.image("links-kernel.png" if kernel else "links.png", lambda p: _plot_links(doc, p),
                                "median allreduce and its ratio to the busiest link's bound vs link rate"))
     return "\n\n".join(parts)
 
@@ -563,6 +566,12 @@ SECTIONS: tuple[Section, ...] = (
             "Every agent's link limited to 2, 6, 12.5 or 50 MB/s each way from round 1 (its TCP "
             "proxy), float32, float16 and int8 on the wire: allreduce time against the busiest "
             "link's bound, degraded rounds (a congestion collapse), bytes per round, accuracy.",
+            render_links),
+    Section("links-kernel", "Slow links limited in the kernel: no proxy in the path (issue 19)",
+            "edgegrove bench links --shaper kernel --out docs/results/links-kernel.json",
+            "The same grid with every agent in a network namespace of its own and a tbf qdisc on "
+            "each direction of its veth link, as on a real link: the figures without the cost of "
+            "the simulator's proxies, whose CPU shares the host's cores with the fleet.",
             render_links),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",

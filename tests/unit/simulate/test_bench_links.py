@@ -391,6 +391,20 @@ def test_the_report_renders_the_section_with_table_criteria_and_plot(tmp_path: P
     assert "- **incomplete** 2 MB/s float32: the fleet halted" in evaluation.render_links(doc, ctx)
     assert "![median allreduce" in text and (tmp_path / "img" / "links.png").stat().st_size > 0
     assert any(s.bench == "links" and s.title.startswith("Slow links") for s in evaluation.SECTIONS)
+    assert "agent's proxy in one direction" in text and "links-kernel.png" not in text
+
+
+def test_a_kernel_shaped_run_has_a_section_and_a_plot_of_its_own(tmp_path: Path) -> None:
+    doc = _doc([links.run_result(_run("int8", 6.0), 6.0, "int8", 0)])
+    doc["shaper"] = "kernel"
+    doc["floor"] = [links.floor_result(_run("int8", 6.0, seconds=0.05), "int8")]
+    links.add_floors(doc["results"], doc["floor"])
+    ctx = evaluation.Context({"links-kernel": doc}, tmp_path / "img", "img/")
+    text = evaluation.render_links(doc, ctx)
+    assert "agent's link in one direction" in text and "the same namespaces and qdiscs" in text
+    assert (tmp_path / "img" / "links-kernel.png").stat().st_size > 0
+    assert not (tmp_path / "img" / "links.png").exists()
+    assert any(s.bench == "links-kernel" and "--shaper kernel" in s.command for s in evaluation.SECTIONS)
 
 
 # -- wire_dtype auto ----------------------------------------------------------------------
