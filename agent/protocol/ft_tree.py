@@ -616,8 +616,13 @@ class FtTreeRound(Outbox):
             self._report_silent(child, "nothing from it for a whole wait", now)
 
     def _may_be_silent(self, child: int) -> bool:
-        """Its silence time still matters: nothing heard of it, and still waited for."""
-        return child not in self.heard_of and child not in self.down and child in self.expected
+        """Its silence time still matters: nothing heard of it, still waited for, and not
+        counted in the result we have (its unit went around us: it is alive, only its link
+        to us may not be)."""
+        if child in self.heard_of or child in self.down or child not in self.expected:
+            return False
+        counted = self.result is not None and all(child in c for c in self.result.contributors)
+        return not counted
 
     def _subtree_share(self) -> float:
         """The part of the tree's levels this node's subtree spans (1 at the root)."""

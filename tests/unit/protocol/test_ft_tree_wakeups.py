@@ -32,7 +32,7 @@ from agent.protocol.allreduce import (
 )
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topology import Tree
-from agent.protocol.wire import Frame, Kind
+from agent.protocol.wire import Flag, Frame, Kind
 
 TREE = Tree(tuple(range(7)), 2)  # 0 root; inner 1 (leaves 3, 4) and 2 (leaves 5, 6)
 LENGTH = 37
@@ -223,3 +223,35 @@ def test_a_relay_verdict_put_off_while_our_links_drain_is_woken_when_they_stop()
             if isinstance(a, Note) and a.kind == "silent" and a.peer == 1 and a.detail == "relayed to it, no answer":
                 reported = wake
     assert reported == pytest.approx(0.02 + DOWNLINK_BUSY_HOLD)
+
+
+@pytest.mark.parametrize("counted", [True, False])
+def test_a_child_the_result_counts_is_not_reported_silent(counted: bool) -> None:
+    """Inner node 1 hears nothing from its leaf 3 (3's unit went around it, to the root over a
+    backup link), goes on without it at its wait, and then has the root's result: a result
+    that counts 3 says 3 is alive, so no report; one that does not count 3 leaves the report
+    at 3's silence time."""
+    node = FtTreeRound(RoundContext(FIXED, TREE, 1, 0, np.zeros(LENGTH, np.float32), 0, FIXED.new_links(), 0.0))
+    node.start(0.0)
+    chunks = len(node.chunks)
+    for j in range(chunks):
+        unit = Frame(Kind.DATA, FIXED.job, 0, 4, j, chunks, contributors=frozenset({4}))
+        node.on_frame(unit.with_values(np.ones(min(8, LENGTH - 8 * j), np.float32), FIXED.wire_dtype), 0.01)
+    silence = node.silence_at[3]
+    assert node.wait_at < silence  # the wait fires first: the report comes after it
+    now, notes = 0.0, []
+    while (wake := node.next_timer()) is not None and wake < node.wait_at + 0.01:
+        now = wake
+        notes += [a for a in node.on_timer(now) if isinstance(a, Note)]
+    assert node.wait_fired and node.result is None
+    everyone = frozenset(range(7)) if counted else frozenset(range(7)) - {3}
+    for j in range(chunks):
+        final = Frame(Kind.DATA, FIXED.job, 0, 0, j, chunks, Flag.BROADCAST | Flag.FINAL, contributors=everyone)
+        node.on_frame(final.with_values(np.ones(min(8, LENGTH - 8 * j), np.float32), FIXED.wire_dtype),
+                      now + 0.001)
+    assert node.result is not None
+    while (wake := node.next_timer()) is not None and wake < silence + 0.5:
+        notes += [a for a in node.on_timer(wake) if isinstance(a, Note)]
+    # (The broadcast relayed to 3 goes unACKed too: that link's own verdict is another report.)
+    reported = [a for a in notes if a.kind == "silent" and a.peer == 3 and a.detail == "nothing from it for a whole wait"]
+    assert bool(reported) is not counted, notes
