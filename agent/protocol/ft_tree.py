@@ -332,26 +332,34 @@ class FtTreeRound(Outbox):
         self._check_relay_targets(now)
         self._expire_pending(now)
         self._fan_overdue(now)
-        if self.pull_at is not None and now >= self.pull_at and (hold := self._pull_hold()) > now:
-            self.pull_at = hold  # the broadcast is under way: a pull would only add a copy
-        if self.pull_at is not None and now >= self.pull_at:
-            if self.root_gone_at is not None:
+        # Once the result is in (it may skip chunks), nothing is pulled: next_timer agrees.
+        if self.result is None and self.pull_at is not None and now >= self.pull_at:
+            if (hold := self._pull_hold()) > now:
+                self.pull_at = hold  # the broadcast is under way: a pull would only add a copy
+            elif self.root_gone_at is not None:
                 self._root_went_down(now)  # the parent did not answer: skip as the others did
             else:
                 self._pull(now)
         return self._flush()
 
     def next_timer(self) -> float | None:
+        """When ``on_timer`` has something to do: every check it runs is scheduled here, so
+        the round does the same whatever else wakes it (the driver calls ``on_timer`` for any
+        timer of the core). A silent child's report goes out at its time also once the wait for
+        contributions fired: it was sent only when an unrelated timer happened to fire."""
         if self.over:
             return None
         times = [self.deadline]
         if not self.wait_fired and not self._all_forwarded():
             times.append(self.wait_at)
-            times.extend(self.silence_at.values())
+        times.extend(at for c, at in self.silence_at.items() if self._may_be_silent(c))
         if self.pull_at is not None and self.result is None:
             times.append(self.pull_at)
         times.extend(self._due(p) for p in self.pending.values())
-        times.extend(at + self._relay_wait(t) for t, at in self.relay_watch.items())
+        # While our links drain, the verdict on a relay target waits (see _check_relay_targets).
+        drained = self._drain_end()
+        times.extend(max(at + self._relay_wait(t), drained) for t, at in self.relay_watch.items()
+                     if self.heard_of.get(t, -1e9) < at)
         times.extend(self.ack_at.values())
         times.extend(self.fan_watch.values())
         return min(times)
@@ -376,10 +384,14 @@ class FtTreeRound(Outbox):
     def _draining(self, now: float) -> bool:
         """Links around us show they are still delivering: our downlink is busy with a large
         frame, or a neighbour's is (its PROGRESS)."""
+        return now < self._drain_end()
+
+    def _drain_end(self) -> float:
+        """When ``_draining`` turns false, unless more evidence comes."""
         if self.cfg.timeout_mode == "fixed":
-            return False
+            return -1e18
         latest = max(self.down_busy_at, max(self.progress_from.values(), default=-1e9))
-        return now - latest < DOWNLINK_BUSY_HOLD
+        return latest + DOWNLINK_BUSY_HOLD
 
     def _pull_hold(self) -> float:
         """Pull no sooner than this: our link or a neighbour's is busy with a large frame (the
@@ -597,11 +609,20 @@ class FtTreeRound(Outbox):
                 self.silence_at[child] = now + self._rto(child) + DOWNLINK_BUSY_HOLD
                 continue
             del self.silence_at[child]
-            if child in self.heard_of or child in self.down or child not in self.expected:
+            if not self._may_be_silent(child):
                 continue
             # Reported to the fleet: a live child (only its links are slow or cut) refutes at
             # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
             self._report_silent(child, "nothing from it for a whole wait", now)
+
+    def _may_be_silent(self, child: int) -> bool:
+        """Its silence time still matters: nothing heard of it, still waited for, and not
+        counted in the result we have (its unit went around us: it is alive, only its link
+        to us may not be)."""
+        if child in self.heard_of or child in self.down or child not in self.expected:
+            return False
+        counted = self.result is not None and all(child in c for c in self.result.contributors)
+        return not counted
 
     def _subtree_share(self) -> float:
         """The part of the tree's levels this node's subtree spans (1 at the root)."""
