@@ -31,11 +31,14 @@ MIN_CHUNK_VALUES, MAX_CHUNK_VALUES = 64, 1 << 20
 # A message this large arriving counts as a sample of the downlink's rate. A link hands bytes
 # on in pieces (a real one packet by packet, the simulator's proxy 64 KB at a time), and the
 # clock starts with the first: a message within one or two pieces reads as instant or twice
-# as fast. With 32 KB samples an int8 fleet on 32,768-value chunks read fast at 6 MB/s and
-# went back to large chunks every few rounds. Smaller chunks than this are not timed: a fleet
-# on them keeps them until a large message (a float32 chunk, a state transfer) shows the link
-# fast again.
-DOWNLINK_SAMPLE_BYTES = 96 * 1024
+# as fast. And a message that queued behind another (the coordinator's downlink carries its
+# children's chunks back to back) is partly in the socket before we start its clock: at 7
+# agents and 50 MB/s the coordinator read its 128 KB float32 chunks (32,768 values) at 100
+# MB/s to 16 GB/s, so a fleet on small chunks went back to large ones every few rounds (0.20 s
+# rounds against 0.13 s on small chunks); its 1 MB and 0.58 MB chunks read 45-60 MB/s. So only
+# the chunks of the configured size (262,144 values: 256 KB even in int8) and state transfers
+# are timed: a fleet on small chunks keeps them until such a message shows the link fast again.
+DOWNLINK_SAMPLE_BYTES = 256 * 1024
 DOWNLINK_SAMPLES = 8  # the rate: from this many latest samples
 # Below this rate a 1 MB chunk spends more than 10 ms on each link it crosses: the fill of
 # the pipeline counts, take smaller chunks. Loopback and gigabit links stay above it.

@@ -53,6 +53,25 @@ def test_only_the_latest_samples_count() -> None:
     assert rate.rate() == float("inf")  # the link got fast again
 
 
+def test_small_chunks_are_not_timed_so_a_fleet_on_them_keeps_them() -> None:
+    """A chunk that queued behind another is partly in the socket before its clock starts: at
+    50 MB/s the coordinator read its 128 KB float32 chunks (32,768 values) at 0.1-16 GB/s and
+    the fleet went back to large chunks every few rounds. Only chunks of the configured size
+    (256 KB and more, even in int8) and state transfers are timed."""
+    rate = DownlinkRate()
+    for _ in range(DOWNLINK_SAMPLES):
+        rate.observe(MB, 1 / 50)  # large chunks at 50 MB/s
+    for _ in range(5 * DOWNLINK_SAMPLES):
+        rate.observe(131_121, 1e-5)  # a small float32 chunk, read at once
+    assert rate.rate() == pytest.approx(50 * MB)
+    assert chunk_values_for(rate.rate(), SLOW_LINK_CHUNK_VALUES, CONFIGURED) == SLOW_LINK_CHUNK_VALUES
+    int8_chunk = CONFIGURED + 49  # 262,144 values of one byte and the frame's header
+    assert int8_chunk >= DOWNLINK_SAMPLE_BYTES
+    for _ in range(DOWNLINK_SAMPLES):
+        rate.observe(int8_chunk, int8_chunk / 5e9)  # the link got fast: large chunks show it
+    assert chunk_values_for(rate.rate(), SLOW_LINK_CHUNK_VALUES, CONFIGURED) == 0
+
+
 @pytest.mark.parametrize(("rate", "current", "chosen"), [
     (6 * MB, 0, SLOW_LINK_CHUNK_VALUES),            # Wi-Fi-like: smaller chunks
     (SLOW_DOWNLINK_RATE * 0.99, 0, SLOW_LINK_CHUNK_VALUES),
