@@ -141,10 +141,19 @@ def namespaced_nodes(faults: Sequence[Any], plans: Sequence[Plan]) -> set[int]:
             if not p.skip and p.mechanism in ("netns-iptables", "netns-tbf")}
 
 
-# tbf counts whole Ethernet frames: 1514 bytes carry 1448 of TCP payload (IP, TCP with
-# timestamps, Ethernet headers), so a link of R payload bytes/s is limited at R * 1514 / 1448.
-FRAME_BYTES_PER_PAYLOAD = 1514 / 1448
-TBF_BURST_BYTES = 64 * 1024  # at least a GSO segment; the proxy hands on 64 KB at a time too
+# The veth's MTU. With Ethernet's 1,500 bytes every 1.4 KB is a packet of its own through the
+# network stack of 7 agents and the broker on the host's few cores, where a real Pi's stack
+# runs on its own CPU: at 7 agents on 2 cores the fleet's no-limit floor in float32 was 0.095 s
+# with 1,500, 0.046 s with 32 KB, loopback's own ~0.048 s (`edgegrove bench links --shaper
+# kernel`, 2026-12-03). The link's rate is the qdisc's, whatever the packet size.
+NETNS_MTU = 32 * 1024
+# tbf counts whole frames: an MTU-sized one carries MTU - 52 bytes of TCP payload (IP, TCP
+# with timestamps) in MTU + 14 bytes (Ethernet), so a link of R payload bytes/s is limited at
+# R times this.
+FRAME_BYTES_PER_PAYLOAD = (NETNS_MTU + 14) / (NETNS_MTU - 52)
+# The bucket: at least one frame (a larger one is dropped); what a link passes at once after
+# an idle moment, so no larger than that (at 2 MB/s 64 KB is 33 ms).
+TBF_BURST_BYTES = 64 * 1024
 TBF_LATENCY = "200ms"  # the qdisc's queue; TCP's small queues keep it nearly empty (no drops)
 NETNS_PREFIX = "10.201"
 
@@ -196,6 +205,8 @@ class NetNamespace:
         run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
         run("ip", "link", "set", self.host_if, "up")
         self.exec_run("ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
+        run("ip", "link", "set", self.host_if, "mtu", str(NETNS_MTU))
+        self.exec_run("ip", "link", "set", self.ns_if, "mtu", str(NETNS_MTU))
         self.exec_run("ip", "link", "set", self.ns_if, "up")
         self.exec_run("ip", "link", "set", "lo", "up")
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from simulate.injector import (
+    NETNS_MTU,
     NetNamespace,
     free_slot,
     kernel_shaping_supported,
@@ -220,6 +221,11 @@ def test_kernel_shaping_limits_both_directions_with_no_process_in_the_path(echo_
     try:
         ns.create()
         ns.forward(fwd_port, echo_server)
+        # Both veth ends take the large MTU (not Ethernet's 1,500: see NETNS_MTU).
+        for prefix, dev in (((), ns.host_if), (ns.prefix(), ns.ns_if)):
+            shown = subprocess.run([*prefix, "ip", "-o", "link", "show", "dev", dev], capture_output=True,
+                                   text=True, check=True).stdout
+            assert f" mtu {NETNS_MTU} " in shown, shown
 
         def echo(size: int) -> float:
             done = subprocess.run([*ns.prefix(), sys.executable, "-c", _ECHO_CLIENT, ns.host_ip, str(fwd_port),
