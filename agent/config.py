@@ -69,6 +69,7 @@ class AgentConfig(BaseModel):
     wire_dtype: Literal["float32", "float16", "int8", "auto"] = Field(
         "float32", description="wire format of values; auto (ft-tree): each frame in float32, float16 or int8, "
         "the widest in which the round's values cross its link within wire-budget at the link's measured rate "
+        "and the busiest link's 3 vectors cross the agent's own link within 0.03 s at its downlink's rate "
         "(float32 until a link is measured; a chunk's result in the narrowest format that went into it)")
     wire_budget: float = Field(AUTO_WIRE_BUDGET, gt=0, description="wire-dtype auto: seconds the round's values "
                                "may take on one link (the default picks float32 from ~16 MB/s, int8 below ~8 MB/s "

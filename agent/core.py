@@ -742,7 +742,8 @@ class AgentCore:
         tree = view_tree(current.view)
         machine = new_round(RoundContext(self._allreduce_config(current.view), tree, self.node, self.round,
                                          current.gradient, current.own_hash, self.links, now,
-                                         irregular_start=self._irregular_start(current.view)))
+                                         irregular_start=self._irregular_start(current.view),
+                                         own_link_rate=self.downlink.rate()))
         self.machines[self.round] = machine
         self.phase = Phase.RUNNING
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker

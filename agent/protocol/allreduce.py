@@ -195,6 +195,9 @@ class RoundContext:
     # on another view (a root that went down, leaves asking for its result). A leaf's usual
     # first-frame time says nothing then.
     irregular_start: bool = False
+    # Our own link's rate in bytes/s, from large messages' arrival on our downlink
+    # (chunking.DownlinkRate; None: not measured): wire_auto narrows by it (wire_choice).
+    own_link_rate: float | None = None
 
 
 class RoundMachine(Protocol):

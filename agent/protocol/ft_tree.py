@@ -53,8 +53,9 @@ retransmit). Relayed and flooded units are ACKed one by one, as before.
 
 Wire formats (``wire_auto``, agent option ``wire_dtype = "auto"``): a unit going up is sent in
 the narrowest of the format its link fits (``wire_choice.choose`` from the link's typical rate
-and the round's budget) and the formats of the units of that chunk it merged (its children's),
-so a slow link anywhere below narrows every frame above it. The root quantizes each chunk of
+and the round's budget), the format our own link fits (``choose_for_own_link``, from our
+downlink's arrival rate) and the formats of the units of that chunk it merged (its
+children's), so a slow link anywhere below narrows every frame above it. The root quantizes each chunk of
 the result once, in the narrowest format that went into that chunk, and everybody passes
 exactly those bytes on (broadcast, fan-out, answers to pulls, a result sent again after a
 reconnect): every member applies the same values. The root's own links to its children do not
@@ -92,7 +93,7 @@ from agent.protocol.allreduce import (
     merge_means,
 )
 from agent.protocol.wire import HEADER_SIZE, NO_NODE, DType, Flag, Frame, Kind, value_bytes
-from agent.protocol.wire_choice import choose, narrowest
+from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
 
 DIRECT, RELAY, FLOOD = "direct", "relay", "flood"
 SILENCE_BACKOFF_CAP = 2.0  # RTOs of silence from a peer that showed life that make it silent
@@ -179,6 +180,7 @@ class FtTreeRound(Outbox):
         self.grad, self.model_hash, self.links = gradient, model_hash, links
         self.start_time = now
         self.irregular_start = ctx.irregular_start
+        self.own_link_rate = ctx.own_link_rate
         self.parent = tree.parent(node)
         self.children = tree.children(node)
         self.subtree = tree.subtree(node)
@@ -703,7 +705,8 @@ class FtTreeRound(Outbox):
         if not self.cfg.wire_auto:
             return self.cfg.wire_dtype
         fits = choose(len(self.grad), self.links.typical_rate(peer), self.cfg.wire_budget, self.cfg.wire_dtype)
-        return narrowest(fits, ch.narrowest)
+        ours = choose_for_own_link(len(self.grad), self.own_link_rate, self.cfg.wire_dtype)
+        return narrowest(narrowest(fits, ours), ch.narrowest)
 
     def _up_routes(self) -> list[Route]:
         assert self.parent is not None

@@ -24,6 +24,19 @@ default budget of 0.1 s: float32 on a link that usually drains >= 16.3 MB/s, flo
   format's time), and float16 and int8 keep the test accuracy within 0.3 pp of float32
   (``edgegrove bench links`` shows both).
 
+A link's drains are the rate our units got through it, so they err slow on a loaded host: on
+loopback they read 20-39 MB/s, on a 50 MB/s link (shared by about two streams) ~25 MB/s. There
+the budget keeps float32, and the round took 0.13 s against int8's 0.061 s (7 agents, kernel
+shaper, 2026-12-03): 2x slower, where issue 19 allows 20 %. So an agent also narrows by its
+own link: its downlink's rate from large messages' arrival (``chunking.DownlinkRate``, which
+can only err fast: on loopback >= 0.56 GB/s even at a load of 10 on 2 cores, at 50 MB/s 45-60
+MB/s), as the coordinator judges the fleet's chunk size. The busiest link of the tree carries
+about ``BUSIEST_LINK_VECTORS`` vectors each way; the widest format in which those take at most
+``OWN_LINK_BUDGET`` at our link's rate is the widest we send: float32 from 163 MB/s (loopback,
+any host load), float16 from 82 MB/s (gigabit Ethernet), int8 below (50 MB/s and slower).
+Only narrower than the drains' choice, never wider: a slow peer's link still narrows what we
+send to it, a fast own link does not widen it.
+
 The result must be byte-identical on every member, so formats are never mixed within one
 chunk's result: see ``FtTreeRound`` (a node sends a chunk's partial mean up in the narrowest of
 its own link's choice and the formats its children's units for that chunk came in; the root
@@ -38,6 +51,10 @@ from agent.protocol.wire import DType, value_bytes
 
 # Seconds this round's values may take on one link in the chosen format (see above).
 AUTO_WIRE_BUDGET = 0.1
+# The busiest link of a binary tree (an inner node's) carries about this many vectors each way.
+BUSIEST_LINK_VECTORS = 3
+# Seconds those may take at our own link's rate in the widest format we send (see above).
+OWN_LINK_BUDGET = 0.03
 # Widest first: the formats auto chooses from.
 WIDEST_FIRST: tuple[DType, ...] = (DType.F32, DType.F16, DType.I8)
 
@@ -57,3 +74,10 @@ def choose(n_values: int, rate: float | None, budget: float, widest: DType = DTy
         if n_values * value_bytes(dtype) / rate <= budget:
             return dtype
     return WIDEST_FIRST[-1]
+
+
+def choose_for_own_link(n_values: int, rate: float | None, widest: DType = DType.F32) -> DType:
+    """The widest format, no wider than ``widest``, in which the busiest link's vectors of
+    ``n_values`` values take at most ``OWN_LINK_BUDGET`` at our own link's ``rate`` bytes/s
+    (None: not measured yet, ``widest``)."""
+    return choose(BUSIEST_LINK_VECTORS * n_values, rate, OWN_LINK_BUDGET, widest)

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import pytest
 
 from agent.core import (
     AgentCore,
@@ -468,7 +469,11 @@ def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_ro
 
 def _big_frame(sender: int, round: int = 0) -> bytes:
     frame = Frame(Kind.DATA, CONFIG.job, round, sender, 0, 1, contributors=frozenset({sender}))
-    return encode(frame.with_values(np.zeros(32_768, np.float32)))  # 128 KB
+    return encode(frame.with_values(np.zeros(262_144, np.float32)))  # 1 MB: a chunk of the default size
+
+
+BIG_FRAME_BYTES = len(_big_frame(1))
+AT_6_MB_S = BIG_FRAME_BYTES / 6e6  # seconds a large frame takes to arrive on a 6 MB/s link
 
 
 def _views_after_arrivals(seconds: float, *, node: int = 0, adapt: bool = True,
@@ -491,25 +496,40 @@ def _views_after_arrivals(seconds: float, *, node: int = 0, adapt: bool = True,
 def test_a_coordinator_on_a_slow_downlink_cuts_the_fleets_chunks_smaller_by_a_view() -> None:
     """1 MB chunks on a 6 MB/s link: every crossing of a chunk waits for it whole (2.3-2.5 s
     rounds against a 0.81 s bound); 32,768 values made it 1.43x."""
-    slow = _views_after_arrivals(131_100 / 6e6)
+    slow = _views_after_arrivals(AT_6_MB_S)
     assert [(v.members, v.chunk_values, v.from_round) for v in slow] == [([0, 1, 2], SLOW_LINK_CHUNK_VALUES, 2)]
-    assert _views_after_arrivals(0.0001) == []  # 1.3 GB/s: loopback, whatever the load
+    assert _views_after_arrivals(0.001) == []  # 1 GB/s: loopback, whatever the load
     assert _views_after_arrivals(0.0) == []  # untimed
-    assert _views_after_arrivals(131_100 / 6e6, adapt=False, adapt_broadcast=False) == []  # the options off
-    assert _views_after_arrivals(131_100 / 6e6, node=1) == []  # not the coordinator
+    assert _views_after_arrivals(AT_6_MB_S, adapt=False, adapt_broadcast=False) == []  # the options off
+    assert _views_after_arrivals(AT_6_MB_S, node=1) == []  # not the coordinator
 
 
 def test_a_coordinator_on_a_slow_downlink_has_the_root_fan_the_result_out_by_a_view() -> None:
     """Relayed down the tree, the result crosses an inner node's uplink once per child after
     its reduce (bench links: 1.49-1.67x the bound at 6-12.5 MB/s in float16/int8; the fan-out
     1.27-1.51x)."""
-    slow = _views_after_arrivals(131_100 / 6e6)
+    slow = _views_after_arrivals(AT_6_MB_S)
     assert [(v.chunk_values, v.broadcast) for v in slow] == [(SLOW_LINK_CHUNK_VALUES, "fanout")]
-    no_fanout = _views_after_arrivals(131_100 / 6e6, adapt_broadcast=False)
+    no_fanout = _views_after_arrivals(AT_6_MB_S, adapt_broadcast=False)
     assert [(v.chunk_values, v.broadcast) for v in no_fanout] == [(SLOW_LINK_CHUNK_VALUES, "")]
-    only_fanout = _views_after_arrivals(131_100 / 6e6, adapt=False)
+    only_fanout = _views_after_arrivals(AT_6_MB_S, adapt=False)
     assert [(v.chunk_values, v.broadcast) for v in only_fanout] == [(0, "fanout")]
-    assert _views_after_arrivals(0.0001) == []  # loopback: as configured
+    assert _views_after_arrivals(0.001) == []  # loopback: as configured
+
+
+def test_every_round_machine_knows_our_own_links_rate_from_large_messages_arrival() -> None:
+    """What wire_dtype auto narrows by besides each link's drains (agent/protocol/wire_choice.py)."""
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=4), 3)
+    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
+    for peer in (0, 1, 2, 3):
+        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+    for _ in range(8):
+        core.on_message(core.topics.link(0, 1), _big_frame(0), 0.005, BIG_FRAME_BYTES / 50e6)
+    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    machine = core.machines[0]
+    assert isinstance(machine, FtTreeRound)
+    assert machine.own_link_rate == pytest.approx(50e6)
+    assert _running_core().machines[0].own_link_rate is None  # nothing large arrived yet
 
 
 def _first_round(view: View, broadcast: Broadcast = "tree", **options: Any) -> tuple[AgentCore, list[Any]]:

@@ -108,6 +108,21 @@ def test_a_link_is_measured_over_its_whole_drain_not_by_acks_that_bunched_up() -
     assert leaf._wire_dtype(1, leaf.chunks[0]) == DType.I8
 
 
+@pytest.mark.parametrize(("own_rate", "drain", "expected"), [
+    (None, None, DType.F32),        # nothing measured yet
+    (5e9, 20e6, DType.F32),         # loaded loopback: slow drains, our link reads GB/s
+    (50e6, 25e6, DType.I8),         # a 50 MB/s link: its drains keep float32, our link does not
+    (100e6, 60e6, DType.F16),       # gigabit-like
+    (500e6, 2e6, DType.I8),         # a fast own link never widens a slow peer's link
+])
+def test_our_own_links_rate_narrows_what_we_send_never_widens_it(own_rate: float | None, drain: float | None,
+                                                                 expected: DType) -> None:
+    links = AUTO.new_links() if drain is None else slow(AUTO.new_links(), 1, drain)
+    ctx = RoundContext(AUTO, TREE, 3, 0, GRAD.copy(), 0, links, 0.0, own_link_rate=own_rate)
+    leaf = FtTreeRound(ctx)
+    assert {s.frame.dtype for s in data(leaf.start(0.0))} == {expected}
+
+
 def test_fixed_formats_are_what_they_were() -> None:
     cfg = AllreduceConfig(wire_dtype=DType.F16, round_deadline=5.0)
     leaf = machine(3, slow(cfg.new_links(), 1), cfg)

@@ -6,7 +6,7 @@ import pytest
 
 from agent.protocol.rto import RATE_SAMPLES_KEPT, LinkEstimators
 from agent.protocol.wire import DType
-from agent.protocol.wire_choice import AUTO_WIRE_BUDGET, choose, narrowest
+from agent.protocol.wire_choice import AUTO_WIRE_BUDGET, choose, choose_for_own_link, narrowest
 
 MODEL = 407_050  # the thesis model: 1.63 MB in float32
 MB = 1e6
@@ -32,6 +32,20 @@ def test_a_small_model_stays_float32_on_a_slow_link_and_the_budget_moves_the_thr
     assert choose(MODEL, 6 * MB, 0.3) == DType.F32  # 0.27 s fit a budget of 0.3 s
     assert choose(MODEL, 6 * MB, 0.2) == DType.F16
     assert choose(MODEL, 100 * MB, AUTO_WIRE_BUDGET, widest=DType.I8) == DType.I8  # never wider
+
+
+@pytest.mark.parametrize(("rate_mb", "expected"), [
+    (560, DType.F32), (164, DType.F32),  # loopback's arrival rate at a load of 10 on 2 cores
+    (162, DType.F16), (82, DType.F16),   # gigabit Ethernet
+    (81, DType.I8), (50, DType.I8), (6, DType.I8),
+])
+def test_our_own_link_fits_the_busiest_links_vectors_in_its_budget(rate_mb: float, expected: DType) -> None:
+    assert choose_for_own_link(MODEL, rate_mb * MB) == expected
+
+
+def test_an_unmeasured_own_link_and_the_widest_allowed() -> None:
+    assert choose_for_own_link(MODEL, None) == DType.F32
+    assert choose_for_own_link(MODEL, 1e9, widest=DType.F16) == DType.F16
 
 
 def test_narrowest() -> None:
