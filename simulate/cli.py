@@ -303,8 +303,9 @@ class Simulation:
         proxies: dict[int, TcpProxy] = {}
         namespaces: dict[int, NetNamespace] = {}
         tag = secrets.token_hex(2)
-        taken = taken_slots() if namespaced_nodes(faults, plans) else set()
-        for node in sorted(namespaced_nodes(faults, plans)):
+        namespaced = namespaced_nodes(faults, plans)
+        taken = taken_slots() if namespaced else set()
+        for node in sorted(namespaced):
             slot = free_slot((node % 200) + 1, taken)
             taken.add(slot)
             ns = NetNamespace(f"eg{tag}n{node}", slot=slot)
@@ -358,6 +359,7 @@ class Simulation:
                                    **self.scenario.agent}
         if creds_file is not None:
             options["credentials"] = str(creds_file)
+        broker_port = parse_broker_url(url).port
         specs = []
         for node in range(fleet.nodes):
             node_url = url
@@ -365,7 +367,7 @@ class Simulation:
                 proxy = proxies[node]
                 node_url = f"mqtt://{proxy.listen[0]}:{proxy.port}"
             elif node in namespaces:  # the kernel forwards the host end's port to the broker
-                node_url = f"mqtt://{namespaces[node].host_ip}:{parse_broker_url(url).port}"
+                node_url = f"mqtt://{namespaces[node].host_ip}:{broker_port}"
             prefix = namespaces[node].prefix() if node in namespaces else ()
             specs.append(AgentSpec(node, node_url, options, self.run_dir / "checkpoints" / str(node),
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))

@@ -69,25 +69,25 @@ class Plan:
     skip: str = ""
 
 
+def _root_and_tools(what: str, tools: tuple[str, ...], otherwise: str) -> str:
+    """'' when we are root and have ``tools``, else one line saying what ``what`` needs."""
+    if os.geteuid() != 0:
+        return f"{what} needs root ({', '.join(tools)}); run the simulator as root{otherwise}"
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        return f"{what} needs {' and '.join(missing)} (apt-get install iproute2 iptables)"
+    return ""
+
+
 def netns_supported() -> str:
     """'' when network namespaces + iptables can be used here, else the reason why not."""
-    if os.geteuid() != 0:
-        return "network isolation needs root (ip netns + iptables); run the simulator as root"
-    missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
-    if missing:
-        return f"network isolation needs {' and '.join(missing)} (apt-get install iproute2 iptables)"
-    return ""
+    return _root_and_tools("network isolation", ("ip", "iptables"), "")
 
 
 def kernel_shaping_supported() -> str:
     """'' when links can be limited in the kernel here (netns, veth, tbf, a DNAT to the
     broker), else the reason why not."""
-    if os.geteuid() != 0:
-        return "limiting links in the kernel needs root (ip netns, tc, iptables); run as root or use the proxy"
-    missing = [tool for tool in ("ip", "tc", "iptables") if shutil.which(tool) is None]
-    if missing:
-        return f"limiting links in the kernel needs {' and '.join(missing)} (apt-get install iproute2 iptables)"
-    return ""
+    return _root_and_tools("limiting links in the kernel", ("ip", "tc", "iptables"), " or use the proxy")
 
 
 def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,

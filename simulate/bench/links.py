@@ -243,10 +243,15 @@ def extra_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def run_name(args: argparse.Namespace, what: str) -> str:
+    """A run's name: the fleet, ``what`` (the rate and format), the shaper unless the proxy."""
+    return f"links-{args.nodes}-{what}" + ("" if args.shaper == "proxy" else f"-{args.shaper}")
+
+
 def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int) -> FleetScenario:
     # Evaluated at round 0 (0 % rounds == 0) and at the last round (an agent always is).
     agent = {**extra_options(args), "wire_dtype": dtype, "eval_every": args.rounds, "eval_samples": 10000}
-    name = f"links-{args.nodes}-{rate:g}MBs-{dtype}" + (f"-{repeat + 1}" if args.repeats > 1 else "")
+    name = run_name(args, f"{rate:g}MBs-{dtype}" + (f"-{repeat + 1}" if args.repeats > 1 else ""))
     burst = None
     if args.loss_burst is not None:
         if args.loss_burst >= args.nodes:
@@ -255,8 +260,6 @@ def scenario_for(args: argparse.Namespace, rate: float, dtype: str, repeat: int)
             raise UsageError(f"--loss-burst needs --rounds >= "
                              f"{LOSS_BURST_AT + LOSS_BURST_ROUNDS + MAX_RECOVERY_ROUNDS + 1}")
         burst = (args.loss_burst, LOSS_BURST_P, LOSS_BURST_AT, LOSS_BURST_ROUNDS)
-    if args.shaper != "proxy":
-        name += f"-{args.shaper}"
     return FleetScenario(name, args.nodes, args.rounds, agent, per_node_bandwidth=rate * 1e6,
                          bandwidth_via=args.shaper, loss_burst=burst)
 
@@ -265,8 +268,7 @@ def floor_scenario(args: argparse.Namespace, dtype: str) -> FleetScenario:
     """The same fleet through the same proxies, limiting nothing (and no loss burst): the host's
     floor for ``dtype``."""
     spec = scenario_for(args, FLOOR_RATE_MB_S, dtype, 0)
-    suffix = "" if args.shaper == "proxy" else f"-{args.shaper}"
-    return replace(spec, name=f"links-{args.nodes}-nolimit-{dtype}{suffix}", loss_burst=None)
+    return replace(spec, name=run_name(args, f"nolimit-{dtype}"), loss_burst=None)
 
 
 def round_figures(run: FleetRun) -> dict[str, Any]:
