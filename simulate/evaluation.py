@@ -438,7 +438,8 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
              "sent per round over the wire frames of one fault-free allreduce relayed down the tree "
              "(median and max over the same rounds; a fan-out round sends ~0.6 of them). *accuracy*: the full test set after the last round, the same rounds "
              "for every wire format; *vs float32*: minus float32's at the same rate (pp). *auto*: "
-             "each agent picks every frame's format from its link's measured rate; its bound and "
+             "each agent picks every frame's format from its links' measured rates (the link's drains, "
+             "and its own link's rate from large messages' arrival); its bound and "
              "bytes/model are those of the format its agents sent most frames in (in brackets)."
              + (f" The host's 1-minute load average at the runs' starts: {min(loads):.1f} – "
                 f"{max(loads):.1f} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
@@ -463,7 +464,8 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
         parts.append("Issue 19's *must show* items these runs decide:\n\n"
                      + "\n".join(f"- {line}" for line in criteria_lines(doc)))
     if any(r.get("allreduce_s_median") is not None for r in doc["results"]):
-        parts.append(ctx.image("links-kernel.png" if kernel else "links.png", lambda p: _plot_links(doc, p),
+        image = ("links-kernel" if kernel else "links") + ("" if doc["nodes"] == 7 else f"-{doc['nodes']}")
+        parts.append(ctx.image(f"{image}.png", lambda p: _plot_links(doc, p),
                                "median allreduce and its ratio to the busiest link's bound vs link rate"))
     return "\n\n".join(parts)
 
@@ -572,6 +574,11 @@ SECTIONS: tuple[Section, ...] = (
             "The same grid with every agent in a network namespace of its own and a tbf qdisc on "
             "each direction of its veth link, as on a real link: the figures without the cost of "
             "the simulator's proxies, whose CPU shares the host's cores with the fleet.",
+            render_links),
+    Section("links-kernel-15", "Slow links limited in the kernel, 15 agents (issue 19)",
+            "edgegrove bench links --nodes 15 --shaper kernel --out docs/results/links-kernel-15.json",
+            "The kernel-limited grid at 15 agents, where the host allows: the same busiest link "
+            "(an inner node of the binary tree), a deeper tree, twice the processes on the same cores.",
             render_links),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",

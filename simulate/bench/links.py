@@ -38,7 +38,8 @@ the same number of rounds for every wire format; VS FLOAT32: its difference from
 at the same rate, in percentage points.
 
 AUTO (--wires auto, agent option wire_dtype = "auto"): every agent picks each frame's format
-from its link's measured rate (agent/protocol/wire_choice.py). Its bound and bytes/model are
+from its links' measured rates: the link's drains and its own link's rate from large messages'
+arrival (agent/protocol/wire_choice.py). Its bound and bytes/model are
 those of the format its agents sent most frames of values in (from round 2 on; the wire
 column says which: "auto (int8)"; "-" when the agents did not say); its bytes/model compare
 each round with the model's bytes in the mix of formats that round's frames used. Issue 19

@@ -405,6 +405,11 @@ def test_a_kernel_shaped_run_has_a_section_and_a_plot_of_its_own(tmp_path: Path)
     assert (tmp_path / "img" / "links-kernel.png").stat().st_size > 0
     assert not (tmp_path / "img" / "links.png").exists()
     assert any(s.bench == "links-kernel" and "--shaper kernel" in s.command for s in evaluation.SECTIONS)
+    # 15 agents: a section and a plot of their own, not 7 agents' overwritten.
+    doc["nodes"] = 15
+    evaluation.render_links(doc, evaluation.Context({"links-kernel-15": doc}, tmp_path / "img15", "img/"))
+    assert [p.name for p in (tmp_path / "img15").iterdir()] == ["links-kernel-15.png"]
+    assert any(s.bench == "links-kernel-15" and "--nodes 15" in s.command for s in evaluation.SECTIONS)
 
 
 # -- wire_dtype auto ----------------------------------------------------------------------
