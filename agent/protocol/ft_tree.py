@@ -55,11 +55,11 @@ Wire formats (``wire_auto``, agent option ``wire_dtype = "auto"``): a unit going
 the narrowest of the format its link fits (``wire_choice.choose`` from the link's typical rate
 and the round's budget), the format our own link fits (``choose_for_own_link``, from our
 downlink's arrival rate) and the formats of the units of that chunk it merged (its
-children's), so a slow link anywhere below narrows every frame above it. The root quantizes each chunk of
-the result once, in the narrowest format that went into that chunk, and everybody passes
-exactly those bytes on (broadcast, fan-out, answers to pulls, a result sent again after a
-reconnect): every member applies the same values. The root's own links to its children do not
-narrow the result: their rates come from the broadcast's ACKs, and the root sends each result
+children's), so a slow link anywhere below narrows every frame above it. The root quantizes
+each chunk of the result once, in the narrowest format that went into that chunk, and
+everybody passes exactly those bytes on (broadcast, fan-out, answers to pulls, a result sent
+again after a reconnect): every member applies the same values. The root's own links to its
+children do not narrow the result: their rates come from the broadcast's ACKs, and the root sends each result
 chunk to all its children at once, so each child's sample shows a share of the root's uplink
 (on a loaded host's loopback that alone made the result float16 in 13 of 30 rounds); a slow
 link of the root shows in its children's units, which cross the same connection. Without

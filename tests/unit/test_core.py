@@ -117,11 +117,16 @@ def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_noth
     assert [a.view.members for a in later if isinstance(a, PublishView)] == [[0, 1]]
 
 
-def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3)) -> AgentCore:
+def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),
+                  downlink_rate: float | None = None) -> AgentCore:
+    """``node`` in round 0; with ``downlink_rate``, eight large frames from node 0 arrived at
+    that rate (bytes/s) before its gradient."""
     core = AgentCore(CoreConfig(node=node, rounds=50, allreduce=CONFIG, state_size=4), 3)
     core.on_view(View(1, list(members), 2, 0, 0), 0.0)
     for peer in members:
         core.on_status(Status(peer, "online", incarnation=3 if peer == node else 0), 0.0)
+    for _ in range(8 if downlink_rate else 0):
+        core.on_message(core.topics.link(0, node), _big_frame(0), 0.005, BIG_FRAME_BYTES / downlink_rate)
     core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
     return core
 
@@ -519,14 +524,7 @@ def test_a_coordinator_on_a_slow_downlink_has_the_root_fan_the_result_out_by_a_v
 
 def test_every_round_machine_knows_our_own_links_rate_from_large_messages_arrival() -> None:
     """What wire_dtype auto narrows by besides each link's drains (agent/protocol/wire_choice.py)."""
-    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=4), 3)
-    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
-    for peer in (0, 1, 2, 3):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
-    for _ in range(8):
-        core.on_message(core.topics.link(0, 1), _big_frame(0), 0.005, BIG_FRAME_BYTES / 50e6)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
-    machine = core.machines[0]
+    machine = _running_core(downlink_rate=50e6).machines[0]
     assert isinstance(machine, FtTreeRound)
     assert machine.own_link_rate == pytest.approx(50e6)
     assert _running_core().machines[0].own_link_rate is None  # nothing large arrived yet
