@@ -61,6 +61,7 @@ from agent.protocol.messages import (
     Telemetry,
     View,
 )
+from agent.protocol.notes import REJECTED_STATE, NoteKind
 from agent.protocol.rounds import new_round
 from agent.protocol.state_transfer import (
     STATE_CHUNK_VALUES,
@@ -483,7 +484,7 @@ class AgentCore:
         if out and rate is not None:
             size = chunks or self.config.allreduce.chunk_size
             how = broadcast or self.config.allreduce.broadcast
-            self.notes.append(Note("chunks", None, f"{size:,} values per chunk, broadcast {how}, from round "
+            self.notes.append(Note(NoteKind.CHUNKS, None, f"{size:,} values per chunk, broadcast {how}, from round "
                                    f"{self.membership.newest.from_round}: downlink {rate / 1e6:.1f} MB/s"))
         return list(out)
 
@@ -515,7 +516,7 @@ class AgentCore:
                 or not self._shows_fleet_went_on(frame)):
             return []
         self.asked_went_on = self.round
-        self.notes.append(Note("behind", frame.sender, f"in round {frame.round}: asking for our round's result"))
+        self.notes.append(Note(NoteKind.BEHIND, frame.sender, f"in round {frame.round}: asking for our round's result"))
         return self._run(machine.went_on(now), self.round)
 
     def _shows_fleet_went_on(self, frame: Frame) -> bool:
@@ -541,7 +542,7 @@ class AgentCore:
         # reconnect takes the session from it) means we are the obsolete one.
         if status.node == self.node and status.incarnation > self.incarnation and self.phase != Phase.DONE:
             self.phase = Phase.DONE
-            self.notes.append(Note("displaced", self.node, f"by incarnation {status.incarnation}"))
+            self.notes.append(Note(NoteKind.DISPLACED, self.node, f"by incarnation {status.incarnation}"))
             return [Displaced(status.incarnation, status.pid)]
         was_down = self.membership.is_down(status.node)
         was_reported = status.node in self.membership.reports
@@ -618,7 +619,7 @@ class AgentCore:
         # The broker may have published everybody's Will as it went down: none of that is
         # news about the peers until it is back and they could say otherwise.
         self.membership.hold(float("inf"))
-        self.notes.append(Note("disconnected", None, "no new round until the broker is back"))
+        self.notes.append(Note(NoteKind.DISCONNECTED, None, "no new round until the broker is back"))
         return []
 
     def on_reconnect(self, now: float) -> list[CoreAction]:
@@ -626,7 +627,7 @@ class AgentCore:
         every retained status and the view. Say again who we are (the transport's birth
         message is the status of our start), the coordinator republishes its view, and
         nobody decides views or evictions from the partial picture for a while."""
-        self.notes.append(Note("reconnected", None, "statuses and view published again"))
+        self.notes.append(Note(NoteKind.RECONNECTED, None, "statuses and view published again"))
         self.connected = True
         self.membership.hold(now + self.config.reconnect_hold)
         out: list[CoreAction] = []
@@ -694,7 +695,7 @@ class AgentCore:
         if peer == self.node or through <= self.absent.get(peer, -1):
             return []
         self.absent[peer] = through
-        self.notes.append(Note("absent", peer, f"takes no part in rounds up to {through}"))
+        self.notes.append(Note(NoteKind.ABSENT, peer, f"takes no part in rounds up to {through}"))
         out: list[CoreAction] = []
         for rnd, machine in list(self.machines.items()):
             if rnd <= through and machine.result is None:
@@ -717,7 +718,7 @@ class AgentCore:
                 out += self._run(machine.excuse(peer, now), rnd)
         suspected = self.membership.suspected()
         for peer in sorted(suspected - self.down_seen - {self.node}):
-            self.notes.append(Note("suspected", peer, "silent by the fleet's witnesses"))
+            self.notes.append(Note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses"))
             for rnd, machine in list(self.machines.items()):
                 out += self._run(machine.peer_down(peer, now), rnd)
         self.down_seen = suspected
@@ -845,7 +846,7 @@ class AgentCore:
             self.phase = Phase.DONE
         if self.phase == Phase.JOINING and self.done:
             # Rejoining after the fleet's last round and no peer answered: we are done too.
-            self.notes.append(Note("state_pull_failed", None, f"final state of round {self.round}"))
+            self.notes.append(Note(NoteKind.STATE_PULL_FAILED, None, f"final state of round {self.round}"))
             self.joining = False
             self.phase = Phase.DONE
         return []
@@ -870,7 +871,7 @@ class AgentCore:
             if rnd >= self.round:
                 self.round, self.joining = rnd, False
                 self.future = [f for f in self.future if f.round >= rnd]
-                self.notes.append(Note("rejoin", None, f"state of round {rnd}"))
+                self.notes.append(Note(NoteKind.REJOIN, None, f"state of round {rnd}"))
                 self.phase = Phase.WAITING
                 return [LoadState(rnd, state), PublishStatus(self.status("online")),
                         *self._serve_pulls()]
@@ -930,7 +931,7 @@ class AgentCore:
     def _leave_and_rejoin(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
         if self.phase == Phase.RUNNING and self.current is not None:
-            self.notes.append(Note("abandoned", None, "the fleet took us for silent"))
+            self.notes.append(Note(NoteKind.ABANDONED, None, "the fleet took us for silent"))
             del self.machines[self.round]
             out.append(ReportRound(self._report(None, now)))
         self.current = None
@@ -939,7 +940,7 @@ class AgentCore:
     def _rejoin(self) -> list[CoreAction]:
         """The fleet went on without us (we hung, or were taken for silent): join it again
         through the join path, with its state, instead of running rounds nobody expects."""
-        self.notes.append(Note("rejoin_needed", None, f"not in the view of round {self.round}"))
+        self.notes.append(Note(NoteKind.REJOIN_NEEDED, None, f"not in the view of round {self.round}"))
         self.joining = True
         self.phase = Phase.JOINING
         latest = self.membership.latest
@@ -981,7 +982,7 @@ class AgentCore:
             return []
         rnd, state = self.received_state
         self.received_state = None
-        self.notes.append(Note("resync", None, f"caught up from round {self.round} to {rnd}"))
+        self.notes.append(Note(NoteKind.RESYNC, None, f"caught up from round {self.round} to {rnd}"))
         self.round = rnd
         self.future = [f for f in self.future if f.round >= rnd]
         return [LoadState(rnd, state), *self._serve_pulls()]
@@ -1001,7 +1002,7 @@ class AgentCore:
         view = self.membership.view_for(self.round)
         if current is None or view is None or view.epoch <= current.view.epoch or self.node not in view.members:
             return []
-        self.notes.append(Note("restarted", None, f"view epoch {view.epoch} for round {self.round}"))
+        self.notes.append(Note(NoteKind.RESTARTED, None, f"view epoch {view.epoch} for round {self.round}"))
         current.view = view
         del self.machines[self.round]
         return self._start_machine(current, now)
@@ -1010,7 +1011,7 @@ class AgentCore:
         """Give the round up: the fleet is ahead and its state is here. Still reported."""
         current = self.current
         assert current is not None and self.received_state is not None
-        self.notes.append(Note("abandoned", None, f"the fleet is at round {self.received_state[0]}"))
+        self.notes.append(Note(NoteKind.ABANDONED, None, f"the fleet is at round {self.received_state[0]}"))
         del self.machines[self.round]  # its timers must not pull or retry for it any more
         report = self._report(None, now)
         self.phase = Phase.WAITING
@@ -1025,7 +1026,7 @@ class AgentCore:
             # (none when it is this round's), then this round's update.
             rnd, state = self.received_state
             out += [LoadState(rnd, state), *(ApplyUpdate(r, *self.applied[r]) for r in range(rnd, self.round))]
-            self.notes.append(Note("resync", None, f"state of round {rnd}"))
+            self.notes.append(Note(NoteKind.RESYNC, None, f"state of round {rnd}"))
             self.received_state = None
         elif (why := resync_reason(result, current.own_hash)) is not None:
             # Our model now differs from the fleet's: fetch its state for the next round, first
@@ -1106,7 +1107,7 @@ class AgentCore:
     # -- state transfer ---------------------------------------------------------------------
 
     def _request_resync(self, why: str, avoid: set[int], now: float) -> list[CoreAction]:
-        self.notes.append(Note("drift", None, why))
+        self.notes.append(Note(NoteKind.DRIFT, None, why))
         view = self.membership.view_for(self.round)
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
@@ -1147,7 +1148,7 @@ class AgentCore:
         others = self.membership.online_peers(self.membership.live())
         if len(witnesses) < min(2, len(others)):
             return []
-        self.notes.append(Note("behind", frame.sender, f"at round {self.round}, peer at {frame.round}"))
+        self.notes.append(Note(NoteKind.BEHIND, frame.sender, f"at round {self.round}, peer at {frame.round}"))
         out = self._announce_absence(frame.round)  # we join again at frame.round + 1
         # Ask for the state of the round AFTER the peers': it is served as that round starts,
         # so we join it in step. Ask the coordinator first, then those who showed the round.
@@ -1170,11 +1171,11 @@ class AgentCore:
     def _on_state_frame(self, frame: Frame, now: float) -> list[CoreAction]:
         if self.transfer is None:
             # Nothing asked for it (or a late copy of a chunk a transfer no longer needs).
-            self.counters.rejected["state_unasked"] += 1
+            self.counters.rejected[NoteKind.STATE_UNASKED] += 1
             return []
         actions = self.transfer.on_frame(frame, now)
         for note in actions:
-            if isinstance(note, Note) and note.kind in ("state_unasked", "state_rejected"):
+            if isinstance(note, Note) and note.kind in REJECTED_STATE:
                 self.counters.rejected[note.kind] += 1
         out = self._run(actions, self.round)
         if self.transfer.result is not None:
@@ -1194,7 +1195,7 @@ class AgentCore:
         if transfer is None or (wake := transfer.next_timer()) is None or now < wake:
             return []
         if transfer.attempts >= PULL_TRIES_PER_PEER * len(transfer.peers):
-            self.notes.append(Note("state_pull_failed", transfer.peer, f"round {transfer.round}"))
+            self.notes.append(Note(NoteKind.STATE_PULL_FAILED, transfer.peer, f"round {transfer.round}"))
             self.transfer = None
             return []
         return self._run(transfer.on_timer(now), self.round)
@@ -1273,7 +1274,7 @@ class AgentCore:
                 out.append(action)
                 continue
             self.notes.append(action)
-            if action.kind == "silent" and action.peer is not None and (action.peer, round) not in self.reported:
+            if action.kind == NoteKind.SILENT and action.peer is not None and (action.peer, round) not in self.reported:
                 self.reported.add((action.peer, round))
                 out.append(PublishSuspect(Suspect(self.node, round, action.peer, self.incarnation)))
         return out

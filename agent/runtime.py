@@ -45,6 +45,7 @@ from agent.core_config import core_config
 from agent.model.data import to_float_pixels
 from agent.protocol.allreduce import Fanout, Note, Send
 from agent.protocol.membership import PublishView
+from agent.protocol.notes import NoteKind
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, encode
 from agent.transport.base import Message, Transport, TransportError, Will
@@ -250,7 +251,7 @@ class AgentRuntime:
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
         if apply is not None and apply(action.control):
-            self.core.record_note(Note("fault_injected", action.control.peer, action.control.action))
+            self.core.record_note(Note(NoteKind.FAULT_INJECTED, action.control.peer, action.control.action))
 
     def _report(self, report: RoundReport) -> None:
         report.phase_seconds["apply"] = self.apply_seconds

@@ -38,8 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.protocol.notes import LINK_EVIDENCE, NoteKind
+
 Record = dict[str, Any]
-LINK_EVENT_KINDS = frozenset({"link_dead", "reroute", "timeout", "pull", "relay", "escalate"})
+LINK_EVENT_KINDS = LINK_EVIDENCE
 BAD_LINK_STATES = frozenset({"failed", "rerouted", "suspected"})
 ROUND_COLUMNS = (
     "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
@@ -366,7 +368,7 @@ def _how_the_fleet_saw_a_hang(node: int, t0: float, records: Sequence[Record]) -
     for rec in records:
         if rec.get("type") == "telemetry" and rec["t"] >= t0 and rec.get("node") != node:
             for event in rec.get("events", []) or []:
-                if event.get("kind") == "suspected" and event.get("peer") == node:
+                if event.get("kind") == NoteKind.SUSPECTED and event.get("peer") == node:
                     return f"suspicion: node {rec['node']} round {rec['round']} (silent by the fleet's witnesses)"
     for rec in records:
         if rec.get("type") == "view" and rec["t"] >= t0 and node not in rec.get("members", [node]):

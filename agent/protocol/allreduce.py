@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Frame, Kind
@@ -137,7 +138,7 @@ class Fanout:
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # timeout, link_dead, reroute, relay, nack, pull, escalate, degraded, drift, ...
+    kind: NoteKind
     peer: int | None
     detail: str = ""
 
@@ -279,7 +280,7 @@ class Outbox:
             if name is not None:
                 self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1
 
-    def _note(self, kind: str, peer: int | None, detail: str = "") -> None:
+    def _note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
         self._out.append(Note(kind, peer, detail))
 
     def _flush(self) -> list[Action]:

@@ -92,6 +92,7 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
+from agent.protocol.notes import NoteKind
 from agent.protocol.wire import HEADER_SIZE, NO_NODE, DType, Flag, Frame, Kind, value_bytes
 from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
 
@@ -306,7 +307,7 @@ class FtTreeRound(Outbox):
             return []
         if now >= self.deadline and self._draining(now) and now < self.deadline_limit:
             if self.deadline <= self.start_time + self.cfg.round_deadline:
-                self._note("deadline_put_off", None, "links still draining")
+                self._note(NoteKind.DEADLINE_PUT_OFF, None, "links still draining")
             self.deadline = min(self.deadline_limit, now + DOWNLINK_BUSY_HOLD)
         if now >= self.deadline and not self.wait_fired and self.deadline > self.start_time + self.cfg.round_deadline:
             # A slow round whose wait for contributions went on while its links drained, and
@@ -451,11 +452,11 @@ class FtTreeRound(Outbox):
         or that there is none) before skipping; one pull timeout at most."""
         parent = self.parent
         if parent is None or parent == self.tree.root or parent in self.down or self.root_gone_at is not None:
-            self._note("root_down", self.tree.root)
+            self._note(NoteKind.ROOT_DOWN, self.tree.root)
             self._finish(now, skip_missing=True)
             return
         self.root_gone_at = now
-        self._note("root_down", self.tree.root, f"asking {parent} for the result")
+        self._note(NoteKind.ROOT_DOWN, self.tree.root, f"asking {parent} for the result")
         self._send_pull(parent, now)
 
     def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
@@ -477,13 +478,13 @@ class FtTreeRound(Outbox):
                 if ch.final_frame is not None:
                     self._fanout(ch.final_frame)
         if self.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
-            self._note("reconnected", self.node, f"back after {away * 1000:.0f} ms: the round goes on")
+            self._note(NoteKind.RECONNECTED, self.node, f"back after {away * 1000:.0f} ms: the round goes on")
             self._ask_children_again()
         elif self.parent is None and self.result is None:
             # The root: our Will ended this round on every other member (see peer_down),
             # with the chunks they lack skipped. Do the same rather than wait for children
             # that went on (a chunk they lost in flight and we kept shows up as drift).
-            self._note("root_down", self.node, "our connection dropped")
+            self._note(NoteKind.ROOT_DOWN, self.node, "our connection dropped")
             self._finish(now, skip_missing=True)
         elif self.result is None:
             for _ in range(min(2, len(self.pull_chain))):  # two: a peer ahead is one witness
@@ -527,7 +528,7 @@ class FtTreeRound(Outbox):
         if not self.stats.pulls:
             # The parent only: it answers at once if it has the result, and sends it once if
             # we are one of its broadcast peers anyway (see _set_final).
-            self._note("pull", self.parent, "the fleet may have gone on without us")
+            self._note(NoteKind.PULL, self.parent, "the fleet may have gone on without us")
             self._send_pull(self.parent, now)
         self._ask_children_again()
         self._stop_waiting_soon(now)
@@ -770,7 +771,7 @@ class FtTreeRound(Outbox):
         value is a buggy or hostile peer's, refused and counted, never averaged in."""
         if _peak(values) > self.value_limit:
             self.stats.implausible += 1
-            self._note("implausible", sender, f"values beyond {self.value_limit:.3g}")
+            self._note(NoteKind.IMPLAUSIBLE, sender, f"values beyond {self.value_limit:.3g}")
             return False
         return True
 
@@ -989,7 +990,7 @@ class FtTreeRound(Outbox):
             return
         self.gaps_pulled.update(gaps)
         self.stats.nacks += 1
-        self._note("nack", self.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
+        self._note(NoteKind.NACK, self.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
         pull = Frame(Kind.PULL, self.cfg.job, self.round, self.node, 0, self.n, Flag.BROADCAST)
         self._send(self.parent, pull.with_indices(gaps))
 
@@ -1019,7 +1020,7 @@ class FtTreeRound(Outbox):
         self.stats.relays += 1
         if (frame.origin, frame.target) not in self.relayed_pairs:
             self.relayed_pairs.add((frame.origin, frame.target))
-            self._note("relay", frame.origin, f"to {frame.target}")
+            self._note(NoteKind.RELAY, frame.origin, f"to {frame.target}")
         onward = replace(frame, sender=self.node)
         if not flooded:
             # The target ACKs through us: silence from it is our evidence, too.
@@ -1126,7 +1127,7 @@ class FtTreeRound(Outbox):
     def _on_pull(self, frame: Frame, now: float) -> None:
         asked = frame.indices() or list(range(self.n))
         puller = frame.sender
-        self._note("pull", puller, "served")
+        self._note(NoteKind.PULL, puller, "served")
         for j in asked:
             if 0 <= j < self.n:
                 self._answer_with_final(j, puller, now)
@@ -1167,7 +1168,7 @@ class FtTreeRound(Outbox):
             if 0 <= j < self.n and self.chunks[j].final is None:
                 self.no_result.add(j)
         if all(ch.final is not None or j in self.no_result for j, ch in enumerate(self.chunks)):
-            self._note("root_down", self.tree.root, f"no result, says {frame.sender}")
+            self._note(NoteKind.ROOT_DOWN, self.tree.root, f"no result, says {frame.sender}")
             self._finish(now, skip_missing=True)
 
     # ------------------------------------------------------------------ sending
@@ -1209,7 +1210,7 @@ class FtTreeRound(Outbox):
     def _report_silent(self, peer: int, why: str, now: float) -> None:
         """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""
         self.reported_silent[peer] = now
-        self._note("silent", peer, why)
+        self._note(NoteKind.SILENT, peer, why)
 
     def _unheard_since_reported(self, peer: int) -> bool:
         # Once it refuted, it lives (and the fleet hears one report per round from us).
@@ -1247,7 +1248,7 @@ class FtTreeRound(Outbox):
                 break
             if not self._unusable(p.route):
                 self.stats.reroutes += 1
-                self._note("reroute" if p.route.kind != DIRECT else "escalate", p.peer,
+                self._note(NoteKind.REROUTE if p.route.kind != DIRECT else NoteKind.ESCALATE, p.peer,
                            f"{p.route.kind} via {p.route.via}")
                 if p.route.kind == FLOOD and self._unheard_since_reported(p.route.target):
                     # Every member would forward the unit (a whole vector each: 21 MB at 15
@@ -1260,7 +1261,7 @@ class FtTreeRound(Outbox):
                 self._emit(p, now)
                 return
         self.pending.pop(p.key, None)
-        self._note("undeliverable", p.peer, f"chunk {p.chunk}")
+        self._note(NoteKind.UNDELIVERABLE, p.peer, f"chunk {p.chunk}")
 
     def _due(self, p: Pending) -> float:
         if p.held:
@@ -1349,7 +1350,7 @@ class FtTreeRound(Outbox):
                     self._advance(p, now)
                 continue
             self.stats.timeouts += 1
-            self._note("timeout", route.via if route.kind != FLOOD else route.target,
+            self._note(NoteKind.TIMEOUT, route.via if route.kind != FLOOD else route.target,
                        f"chunk {p.chunk} {'broadcast' if p.broadcast else 'reduce'} {route.kind}")
             if route.kind == DIRECT:
                 self._declare_dead(route.target, now)
@@ -1364,7 +1365,7 @@ class FtTreeRound(Outbox):
             return
         self.dead.add(peer)
         self.book.mark(peer, "failed")
-        self._note("link_dead", peer)
+        self._note(NoteKind.LINK_DEAD, peer)
         if now - self.heard_of.get(peer, -1e9) >= self._rto(peer):
             # Not a word from it, directly or relayed, for a whole timeout: evidence it is
             # silent (the fleet needs two such witnesses; a cut link has one).
@@ -1379,7 +1380,7 @@ class FtTreeRound(Outbox):
             self.dead.discard(peer)
             self.book.healed(peer)
         if was_dead:
-            self._note("link_healed", peer)
+            self._note(NoteKind.LINK_HEALED, peer)
 
     def _flood(self, frame: Frame, exclude: int | None) -> None:
         for peer in self.neighbours:
@@ -1428,7 +1429,7 @@ class FtTreeRound(Outbox):
         self.nacked.update((frame.sender, broadcast, i) for i in missing)
         self.stats.nacks += 1
         self.book.mark(frame.sender, "suspected")
-        self._note("nack", frame.sender, f"{len(missing)} chunks")
+        self._note(NoteKind.NACK, frame.sender, f"{len(missing)} chunks")
         flags = Flag.BROADCAST if broadcast else Flag.NONE
         nack = Frame(Kind.NACK, self.cfg.job, self.round, self.node, 0, self.n, flags)
         self._send(frame.sender, nack.with_indices(missing))
@@ -1463,7 +1464,7 @@ class FtTreeRound(Outbox):
             return
         peer = live[self.pull_i % len(live)]
         self.pull_i += 1
-        self._note("pull", peer, f"{len(missing)} chunks")
+        self._note(NoteKind.PULL, peer, f"{len(missing)} chunks")
         self._send_pull(peer, now)
 
     def _send_pull(self, peer: int, now: float) -> None:
@@ -1521,11 +1522,11 @@ class FtTreeRound(Outbox):
         # (A result may count a member that went down after it sent its data: complete.)
         degraded = bool(missing) or any(not everyone <= c for c in contributors)
         if degraded:
-            self._note("degraded", None, f"{len(missing)} chunks missing")
+            self._note(NoteKind.DEGRADED, None, f"{len(missing)} chunks missing")
         elif self.stats.timeouts == 0:
             self.links.observe_round(now - self.start_time)
         if self.root_hash is not None and self.root_hash != self.model_hash:
-            self._note("drift", self.tree.root, f"root {self.root_hash:#x} mine {self.model_hash:#x}")
+            self._note(NoteKind.DRIFT, self.tree.root, f"root {self.root_hash:#x} mine {self.model_hash:#x}")
         self.result = RoundResult(
             round=self.round, values=values, contributors=tuple(contributors),
             missing_chunks=tuple(missing), degraded=degraded, root_model_hash=self.root_hash,

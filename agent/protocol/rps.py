@@ -21,6 +21,7 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
+from agent.protocol.notes import NoteKind
 from agent.protocol.tree import finish_with_fallback
 from agent.protocol.wire import Flag, Frame, Kind
 
@@ -141,4 +142,4 @@ class RpsRound(Outbox):
         self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
                                            self.final, None, self.stats, now)
         if self.result.degraded:
-            self._out.append(Note("degraded", None, f"{len(self.result.missing_chunks)} chunks missing"))
+            self._out.append(Note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing"))

@@ -19,6 +19,7 @@ import zlib
 import numpy as np
 
 from agent.protocol.allreduce import Action, Note, RoundResult, Send, chunk_bounds
+from agent.protocol.notes import NoteKind
 from agent.protocol.wire import DType, Flag, Frame, Kind
 
 # Values per MODEL frame when the runtime serves its state (256 KiB of float32).
@@ -140,7 +141,7 @@ class StateTransfer:
         out: list[Action] = []
         for stripe in range(self.needed):
             out += self._ask_chunks(self._stripe(stripe))
-        return [Note("state_pull", self.peer, f"attempt {self.attempts}"), *out]
+        return [Note(NoteKind.STATE_PULL, self.peer, f"attempt {self.attempts}"), *out]
 
     def _fresh_peer(self) -> int | None:
         asked = self.asked_in.setdefault(self.target, set())
@@ -182,9 +183,9 @@ class StateTransfer:
         if self.result is not None or not self._wanted(frame):
             return []
         if frame.sender not in self.assigned or not _in_stripe(frame.chunk_index, self.assigned[frame.sender]):
-            return [Note("state_unasked", frame.sender, f"chunk {frame.chunk_index} of round {frame.round}")]
+            return [Note(NoteKind.STATE_UNASKED, frame.sender, f"chunk {frame.chunk_index} of round {frame.round}")]
         if self.count is not None and frame.chunk_count != self.count:
-            return [Note("state_rejected", frame.sender, f"{frame.chunk_count} chunks, expected {self.count}")]
+            return [Note(NoteKind.STATE_REJECTED, frame.sender, f"{frame.chunk_count} chunks, expected {self.count}")]
         parts = self.parts.setdefault(frame.round, {})
         parts[frame.chunk_index] = (frame.sender, frame.model_hash, frame.values())
         self.last_progress = now
@@ -236,7 +237,7 @@ class StateTransfer:
             return self.reject(why, now, sorted(senders))
         del self.parts[round]
         self.result = (round, state, hashes.pop())
-        return [Note("state_received", min(senders), f"round {round} from {sorted(senders)}")]
+        return [Note(NoteKind.STATE_RECEIVED, min(senders), f"round {round} from {sorted(senders)}")]
 
     def _keep_anchor(self, round: int, now: float) -> list[Action]:
         """A dispute with the anchor in it: the chunks vouched for with another hash than the
@@ -250,7 +251,7 @@ class StateTransfer:
             del parts[j]
         for peer in liars:
             self.assigned.pop(peer, None)
-        note = Note("state_rejected", liars[0], f"{len(wrong)} chunks unlike the reference's")
+        note = Note(NoteKind.STATE_REJECTED, liars[0], f"{len(wrong)} chunks unlike the reference's")
         if self.anchor_decides:
             return [note, *self._ask_anchor(now)]
         if len(self.peers) - len(self.asked_in.get(self.target, set())) < 1:
@@ -283,7 +284,7 @@ class StateTransfer:
         for peer in blamed:
             self.assigned.pop(peer, None)
         self.parts.pop(self.target, None)
-        note = Note("state_rejected", blamed[0], why)
+        note = Note(NoteKind.STATE_REJECTED, blamed[0], why)
         if len(self.peers) - len(self.asked_in.get(self.target, set())) >= self.needed:
             return [note, *self._ask_round(now)]
         return [note, *self._next_round(now)]
@@ -311,7 +312,7 @@ class StateTransfer:
         missing = self._missing_stripes(parts)
         silent = sorted({p for p in self.asked_in.get(self.target, set())
                          if not any(sender == p for sender, _, _ in parts.values())})
-        notes: list[Action] = [Note("timeout", p, "state transfer") for p in silent] or [Note("timeout", None, "state transfer")]
+        notes: list[Action] = [Note(NoteKind.TIMEOUT, p, "state transfer") for p in silent] or [Note(NoteKind.TIMEOUT, None, "state transfer")]
         self.attempts += 1
         self.last_progress = now
         fresh = len(self.peers) - len(self.asked_in.get(self.target, set()))

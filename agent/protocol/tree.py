@@ -20,6 +20,7 @@ from agent.protocol.allreduce import (
     frame_size,
     merge_means,
 )
+from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind
 
@@ -125,7 +126,7 @@ class PlainTreeRound(Outbox):
         self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
                                            self.final, self.root_hash, self.stats, now)
         if self.result.degraded:
-            self._out.append(Note("degraded", None, f"{len(self.result.missing_chunks)} chunks missing"))
+            self._out.append(Note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing"))
 
 
 def finish_with_fallback(
