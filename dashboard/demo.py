@@ -6,8 +6,8 @@ probe on ``link/<self>/<peer>`` to each tree and backup neighbour. A node judges
 whether the peer's probe of this round arrived THROUGH THE BROKER, so a link cut at the
 broker (an ACL revoke) shows up exactly as an agent would report it: the tree link
 ``rerouted`` when the backup link still works (``failed`` otherwise), with ``timeout`` and
-``reroute`` events. Loss and accuracy follow a plausible MNIST curve. It trains nothing:
-once the real agent runs, the tests swap this class for the fleet launcher.
+``reroute`` events. Loss and accuracy follow a plausible MNIST curve. It trains nothing: real
+agents come from the fleet launcher (``simulate.fleet``).
 """
 
 from __future__ import annotations

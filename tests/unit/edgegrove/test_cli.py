@@ -55,7 +55,7 @@ def _every_command() -> list[list[str]]:
 
 @pytest.mark.parametrize("argv", _every_command(), ids=" ".join)
 def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    """`bench links --help` once crashed in argparse on an unescaped "20 %" in a help text."""
+    """Every help text renders: argparse fails on an unescaped "%" in one (say "20 %")."""
     code: int | str | None
     try:
         code = main([*argv, "--help"])

@@ -1,5 +1,5 @@
-"""Issue 16, item 7: every bad argument or file of every command is ONE line on stderr and
-exit code 2, before anything starts (no process, no socket, no thread, no run directory)."""
+"""Every bad argument or file of every command is ONE line on stderr and exit code 2, before
+anything starts (no process, no socket, no thread, no run directory)."""
 
 from __future__ import annotations
 
