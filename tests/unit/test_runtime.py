@@ -17,6 +17,7 @@ import pytest
 
 from agent import checkpoint
 from agent.config import AgentConfig
+from agent.core_events import CoreEvent, MessageArrived, Tick
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, serve_model_pull, state_hash
@@ -244,13 +245,12 @@ class _RecordingCore:
     def __init__(self, clock: _StepClock, busy: dict[str, float]) -> None:
         self.clock, self.busy, self.log = clock, busy, []
 
-    def on_message(self, topic: str, payload: bytes, now: float, arrival: float = 0.0) -> list[Any]:
-        self.log.append(topic)
-        self.clock.t += self.busy.get(topic, 0.0)  # e.g. the round it ends is evaluated
-        return []
-
-    def on_tick(self, now: float) -> list[Any]:
-        self.log.append("tick")
+    def handle(self, event: CoreEvent, now: float) -> list[Any]:
+        if isinstance(event, Tick):
+            self.log.append("tick")
+        elif isinstance(event, MessageArrived):
+            self.log.append(event.topic)
+            self.clock.t += self.busy.get(event.topic, 0.0)  # e.g. the round it ends is evaluated
         return []
 
 
