@@ -1,14 +1,17 @@
 """The agent core: everything one agent decides, written once, with no IO (sans-IO, like h11).
 
-``AgentCore`` owns the per-node logic: the round machines keyed by round number (the current
-one and the finished ones that still answer ACKs, NACKs and pulls), the bounded buffer of frames
-of rounds not started yet, fetching the fleet's state (join, drift resync, catch-up, final
-sync), membership and views, Last Wills fanned out to every live round machine, the linger
-after the last round. Its parts, each with its own tests: the phases and their one transition
-table (core_phase.py), what comes in (core_events.py, decoded by core_inbox.py), what goes out
-(core_actions.py: every message as one ``Publish``), serving our state (state_server.py), the
-suspicion book (suspicion.py), the chunk size and broadcast of a round (core_chunks.py) and
-the round's report (core_report.py).
+``AgentCore`` takes every event in and hands it to its parts, each in its own module:
+
+- core_events.py: what comes in, a closed union; core_inbox.py decodes and checks bytes;
+- core_actions.py: what goes out; every message is one ``Publish`` (topic, retain, QoS);
+- core_phase.py: the phases and their one transition table; core_steps.py: the steps between
+  them (connect, join, start and finish a round, final sync, linger);
+- core_rounds.py: the round machines in flight and the frames of rounds not started yet;
+  core_wills.py: the grace a round gives its root's Will; core_gate.py: whether a round may
+  start; core_chunks.py: a round's chunk size and broadcast;
+- state_server.py: serving our state; state_fetch.py: fetching the fleet's;
+- suspicion.py: the suspicion book; core_outbox.py: frames, notes and reports of silence out;
+- core_report.py: a round's report and telemetry.
 
 One entry point: ``handle(event, now) -> actions``. ``next_deadline()`` says when the core next
 needs a ``Tick``. Every call takes ``now``; the core never reads a clock.

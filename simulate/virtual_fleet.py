@@ -1,9 +1,13 @@
 """N agent cores on the in-memory bus in fake time: discrete events, no sleep, no protocol.
 
-Every node is the agent core users run (agent/core.py); this harness only executes its actions
-the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT and a tiny model
-instead of a backend: the gradient comes from a seeded generator (or a callback), the state is
-params + momentum, updated by SGD with momentum. Faults fire at a round and phase
+Every node is the agent core users run (agent/core.py), configured by the agent's builder
+(agent/core_config.py, with the fleet's overrides in ``fleet_overrides``); this harness only
+executes its actions the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT
+and a tiny model instead of a backend. Messages cross the bus encoded and reach the core as
+bytes, through its own decode and checks, timed as the MQTT transport times them (a receiver's
+``ingress_bandwidth``: what the coordinator picks the fleet's chunk size from). The gradient
+comes from a seeded generator (or a callback), the state is params + momentum, updated by SGD
+with momentum. Faults fire at a round and phase
 (``FaultSpec``): link cuts and loss on the bus, crash (the broker publishes the Will), hang (the
 node gets no message and no timer until it resumes; the Will fires after ``will_delay``),
 resume and restart. It makes no decision of its own: rounds, membership, state transfer, timers
