@@ -1,6 +1,12 @@
-"""From the user's agent configuration (agent/config.py) to the agent core's (agent/core.py)."""
+"""The one builder of the agent core's configuration (agent/core.py): from the allreduce's
+configuration and the run's facts, with the values derived from its timeouts decided here.
+The agent builds it from the user's configuration (agent/config.py); the in-memory fleet
+(simulate/virtual_fleet.py) builds it here too, passing what it runs differently explicitly."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import TypedDict, Unpack
 
 from agent.config import AgentConfig
 from agent.core import CoreConfig
@@ -8,6 +14,27 @@ from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
 
 STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
+
+
+
+class CoreOverrides(TypedDict, total=False):
+    """The fields of ``CoreConfig`` a driver sets beyond the run's facts."""
+
+    expected_members: int
+    join_grace: float
+    lr: float
+    lr_schedule: str
+    lr_final: float
+    eval_every: int
+    checkpoint_every: int
+    state_pull_timeout: float
+    suspicion_grace: float
+    reconnect_hold: float
+    offline_settle: float
+    linger: float
+    state_chunk_values: int
+    adapt_chunks: bool
+    adapt_broadcast: bool
 
 
 def allreduce_config(config: AgentConfig) -> AllreduceConfig:
@@ -23,18 +50,27 @@ def allreduce_config(config: AgentConfig) -> AllreduceConfig:
     )
 
 
+def build_core_config(node: int, allreduce: AllreduceConfig, *, job: str, arity: int, rounds: int,
+                      state_size: int, **overrides: Unpack[CoreOverrides]) -> CoreConfig:
+    """The core's configuration for ``node``; ``overrides`` replace any field by name."""
+    base_timeout = allreduce.fixed_timeout if allreduce.timeout_mode == "fixed" else allreduce.min_timeout
+    config = CoreConfig(
+        node=node, job=job, arity=arity, rounds=rounds, allreduce=allreduce, state_size=state_size,
+        state_pull_timeout=STATE_PULL_TIMEOUT,
+        # Long enough for a healthy node to see a report about itself and answer it.
+        suspicion_grace=2 * base_timeout,
+        # Long enough for a peer whose last round ran to its deadline to fetch our state.
+        linger=allreduce.round_deadline + 1.0 + 3 * allreduce.fixed_timeout,
+    )
+    return replace(config, **overrides)
+
+
 def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
-    return CoreConfig(
-        node=config.id, job=config.job, arity=config.arity, rounds=config.rounds,
-        allreduce=allreduce_config(config), state_size=state_size,
-        expected_members=config.expected_members, join_grace=config.join_grace,
+    return build_core_config(
+        config.id, allreduce_config(config), job=config.job, arity=config.arity, rounds=config.rounds,
+        state_size=state_size, expected_members=config.expected_members, join_grace=config.join_grace,
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,
         adapt_broadcast=config.adapt_broadcast,
         checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
-        state_pull_timeout=STATE_PULL_TIMEOUT,
-        # Long enough for a healthy node to see a report about itself and answer it.
-        suspicion_grace=2 * (config.timeout if config.timeout_mode == "fixed" else config.min_timeout),
-        # Long enough for a peer whose last round ran to its deadline to fetch our state.
-        linger=config.round_deadline + 1.0 + 3 * config.timeout,
     )

@@ -28,13 +28,13 @@ from agent.core import (
     AgentCore,
     ApplyControl,
     ApplyUpdate,
+    Channel,
     ComputeGradient,
     CoreAction,
     Displaced,
     LoadState,
     Phase,
-    PublishStatus,
-    PublishSuspect,
+    Publish,
     ReportRound,
     RoundReport,
     SaveCheckpoint,
@@ -42,13 +42,22 @@ from agent.core import (
     telemetry_for,
 )
 from agent.core_config import core_config
+from agent.core_events import (
+    Arriving,
+    CoreEvent,
+    Disconnected,
+    FaultInjected,
+    GradientReady,
+    MessageArrived,
+    PublishFailed,
+    Reconnected,
+    Sending,
+    Tick,
+)
 from agent.model.data import to_float_pixels
-from agent.protocol.allreduce import Fanout, Note, Send
-from agent.protocol.membership import PublishView
-from agent.protocol.notes import NoteKind
+from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
-from agent.protocol.wire import Frame, encode
-from agent.transport.base import Message, Transport, TransportError, Will
+from agent.transport.base import Message, Notice, Transport, TransportError, Will
 
 if TYPE_CHECKING:
     from agent.model.backend import Backend
@@ -137,9 +146,9 @@ class AgentRuntime:
         # The Will carries our incarnation: it must take THIS life offline, and, arriving
         # late, never a later one. Our own retained status comes back after every retained
         # message we subscribed to: the core then knows whether a fleet (a view) exists.
-        will = Will(self.topics.status(self.core.node), self.core.status("offline").encode())
-        birth = Message(self.topics.status(self.core.node), self.core.status("online").encode(),
-                        retained=True)
+        offline, online = (Publish.status_of(self.core.status(s)) for s in ("offline", "online"))
+        will = Will(offline.topic(self.topics), offline.payload(), retain=offline.retain)
+        birth = Message(online.topic(self.topics), online.payload(), retained=online.retain)
         self.transport.connect(self.core.subscriptions(), will, birth)
 
     def _resume(self) -> int | None:
@@ -158,8 +167,7 @@ class AgentRuntime:
     def _shutdown(self) -> None:
         self.checkpoints.close()  # the last checkpoint is on disk before we say we are gone
         if self.displaced is None:  # else the node's retained status is the newer agent's
-            self._publish(self.topics.status(self.core.node), self.core.status("offline").encode(),
-                          retain=True)
+            self._publish(Publish.status_of(self.core.status("offline")))
         self.transport.close()
 
     # -- the loop ---------------------------------------------------------------------------
@@ -169,15 +177,14 @@ class AgentRuntime:
         self._read(timeout)
         if deaf > CATCH_UP_AFTER_S or self.clock.now() - self.read_at > CATCH_UP_AFTER_S:
             self._catch_up()
-        self._execute(self.core.on_tick(self.clock.now()))
+        self._execute(self.core.handle(Tick(), self.clock.now()))
 
     def _read(self, timeout: float) -> bool:
         """Hand the core what arrived (waiting up to ``timeout`` for it); False: nothing did."""
         messages = self.transport.receive(timeout)
         self.read_at = self.clock.now()
         for message in messages:
-            self._execute(self.core.on_message(message.topic, message.payload, self.clock.now(),
-                                                   message.arrival))
+            self._execute(self.core.handle(event_of(message), self.clock.now()))
         return bool(messages)
 
     def _catch_up(self) -> None:
@@ -200,33 +207,17 @@ class AgentRuntime:
         x, y = next(self.batches)
         loss, grad = self.backend.gradients(x, y)
         now = self.clock.now()
-        return self.core.on_gradient(action.round, float(loss), grad, self.backend.model_hash(),
-                                     now, compute_seconds=now - started)
+        ready = GradientReady(action.round, float(loss), grad, self.backend.model_hash(),
+                              compute_seconds=now - started)
+        return self.core.handle(ready, now)
 
     def _do(self, action: CoreAction) -> None:
-        if isinstance(action, Send):
-            self._send(action.dst, action.frame)
-        elif isinstance(action, Fanout):
-            self._publish(self.topics.fanout(self.core.node), encode(action.frame), reliable=False)
+        if isinstance(action, Publish):
+            _log_publish(action)
+            self._publish(action)
         elif isinstance(action, SendState):
-            for send in self.core.state_frames(action, self.backend.state()):
-                self._send(send.dst, send.frame)
-        elif isinstance(action, PublishStatus):
-            self._publish(self.topics.status(self.core.node), action.status.encode(), retain=True)
-        elif isinstance(action, PublishSuspect):
-            report = action.report
-            if report.peer == self.core.node:
-                log.info("taking no part in rounds up to %d (catching up): telling the fleet", report.round)
-            else:
-                log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
-                            report.peer, report.round)
-            # QoS 0: a report that cannot go out now (broker away) is stale later.
-            self._publish(self.topics.suspect(self.core.node), action.report.encode(), reliable=False)
-        elif isinstance(action, PublishView):
-            view = action.view
-            log.info("coordinator: view epoch %d members %s from round %d",
-                     view.epoch, view.members, view.from_round)
-            self._publish(self.topics.view_of(self.core.node), view.encode(), retain=True)
+            for frame in self.core.state_frames(action, self.backend.state()):
+                self._publish(frame)
         elif isinstance(action, ApplyUpdate):
             started = self.clock.now()
             self.backend.set_learning_rate(action.learning_rate)
@@ -254,7 +245,8 @@ class AgentRuntime:
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
         if apply is not None and apply(action.control):
-            self.core.record_note(Note(NoteKind.FAULT_INJECTED, action.control.peer, action.control.action))
+            self._execute(self.core.handle(FaultInjected(action.control.peer, action.control.action),
+                                           self.clock.now()))
 
     def _report(self, report: RoundReport) -> None:
         report.phase_seconds["apply"] = self.apply_seconds
@@ -272,7 +264,7 @@ class AgentRuntime:
             telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
                                       model_hash=self.backend.model_hash(), wall_time=wall,
                                       machine=os.uname().machine, reduced_at=reduced_at)
-            self._publish(self.topics.telemetry(self.core.node), telemetry.encode())
+            self._publish(Publish.telemetry(telemetry))
 
     def _evaluate(self) -> float | None:
         x, y = self.test_set
@@ -294,16 +286,39 @@ class AgentRuntime:
         answers can end a round under the evaluation."""
         self._read(0.0)
 
-    def _send(self, dst: int, frame: Frame) -> None:
-        self._publish(self.topics.link(self.core.node, dst), encode(frame), reliable=False)
-
-    def _publish(self, topic: str, payload: bytes, retain: bool = False, reliable: bool = True) -> None:
+    def _publish(self, action: Publish) -> None:
+        topic = action.topic(self.topics)
         try:
-            self.transport.publish(topic, payload, retain=retain, reliable=reliable)
+            self.transport.publish(topic, action.payload(), retain=action.retain, reliable=action.reliable)
         except TransportError as exc:
             # The broker is away: the round's timeouts and the deadline deal with the loss.
-            self.core.count_rejected("publish_failed")
+            self.core.handle(PublishFailed(), self.clock.now())
             log.debug("publish on %s failed: %s", topic, exc)
+
+
+def event_of(message: Message) -> CoreEvent:
+    """What the transport delivered, as the core's event."""
+    if message.notice is None:
+        return MessageArrived(message.topic, message.payload, message.arrival)
+    notice = message.notice
+    if notice is Notice.RECONNECTED:
+        return Reconnected()
+    if notice is Notice.DISCONNECTED:
+        return Disconnected()
+    return Arriving(message.about) if notice is Notice.ARRIVING else Sending()
+
+
+def _log_publish(action: Publish) -> None:
+    message = action.message
+    if action.channel is Channel.SUSPECT and isinstance(message, Suspect):
+        if message.peer == message.node:
+            log.info("taking no part in rounds up to %d (catching up): telling the fleet", message.round)
+        else:
+            log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
+                        message.peer, message.round)
+    elif action.channel is Channel.VIEW and isinstance(message, View):
+        log.info("coordinator: view epoch %d members %s from round %d",
+                 message.epoch, message.members, message.from_round)
 
 
 # -- process entry ------------------------------------------------------------------------------

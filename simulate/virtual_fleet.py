@@ -1,9 +1,13 @@
 """N agent cores on the in-memory bus in fake time: discrete events, no sleep, no protocol.
 
-Every node is the agent core users run (agent/core.py); this harness only executes its actions
-the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT and a tiny model
-instead of a backend: the gradient comes from a seeded generator (or a callback), the state is
-params + momentum, updated by SGD with momentum. Faults fire at a round and phase
+Every node is the agent core users run (agent/core.py), configured by the agent's builder
+(agent/core_config.py, with the fleet's overrides in ``fleet_overrides``); this harness only
+executes its actions the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT
+and a tiny model instead of a backend. Messages cross the bus encoded and reach the core as
+bytes, through its own decode and checks, timed as the MQTT transport times them (a receiver's
+``ingress_bandwidth``: what the coordinator picks the fleet's chunk size from). The gradient
+comes from a seeded generator (or a callback), the state is params + momentum, updated by SGD
+with momentum. Faults fire at a round and phase
 (``FaultSpec``): link cuts and loss on the bus, crash (the broker publishes the Will), hang (the
 node gets no message and no timer until it resumes; the Will fires after ``will_delay``),
 resume and restart. It makes no decision of its own: rounds, membership, state transfer, timers
@@ -27,25 +31,25 @@ from agent.core import (
     AgentCore,
     ApplyControl,
     ApplyUpdate,
+    Channel,
     ComputeGradient,
     CoreAction,
     CoreConfig,
     Displaced,
     LoadState,
-    PublishStatus,
-    PublishSuspect,
+    Publish,
     ReportRound,
     RoundReport,
     SaveCheckpoint,
     SendState,
 )
-from agent.protocol.allreduce import AllreduceConfig, Fanout, Note, RoundResult, Send, frame_size
-from agent.protocol.membership import PublishView
+from agent.core_config import CoreOverrides, build_core_config
+from agent.core_events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
+from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
-from agent.transport.base import DISCONNECTED, RECONNECTED
 from agent.transport.memory import FakeClock, MemoryBus
 
 FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap"]
@@ -101,6 +105,10 @@ class FleetConfig:
     gradient_fn: GradientFn | None = None
     keep_gradients: bool = False
     max_time: float = 1e6
+    # The coordinator's choice of chunk size and broadcast from its downlink's rate (the
+    # receivers' ingress_bandwidth here), as in the agent; off: as configured in every round.
+    adapt_chunks: bool = True
+    adapt_broadcast: bool = True
 
 
 @dataclass
@@ -140,17 +148,23 @@ def default_gradient(seed: int, length: int) -> GradientFn:
     return gradient
 
 
-def core_config(config: FleetConfig, node: int) -> CoreConfig:
+def fleet_overrides(config: FleetConfig) -> CoreOverrides:
+    """What the fleet runs differently from the agent's defaults (agent/core_config.py), all
+    of it here. Its tests run timeouts of tens of ms in fake time: the agent's 3 s state-pull
+    timeout and its linger (the deadline + 1 s + 3 timeouts, for real brokers and hosts) would
+    stretch every faulty scenario, so a state pull waits one timeout (fixed) or the longest
+    adaptive one, and the linger one round deadline. State chunks are the round's chunks, and
+    a Will changes views as the fleet's ``offline_settle`` says."""
     ar = config.allreduce
-    base_timeout = ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.min_timeout
-    return CoreConfig(
-        node=node, job=JOB, arity=config.arity, rounds=config.rounds, allreduce=ar,
-        state_size=2 * config.length, lr=config.lr,
+    return CoreOverrides(
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
-        linger=ar.round_deadline, state_chunk_values=ar.chunk_size,
-        suspicion_grace=2 * base_timeout,
-        offline_settle=config.offline_settle,
-    )
+        linger=ar.round_deadline, state_chunk_values=ar.chunk_size, offline_settle=config.offline_settle,
+        lr=config.lr, adapt_chunks=config.adapt_chunks, adapt_broadcast=config.adapt_broadcast)
+
+
+def core_config(config: FleetConfig, node: int) -> CoreConfig:
+    return build_core_config(node, config.allreduce, job=JOB, arity=config.arity, rounds=config.rounds,
+                             state_size=2 * config.length, **fleet_overrides(config))
 
 
 class SimAgent:
@@ -174,29 +188,26 @@ class SimAgent:
         return self.state[: self.fleet.config.length]
 
     def connect(self) -> None:
-        will = (TOPICS.status(self.node), self.core.status("offline").encode(), True)
-        self.fleet.bus.connect(self.name, self.on_message, self.core.subscriptions(), will)
+        will = Publish.status_of(self.core.status("offline"))
+        self.fleet.bus.connect(self.name, self.on_message, self.core.subscriptions(),
+                               (will.topic(TOPICS), will.payload(), will.retain))
         # The birth message, as the MQTT transport publishes it after every (re)connect.
-        self.execute([PublishStatus(self.core.status("online"))])
+        self.execute([Publish.status_of(self.core.status("online"))])
 
     # ------------------------------------------------------------------ events in
 
     def on_message(self, topic: str, payload: object, size: int) -> None:
         if not self.alive:
             return
-        now = self.fleet.clock.now()
-        if isinstance(payload, Frame):  # frames travel as objects here, to save encoding time
-            if TOPICS.parse_fanout(topic) == self.node:
-                return  # our own fan-out, as AgentCore.on_message drops it
-            self.execute(self.core.on_frame(payload, now))
-        elif isinstance(payload, bytes):
-            self.execute(self.core.on_message(topic, payload, now))
+        assert isinstance(payload, bytes)  # everything travels encoded, as over MQTT
+        self.execute(self.core.handle(MessageArrived(topic, payload, self.fleet.arrival(size)),
+                                      self.fleet.clock.now()))
 
     def on_timer(self, gen: int) -> None:
         if gen != self.timer_gen or not self.alive or self.hung:
             return
         self.timer_at = None
-        self.execute(self.core.on_tick(self.fleet.clock.now()))
+        self.execute(self.core.handle(Tick(), self.fleet.clock.now()))
 
     def compute(self, action: ComputeGradient) -> None:
         if not self.alive:
@@ -211,7 +222,7 @@ class SimAgent:
         grad = self.fleet.gradient(self.node, action.round, self.params)
         own_hash = state_hash(self.params)
         self.fleet.record_start(self, action, grad, own_hash)
-        self.execute(self.core.on_gradient(action.round, 0.0, grad, own_hash, self.fleet.clock.now()))
+        self.execute(self.core.handle(GradientReady(action.round, 0.0, grad, own_hash), self.fleet.clock.now()))
 
     # ------------------------------------------------------------------ actions out
 
@@ -221,23 +232,15 @@ class SimAgent:
         self.reschedule()
 
     def do(self, action: CoreAction) -> None:
-        bus, fleet = self.fleet.bus, self.fleet
-        if isinstance(action, Send):
-            fleet.send(self, action.dst, action.frame)
-        elif isinstance(action, Fanout):
-            fleet.fanout(self, action.frame)
+        fleet = self.fleet
+        if isinstance(action, Publish):
+            fleet.publish(self, action)
         elif isinstance(action, SendState):
-            for send in self.core.state_frames(action, self.state):
-                fleet.send(self, send.dst, send.frame)
-        elif isinstance(action, PublishStatus):
-            bus.publish(self.name, TOPICS.status(self.node), action.status.encode(), retain=True)
-        elif isinstance(action, PublishSuspect):
-            bus.publish(self.name, TOPICS.suspect(self.node), action.report.encode())
-        elif isinstance(action, PublishView):
-            bus.publish(self.name, TOPICS.view_of(self.node), action.view.encode(), retain=True)
+            for frame in self.core.state_frames(action, self.state):
+                fleet.publish(self, frame)
         elif isinstance(action, ComputeGradient):
             delay = fleet.config.compute_time + fleet.config.compute_jitter * float(fleet.jitter.random())
-            bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))
+            fleet.bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))
         elif isinstance(action, ApplyUpdate):
             self.apply(action.values)
         elif isinstance(action, LoadState):
@@ -273,7 +276,7 @@ class SimAgent:
             action, self.pending_compute = self.pending_compute, None
             self.compute(action)
         self.timer_at = None
-        self.execute(self.core.on_tick(self.fleet.clock.now()))
+        self.execute(self.core.handle(Tick(), self.fleet.clock.now()))
 
 
 class VirtualFleet:
@@ -321,14 +324,31 @@ class VirtualFleet:
 
     # ------------------------------------------------------------------ agents call these
 
+    def arrival(self, size: int) -> float:
+        """Seconds a message of ``size`` bytes takes to arrive through a receiver's downlink,
+        first byte to last, as the MQTT transport times it (0: at once)."""
+        return size / self.config.ingress_bandwidth if self.config.ingress_bandwidth else 0.0
+
+    def publish(self, agent: SimAgent, action: Publish) -> None:
+        if action.channel is Channel.LINK:
+            assert action.dst is not None
+            self.send(agent, action.dst, action.frame)
+        elif action.channel is Channel.FANOUT:
+            self.fanout(agent, action.frame)
+        else:
+            self._put(agent, action)
+
     def send(self, agent: SimAgent, dst: int, frame: Frame) -> None:
         if frame.is_broadcast and frame.kind in (Kind.DATA, Kind.RELAY) and frame.flags & Flag.FINAL:
             self.fire_faults(frame.round, "broadcast")
-        self.bus.publish(agent.name, TOPICS.link(agent.node, dst), frame, size=frame_size(frame))
+        self._put(agent, Publish.frame_to(agent.node, dst, frame))
 
     def fanout(self, agent: SimAgent, frame: Frame) -> None:
         self.fire_faults(frame.round, "broadcast")
-        self.bus.publish(agent.name, TOPICS.fanout(agent.node), frame, size=frame_size(frame))
+        self._put(agent, Publish.fanout(agent.node, frame))
+
+    def _put(self, agent: SimAgent, action: Publish) -> None:
+        self.bus.publish(agent.name, action.topic(TOPICS), action.payload(), retain=action.retain)
 
     def record_start(self, agent: SimAgent, action: ComputeGradient, grad: np.ndarray,
                      params_hash: int) -> None:
@@ -407,13 +427,13 @@ class VirtualFleet:
             # then back after the reconnect delay, with the birth status published again.
             if agent.alive and self.agents.get(node) is agent:
                 self.bus.crash(agent.name)
-                agent.execute(agent.core.on_message(DISCONNECTED, b"", self.clock.now()))
+                agent.execute(agent.core.handle(Disconnected(), self.clock.now()))
                 self.bus.call_at(self.clock.now() + self.config.reconnect_delay, reconnect)
 
         def reconnect() -> None:
             if agent.alive and self.agents.get(node) is agent:
                 agent.connect()
-                agent.execute(agent.core.on_message(RECONNECTED, b"", self.clock.now()))
+                agent.execute(agent.core.handle(Reconnected(), self.clock.now()))
 
         for i in range(times):
             self.pending_faults += 1

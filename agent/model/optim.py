@@ -12,6 +12,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from agent.protocol.schedule import LR_SCHEDULES as LR_SCHEDULES
+from agent.protocol.schedule import scheduled_lr as scheduled_lr
+
 F32 = npt.NDArray[np.float32]
 OPTIMIZERS = ("sgd", "adam")
 
@@ -201,24 +204,7 @@ class Adam:
         self.m, self.v = (m, v) if m.size else (None, None)
 
 
-LR_SCHEDULES = ("constant", "linear")
 DEFAULT_LR = {"sgd": 0.01, "adam": 1e-3}
-
-
-def scheduled_lr(base: float, step: int, total: int, schedule: str = "constant",
-                 final_fraction: float = 0.1) -> float:
-    """The learning rate of step ``step`` (0-based) of ``total``.
-
-    ``linear`` decays from ``base`` to ``base * final_fraction`` at the last step. Linear, not
-    cosine: agents on different CPUs must compute bit-identical rates (IEEE +, *, / are
-    correctly rounded everywhere; libm's cos is not), or their models drift apart.
-    """
-    if schedule == "constant" or total <= 1:
-        return base
-    if schedule != "linear":
-        raise ValueError(f"unknown lr schedule {schedule!r}; choose one of {', '.join(LR_SCHEDULES)}")
-    done = min(max(step, 0), total - 1) / (total - 1)
-    return base * (1.0 - (1.0 - final_fraction) * done)
 
 
 def make_optimizer(name: str, lr: float | None = None, momentum: float = 0.9) -> SGD | Adam:

@@ -6,6 +6,7 @@ from a bounded queue; a transport never calls protocol code itself.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -14,16 +15,16 @@ class TransportError(Exception):
     """Anything that went wrong below the transport boundary (socket, paho, broker refusal)."""
 
 
-# Not an MQTT topic: a transport queues a message on it after it reconnected (the broker may
-# have restarted and lost every retained message). "$" topics are the broker's, and nobody
-# subscribes to this one, so no client can send it to us.
-RECONNECTED = "$edgegrove/reconnected"
-DISCONNECTED = "$edgegrove/disconnected"  # the same, when the connection is lost
-# The same kind of pseudo-topic: a large message is still arriving, piece by piece (a slow
-# downlink). Its payload is the message's topic, UTF-8; the message itself follows when whole.
-ARRIVING = "$edgegrove/arriving"
-# And: what we published has been waiting to leave for a while (a slow uplink). No payload.
-SENDING = "$edgegrove/sending"
+class Notice(enum.Enum):
+    """What a transport tells its reader about the connection, in order with the messages."""
+
+    # The connection is back (the broker may have restarted and lost every retained message).
+    RECONNECTED = "reconnected"
+    DISCONNECTED = "disconnected"  # the connection is lost
+    # A large message is still arriving, piece by piece (a slow downlink); ``Message.about``
+    # names its topic. The message itself follows when whole.
+    ARRIVING = "arriving"
+    SENDING = "sending"  # what we published has been waiting to leave for a while (a slow uplink)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,13 @@ class Message:
     # Seconds from a large PUBLISH's first byte to its last (at least
     # chunking.DOWNLINK_SAMPLE_BYTES): a sample of the downlink's rate. 0: not timed.
     arrival: float = 0.0
+    # Not a message but a notice from the transport itself (no topic, nothing published).
+    notice: Notice | None = None
+    about: str = ""  # ARRIVING: the topic of the message still arriving
+
+    @classmethod
+    def of_notice(cls, notice: Notice, about: str = "") -> Message:
+        return cls("", b"", notice=notice, about=about)
 
 
 @dataclass(frozen=True)

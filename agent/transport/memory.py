@@ -14,7 +14,7 @@ publishes the client's Last Will at once), hang (messages queue up, the Will is 
 after ``will_delay`` seconds as a keepalive expiry would) and resume.
 
 ``MemoryTransport`` implements the Transport protocol on a bus; the virtual fleet uses the
-bus directly with ``Frame`` objects to save encoding time.
+bus directly (with encoded messages, as over MQTT).
 """
 
 from __future__ import annotations

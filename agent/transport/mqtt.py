@@ -37,15 +37,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
-from agent.transport.base import (
-    ARRIVING,
-    DISCONNECTED,
-    RECONNECTED,
-    SENDING,
-    Message,
-    TransportError,
-    Will,
-)
+from agent.transport.base import Message, Notice, TransportError, Will
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -55,7 +47,7 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
-# Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``SENDING``), the
+# Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``Notice.SENDING``), the
 # kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
 # sizes it, and a 1 MB frame goes out in one write), so what the link cannot take yet waits in
 # paho's queue, where a small
@@ -77,12 +69,12 @@ URGENT_BYTES = 1024
 # share (``_in_packet``, ``_packet_handle``, ``_handle_on_message``); anything they do not
 # cover (MQTT 5, QoS > 0, a malformed header) goes through paho's own code.
 _BIG_WRITE = 4096  # bytes: smaller outgoing packets are sent as paho queues them
-# A PUBLISH still arriving this long after its first byte is reported (``ARRIVING``), then at
+# A PUBLISH still arriving this long after its first byte is reported (``Notice.ARRIVING``), then at
 # most every ARRIVING_EVERY s until it is whole: the downlink is slow, and what else is sent
 # to us queues behind it (issue 19). A 1 MB frame takes ~2 ms on loopback, 0.5 s at 2 MB/s.
 ARRIVING_AFTER = 0.03
 ARRIVING_EVERY = 0.05
-# Likewise ``SENDING``: at least this many bytes published but not yet taken by the peer (the
+# Likewise ``Notice.SENDING``: at least this many bytes published but not yet taken by the peer (the
 # socket's send queue, SIOCOUTQ, and paho's) for ARRIVING_AFTER: our uplink is slow.
 SENDING_BACKLOG = 64 * 1024
 
@@ -530,7 +522,7 @@ class MqttTransport:
         self._reconnect_delay = self._reconnect_min_s
         if self._counts["connects"] > 1:
             with self._arrived:  # tell the runtime: retained state on the broker may be gone
-                self._queue.append(Message(RECONNECTED, b"", False))
+                self._queue.append(Message.of_notice(Notice.RECONNECTED))
                 self._arrived.notify()
         if self._subscriptions:
             _, self._subscribe_mid = client.subscribe([(t, 0) for t in self._subscriptions])
@@ -554,7 +546,7 @@ class MqttTransport:
                        properties: Any) -> None:
         if self._connected.is_set():
             with self._arrived:  # the runtime stops starting rounds it could not take part in
-                self._queue.append(Message(DISCONNECTED, b"", False))
+                self._queue.append(Message.of_notice(Notice.DISCONNECTED))
                 self._arrived.notify()
             self._back_off(client, time.monotonic() - self._connected_at)
         self._connected.clear()
@@ -593,7 +585,7 @@ class MqttTransport:
     def _on_arriving(self, topic: str) -> None:
         with self._arrived:
             if len(self._queue) < self._queue_size:
-                self._queue.append(Message(ARRIVING, topic.encode(), False))
+                self._queue.append(Message.of_notice(Notice.ARRIVING, topic))
                 self._arrived.notify()
 
     # -- Transport ------------------------------------------------------------------------
@@ -740,7 +732,7 @@ class MqttTransport:
         return queued
 
     def _check_backlog(self) -> None:
-        """Queue a ``SENDING`` message when a backlog of SENDING_BACKLOG bytes has lasted
+        """Queue a ``Notice.SENDING`` when a backlog of SENDING_BACKLOG bytes has lasted
         ARRIVING_AFTER s (then at most every ARRIVING_EVERY s while it lasts)."""
         now = time.monotonic()
         if self.backlog() < SENDING_BACKLOG:
@@ -757,7 +749,7 @@ class MqttTransport:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             with self._arrived:
                 if len(self._queue) < self._queue_size:
-                    self._queue.append(Message(SENDING, b"", False))
+                    self._queue.append(Message.of_notice(Notice.SENDING))
 
     def _reconnect(self, timeout: float) -> None:
         """Not connected: try again when the backoff allows (doubling, as paho's thread does)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agent.protocol.messages import Status
-from agent.transport.base import RECONNECTED, Message, TransportError, Will
+from agent.transport.base import Message, Notice, TransportError, Will
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import EmbeddedBroker, MosquittoBroker, free_port
 from tests.integration.conftest import (
@@ -146,7 +146,7 @@ def test_reconnects_resubscribes_and_rebirths_after_a_broker_restart(
                what="both transports reconnected")
     # The runtime is told (the agent core then says again who it is, and waits for the
     # statuses a restarted broker has lost before it decides any view).
-    assert any(m.topic == RECONNECTED for m in collect(a1, lambda ms: any(m.topic == RECONNECTED for m in ms)))
+    assert any(m.notice is Notice.RECONNECTED for m in collect(a1, lambda ms: any(m.notice is Notice.RECONNECTED for m in ms)))
     publish_until_received(a2, TOPICS.link(2, 1), b"after", a1)
     # The birth message was re-published on reconnect, so the retained status is back.
     dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.status(1)])

@@ -14,13 +14,7 @@ from agent.protocol.chunking import (
     DownlinkRate,
     chunk_values_for,
 )
-from agent.transport.base import (
-    ARRIVING,
-    RECONNECTED,
-    SENDING,
-    Message,
-    Will,
-)
+from agent.transport.base import Message, Notice, Will
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker
 from simulate.proxy import TcpProxy
@@ -71,7 +65,7 @@ def test_payloads_of_every_size_arrive_whole_through_both_read_paths(
     while len(got) < len(payloads) and time.monotonic() < deadline:
         tx.receive(0.0)  # inline: what the socket did not take at once goes out from here
         # (a loaded host may also report the 3 MB one as still arriving: not a message)
-        got += [m for m in rx.receive(0.01) if m.topic != ARRIVING]
+        got += [m for m in rx.receive(0.01) if m.notice is not Notice.ARRIVING]
     assert [m.payload for m in got] == payloads
     assert all(type(m.payload) is bytes and m.topic == TOPICS.link(2, 1) for m in got)
 
@@ -110,7 +104,7 @@ def test_reconnects_resubscribes_and_rebirths_after_a_broker_restart(
     publish_until_received(a2, TOPICS.link(2, 1), b"before", a1)
     mosquitto_broker.restart()
     # Nobody else drives a1's loop: receive() notices the loss, reconnects and says so.
-    assert any(m.topic == RECONNECTED for m in collect(a1, lambda ms: any(m.topic == RECONNECTED for m in ms)))
+    assert any(m.notice is Notice.RECONNECTED for m in collect(a1, lambda ms: any(m.notice is Notice.RECONNECTED for m in ms)))
     assert a1.stats().connects >= 2
     publish_until_received(a2, TOPICS.link(2, 1), b"after", a1)
     dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.status(1)])
@@ -145,21 +139,21 @@ def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
         sending = 0
         deadline = time.monotonic() + 20.0
         while not sending and time.monotonic() < deadline:  # the backlog lasts: SENDING
-            sending += sum(m.topic == SENDING for m in tx.receive(0.01))
+            sending += sum(m.notice is Notice.SENDING for m in tx.receive(0.01))
             got += rx.receive(0.01)
         assert sending
         for payload in bulk[1:]:
             tx.publish(TOPICS.link(2, 1), payload)
         tx.publish(TOPICS.link(2, 1), b"ack")
         while sum(m.topic == TOPICS.link(2, 1) for m in got) < 5 and time.monotonic() < deadline:
-            sending += sum(m.topic == SENDING for m in tx.receive(0.01))
+            sending += sum(m.notice is Notice.SENDING for m in tx.receive(0.01))
             got += rx.receive(0.01)
         frames = [m.payload for m in got if m.topic == TOPICS.link(2, 1)]
         # Once the backlog showed, the kernel keeps little and the rest waits in the transport,
         # where the small message overtakes it (not the packet already begun: MQTT cannot split it).
         assert frames.index(b"ack") < frames.index(bulk[-1]) and [f for f in frames if f != b"ack"] == bulk
-        arriving = [m for m in got if m.topic == ARRIVING]
-        assert arriving and all(m.payload == TOPICS.link(2, 1).encode() for m in arriving)
+        arriving = [m for m in got if m.notice is Notice.ARRIVING]
+        assert arriving and all(m.about == TOPICS.link(2, 1) for m in arriving)
         # Each large frame is timed, first byte to last, just before it is handed over: the
         # downlink's rate, what the coordinator picks the fleet's chunk size from.
         assert [m.arrival > 0 for m in got if m.topic == TOPICS.link(2, 1)] == [
@@ -192,7 +186,7 @@ def test_fast_links_report_no_backlog_and_no_slow_arrival(
         seen += tx.receive(0.005)
         got += rx.receive(0.005)
     assert [m.payload for m in got if m.topic == TOPICS.link(2, 1)] == payloads
-    assert [m.topic for m in got + seen if m.topic in (ARRIVING, SENDING)] == []
+    assert [m.notice for m in got + seen if m.notice in (Notice.ARRIVING, Notice.SENDING)] == []
     # Timed too, and fast: the fleet keeps its large chunks on loopback, however loaded.
     rate = DownlinkRate()
     for m in got:

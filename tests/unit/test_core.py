@@ -15,28 +15,48 @@ import pytest
 from agent.core import (
     AgentCore,
     ApplyUpdate,
+    Channel,
     ComputeGradient,
     CoreConfig,
     Displaced,
     Phase,
-    PublishStatus,
-    PublishSuspect,
+    Publish,
     ReportRound,
     RoundReport,
     SendState,
     telemetry_for,
 )
-from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats, Send
+from agent.core_events import (
+    Arriving,
+    FrameArrived,
+    GradientReady,
+    MessageArrived,
+    Reconnected,
+    Sending,
+    StatusSeen,
+    SuspectSeen,
+    Tick,
+    ViewSeen,
+)
+from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
-from agent.protocol.membership import PublishView
 from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, encode
-from agent.transport.base import ARRIVING, RECONNECTED, SENDING
 from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)
+
+
+def published(actions: list[Any], kind: type[Any]) -> list[Any]:
+    """The messages of ``kind`` (Status, View, Suspect) among the core's actions."""
+    return [a.message for a in actions if isinstance(a, Publish) and isinstance(a.message, kind)]
+
+
+def is_send(action: Any) -> bool:
+    """A frame for one peer (``action.dst``, ``action.frame``)."""
+    return isinstance(action, Publish) and action.channel is Channel.LINK
 
 
 def fleet_with_gaps(rounds: int) -> VirtualFleet:
@@ -75,7 +95,7 @@ def test_frames_of_the_last_round_are_answered_during_the_linger() -> None:
         assert core.counters.rejected["stale_round"] == 0
         received = stats.frames_received
         pull = Frame(Kind.PULL, CONFIG.job, 2, (agent.node + 1) % 7, 0, 1).with_indices([0])
-        core.on_frame(pull, fleet.clock.now())
+        core.handle(FrameArrived(pull), fleet.clock.now())
         assert stats.frames_received == received + 1
     fleet.bus.run_until(fleet.clock.now() + 2 * CONFIG.round_deadline)
     assert all(a.core.phase == Phase.DONE for a in fleet.agents.values())
@@ -84,37 +104,37 @@ def test_frames_of_the_last_round_are_answered_during_the_linger() -> None:
 def test_a_state_of_a_round_after_the_last_one_is_installed_not_run() -> None:
     """Catching up by state transfer to round R (= rounds) ends the run: no round R."""
     core = AgentCore(CoreConfig(node=1, rounds=3, allreduce=CONFIG, state_size=4, linger=1.0), 5)
-    core.on_view(View(1, [0, 1], 2, 0, 0), 0.0)
-    actions = core.on_status(Status(1, "online", incarnation=5), 0.0)
+    core.handle(ViewSeen(View(1, [0, 1], 2, 0, 0)), 0.0)
+    actions = core.handle(StatusSeen(Status(1, "online", incarnation=5)), 0.0)
     assert [type(a) for a in actions] == [ComputeGradient] and core.phase == Phase.COMPUTING
-    core.received_state = (3, np.zeros(4, np.float32))  # the fleet's final state arrived
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    core.fetch.received = (3, np.zeros(4, np.float32))  # the fleet's final state arrived
+    core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     assert core.phase == Phase.LINGERING and core.round == 3
     assert 3 not in core.machines and core.next_deadline() is not None
 
 
 def test_a_fleet_that_runs_without_us_makes_us_join() -> None:
     core = AgentCore(CoreConfig(node=4, allreduce=CONFIG, state_size=4), 9)
-    core.on_view(View(3, [0, 1, 2], 2, 0, 40), 0.0)  # a running fleet's retained view
-    actions = core.on_status(Status(4, "online", incarnation=9), 0.0)
+    core.handle(ViewSeen(View(3, [0, 1, 2], 2, 0, 40)), 0.0)  # a running fleet's retained view
+    actions = core.handle(StatusSeen(Status(4, "online", incarnation=9)), 0.0)
     assert core.phase == Phase.JOINING
-    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["joining"]
+    assert [s.state for s in published(actions, Status)] == ["joining"]
     assert not any(isinstance(a, ReportRound | ComputeGradient) for a in actions)
 
 
 def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_nothing_for_a_while() -> None:
     core = AgentCore(CoreConfig(node=0, allreduce=CONFIG, state_size=4, reconnect_hold=3.0), 7)
-    core.on_view(View(2, [0, 1, 2], 2, 0, 0), 0.0)
-    core.on_status(Status(0, "online", incarnation=7), 0.0)
+    core.handle(ViewSeen(View(2, [0, 1, 2], 2, 0, 0)), 0.0)
+    core.handle(StatusSeen(Status(0, "online", incarnation=7)), 0.0)
     for peer in (1, 2):
-        core.on_status(Status(peer, "online"), 0.0)
-    actions = core.on_message(RECONNECTED, b"", 5.0)  # the broker restarted, nothing retained
-    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["online"]
-    assert [a.view for a in actions if isinstance(a, PublishView)] == [View(2, [0, 1, 2], 2, 0, 0)]
+        core.handle(StatusSeen(Status(peer, "online")), 0.0)
+    actions = core.handle(Reconnected(), 5.0)  # the broker restarted, nothing retained
+    assert [s.state for s in published(actions, Status)] == ["online"]
+    assert published(actions, View) == [View(2, [0, 1, 2], 2, 0, 0)]
     # A Will-less partial picture: node 2 offline (say, its status came back as its Will).
-    assert not [a for a in core.on_status(Status(2, "offline"), 6.0) if isinstance(a, PublishView)]
-    later = core.on_tick(8.1)  # the hold is over: now the coordinator acts on what it knows
-    assert [a.view.members for a in later if isinstance(a, PublishView)] == [[0, 1]]
+    assert not published(core.handle(StatusSeen(Status(2, "offline")), 6.0), View)
+    later = core.handle(Tick(), 8.1)  # the hold is over: now the coordinator acts on what it knows
+    assert [v.members for v in published(later, View)] == [[0, 1]]
 
 
 def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),
@@ -122,138 +142,138 @@ def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),
     """``node`` in round 0; with ``downlink_rate``, eight large frames from node 0 arrived at
     that rate (bytes/s) before its gradient."""
     core = AgentCore(CoreConfig(node=node, rounds=50, allreduce=CONFIG, state_size=4), 3)
-    core.on_view(View(1, list(members), 2, 0, 0), 0.0)
+    core.handle(ViewSeen(View(1, list(members), 2, 0, 0)), 0.0)
     for peer in members:
-        core.on_status(Status(peer, "online", incarnation=3 if peer == node else 0), 0.0)
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == node else 0)), 0.0)
     for _ in range(8 if downlink_rate else 0):
-        core.on_message(core.topics.link(0, node), _big_frame(0), 0.005, BIG_FRAME_BYTES / downlink_rate)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+        core.handle(MessageArrived(core.topics.link(0, node), _big_frame(0), BIG_FRAME_BYTES / downlink_rate), 0.005)
+    core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     return core
 
 
 def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     core = _running_core()
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)
-    sent = [a for _ in range(100) for a in core.on_frame(pull, 0.02) if type(a).__name__ == "SendState"]
+    sent = [a for _ in range(100) for a in core.handle(FrameArrived(pull), 0.02) if type(a).__name__ == "SendState"]
     assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
 
 
 def _striped_core() -> AgentCore:
     """Node 1 of four, a state of 10 chunks (two stripes of 5)."""
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
-    core.on_view(View(1, [0, 1, 2, 3], 2, 0, 0), 0.0)
+    core.handle(ViewSeen(View(1, [0, 1, 2, 3], 2, 0, 0)), 0.0)
     for peer in (0, 1, 2, 3):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
+    core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     return core
 
 
 def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None:
     core = _striped_core()
     stripe = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1).with_indices([0, 2, 4, 6, 8])
-    first = [a for a in core.on_frame(stripe, 0.02) if isinstance(a, SendState)]
+    first = [a for a in core.handle(FrameArrived(stripe), 0.02) if isinstance(a, SendState)]
     assert len(first) == 1 and first[0].chunks == (0, 2, 4, 6, 8)
     frames = core.state_frames(first[0], np.arange(40, dtype=np.float32))
     assert [s.frame.chunk_index for s in frames] == [0, 2, 4, 6, 8]
     assert all(s.frame.model_hash == state_hash(np.arange(40, dtype=np.float32)) for s in frames)
     everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # one stripe is its share
-    assert not [a for a in core.on_frame(everything, 0.03) if isinstance(a, SendState)]
+    assert not [a for a in core.handle(FrameArrived(everything), 0.03) if isinstance(a, SendState)]
     assert core.counters.rejected["model_pull_budget"] == 1
     # Another member pulls this round too (a fault made several drift): the rest, then nothing.
-    core.on_frame(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 3, 0, 1).with_indices([1]), 0.032)
-    rest = [a for a in core.on_frame(everything, 0.035) if isinstance(a, SendState)]
+    core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 3, 0, 1).with_indices([1])), 0.032)
+    rest = [a for a in core.handle(FrameArrived(everything), 0.035) if isinstance(a, SendState)]
     assert len(rest) == 1 and rest[0].chunks == (1, 3, 5, 7, 9)
-    again = [a for a in core.on_frame(everything, 0.04) if isinstance(a, SendState)]
+    again = [a for a in core.handle(FrameArrived(everything), 0.04) if isinstance(a, SendState)]
     assert again == [] and core.counters.rejected["model_pull_repeat"] == 1
 
 
 def test_one_peer_claiming_the_fleet_is_ahead_does_not_make_us_fetch_its_state() -> None:
     core = _running_core()
     ahead = Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)
-    assert not [a for a in core.on_frame(ahead, 0.02) if isinstance(a, Send)]
-    assert core.transfer is None and core.phase == Phase.RUNNING
+    assert not [a for a in core.handle(FrameArrived(ahead), 0.02) if is_send(a)]
+    assert core.fetch.transfer is None and core.phase == Phase.RUNNING
     # A second member shows the same: now it is the fleet, and the coordinator is asked first.
-    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
-    assert core.transfer is not None and core.transfer.peers[0] == 0
+    core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
+    assert core.fetch.transfer is not None and core.fetch.transfer.peers[0] == 0
 
 
 def test_a_state_with_nan_is_never_installed_and_the_next_peer_is_asked() -> None:
     core = _running_core()
-    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3), 0.02)
-    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
-    assert core.transfer is not None
-    asked = core.transfer.peer
+    core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)), 0.02)
+    core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
+    assert core.fetch.transfer is not None
+    asked = core.fetch.transfer.peer
     nan = np.array([1.0, np.nan, 0.0, 0.0], np.float32)
     bad = Frame(Kind.MODEL, CONFIG.job, 8, asked, 0, 1, target=1, model_hash=state_hash(nan)).with_values(nan)
-    out = core.on_frame(bad, 0.05)
-    assert core.received_state is None and core.counters.rejected["state_not_finite"] == 1
-    assert [a.dst for a in out if isinstance(a, Send)] == [core.transfer.peer] != [asked]
+    out = core.handle(FrameArrived(bad), 0.05)
+    assert core.fetch.received is None and core.counters.rejected["state_not_finite"] == 1
+    assert [a.dst for a in out if is_send(a)] == [core.fetch.transfer.peer] != [asked]
 
 
 def test_a_newer_agent_with_our_id_makes_us_stop_without_a_fight() -> None:
     core = _running_core(node=1)
-    core.on_status(Status(1, "online", incarnation=2), 0.1)  # an older life's status: ignored
+    core.handle(StatusSeen(Status(1, "online", incarnation=2)), 0.1)  # an older life's status: ignored
     assert core.phase != Phase.DONE
-    out = core.on_status(Status(1, "online", incarnation=9, pid=4242), 0.2)
+    out = core.handle(StatusSeen(Status(1, "online", incarnation=9, pid=4242)), 0.2)
     assert out == [Displaced(9, 4242)] and core.phase == Phase.DONE
-    assert core.on_status(Status(1, "online", incarnation=10), 0.3) == []  # said once
+    assert core.handle(StatusSeen(Status(1, "online", incarnation=10)), 0.3) == []  # said once
 
 
 def test_a_self_report_routes_around_its_sender_and_only_its_sender_can_make_it() -> None:
     core = _running_core(node=1, members=(0, 1, 2, 3))  # node 3 is our child in round 0
     topics = core.topics
     forged = Suspect(3, 0, 3).encode()  # "3 is absent", published on node 2's topic
-    assert core.on_message(topics.suspect(2), forged, 0.02) == []
-    assert core.counters.rejected["suspect_forged"] == 1 and 3 not in core.absent
-    core.on_message(topics.suspect(3), forged, 0.02)
-    assert core.absent == {3: 0}
+    assert core.handle(MessageArrived(topics.suspect(2), forged), 0.02) == []
+    assert core.counters.rejected["suspect_forged"] == 1 and 3 not in core.book.absent
+    core.handle(MessageArrived(topics.suspect(3), forged), 0.02)
+    assert core.book.absent == {3: 0}
     assert 3 in core.machines[0].down  # nobody waits a timeout for it in round 0
 
 
 def test_a_suspect_that_announced_its_absence_says_so_again_and_still_refutes() -> None:
     core = _running_core(node=1)
-    core.absent_through = 2  # we fell behind: no part in rounds up to 2
-    actions = core.on_suspect(Suspect(0, 1, 1), 0.05)
-    reports = [a.report for a in actions if isinstance(a, PublishSuspect)]
+    core.book.absent_through = 2  # we fell behind: no part in rounds up to 2
+    actions = core.handle(SuspectSeen(Suspect(0, 1, 1)), 0.05)
+    reports = published(actions, Suspect)
     assert reports == [Suspect(1, 2, 1, 3)]
-    assert [a.status.state for a in actions if isinstance(a, PublishStatus)] == ["online"]
+    assert [s.state for s in published(actions, Status)] == ["online"]
 
 
 def test_a_pull_for_a_round_we_no_longer_answer_tells_the_puller_where_we_are() -> None:
     core = _running_core(node=1)
     core.round = 9  # as if we had gone on: round 0's machine is long gone, round 9 runs
-    core.machines = {9: core.machines.pop(0)}
+    core.rounds.machines = {9: core.machines.pop(0)}
     pull = Frame(Kind.PULL, CONFIG.job, 0, 3, 0, 1)
-    probes = [a for a in core.on_frame(pull, 0.1) if isinstance(a, Send)]
+    probes = [a for a in core.handle(FrameArrived(pull), 0.1) if is_send(a)]
     assert [(p.dst, p.frame.kind, p.frame.round) for p in probes] == [(3, Kind.PROBE, 9)]
-    assert not [a for a in core.on_frame(pull, 0.2) if isinstance(a, Send)]  # once per round
+    assert not [a for a in core.handle(FrameArrived(pull), 0.2) if is_send(a)]  # once per round
 
 
 def test_a_joiner_asked_about_a_round_it_cannot_run_says_it_is_absent() -> None:
     core = AgentCore(CoreConfig(node=4, allreduce=CONFIG, state_size=4), 9)
-    core.on_view(View(3, [0, 1, 2, 4], 2, 0, 40), 0.0)  # lists us, but we have no state yet
-    core.on_status(Status(4, "online", incarnation=9), 0.0)
+    core.handle(ViewSeen(View(3, [0, 1, 2, 4], 2, 0, 40)), 0.0)  # lists us, but we have no state yet
+    core.handle(StatusSeen(Status(4, "online", incarnation=9)), 0.0)
     assert core.phase == Phase.JOINING
-    actions = core.on_suspect(Suspect(1, 41, 4), 0.5)
-    assert [a.report for a in actions if isinstance(a, PublishSuspect)] == [Suspect(4, 41, 4, 9)]
+    actions = core.handle(SuspectSeen(Suspect(1, 41, 4)), 0.5)
+    assert published(actions, Suspect) == [Suspect(4, 41, 4, 9)]
 
 
 def _taken_back_after_the_end() -> AgentCore:
     """Node 4 of a 20-round run, evicted near the end; the view taking it back starts at 21."""
     core = AgentCore(CoreConfig(node=4, rounds=20, allreduce=CONFIG, state_size=4), 9, resumed_round=17)
-    core.on_view(View(11, [0, 1, 2, 3, 4], 2, 0, 21), 0.0)
+    core.handle(ViewSeen(View(11, [0, 1, 2, 3, 4], 2, 0, 21)), 0.0)
     for peer in (0, 1, 2, 3):
-        core.on_status(Status(peer, "online"), 0.0)
-    core.on_status(Status(4, "online", incarnation=9), 0.0)
+        core.handle(StatusSeen(Status(peer, "online")), 0.0)
+    core.handle(StatusSeen(Status(4, "online", incarnation=9)), 0.0)
     return core
 
 
 def test_taken_back_after_the_last_round_we_fetch_the_final_state_and_finish() -> None:
     core = _taken_back_after_the_end()
     assert core.phase == Phase.JOINING and core.round == 20
-    assert core.transfer is not None and core.transfer.round == 20  # the fleet's final state
-    core.received_state = (20, np.zeros(4, np.float32))
-    actions = core.on_tick(0.1)
+    assert core.fetch.transfer is not None and core.fetch.transfer.round == 20  # the fleet's final state
+    core.fetch.received = (20, np.zeros(4, np.float32))
+    actions = core.handle(Tick(), 0.1)
     assert core.phase == Phase.LINGERING and core.round == 20
     assert not any(isinstance(a, ComputeGradient) for a in actions)  # no round 20 or 21
 
@@ -263,12 +283,12 @@ def test_taken_back_after_the_last_round_with_nobody_answering_we_still_finish()
     deadline = core.next_deadline()
     assert deadline is not None and deadline <= CONFIG.round_deadline
     for t in np.arange(0.0, CONFIG.round_deadline + 0.1, 0.05):
-        core.on_tick(float(t))
+        core.handle(Tick(), float(t))
     assert core.phase == Phase.DONE and core.done
 
 
 def _served(core: AgentCore, pull: Frame, now: float) -> list[tuple[int, ...]]:
-    return [a.chunks or () for a in core.on_frame(pull, now) if isinstance(a, SendState)]
+    return [a.chunks or () for a in core.handle(FrameArrived(pull), now) if isinstance(a, SendState)]
 
 
 def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too() -> None:
@@ -278,14 +298,14 @@ def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too
     machine = core.machines.pop(0)
     got: list[tuple[int, ...]] = []
     for rnd in range(1, 9):
-        core.round, core.machines = rnd, {rnd: machine}  # as if the rounds went by
+        core.round, core.rounds.machines = rnd, {rnd: machine}  # as if the rounds went by
         for _ in range(3):
             got += _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1), 0.1 * rnd)
     assert got == [(0, 1, 2, 3, 4)] * 8, got
     assert core.counters.rejected["model_pull_budget"] == 8 * 2
     # Several members drifted at once (a broker restart): no two peers may agree, and the
     # coordinator's word alone resyncs them, so each gets the whole state from it.
-    core.round, core.machines = 9, {9: machine}
+    core.round, core.rounds.machines = 9, {9: machine}
     first = {p: _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, 9, p, 0, 1).with_indices([0, 2]), 1.0)
              for p in (2, 3)}
     assert first == {2: [(0, 2)], 3: [(0, 2)]}
@@ -295,27 +315,27 @@ def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too
 
 def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
     core = _running_core(node=1)
-    core.round, core.machines = 5, {5: core.machines.pop(0)}
-    core.on_message(core.topics.suspect(2), Suspect(2, 6, 2).encode(), 0.5)  # it fell behind
+    core.round, core.rounds.machines = 5, {5: core.machines.pop(0)}
+    core.handle(MessageArrived(core.topics.suspect(2), Suspect(2, 6, 2).encode()), 0.5)  # it fell behind
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
-    assert any(isinstance(a, SendState) for a in core.on_frame(pull, 0.6))
+    assert any(isinstance(a, SendState) for a in core.handle(FrameArrived(pull), 0.6))
 
 
 def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> None:
     """Behind or joining, a puller asks each peer for one stripe; a device that claims to be
     behind and asks us for everything, every round, took a whole state every round."""
     core = _striped_core()
-    core.on_message(core.topics.suspect(2), Suspect(2, 10**6, 2).encode(), 0.02)  # "behind, for good"
-    core.on_status(Status(3, "joining", incarnation=4), 0.02)  # 3 rejoins, as a joiner does
+    core.handle(MessageArrived(core.topics.suspect(2), Suspect(2, 10**6, 2).encode()), 0.02)  # "behind, for good"
+    core.handle(StatusSeen(Status(3, "joining", incarnation=4)), 0.02)  # 3 rejoins, as a joiner does
     machine = core.machines.pop(0)
     got: dict[int, list[tuple[int, ...]]] = {2: [], 3: []}
     for rnd in range(1, 13):
-        core.round, core.machines = rnd, {rnd: machine}
+        core.round, core.rounds.machines = rnd, {rnd: machine}
         everything = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)
         stripe = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9])
         # The joiner pulls in the even rounds (two pullers at once: see the test above).
         for pull in [everything] * 5 + ([stripe] if rnd % 2 == 0 else []):
-            for a in core.on_frame(pull, 0.1 * rnd):
+            for a in core.handle(FrameArrived(pull), 0.1 * rnd):
                 if isinstance(a, SendState):
                     got[a.request.sender].append(a.chunks or ())
     assert got[2] == [(0, 1, 2, 3, 4)] * 12, got[2]  # half a state a round, never the whole
@@ -323,8 +343,8 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
     assert core.counters.rejected["model_pull_budget"] == 12 * 4  # the other asks of 2
     # The run over (lingering), the final sync of a member taken back late takes it whole.
     core.phase = Phase.LINGERING
-    core.round, core.machines = 13, {13: machine}
-    last = [a for a in core.on_frame(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1), 2.0)
+    core.round, core.rounds.machines = 13, {13: machine}
+    last = [a for a in core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1)), 2.0)
             if isinstance(a, SendState)]
     assert [len(a.chunks or ()) for a in last] == [10]
 
@@ -334,11 +354,11 @@ def test_a_member_late_to_a_round_whose_root_died_does_not_wait_once_the_next_vi
     starts at 31, as the others were at 30 already. Our round 30 (still the dead root's
     tree) ends at once, as theirs did, instead of waiting the whole root wait for a view."""
     core = _running_core(node=6, members=(0, 1, 2, 3, 4, 5, 6))
-    core.round, core.machines = 30, {}
+    core.round, core.rounds.machines = 30, {}
     core.phase = Phase.WAITING
-    core.on_status(Status(0, "offline"), 1.0)
-    assert not any(isinstance(a, ComputeGradient) for a in core.on_tick(1.1))  # waits: no view yet
-    out = core.on_view(View(2, [1, 2, 3, 4, 5, 6], 2, 1, 31), 1.3)  # the root wait: 1 s
+    core.handle(StatusSeen(Status(0, "offline")), 1.0)
+    assert not any(isinstance(a, ComputeGradient) for a in core.handle(Tick(), 1.1))  # waits: no view yet
+    out = core.handle(ViewSeen(View(2, [1, 2, 3, 4, 5, 6], 2, 1, 31)), 1.3)  # the root wait: 1 s
     assert [a.round for a in out if isinstance(a, ComputeGradient)] == [30]
 
 
@@ -384,8 +404,8 @@ def test_a_round_that_fell_back_is_never_replayed_on_a_late_state() -> None:
                                      faults=faults, compute_time=0.01))
     records = fleet.run()
     assert records[4].results[6].missing_chunks and not records[4].results[0].missing_chunks
-    assert 4 not in fleet.agents[6].core.applied
-    assert sorted(fleet.agents[0].core.applied) == [4, 5, 6]
+    assert 4 not in fleet.agents[6].core.fetch.applied
+    assert sorted(fleet.agents[0].core.fetch.applied) == [4, 5, 6]
 
 
 def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() -> None:
@@ -394,10 +414,10 @@ def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() 
     one-way cut). Then the peers rotate as for a joiner."""
     core = _running_core(node=1)
     core._request_resync("drift", {0}, 0.1)
-    assert core.transfer is not None and not core.transfer.anchor_decides
-    core.transfer = None
+    assert core.fetch.transfer is not None and not core.fetch.transfer.anchor_decides
+    core.fetch.transfer = None
     core._request_resync("drift", set(), 0.2)
-    assert core.transfer is not None and core.transfer.anchor_decides and core.transfer.peer == 0
+    assert core.fetch.transfer is not None and core.fetch.transfer.anchor_decides and core.fetch.transfer.peer == 0
 
 
 def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_coordinator() -> None:
@@ -406,25 +426,25 @@ def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_c
     that never agreed. A drift resync takes its place, leaning on the coordinator; a second
     drift resync keeps a first one that is moving."""
     core = _running_core()
-    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3), 0.02)
-    core.on_frame(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2), 0.03)
-    assert core.transfer is not None and not core.transfer.anchor_decides
+    core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)), 0.02)
+    core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
+    assert core.fetch.transfer is not None and not core.fetch.transfer.anchor_decides
     core._request_resync("drift", set(), 0.05)
-    resync = core.transfer
+    resync = core.fetch.transfer
     assert resync is not None and resync.anchor_decides
     core._request_resync("drift", set(), 0.06)
-    assert core.transfer is resync
+    assert core.fetch.transfer is resync
 
 
 def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> float:
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=allreduce, state_size=4, suspicion_grace=0.4), 3)
-    core.on_view(View(1, list(range(15)), 2, 0, 0), 0.0)
+    core.handle(ViewSeen(View(1, list(range(15)), 2, 0, 0)), 0.0)
     for peer in range(15):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
     for peer, rtt in rtts.items():
         for _ in range(4):
             core.links.observe(peer, rtt)
-    core.on_gradient(0, 1.0, np.ones(37, np.float32), 0, 0.01)
+    core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     return core.membership.grace
 
 
@@ -461,13 +481,13 @@ def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_ro
     assert isinstance(machine, FtTreeRound)
     machine.cfg = adaptive
     # Our transport: a large frame from node 0 still arriving (link topic 0 -> 1).
-    actions = core.on_message(ARRIVING, core.topics.link(0, 1).encode(), 0.2)
+    actions = core.handle(Arriving(core.topics.link(0, 1)), 0.2)
     assert machine.down_busy_at == 0.2 and machine.last_heard[0] == 0.2
-    assert {a.dst for a in actions if isinstance(a, Send) and a.frame.flags & Flag.PROGRESS} == {0, 2, 3}
-    core.on_message(SENDING, b"", 0.3)
+    assert {a.dst for a in actions if is_send(a) and a.frame.flags & Flag.PROGRESS} == {0, 2, 3}
+    core.handle(Sending(), 0.3)
     assert machine.down_busy_at == 0.3
     # Node 3 is still in round 5: its PROGRESS holds our timers towards it in ours.
-    core.on_frame(Frame(Kind.PROBE, CONFIG.job, 5, 3, 0, 1, Flag.PROGRESS, target=1), 0.4)
+    core.handle(FrameArrived(Frame(Kind.PROBE, CONFIG.job, 5, 3, 0, 1, Flag.PROGRESS, target=1)), 0.4)
     assert machine.progress_from == {3: 0.4} and machine.last_heard[3] == 0.4
     assert core.counters.rejected["stale_round"] == 0
 
@@ -487,15 +507,15 @@ def _views_after_arrivals(seconds: float, *, node: int = 0, adapt: bool = True,
     big = AllreduceConfig(chunk_size=262_144)
     core = AgentCore(CoreConfig(node=node, rounds=50, allreduce=big, state_size=4, adapt_chunks=adapt,
                                 adapt_broadcast=adapt_broadcast), 3)
-    core.on_view(View(1, [0, 1, 2], 2, 0, 0), 0.0)
+    core.handle(ViewSeen(View(1, [0, 1, 2], 2, 0, 0)), 0.0)
     sender = 1 if node != 1 else 0
     for _ in range(8):
-        core.on_message(core.topics.link(sender, node), _big_frame(sender), 0.1, seconds)
+        core.handle(MessageArrived(core.topics.link(sender, node), _big_frame(sender), seconds), 0.1)
     assert core.counters.rejected == {}
     out = []
     for peer in (0, 1, 2):
-        out += core.on_status(Status(peer, "online", incarnation=3 if peer == node else 0), 0.2)
-    return [a.view for a in out if isinstance(a, PublishView)]
+        out += core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == node else 0)), 0.2)
+    return published(out, View)
 
 
 def test_a_coordinator_on_a_slow_downlink_cuts_the_fleets_chunks_smaller_by_a_view() -> None:
@@ -535,10 +555,10 @@ def _first_round(view: View, broadcast: Broadcast = "tree", **options: Any) -> t
     in round 0 of ``view``."""
     config = AllreduceConfig(chunk_size=8, broadcast=broadcast)
     core = AgentCore(CoreConfig(node=2, rounds=50, allreduce=config, state_size=4, **options), 3)
-    core.on_view(view, 0.0)
+    core.handle(ViewSeen(view), 0.0)
     for peer in (0, 1, 2):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 2 else 0), 0.0)
-    return core, core.on_gradient(0, 1.0, np.ones(4, np.float32), 0, 0.01)
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 2 else 0)), 0.0)
+    return core, core.handle(GradientReady(0, 1.0, np.ones(4, np.float32), 0), 0.01)
 
 
 def _fanned_result(round: int = 0) -> bytes:
@@ -551,12 +571,12 @@ def test_a_member_takes_the_fan_out_in_the_rounds_whose_view_says_so_and_refuses
     core, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0, broadcast="fanout"))
     assert core.topics.all_fanout() in core.subscriptions()
     assert core.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
-    applied = [a for a in core.on_message(core.topics.fanout(0), _fanned_result(), 0.02)
+    applied = [a for a in core.handle(MessageArrived(core.topics.fanout(0), _fanned_result()), 0.02)
                if isinstance(a, ApplyUpdate)]
     assert core.counters.rejected == {} and [a.values.tolist() for a in applied] == [[0.5] * 4]
     tree, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0))
     assert tree.machines[0].cfg.broadcast == "tree"  # type: ignore[attr-defined]
-    assert not [a for a in tree.on_message(tree.topics.fanout(0), _fanned_result(), 0.02)
+    assert not [a for a in tree.handle(MessageArrived(tree.topics.fanout(0), _fanned_result()), 0.02)
                 if isinstance(a, ApplyUpdate)]
     assert dict(tree.counters.rejected) == {"fanout_in_tree_round": 1}
     quiet, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), adapt_broadcast=False)
@@ -564,18 +584,18 @@ def test_a_member_takes_the_fan_out_in_the_rounds_whose_view_says_so_and_refuses
     fanout, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), broadcast="fanout")  # the default
     assert fanout.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
     assert fanout.topics.all_fanout() in fanout.subscriptions()
-    assert [a.values.tolist() for a in fanout.on_message(fanout.topics.fanout(0), _fanned_result(), 0.02)
+    assert [a.values.tolist() for a in fanout.handle(MessageArrived(fanout.topics.fanout(0), _fanned_result()), 0.02)
             if isinstance(a, ApplyUpdate)] == [[0.5] * 4]
 
 
 def _chunk_counts_sent(view: View) -> set[int]:
     big = AllreduceConfig(chunk_size=262_144)
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=big, state_size=4), 3)
-    core.on_view(view, 0.0)
+    core.handle(ViewSeen(view), 0.0)
     for peer in (0, 1, 2):
-        core.on_status(Status(peer, "online", incarnation=3 if peer == 1 else 0), 0.0)
-    actions = core.on_gradient(0, 1.0, np.ones(100_000, np.float32), 0, 0.01)
-    return {a.frame.chunk_count for a in actions if isinstance(a, Send)}
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
+    actions = core.handle(GradientReady(0, 1.0, np.ones(100_000, np.float32), 0), 0.01)
+    return {a.frame.chunk_count for a in actions if is_send(a)}
 
 
 def test_every_member_cuts_the_vector_as_the_view_of_the_round_says() -> None:

@@ -49,14 +49,8 @@ RULES = (
          ("*",), ("simulate",), exempt=("simulate/*", "edgegrove/*", "tests/*")),
 )
 
-# Imports of agent/core.py that break "the core and the protocol are sans-IO" on main today:
-# the transport's pseudo-topic constants (ARRIVING, DISCONNECTED, RECONNECTED, SENDING) and the
-# model's learning-rate schedule (scheduled_lr). The core's redesign removes both; delete this
-# allow-list when it is merged (the test says so once an entry no longer occurs).
-KNOWN_VIOLATIONS = frozenset({
-    ("agent/core.py", "agent.transport.base"),
-    ("agent/core.py", "agent.model.optim"),
-})
+# Known exceptions to the rules: none.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

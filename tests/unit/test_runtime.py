@@ -17,13 +17,22 @@ import pytest
 
 from agent import checkpoint
 from agent.config import AgentConfig
+from agent.core_events import (
+    Arriving,
+    CoreEvent,
+    Disconnected,
+    MessageArrived,
+    Reconnected,
+    Sending,
+    Tick,
+)
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, serve_model_pull, state_hash
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
-from agent.runtime import AgentRuntime, RoundReport, new_incarnation
-from agent.transport.base import Message, Will
+from agent.runtime import AgentRuntime, RoundReport, event_of, new_incarnation
+from agent.transport.base import Message, Notice, Will
 from agent.transport.memory import MemoryBus, MemoryTransport
 
 JOB = "unit"
@@ -244,13 +253,12 @@ class _RecordingCore:
     def __init__(self, clock: _StepClock, busy: dict[str, float]) -> None:
         self.clock, self.busy, self.log = clock, busy, []
 
-    def on_message(self, topic: str, payload: bytes, now: float, arrival: float = 0.0) -> list[Any]:
-        self.log.append(topic)
-        self.clock.t += self.busy.get(topic, 0.0)  # e.g. the round it ends is evaluated
-        return []
-
-    def on_tick(self, now: float) -> list[Any]:
-        self.log.append("tick")
+    def handle(self, event: CoreEvent, now: float) -> list[Any]:
+        if isinstance(event, Tick):
+            self.log.append("tick")
+        elif isinstance(event, MessageArrived):
+            self.log.append(event.topic)
+            self.clock.t += self.busy.get(event.topic, 0.0)  # e.g. the round it ends is evaluated
         return []
 
 
@@ -307,3 +315,11 @@ def test_the_telemetry_says_on_the_wall_clock_when_the_rounds_allreduce_ended() 
     assert [t.round for t in reports] == [0, 1] and all(e > 0 for e in ends)
     for tel in reports:
         assert started <= tel.reduced_at <= tel.wall_time <= time.time()
+
+
+def test_the_transports_notices_reach_the_core_as_typed_events() -> None:
+    assert event_of(Message("t/1", b"x", arrival=0.5)) == MessageArrived("t/1", b"x", 0.5)
+    assert event_of(Message.of_notice(Notice.RECONNECTED)) == Reconnected()
+    assert event_of(Message.of_notice(Notice.DISCONNECTED)) == Disconnected()
+    assert event_of(Message.of_notice(Notice.ARRIVING, "t/2")) == Arriving("t/2")
+    assert event_of(Message.of_notice(Notice.SENDING)) == Sending()

@@ -121,9 +121,12 @@ def test_the_wait_for_contributions_follows_a_slow_fleets_clean_rounds() -> None
     # With a 4 s deadline the root's base wait is 2 s, but on 6 MB/s links its clean rounds
     # take ~2.1 s (the previous broadcast reaches the leaves late, so their data comes late):
     # the base wait alone cut the late contributions off, every round from round 2, degraded.
+    # The chunk size and broadcast stay as configured (the coordinator would cut the chunks
+    # smaller on this downlink: tests/unit/simulate/test_virtual_fleet.py).
     cfg = AllreduceConfig(round_deadline=4.0)
     records = run_fleet(7, 8, length=MODEL, allreduce=cfg, bandwidth=6e6, ingress_bandwidth=6e6,
-                        latency=0.001, compute_time=0.05, max_time=1e3)
+                        latency=0.001, compute_time=0.05, max_time=1e3, adapt_chunks=False,
+                        adapt_broadcast=False)
     assert [r.round for r in records] == list(range(8))
     assert [r.round for r in records if r.degraded] == []
     assert all(res.contributors == (frozenset(range(7)),) * 2 for r in records for res in r.results.values())

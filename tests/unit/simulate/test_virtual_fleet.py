@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
+from agent.protocol.notes import NoteKind
 from simulate import fault_cost
 from simulate.virtual_fleet import FaultSpec, count_problems, run_fleet
 
@@ -125,3 +127,23 @@ def test_fault_cost_table_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert fault_cost.run(parser.parse_args(["--nodes", "3", "--values", "1000"])) == 0
     out = capsys.readouterr().out
     assert "two_serial" in out and "n/a" in out and "2.9 T" in out  # 3 nodes: no serial pair
+
+
+def test_on_a_slow_downlink_the_coordinator_cuts_the_fleets_chunks_smaller_as_the_agent_does() -> None:
+    """Frames cross the bus encoded and are read by the agent's own decode, timed as the MQTT
+    transport times them: the coordinator measures its 6 MB/s downlink from the first large
+    frames and has the fleet cut the model in 32,768-value chunks and fan the result out (the
+    same code as in the agent: agent/core_chunks.py)."""
+    model = 407_050  # the thesis model: 2 chunks of the default 262,144 values
+    slow = dict(length=model, allreduce=AllreduceConfig(round_deadline=5.0), bandwidth=6e6,
+                ingress_bandwidth=6e6, latency=0.001, compute_time=0.05, max_time=1e3)
+    records = run_fleet(7, 4, **slow)  # type: ignore[arg-type]
+    chunks = [{len(res.contributors) for res in r.results.values()} for r in records]
+    assert chunks[0] == {2} and chunks[-1] == {-(-model // SLOW_LINK_CHUNK_VALUES)}, chunks
+    notes = [n for r in records for n in r.notes.get(0, []) if n.kind == NoteKind.CHUNKS]
+    assert len(notes) == 1 and "32,768 values per chunk, broadcast fanout" in notes[0].detail
+    assert not any(r.degraded for r in records)
+    fixed = run_fleet(7, 4, **{**slow, "adapt_chunks": False})  # type: ignore[arg-type]
+    assert {len(res.contributors) for r in fixed for res in r.results.values()} == {2}
+    fast = run_fleet(7, 4, **{**slow, "ingress_bandwidth": None, "bandwidth": None})  # type: ignore[arg-type]
+    assert {len(res.contributors) for r in fast for res in r.results.values()} == {2}

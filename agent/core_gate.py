@@ -1,0 +1,55 @@
+"""Whether the round an agent is at may start: not while the root of its tree is down (no
+round of that tree can finish: wait, bounded, for the coordinator's view without it), not
+while most of the view is down at once, and not without a broker connection. It also measures
+how long a round waited before it could start."""
+
+from __future__ import annotations
+
+from agent.protocol.membership import Membership, view_root
+from agent.protocol.messages import View
+
+
+class RoundGate:
+    def __init__(self, node: int, membership: Membership, root_wait: float) -> None:
+        self.node, self.membership, self.root_wait = node, membership, root_wait
+        self.root_wait_until: float | None = None  # waiting for a view without a dead root
+        self.blocked: tuple[int, float] | None = None  # (round, since when) it could not start
+
+    def dead_root_blocks(self, view: View | None, now: float) -> bool:
+        return view is not None and self.node in view.members and self._root_is_down(view, now)
+
+    def _root_is_down(self, view: View, now: float) -> bool:
+        """No round of a tree whose root is offline or silent can finish: wait (bounded) for
+        the coordinator's view without it rather than run to the deadline."""
+        root = view_root(view)
+        newest = self.membership.latest
+        if (root == self.node or not self.membership.is_down(root) or len(view.members) == 1
+                or (newest is not None and newest.epoch > view.epoch)):
+            # A newer view (from a later round) says where the new tree starts: the rounds
+            # before it end at once on this one, as they did for the members that got here
+            # first (late ones waited the whole root wait here, 5 s, and the fleet for them).
+            self.root_wait_until = None
+            return False
+        if self.root_wait_until is None:
+            self.root_wait_until = now + self.root_wait
+        if now >= self.root_wait_until:
+            self.root_wait_until = None
+            return False
+        return True
+
+    def mostly_down(self, view: View) -> bool:
+        """Most of the view down at once (a broker that went away published every Will):
+        alone we would race through rounds nobody else runs. Wait for the view to change."""
+        up = [m for m in view.members if m == self.node or not self.membership.is_down(m)]
+        return len(view.members) > 2 and len(up) * 2 <= len(view.members)
+
+    def hold(self, round: int, now: float) -> None:
+        """Round ``round`` cannot start now."""
+        if self.blocked is None or self.blocked[0] != round:
+            self.blocked = (round, now)
+
+    def open(self, round: int, now: float) -> float:
+        """Round ``round`` starts now: the seconds it waited to."""
+        since = self.blocked[1] if self.blocked is not None and self.blocked[0] == round else now
+        self.blocked = None
+        return now - since

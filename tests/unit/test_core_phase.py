@@ -1,0 +1,35 @@
+"""The phases of the agent core and their one transition table (agent/core_phase.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.core_phase import TRANSITIONS, Phase, PhaseError, Trigger, next_phase
+
+
+def test_a_round_goes_from_waiting_through_computing_and_running_back_to_waiting() -> None:
+    phase = Phase.WAITING
+    for trigger in (Trigger.ROUND_STARTS, Trigger.GRADIENT_READY, Trigger.VIEW_RESTARTS_ROUND,
+                    Trigger.ROUND_FINISHED):
+        phase = next_phase(phase, trigger)
+    assert phase == Phase.WAITING
+
+
+def test_a_transition_the_table_does_not_have_is_an_error_not_a_jump() -> None:
+    with pytest.raises(PhaseError, match="WAITING on GRADIENT_READY"):
+        next_phase(Phase.WAITING, Trigger.GRADIENT_READY)
+    with pytest.raises(PhaseError):
+        next_phase(Phase.DONE, Trigger.DISPLACED)  # said once
+
+
+def test_every_phase_but_done_ends_when_a_newer_life_of_the_node_runs_and_done_is_final() -> None:
+    assert all(next_phase(p, Trigger.DISPLACED) == Phase.DONE for p in Phase if p != Phase.DONE)
+    assert not [key for key in TRANSITIONS if key[0] == Phase.DONE]
+
+
+def test_every_phase_can_be_reached_and_every_trigger_is_used() -> None:
+    reached = {Phase.CONNECTING}
+    for _ in Phase:
+        reached |= {to for (src, _), to in TRANSITIONS.items() if src in reached}
+    assert reached == set(Phase)
+    assert {trigger for _, trigger in TRANSITIONS} == set(Trigger)
