@@ -105,7 +105,7 @@ def test_a_link_is_measured_over_its_whole_drain_not_by_acks_that_bunched_up() -
     typical = leaf.links.typical_rate(1)
     assert typical == pytest.approx(sum(sizes) / 0.51)  # the whole drain: ~3.2 MB/s
     assert len(leaf.links.peers[1].drains) == 1
-    assert leaf._wire_dtype(1, leaf.chunks[0]) == DType.I8
+    assert leaf._wire_dtype(1, 0) == DType.I8
 
 
 @pytest.mark.parametrize(("own_rate", "drain", "expected"), [

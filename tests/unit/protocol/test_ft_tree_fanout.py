@@ -165,9 +165,9 @@ def test_a_fanout_that_counts_our_unit_before_its_ack_came_marks_that_link() -> 
         for leaf in (3, 4):
             unit = Frame(Kind.DATA, CFG.job, 0, leaf, j, 2, Flag.NONE, target=1, contributors=frozenset({leaf}))
             inner.on_frame(unit.with_values(np.ones(4, np.float32), CFG.wire_dtype), 0.01)
-    assert {p.chunk for p in inner.pending.values() if not p.broadcast} == {0, 1}
+    assert {p.chunk for p in inner.courier.pending.values() if not p.broadcast} == {0, 1}
     inner.on_frame(final(0), 0.03)
-    assert inner.book.states[0] == "ok"  # chunk 0's ACK may be batched: no verdict
+    assert inner.scope.book.states[0] == "ok"  # chunk 0's ACK may be batched: no verdict
     inner.on_frame(final(1), 0.03)
     assert inner.result is not None and inner.result.link_states[0] == "rerouted"
 
@@ -177,9 +177,9 @@ def test_a_unit_the_fanout_counts_is_delivered_even_when_its_ack_was_lost() -> N
     chunk the root's result already counts went to the backup a timeout later (p = 0.1 on
     every link: 51 reroutes against 114 resends, tree mode 38 against 326)."""
     leaf = machine(3)  # its units of chunks 0 and 1 went to its parent 1; every ACK is lost
-    assert {(p.chunk, p.route.target) for p in leaf.pending.values()} == {(0, 1), (1, 1)}
+    assert {(p.chunk, p.route.target) for p in leaf.courier.pending.values()} == {(0, 1), (1, 1)}
     leaf.on_frame(final(0), 0.02)  # the root's result of chunk 0 counts our unit
-    assert {p.chunk for p in leaf.pending.values()} == {1}  # chunk 1's still waits for its ACK
+    assert {p.chunk for p in leaf.courier.pending.values()} == {1}  # chunk 1's still waits for its ACK
     later: list[Send] = []
     for now in (0.3, 0.6, 1.0, 1.5, 2.0):
         later += sends(leaf.on_timer(now), Kind.DATA)
