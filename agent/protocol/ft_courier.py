@@ -120,7 +120,7 @@ class Courier:
         self.progress: dict[tuple[str, int, int], float] = {}  # hop -> its last ACK
         self.acked_at: dict[int, float] = {}  # peer -> last ACK of direct units from it (rates)
         self.drain_from: dict[int, tuple[float, int]] = {}  # peer -> (start, bytes): see _drained
-        self.held_for: set[int] = set()  # targets of floods held (see _advance)
+        self.held_for: set[int] = set()  # targets of floods held (see advance)
         self.send_seq = 0
         self._ahead: dict[UnitKey, int] = {}  # see _ahead_bytes
         self._ahead_version = (-1, -1)
@@ -428,6 +428,17 @@ class Courier:
             scope.book.healed(peer)
         if was_dead:
             scope.note(NoteKind.LINK_HEALED, peer)
+
+    def on_probe(self, frame: Frame, now: float) -> None:
+        """A PROBE: a peer's downlink is busy (PROGRESS), or a round trip to it worked (REPLY),
+        or it asks whether ours works (answered)."""
+        scope = self.scope
+        if frame.flags & Flag.PROGRESS:
+            self.watch.progress(frame.sender, now)
+        elif frame.flags & Flag.REPLY:
+            self.heal(frame.sender)
+        else:
+            scope.send(frame.sender, scope.frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
 
     def probe_remembered_dead(self) -> None:
         scope = self.scope

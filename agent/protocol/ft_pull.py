@@ -108,10 +108,36 @@ class ResultPull:
             if not self.results.its_parent_sends_it(peer):
                 self.scope.send(peer, replace(frame, target=peer))
 
-    def no_result_said(self, frame: Frame) -> bool:
-        """A NACK|FINAL from our parent or the root: the chunks it lists have no result
-        anywhere. True when no chunk is left that might still get one."""
+    def no_result_said(self, frame: Frame, running: bool) -> bool:
+        """A NACK|FINAL: our parent or the root ended this round without a result for the
+        chunks it lists, so they have none anywhere, and we skip them as it did instead of
+        pulling to the deadline (only those two could send us the result, so only they may
+        say it has none). True: no chunk is left that might still get one; skip the rest."""
+        scope = self.scope
+        if not running or frame.sender not in (scope.parent, scope.tree.root):
+            scope.stats.dropped += 1
+            return False
         for j in frame.indices():
-            if 0 <= j < self.scope.n and not self.results.has(j):
+            if 0 <= j < scope.n and not self.results.has(j):
                 self.no_result.add(j)
-        return all(self.results.has(j) or j in self.no_result for j in range(self.scope.n))
+        if not all(self.results.has(j) or j in self.no_result for j in range(scope.n)):
+            return False
+        scope.note(NoteKind.ROOT_DOWN, scope.tree.root, f"no result, says {frame.sender}")
+        return True
+
+    def root_down(self, now: float) -> bool:
+        """The root went down: nobody can average this round any more. Chunks without the
+        root's result are skipped (nothing applied), the same on every survivor, so their
+        models stay identical; a survivor that got a chunk the others lack is caught by the
+        next root's model hash and resyncs. But the root may have broadcast before it went: a
+        live parent that got the result passes it on, so ask it once (it answers with the
+        result or that there is none) before skipping; one pull timeout at most. True: skip
+        the chunks without a result now."""
+        scope, parent, root = self.scope, self.scope.parent, self.scope.tree.root
+        if parent is None or parent == root or parent in scope.down or self.root_gone_at is not None:
+            scope.note(NoteKind.ROOT_DOWN, root)
+            return True
+        self.root_gone_at = now
+        scope.note(NoteKind.ROOT_DOWN, root, f"asking {parent} for the result")
+        self.send_pull(parent, now)
+        return False

@@ -3,19 +3,22 @@
 Reduce: every node sends, chunk by chunk, the mean and contributor set of its subtree to its
 parent as soon as chunk j of every child subtree is covered; later arrivals follow as separate
 disjoint units ("supplements"). Broadcast: the root sends the final mean down, relayed down the
-tree or fanned out (ft_broadcast.py); a chunk a member misses is pulled (ft_pull.py).
+tree or fanned out; a chunk a member misses is pulled.
 
-The machine holds the round's state (ft_state.py: its enums and transition table) and routes
-each event to the piece whose job it is; every piece reads the round's context from one
-``RoundScope`` and writes its frames and notes to that scope's outbox:
+The machine holds the round's state (ft_state.py: two enums and their transition table) and
+hands each event to the piece whose job it is. Every piece reads the round's context from one
+``RoundScope`` (ft_scope.py) and writes its frames and notes to that scope's outbox:
 
-- ``ChunkReducer`` (ft_reducer.py): contributor sets, merge, plausibility;
-- ``Courier`` (ft_courier.py): reliable delivery of units (ACKs, resends, reroutes, dead
-  links); ``Receipts`` (ft_receipts.py): ACKs and NACKs of what we receive; ``Relay``
-  (ft_relay.py): frames passing through;
+- ``ChunkReducer`` (ft_reducer.py): contributor sets, merge, plausibility; ``Uplink``
+  (ft_uplink.py): what goes up to the parent, in which format, by which routes;
+- ``Courier`` (ft_courier.py): reliable delivery of units (ACKs in, resends, reroutes, dead
+  links), reporting Delivered / Undeliverable / PeerSilent events; ``Receipts``
+  (ft_receipts.py): ACKs and NACKs of what we receive; ``Relay`` (ft_relay.py): frames
+  passing through;
 - ``PeerWatch`` (ft_watch.py): silence detection and busy links; ``ContributionWait``
   (ft_wait.py): how long to wait for the subtree;
-- ``ResultBook`` and a ``BroadcastStrategy`` (ft_broadcast.py); ``ResultPull`` (ft_pull.py).
+- ``ResultFlow`` (ft_result.py): the result's arrival and what to apply; ``ResultBook`` and the
+  tree and fan-out ``BroadcastStrategy`` (ft_broadcast.py); ``ResultPull`` (ft_pull.py).
 
 Wire formats (``wire_auto``, agent option ``wire_dtype = "auto"``): a unit going up is sent in
 the narrowest of the format its link fits (``wire_choice.choose`` from the link's typical rate
@@ -34,7 +37,6 @@ the root shows in its children's units, which cross the same connection. Without
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
@@ -50,34 +52,20 @@ from agent.protocol.allreduce import (
     RoundStats,
     frame_size,
 )
-from agent.protocol.ft_broadcast import (
-    BroadcastStrategy,
-    FanoutBroadcast,
-    ResultBook,
-    ResultChunk,
-    TreeBroadcast,
-)
-from agent.protocol.ft_courier import (
-    Courier,
-    CourierEvent,
-    Delivered,
-    PeerSilent,
-    Pending,
-    Route,
-    Undeliverable,
-)
+from agent.protocol.ft_broadcast import BroadcastStrategy, FanoutBroadcast, ResultBook, ResultChunk
+from agent.protocol.ft_courier import Courier, CourierEvent, Delivered, PeerSilent, Undeliverable
 from agent.protocol.ft_pull import ResultPull
 from agent.protocol.ft_receipts import Receipts
 from agent.protocol.ft_reducer import ChunkReducer, Offer, peak
 from agent.protocol.ft_relay import Relay
+from agent.protocol.ft_result import ResultFlow
 from agent.protocol.ft_scope import Hop, RoundScope
 from agent.protocol.ft_state import Gather, RoundState, Trigger
+from agent.protocol.ft_uplink import Uplink
 from agent.protocol.ft_wait import ContributionWait
 from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.notes import NoteKind
-from agent.protocol.rto import LinkEstimators
-from agent.protocol.wire import DType, Flag, Frame, Kind
-from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
+from agent.protocol.wire import Flag, Frame, Kind
 
 
 class FtTreeRound:
@@ -91,17 +79,18 @@ class FtTreeRound:
         self.receipts = Receipts(scope, self.relay)
         self.courier = Courier(scope, self.watch, self.relay, self._on_courier_event)
         self.reducer = ChunkReducer(scope.n, peak(ctx.gradient), passes_up=scope.parent is not None)
-        self.results = ResultBook(scope, self.courier)
-        self.tree_broadcast = TreeBroadcast(self.results)
-        self.fanout = FanoutBroadcast(scope, self.results, self.courier, self.receipts)
+        self.uplink = Uplink(scope, self.reducer, self.courier)
         self.wait = ContributionWait(scope, self.watch, self.reducer)
+        self.results = ResultBook(scope, self.courier)
         self.pull = ResultPull(scope, self.results, self.courier)
+        self.flow = ResultFlow(scope, self.results, FanoutBroadcast(scope, self.results, self.courier, self.receipts),
+                               self.pull, self.receipts, self.reducer, self._plausible)
         self.deadline = ctx.now + ctx.config.round_deadline
         self.deadline_limit = ctx.now + ctx.config.round_deadline * DEADLINE_STRETCH  # while links drain
         self._handlers: dict[Kind, Callable[[Frame, float], None]] = {
             Kind.DATA: lambda f, now: self._on_data(f, now, Hop.DIRECT if f.sender == f.origin else Hop.RELAY),
             Kind.RELAY: self._on_relay, Kind.ACK: self._on_ack, Kind.NACK: self._on_nack,
-            Kind.PULL: self._on_pull, Kind.PROBE: self._on_probe,
+            Kind.PULL: self._on_pull, Kind.PROBE: self.courier.on_probe,
         }
 
     # ------------------------------------------------------------------ what the core reads
@@ -115,20 +104,12 @@ class FtTreeRound:
         self.scope.cfg = config
 
     @property
-    def node(self) -> int:
-        return self.scope.node
-
-    @property
     def n(self) -> int:
         return self.scope.n
 
     @property
     def stats(self) -> RoundStats:
         return self.scope.stats
-
-    @property
-    def links(self) -> LinkEstimators:
-        return self.scope.links
 
     @property
     def chunks(self) -> list[ResultChunk]:
@@ -152,14 +133,14 @@ class FtTreeRound:
 
     @property
     def broadcast(self) -> BroadcastStrategy:
-        return self.fanout if self.cfg.broadcast == "fanout" else self.tree_broadcast
+        return self.flow.broadcast
 
     # ------------------------------------------------------------------ events in
 
     def start(self, now: float) -> list[Action]:
         self.courier.probe_remembered_dead()
         for j, (lo, hi) in enumerate(self.scope.bounds):
-            self.reducer.accept(j, frozenset({self.node}), self.scope.grad[lo:hi])
+            self.reducer.accept(j, frozenset({self.scope.node}), self.scope.grad[lo:hi])
             self._try_forward(j, now)
         return self.scope.flush()
 
@@ -273,7 +254,7 @@ class FtTreeRound:
         for j in range(self.n):
             self._try_forward(j, now)
         if peer == scope.parent and self.result is None:
-            self._resend_custody(now)
+            self.uplink.resend_custody(now)
             if self.pull.at is not None:
                 self.pull.at = now  # a silent parent will not broadcast: ask the others at once
         if peer == scope.tree.root and self.result is None:
@@ -281,20 +262,8 @@ class FtTreeRound:
         return scope.flush()
 
     def _root_went_down(self, now: float) -> None:
-        """Nobody can average this round any more. Chunks without the root's result are
-        skipped (nothing applied), the same on every survivor, so their models stay
-        identical; a survivor that got a chunk the others lack is caught by the next root's
-        model hash and resyncs. But the root may have broadcast before it went: a live
-        parent that got the result passes it on, so ask it once (it answers with the result
-        or that there is none) before skipping; one pull timeout at most."""
-        scope, parent, root = self.scope, self.scope.parent, self.scope.tree.root
-        if parent is None or parent == root or parent in scope.down or self.pull.root_gone_at is not None:
-            scope.note(NoteKind.ROOT_DOWN, root)
+        if self.pull.root_down(now):
             self._finish(now, skip_missing=True)
-            return
-        self.pull.root_gone_at = now
-        scope.note(NoteKind.ROOT_DOWN, root, f"asking {parent} for the result")
-        self.pull.send_pull(parent, now)
 
     def reconnected(self, now: float, away: float = float("inf")) -> list[Action]:
         """Back after a dropped connection: send every unACKed unit again now, and ask for the
@@ -309,7 +278,7 @@ class FtTreeRound:
         self.broadcast.reconnected()
         if scope.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
             scope.note(NoteKind.RECONNECTED, scope.node, f"back after {away * 1000:.0f} ms: the round goes on")
-            self._ask_children_again()
+            self.uplink.ask_children_again()
         elif scope.parent is None and self.result is None:
             # Our Will ended this round on every other member (see peer_down), with the chunks
             # they lack skipped. Do the same rather than wait for children that went on.
@@ -337,7 +306,7 @@ class FtTreeRound:
         if peer == self.scope.parent and self.result is None:
             # Units its silence made us give up as undeliverable meanwhile, and what it had
             # ACKed if it lost them: once more (what it has is ACKed, not counted again).
-            self._resend_custody(now)
+            self.uplink.resend_custody(now)
         return self.scope.flush()
 
     def peer_spoke(self, peer: int, now: float) -> list[Action]:
@@ -352,10 +321,10 @@ class FtTreeRound:
             return []
         if not scope.stats.pulls:
             # The parent only: it answers at once if it has the result, and sends it once if
-            # we are one of its broadcast peers anyway (see _set_final).
+            # we are one of its broadcast peers anyway (see ResultFlow).
             scope.note(NoteKind.PULL, parent, "the fleet may have gone on without us")
             self.pull.send_pull(parent, now)
-        self._ask_children_again()
+        self.uplink.ask_children_again()
         self._stop_waiting_soon(now)
         return scope.flush()
 
@@ -368,28 +337,9 @@ class FtTreeRound:
             self._try_forward(j, now)
         return scope.flush()
 
-    def _ask_children_again(self) -> None:
-        """What a child sent us while we were away is lost and waits for its timeout (no ACK
-        came): ask for it now. A child that went around us has nothing to resend."""
-        scope = self.scope
-        for child in scope.children:
-            gaps = [j for j in range(self.n) if child not in self.reducer.covered(j)]
-            if gaps and child not in scope.down:
-                nack = Frame(Kind.NACK, scope.cfg.job, scope.round, scope.node, 0, self.n, Flag.NONE)
-                scope.send(child, nack.with_indices(gaps))
-
     def _stop_waiting_soon(self, now: float) -> None:
         if self.state.waiting:
             self.wait.stop_soon(now)
-
-    def _resend_custody(self, now: float) -> None:
-        """What the parent ACKed may be stuck in it now that it is down: send it again around
-        it. The receiver refuses any overlap with what it already counted, so nothing is
-        counted twice."""
-        for j in range(self.n):
-            unit = self.reducer.sent_so_far(j)
-            if unit is not None and (False, j, unit[0]) not in self.courier.pending:
-                self._send_up(j, unit[0], unit[1], now)
 
     def _on_courier_event(self, event: CourierEvent) -> None:
         match event:
@@ -418,38 +368,16 @@ class FtTreeRound:
 
     def _try_forward(self, j: int, now: float) -> None:
         ready = not self.state.waiting or self.reducer.ready(j, self.scope.expected)
-        if self.scope.parent is None:
-            if not self.results.has(j) and ready:
-                self._finalize_chunk(j, now)
-            return
-        if not self.reducer.first_sent(j) and not ready:
-            return
-        unit = self.reducer.take_unsent(j)
-        if unit is not None:
-            self._send_up(j, unit[0], unit[1], now)
+        if self.scope.parent is not None:
+            self.uplink.forward(j, now, ready)
+        elif not self.results.has(j) and ready and self.flow.finalize(j, now):
+            self._complete(now)
 
-    def _send_up(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
-        scope, parent = self.scope, self.scope.parent
-        assert parent is not None
-        frame = scope.frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self._wire_dtype(parent, j))
-        self.courier.send(Pending(False, j, parent, ids, frame, self._up_routes(parent), cycle=True), now)
-
-    def _wire_dtype(self, peer: int, j: int) -> DType:
-        """The format of chunk ``j``'s values to ``peer`` (see the module docstring)."""
-        cfg, size = self.scope.cfg, len(self.scope.grad)
-        if not cfg.wire_auto:
-            return cfg.wire_dtype
-        fits = choose(size, self.links.typical_rate(peer), cfg.wire_budget, cfg.wire_dtype)
-        ours = choose_for_own_link(size, self.own_link_rate, cfg.wire_dtype)
-        return narrowest(narrowest(fits, ours), self.reducer.narrowest(j))
-
-    def _up_routes(self, parent: int) -> list[Route]:
-        tree, node = self.scope.tree, self.scope.node
-        routes = [Route(Hop.DIRECT, parent, parent)]
-        routes += [Route(Hop.RELAY, b, parent) for b in tree.backups(node)]
-        routes += [Route(Hop.DIRECT, a, a) for a in tree.ancestors(node)[1:]]
-        routes.append(Route(Hop.FLOOD, -1, parent))
-        return routes
+    def _complete(self, now: float) -> None:
+        """Every chunk has its result here."""
+        if self.result is None:
+            self.broadcast.completed(now)
+            self._finish(now)
 
     def _on_contribution(self, frame: Frame, now: float, how: Hop) -> None:
         scope, j, ids = self.scope, frame.chunk_index, frame.contributors
@@ -489,78 +417,13 @@ class FtTreeRound:
 
     def _check_reduce_done(self, now: float) -> None:
         scope = self.scope
-        if scope.parent is None or self.state.gather is Gather.DELIVERED or not self.reducer.all_first_sent():
-            return
-        if self.courier.has_reduce_units():
+        if scope.parent is None or self.state.gather is Gather.DELIVERED or not self.uplink.delivered():
             return
         self.state.fire(Trigger.UP_DELIVERED)
         clean = 2 * (scope.links.round_time or 0.0)
         self.pull.soon(now + max(scope.cfg.pull_timeouts * scope.rto(scope.parent), clean))
 
     # ------------------------------------------------------------------ result
-
-    def _finalize_chunk(self, j: int, now: float) -> None:
-        cfg = self.scope.cfg
-        ids, mean = self.reducer.merged(j)
-        dtype = narrowest(cfg.wire_dtype, self.reducer.narrowest(j)) if cfg.wire_auto else cfg.wire_dtype
-        frame = self.scope.frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids).with_values(mean, dtype)
-        if dtype != DType.F32:
-            # Everybody applies what the wire carries, the root included: byte-identical.
-            mean = frame.values()
-        self._set_final(j, ids, mean, now, frame)
-
-    def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float, wire: Frame) -> None:
-        """``wire``: a frame whose payload carries ``values`` in the wire dtype; it is passed
-        on as it is (no second quantization, no copy)."""
-        ch = self.results[j]
-        ch.final, ch.final_ids = values, ids
-        frame = replace(self.scope.frame(Kind.DATA, j, Flag.BROADCAST | Flag.FINAL, ids),
-                        dtype=wire.dtype, scale=wire.scale, payload=wire.payload)
-        ch.final_frame = frame  # every later copy of the result: these bytes, never re-encoded
-        broadcast = self.broadcast
-        peers = broadcast.peers()
-        broadcast.published(j, frame, now)
-        for peer in peers:
-            self.results.send_down(j, peer, now)
-        self.pull.serve_waiters(j, frame, peers)
-        if self.result is None and self.results.complete():
-            broadcast.completed(now)
-            self._finish(now)
-
-    def _on_final(self, frame: Frame, now: float, how: Hop) -> None:
-        scope, j = self.scope, frame.chunk_index
-        if how == Hop.DIRECT and self.broadcast.fanned(frame):
-            self._on_fanned(frame, now)
-            return
-        self.receipts.ack(frame, how, now, batch=self.result is None)
-        if self.results.has(j):
-            return
-        if not frame.contributors or scope.parent is None:
-            scope.stats.dropped += 1
-            return
-        if scope.root_hash is None:
-            scope.root_hash = frame.model_hash
-        if scope.cfg.nack and how == Hop.DIRECT and frame.sender == scope.parent:
-            self.receipts.nack_gaps(frame, self.results.has)
-        values = frame.values()
-        if self._plausible(values, frame.sender):
-            self._set_final(j, frame.contributors, values, now, frame)
-
-    def _on_fanned(self, frame: Frame, now: float) -> None:
-        scope, j = self.scope, frame.chunk_index
-        if not self.fanout.take(frame, now, acking=self.result is None):
-            return
-        values = frame.values()
-        if not self._plausible(values, frame.sender):
-            return
-        self._set_final(j, frame.contributors, values, now, frame)
-        rest = sum(1 for i in range(j + 1, self.n) if not self.results.has(i))
-        if self.result is None and rest and scope.parent is not None:
-            # The rest of the fan-out follows this chunk at once: what has not come within half
-            # an RTO of our parent (and its transmission; when a lost unit would be resent on a
-            # link) was lost: ask then, not a pull timeout later.
-            self.pull.soon(now + scope.rto(scope.parent) / 2
-                           + scope.transmit(scope.tree.root, rest * scope.unit_bytes))
 
     def _skipped(self, j: int) -> bool:
         """The round ended here without a result for chunk ``j``."""
@@ -570,29 +433,11 @@ class FtTreeRound:
         self.pull.answer(j, peer, now, skipped=self._skipped(j), over=self.state.over)
 
     def _finish(self, now: float, skip_missing: bool = False) -> None:
-        scope = self.scope
-        values, contributors, missing = self.results.assemble(scope.grad, scope.node, skip_missing)
-        # Members known down (a Will, or silent by the fleet's witnesses) are not waited for:
-        # a round without them is complete, not degraded. Nor are we, when the fleet went on
-        # without us. (A result may count a member that went down after it sent its data.)
-        everyone = frozenset(scope.tree.members) - scope.down - {scope.node}
-        degraded = bool(missing) or any(not everyone <= c for c in contributors)
-        if degraded:
-            scope.note(NoteKind.DEGRADED, None, f"{len(missing)} chunks missing")
-        elif scope.stats.timeouts == 0:
-            scope.links.observe_round(now - scope.start_time)
-        root_hash, model_hash = scope.root_hash, scope.ctx.model_hash
-        if root_hash is not None and root_hash != model_hash:
-            scope.note(NoteKind.DRIFT, scope.tree.root, f"root {root_hash:#x} mine {model_hash:#x}")
-        self.result = RoundResult(
-            round=scope.round, values=values, contributors=tuple(contributors),
-            missing_chunks=tuple(missing), degraded=degraded, root_model_hash=root_hash,
-            stats=scope.stats, link_states=dict(scope.book.states), finished_at=now,
-        )
+        self.result = result = self.flow.conclude(now, skip_missing)
         self.state.fire(Trigger.RESULT)
         self.receipts.send_acks()  # done here: nobody waits for our timer any more
         if skip_missing:
-            self.pull.tell_skipped([j for j, c in enumerate(contributors) if not c])
+            self.pull.tell_skipped([j for j, c in enumerate(result.contributors) if not c])
 
     # ------------------------------------------------------------------ frames in
 
@@ -602,7 +447,8 @@ class FtTreeRound:
             self.scope.stats.dropped += 1
             return
         if frame.is_broadcast:
-            self._on_final(frame, now, how)
+            if self.flow.on_final(frame, now, how, running=self.result is None):
+                self._complete(now)
         else:
             self._on_contribution(frame, now, how)
 
@@ -626,15 +472,7 @@ class FtTreeRound:
     def _on_nack(self, frame: Frame, now: float) -> None:
         if not frame.flags & Flag.FINAL:
             self.courier.resend_asked(frame, now)
-            return
-        # Our parent or the root ended this round without a result for some chunks: those have
-        # no result anywhere, so we skip them as it did instead of pulling to the deadline.
-        # Only the two that could send us the result may say it has none.
-        scope = self.scope
-        if self.result is not None or frame.sender not in (scope.parent, scope.tree.root):
-            scope.stats.dropped += 1
-        elif self.pull.no_result_said(frame):
-            scope.note(NoteKind.ROOT_DOWN, scope.tree.root, f"no result, says {frame.sender}")
+        elif self.pull.no_result_said(frame, running=self.result is None):
             self._finish(now, skip_missing=True)
 
     def _on_pull(self, frame: Frame, now: float) -> None:
@@ -644,11 +482,3 @@ class FtTreeRound:
                 self._answer(j, frame.sender, now)
         self.pull.send_no_result()
 
-    def _on_probe(self, frame: Frame, now: float) -> None:
-        scope = self.scope
-        if frame.flags & Flag.PROGRESS:
-            self.watch.progress(frame.sender, now)
-        elif frame.flags & Flag.REPLY:
-            self.courier.heal(frame.sender)
-        else:
-            scope.send(frame.sender, scope.frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))

@@ -63,10 +63,10 @@ def test_a_leaf_acks_the_fanout_to_its_parent_which_measures_its_link_from_it() 
     inner.on_frame(final(1), 0.021)
     acks = sends(leaf.on_frame(final(0), 0.022) + leaf.on_frame(final(1), 0.023), Kind.ACK)
     assert [a.dst for a in acks] == [1]  # not the root: it sent the fan-out, but waits for nobody
-    assert not inner.links.is_measured(3)
+    assert not inner.scope.links.is_measured(3)
     inner.on_frame(acks[0].frame, 0.030)
-    assert inner.links.is_measured(3)
-    assert inner.links.peers[3].srtt is not None and abs(inner.links.peers[3].srtt - 0.009) < 1e-9
+    assert inner.scope.links.is_measured(3)
+    assert inner.scope.links.peers[3].srtt is not None and abs(inner.scope.links.peers[3].srtt - 0.009) < 1e-9
 
 
 def test_a_fanout_from_anyone_but_the_rounds_root_is_dropped() -> None:

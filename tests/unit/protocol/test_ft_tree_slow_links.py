@@ -52,7 +52,7 @@ def test_acks_of_earlier_units_keep_a_draining_link_alive() -> None:
     # from that ACK and cover its own transmission at the measured rate.
     out = m.on_frame(ack(0), 0.9)
     assert data_sent(out) == [] and m.stats.retransmits == 0
-    rate = m.links.peers[0].rate
+    rate = m.scope.links.peers[0].rate
     assert rate == pytest.approx(frame_size(sent[0]) / 0.9)
     due = m.next_timer()
     assert due is not None
