@@ -247,7 +247,8 @@ class FanoutBroadcast:
     def _pull_gaps(self, j: int) -> None:
         """Ask our parent for the chunks before ``j`` that the fan-out did not bring (once)."""
         scope = self.scope
-        gaps = [i for i in range(j) if not self.results.has(i) and i not in self.gaps_pulled]
+        gaps = [i for i, ch in enumerate(self.results.chunks[:j])
+                if ch.final is None and i not in self.gaps_pulled]
         if not gaps or scope.parent is None or scope.parent in scope.down:
             return
         self.gaps_pulled.update(gaps)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from agent.protocol.allreduce import frame_size
 from agent.protocol.ft_relay import Relay
-from agent.protocol.ft_scope import Hop, RoundScope, after, latest
+from agent.protocol.ft_scope import Hop, RoundScope
 from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Flag, Frame, Kind
@@ -241,10 +241,13 @@ class Courier:
             # Half an RTO (doubled by every resend, adaptive) after the link last showed life
             # and drained what is queued up to this unit: the resend's ACK can still come
             # before the peer counts as silent.
-            heard = after(p.sent_at, self.watch.last_heard.get(p.route.target, p.sent_at), queued)
+            heard = max(p.sent_at, self.watch.last_heard.get(p.route.target, p.sent_at))
+            if queued is not None and queued > heard:
+                heard = queued
             resend = heard + drain + p.timeout / 2 * self._backoff(p)
             return min(silent, resend)
-        return min(silent, after(p.sent_at, queued) + drain + p.timeout)
+        start = p.sent_at if queued is None else max(p.sent_at, queued)
+        return min(silent, start + drain + p.timeout)
 
     def drain(self, p: Pending) -> float:
         """Transmission time of the bytes unACKed on ``p``'s direct link up to ``p`` itself."""
@@ -278,14 +281,19 @@ class Courier:
         evidence = self.watch.busy_towards(p.route.target)
         for q in self.pending.values():
             if q.seq < p.seq and q.route.kind == Hop.DIRECT and q.route.target != p.route.target:
-                evidence = latest(evidence, self.watch.last_heard.get(q.route.target))
+                heard = self.watch.last_heard.get(q.route.target)
+                if heard is not None and (evidence is None or heard > evidence):
+                    evidence = heard
         return evidence
 
     def _silent_at(self, p: Pending) -> float:
         """When the peer of a direct unit will have been silent for a whole RTO beyond the time
         the bytes queued towards it up to this unit need."""
-        heard = after(self.watch.last_heard.get(p.route.target, p.route_since),
-                      self.progress.get(p.route.hop_key, p.route_since), self._queued_evidence(p))
+        heard = max(self.watch.last_heard.get(p.route.target, p.route_since),
+                    self.progress.get(p.route.hop_key, p.route_since))
+        queued = self._queued_evidence(p)
+        if queued is not None and queued > heard:
+            heard = queued
         # Two resends back off (each waits for the one before), but not the verdict beyond
         # two RTOs of nothing at all: a child that ACKed one chunk of the broadcast and froze
         # kept its parent resending the next for eight RTOs (1.6 s) before it was reported.

@@ -94,7 +94,7 @@ class ResultFlow:
         if not self.plausible(values, frame.sender):
             return False
         complete = self._set(j, frame.contributors, values, now, frame)
-        rest = sum(1 for i in range(j + 1, scope.n) if not self.results.has(i))
+        rest = sum(1 for ch in self.results.chunks[j + 1 :] if ch.final is None)
         if running and rest and scope.parent is not None:
             # The rest of the fan-out follows this chunk at once: what has not come within half
             # an RTO of our parent (and its transmission; when a lost unit would be resent on a

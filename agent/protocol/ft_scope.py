@@ -38,6 +38,8 @@ class Hop(enum.StrEnum):
 class RoundScope(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
         self.ctx = ctx
+        # Adaptive timeouts (not fixed ones): asked by every timer computation, so kept here.
+        self.adaptive = ctx.config.timeout_mode != "fixed"
         tree, node = ctx.tree, ctx.node
         self.parent = tree.parent(node)
         self.children = tree.children(node)
@@ -72,6 +74,7 @@ class RoundScope(Outbox):
     @cfg.setter
     def cfg(self, config: AllreduceConfig) -> None:
         self.ctx = replace(self.ctx, config=config)
+        self.adaptive = config.timeout_mode != "fixed"
 
     @property
     def tree(self) -> Tree:
@@ -97,22 +100,18 @@ class RoundScope(Outbox):
     def start_time(self) -> float:
         return self.ctx.now
 
-    @property
-    def adaptive(self) -> bool:
-        return self.ctx.config.timeout_mode != "fixed"
-
     # ------------------------------------------------------------------ shared helpers
 
     def rto(self, peer: int | None) -> float:
         if not self.adaptive:
-            return self.cfg.fixed_timeout
-        return self.links.rto(-1 if peer is None else peer)
+            return self.ctx.config.fixed_timeout
+        return self.ctx.links.rto(-1 if peer is None else peer)
 
     def transmit(self, peer: int, nbytes: int) -> float:
         """Seconds ``nbytes`` take on the link to ``peer`` (0 with fixed timeouts)."""
         if not self.adaptive:
             return 0.0
-        return self.links.transmit_time(peer, nbytes)
+        return self.ctx.links.transmit_time(peer, nbytes)
 
     def frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = NO_NODE) -> Frame:
         return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,
@@ -143,7 +142,3 @@ def latest(*times: float | None) -> float | None:
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
-
-def after(base: float, *times: float | None) -> float:
-    """The latest of ``base`` and those of ``times`` that are known."""
-    return max([base, *(t for t in times if t is not None)])

@@ -96,7 +96,10 @@ class PeerWatch:
         if not self.scope.adaptive:
             return None
         # A hold beyond the last report: the next report comes PROGRESS_EVERY later at best.
-        busy = latest(self.down_busy_at, self.progress_from.get(peer))
+        # (Every timer computation asks this: no temporaries.)
+        busy, progress = self.down_busy_at, self.progress_from.get(peer)
+        if progress is not None and (busy is None or progress > busy):
+            busy = progress
         return None if busy is None else busy + DOWNLINK_BUSY_HOLD
 
     # ------------------------------------------------------------------ silence
