@@ -1,7 +1,8 @@
 """Reliable delivery of one FT-tree round's units, sans IO: ``send`` a unit, feed the ACKs in
-(``on_ack``), call ``expire`` at ``next_due``; the courier resends, reroutes and gives up, and
-says what became of each unit and peer by events (``Delivered``, ``Undeliverable``,
-``PeerSilent``).
+(``on_ack``), call ``expire`` at ``next_due`` (the shape of aioquic's recovery: on_packet_sent,
+on_ack_received, get_loss_detection_time, on_loss_detection_timeout); the courier resends,
+reroutes and gives up, and says what became of each unit and peer by events (``Delivered``,
+``Undeliverable``, ``PeerSilent``). Its frames go to the round's outbox.
 
 Each unit is ACKed; a unit that is not ACKed within the link's RTO marks that link dead for the
 round and moves, with every other unit waiting on that link, to the next of its routes (relay
