@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
-from agent.protocol.ft_tree import ACK_DELAY, ACK_EVERY, FtTreeRound
+from agent.protocol.ft_receipts import ACK_DELAY, ACK_EVERY
+from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topology import Tree
 from agent.protocol.wire import DType, Flag, Frame, Kind, decode, encode
 
@@ -73,7 +74,7 @@ def test_a_gap_in_a_batched_ack_retransmits_the_missing_unit_only() -> None:
                 contributors=frozenset({1})).with_indices([0, 1, 3, 4])  # chunk 2 was lost
     again = sends(leaf.on_frame(ack, 0.01), Kind.DATA)
     assert [f.chunk_index for f in again] == [2]
-    assert set(leaf.pending) == {(False, 2, frozenset({1}))}
+    assert set(leaf.courier.pending) == {(False, 2, frozenset({1}))}
     assert leaf.stats.retransmits == 1
 
 
@@ -83,7 +84,7 @@ def test_an_ack_listing_more_indices_than_chunks_is_dropped() -> None:
     bogus = Frame(Kind.ACK, 0, 3, 0, 0, CHUNKS, origin=0, target=1,
                   contributors=frozenset({1})).with_indices(list(range(CHUNKS + 1)))
     leaf.on_frame(bogus, 0.01)
-    assert leaf.stats.dropped == 1 and len(leaf.pending) == CHUNKS
+    assert leaf.stats.dropped == 1 and len(leaf.courier.pending) == CHUNKS
 
 
 def test_relayed_units_are_still_acked_one_by_one() -> None:

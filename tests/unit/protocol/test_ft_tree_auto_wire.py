@@ -61,7 +61,7 @@ def unit(sender: int, j: int, dtype: DType, m: FtTreeRound) -> Frame:
 
 def final(m: FtTreeRound, j: int, dtype: DType, ids: frozenset[int]) -> Frame:
     ch = m.chunks[j]
-    return Frame(Kind.DATA, 0, 0, 0, j, m.n, Flag.BROADCAST | Flag.FINAL, target=m.node,
+    return Frame(Kind.DATA, 0, 0, 0, j, m.n, Flag.BROADCAST | Flag.FINAL, target=m.scope.node,
                  contributors=ids).with_values(GRAD[ch.lo : ch.hi], dtype)
 
 
@@ -102,10 +102,10 @@ def test_a_link_is_measured_over_its_whole_drain_not_by_acks_that_bunched_up() -
     leaf.on_frame(ack(0), 0.5)
     leaf.on_frame(ack(1), 0.51)
     assert sizes[1] / 0.01 > 50e6
-    typical = leaf.links.typical_rate(1)
+    typical = leaf.scope.links.typical_rate(1)
     assert typical == pytest.approx(sum(sizes) / 0.51)  # the whole drain: ~3.2 MB/s
-    assert len(leaf.links.peers[1].drains) == 1
-    assert leaf._wire_dtype(1, leaf.chunks[0]) == DType.I8
+    assert len(leaf.scope.links.peers[1].drains) == 1
+    assert leaf.uplink.wire_dtype(1, 0) == DType.I8
 
 
 @pytest.mark.parametrize(("own_rate", "drain", "expected"), [

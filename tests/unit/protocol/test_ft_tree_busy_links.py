@@ -117,7 +117,7 @@ def test_a_child_whose_first_frame_queues_behind_others_is_not_reported_silent()
     # Child 1's data arrives, slowly, for 3 s; child 2's frames wait behind it.
     out = run_until(root, 3.0, report=3.0, sender=1)
     assert "silent" not in kinds(out)
-    assert 1 in root.heard_of
+    assert 1 in root.watch.heard_of
 
 
 def test_the_deadline_is_put_off_while_links_drain_up_to_its_stretch() -> None:

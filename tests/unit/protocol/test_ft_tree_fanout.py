@@ -64,10 +64,10 @@ def test_a_leaf_acks_the_fanout_to_its_parent_which_measures_its_link_from_it() 
     inner.on_frame(final(1), 0.021)
     acks = sends(leaf.on_frame(final(0), 0.022) + leaf.on_frame(final(1), 0.023), Kind.ACK)
     assert [a.dst for a in acks] == [1]  # not the root: it sent the fan-out, but waits for nobody
-    assert not inner.links.is_measured(3)
+    assert not inner.scope.links.is_measured(3)
     inner.on_frame(acks[0].frame, 0.030)
-    assert inner.links.is_measured(3)
-    assert inner.links.peers[3].srtt is not None and abs(inner.links.peers[3].srtt - 0.009) < 1e-9
+    assert inner.scope.links.is_measured(3)
+    assert inner.scope.links.peers[3].srtt is not None and abs(inner.scope.links.peers[3].srtt - 0.009) < 1e-9
 
 
 def test_a_fanout_from_anyone_but_the_rounds_root_is_dropped() -> None:
@@ -166,9 +166,9 @@ def test_a_fanout_that_counts_our_unit_before_its_ack_came_marks_that_link() -> 
         for leaf in (3, 4):
             unit = Frame(Kind.DATA, CFG.job, 0, leaf, j, 2, Flag.NONE, target=1, contributors=frozenset({leaf}))
             inner.on_frame(unit.with_values(np.ones(4, np.float32), CFG.wire_dtype), 0.01)
-    assert {p.chunk for p in inner.pending.values() if not p.broadcast} == {0, 1}
+    assert {p.chunk for p in inner.courier.pending.values() if not p.broadcast} == {0, 1}
     inner.on_frame(final(0), 0.03)
-    assert inner.book.states[0] == "ok"  # chunk 0's ACK may be batched: no verdict
+    assert inner.scope.book.states[0] == "ok"  # chunk 0's ACK may be batched: no verdict
     inner.on_frame(final(1), 0.03)
     assert inner.result is not None and inner.result.link_states[0] == "rerouted"
 
@@ -178,9 +178,9 @@ def test_a_unit_the_fanout_counts_is_delivered_even_when_its_ack_was_lost() -> N
     chunk the root's result already counts went to the backup a timeout later (p = 0.1 on
     every link: 51 reroutes against 114 resends, tree mode 38 against 326)."""
     leaf = machine(3)  # its units of chunks 0 and 1 went to its parent 1; every ACK is lost
-    assert {(p.chunk, p.route.target) for p in leaf.pending.values()} == {(0, 1), (1, 1)}
+    assert {(p.chunk, p.route.target) for p in leaf.courier.pending.values()} == {(0, 1), (1, 1)}
     leaf.on_frame(final(0), 0.02)  # the root's result of chunk 0 counts our unit
-    assert {p.chunk for p in leaf.pending.values()} == {1}  # chunk 1's still waits for its ACK
+    assert {p.chunk for p in leaf.courier.pending.values()} == {1}  # chunk 1's still waits for its ACK
     later: list[Send] = []
     for now in (0.3, 0.6, 1.0, 1.5, 2.0):
         later += sends(leaf.on_timer(now), Kind.DATA)

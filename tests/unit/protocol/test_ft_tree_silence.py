@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundContext
-from agent.protocol.ft_tree import FIRST_FRAME_MARGIN, FtTreeRound
+from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.ft_watch import FIRST_FRAME_MARGIN
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Frame, Kind
@@ -64,7 +65,7 @@ def test_a_leaf_that_showed_its_first_frame_time_is_reported_one_timeout_after_i
 
 def test_after_an_irregular_start_or_before_any_clean_round_the_wait_is_the_conservative_one() -> None:
     links = _learned(0.01)
-    conservative = 2 * links.rto(1) + links.transmit_time(1, parent(links, 9, 0.0).unit_bytes * 2)
+    conservative = 2 * links.rto(1) + links.transmit_time(1, parent(links, 9, 0.0).scope.unit_bytes * 2)
     m = parent(links, 3, 30.0, irregular_start=True)
     m.start(30.0)
     assert abs(silent_report_at(m, 1, 30.0) - conservative) < 1e-3

@@ -52,7 +52,7 @@ def test_acks_of_earlier_units_keep_a_draining_link_alive() -> None:
     # from that ACK and cover its own transmission at the measured rate.
     out = m.on_frame(ack(0), 0.9)
     assert data_sent(out) == [] and m.stats.retransmits == 0
-    rate = m.links.peers[0].rate
+    rate = m.scope.links.peers[0].rate
     assert rate == pytest.approx(frame_size(sent[0]) / 0.9)
     due = m.next_timer()
     assert due is not None
@@ -65,8 +65,8 @@ def test_a_resend_on_a_live_link_backs_off_exponentially() -> None:
     m = leaf()
     m.start(0.0)
     m.on_frame(ack(0), 0.6)  # the peer lives: chunk 1 may be resent, later
-    unit = m.pending[(False, 1, frozenset({1}))]
-    drain = m._drain(unit)  # chunk 1 alone is unACKed: the same before and after a resend
+    unit = m.courier.pending[(False, 1, frozenset({1}))]
+    drain = m.courier.drain(unit)  # chunk 1 alone is unACKed: the same before and after a resend
     waits, heard = [], 0.6
     for _ in range(2):
         due = m.next_timer()
@@ -76,7 +76,7 @@ def test_a_resend_on_a_live_link_backs_off_exponentially() -> None:
         # The peer answers a probe: alive, so the unit may be resent again, after twice as long.
         m.on_frame(Frame(Kind.PROBE, 0, 0, 0, 0, 2, Flag.REPLY, origin=0, target=1), due)
         heard = due
-    assert m._drain(unit) == pytest.approx(drain)
+    assert m.courier.drain(unit) == pytest.approx(drain)
     assert waits[1] == pytest.approx(2 * waits[0])
     assert m.stats.retransmits == 2 and m.stats.reroutes == 0
 

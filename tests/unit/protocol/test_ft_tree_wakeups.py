@@ -192,12 +192,12 @@ def test_a_childs_silence_report_goes_out_at_its_time_after_the_wait_fired() -> 
     run = Run(FIXED, 1, 0.0, 0.0, 0)
     machines = run.run()
     root = machines[0]
-    assert root.wait_at < root.start_time + root._silence_span(1)
+    assert root.wait.at < root.scope.start_time + root.watch.silence_span(1)
     reports = [(t, a) for t, a in run.trace[0] if isinstance(a, Note) and a.kind == "silent" and a.peer == 1]
     assert reports, "child 1 never reported"
     at, note = reports[0]
     assert note.detail == "nothing from it for a whole wait"
-    assert at == pytest.approx(root._silence_span(1), abs=1e-9)
+    assert at == pytest.approx(root.watch.silence_span(1), abs=1e-9)
 
 
 def test_a_relay_verdict_put_off_while_our_links_drain_is_woken_when_they_stop() -> None:
@@ -237,13 +237,13 @@ def test_a_child_the_result_counts_is_not_reported_silent(counted: bool) -> None
     for j in range(chunks):
         unit = Frame(Kind.DATA, FIXED.job, 0, 4, j, chunks, contributors=frozenset({4}))
         node.on_frame(unit.with_values(np.ones(min(8, LENGTH - 8 * j), np.float32), FIXED.wire_dtype), 0.01)
-    silence = node.silence_at[3]
-    assert node.wait_at < silence  # the wait fires first: the report comes after it
+    silence = node.watch.silence_at[3]
+    assert node.wait.at < silence  # the wait fires first: the report comes after it
     now, notes = 0.0, []
-    while (wake := node.next_timer()) is not None and wake < node.wait_at + 0.01:
+    while (wake := node.next_timer()) is not None and wake < node.wait.at + 0.01:
         now = wake
         notes += [a for a in node.on_timer(now) if isinstance(a, Note)]
-    assert node.wait_fired and node.result is None
+    assert not node.state.waiting and node.result is None
     everyone = frozenset(range(7)) if counted else frozenset(range(7)) - {3}
     for j in range(chunks):
         final = Frame(Kind.DATA, FIXED.job, 0, 0, j, chunks, Flag.BROADCAST | Flag.FINAL, contributors=everyone)

@@ -268,7 +268,7 @@ def test_an_inner_node_back_within_10_ms_costs_no_wait_wherever_the_drop_falls(
     another point of its round, gradients up to 40 ms apart. Two ways a drop cost a whole
     wait, both seen on real mosquitto (1.5 s rounds) and here (1.7 s and 2.5 s, degraded):
     - back between rounds, the node waited for a child that had sent around it on its Will;
-    - a child had sent around it what it had ACKed (``_resend_custody``), and the root
+    - a child had sent around it what it had ACKed (``Uplink.resend_custody``), and the root
       refused the node's subtree mean as overlapping that unit, then waited for the rest of
       the subtree until its wait ran out."""
     node = ROLES["inner"]

@@ -1,0 +1,144 @@
+"""What every piece of one FT-tree round reads: the round's context, the facts derived from its
+tree, what membership said about peers this round, and the outbox all pieces write to.
+
+The context stays one object (``ctx``): a piece asks the scope for the config, the tree or the
+link estimators rather than keeping its own copy.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import replace
+
+import numpy as np
+
+from agent.protocol.allreduce import (
+    Action,
+    AllreduceConfig,
+    LinkBook,
+    Outbox,
+    RoundContext,
+    RoundStats,
+    chunk_bounds,
+)
+from agent.protocol.notes import NoteKind
+from agent.protocol.rto import LinkEstimators
+from agent.protocol.topology import Tree
+from agent.protocol.wire import HEADER_SIZE, NO_NODE, Flag, Frame, Kind, value_bytes
+
+
+class Hop(enum.StrEnum):
+    """How a unit travels, or how it came to us."""
+
+    DIRECT = "direct"  # straight over the link to its peer
+    RELAY = "relay"  # through a backup neighbour
+    FLOOD = "flood"  # over every live link of the FT graph
+
+
+class RoundScope(Outbox):
+    def __init__(self, ctx: RoundContext) -> None:
+        self.ctx = ctx
+        # Adaptive timeouts (not fixed ones): asked by every timer computation, so kept here.
+        self.adaptive = ctx.config.timeout_mode != "fixed"
+        tree, node = ctx.tree, ctx.node
+        self.parent = tree.parent(node)
+        self.children = tree.children(node)
+        self.subtree = tree.subtree(node)
+        self.neighbours = sorted(tree.neighbours(node))
+        self.bounds = chunk_bounds(len(ctx.gradient), ctx.config.chunk_size)
+        self.n = len(self.bounds)
+        # Bytes of the largest DATA frame of this round (its transmission time counts in waits).
+        self.unit_bytes = HEADER_SIZE + max(hi - lo for lo, hi in self.bounds) * value_bytes(ctx.config.wire_dtype)
+        self.stats = RoundStats()
+        self.book = LinkBook()
+        self.book.known(self.neighbours)
+        self._out = []
+        # Membership, this round: peers known offline, and peers whose Will came and that are
+        # given a moment to come back.
+        self.down: set[int] = set()
+        self.away: set[int] = set()
+        # Peers whose direct link from here is dead this round (or, remembered, since an
+        # earlier round: those are probed and healed by a round trip).
+        self.dead: set[int] = set()
+        # Members whose contribution we still wait for (shrinks on excuses and departures).
+        self.expected: set[int] = set(self.subtree)
+        # The root's model hash: ours at the root, the root's from its first result frame.
+        self.root_hash: int | None = ctx.model_hash if self.parent is None else None
+
+    # ------------------------------------------------------------------ the context
+
+    @property
+    def cfg(self) -> AllreduceConfig:
+        return self.ctx.config
+
+    @cfg.setter
+    def cfg(self, config: AllreduceConfig) -> None:
+        self.ctx = replace(self.ctx, config=config)
+        self.adaptive = config.timeout_mode != "fixed"
+
+    @property
+    def tree(self) -> Tree:
+        return self.ctx.tree
+
+    @property
+    def node(self) -> int:
+        return self.ctx.node
+
+    @property
+    def round(self) -> int:
+        return self.ctx.round
+
+    @property
+    def grad(self) -> np.ndarray:
+        return self.ctx.gradient
+
+    @property
+    def links(self) -> LinkEstimators:
+        return self.ctx.links
+
+    @property
+    def start_time(self) -> float:
+        return self.ctx.now
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def rto(self, peer: int | None) -> float:
+        if not self.adaptive:
+            return self.ctx.config.fixed_timeout
+        return self.ctx.links.rto(-1 if peer is None else peer)
+
+    def transmit(self, peer: int, nbytes: int) -> float:
+        """Seconds ``nbytes`` take on the link to ``peer`` (0 with fixed timeouts)."""
+        if not self.adaptive:
+            return 0.0
+        return self.ctx.links.transmit_time(peer, nbytes)
+
+    def frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = NO_NODE) -> Frame:
+        return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,
+                     origin=self.node, target=target, model_hash=self.root_hash or 0,
+                     contributors=ids)
+
+    def note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
+        self._note(kind, peer, detail)
+
+    def send(self, dst: int, frame: Frame) -> None:
+        self._send(dst, frame)
+
+    def fanout(self, frame: Frame) -> None:
+        self._fanout(frame)
+
+    def flush(self) -> list[Action]:
+        return self._flush()
+
+
+def flood_key(frame: Frame) -> tuple[object, ...]:
+    """What identifies one flooded frame, whichever neighbour passed it on."""
+    return (frame.kind, frame.is_broadcast, frame.origin, frame.target, frame.chunk_index,
+            frame.contributors)
+
+
+def latest(*times: float | None) -> float | None:
+    """The latest of ``times`` that are known (None: never)."""
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+

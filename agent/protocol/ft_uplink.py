@@ -1,0 +1,74 @@
+"""The reduce's way up from one node of an FT-tree round: each chunk's partial mean to the
+parent as soon as the chunk is ready (later units follow as disjoint supplements), in the wire
+format its links fit, by routes that go around a dead link (relay through the backups, then
+straight to further ancestors, finally a flood)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.protocol.ft_courier import Courier, Pending, Route
+from agent.protocol.ft_reducer import ChunkReducer
+from agent.protocol.ft_scope import Hop, RoundScope
+from agent.protocol.wire import DType, Flag, Frame, Kind
+from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
+
+
+class Uplink:
+    def __init__(self, scope: RoundScope, reducer: ChunkReducer, courier: Courier) -> None:
+        self.scope, self.reducer, self.courier = scope, reducer, courier
+
+    def forward(self, j: int, now: float, ready: bool) -> None:
+        """Chunk ``j``'s units not sent up yet, once the chunk is ``ready`` (or opened)."""
+        if not self.reducer.first_sent(j) and not ready:
+            return
+        unit = self.reducer.take_unsent(j)
+        if unit is not None:
+            self.send(j, unit[0], unit[1], now)
+
+    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
+        scope, parent = self.scope, self.scope.parent
+        assert parent is not None
+        frame = scope.frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.wire_dtype(parent, j))
+        self.courier.send(Pending(False, j, parent, ids, frame, self._routes(parent), cycle=True), now)
+
+    def wire_dtype(self, peer: int, j: int) -> DType:
+        """The format of chunk ``j``'s values to ``peer``: with ``wire_auto``, the narrowest of
+        what the link fits, what our own link fits and what the chunk's units came in."""
+        cfg, size = self.scope.cfg, len(self.scope.grad)
+        if not cfg.wire_auto:
+            return cfg.wire_dtype
+        fits = choose(size, self.scope.links.typical_rate(peer), cfg.wire_budget, cfg.wire_dtype)
+        ours = choose_for_own_link(size, self.scope.ctx.own_link_rate, cfg.wire_dtype)
+        return narrowest(narrowest(fits, ours), self.reducer.narrowest(j))
+
+    def _routes(self, parent: int) -> list[Route]:
+        tree, node = self.scope.tree, self.scope.node
+        routes = [Route(Hop.DIRECT, parent, parent)]
+        routes += [Route(Hop.RELAY, b, parent) for b in tree.backups(node)]
+        routes += [Route(Hop.DIRECT, a, a) for a in tree.ancestors(node)[1:]]
+        routes.append(Route(Hop.FLOOD, -1, parent))
+        return routes
+
+    def delivered(self) -> bool:
+        """Every chunk went up and every unit up was ACKed."""
+        return self.reducer.all_first_sent() and not self.courier.has_reduce_units()
+
+    def resend_custody(self, now: float) -> None:
+        """What the parent ACKed may be stuck in it now that it is down: send it again around
+        it. The receiver refuses any overlap with what it already counted, so nothing is
+        counted twice."""
+        for j in range(self.scope.n):
+            unit = self.reducer.sent_so_far(j)
+            if unit is not None and (False, j, unit[0]) not in self.courier.pending:
+                self.send(j, unit[0], unit[1], now)
+
+    def ask_children_again(self) -> None:
+        """What a child sent us while we were away is lost and waits for its timeout (no ACK
+        came): ask for it now. A child that went around us has nothing to resend."""
+        scope = self.scope
+        for child in scope.children:
+            gaps = [j for j in range(scope.n) if child not in self.reducer.covered(j)]
+            if gaps and child not in scope.down:
+                nack = Frame(Kind.NACK, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.NONE)
+                scope.send(child, nack.with_indices(gaps))

@@ -1,0 +1,178 @@
+"""Silence detection of one FT-tree round: what we heard from whom and when, whether the links
+around us are still draining a large frame, and when a peer has been silent long enough to be
+reported to the fleet.
+
+A peer that sends nothing is not yet a dead peer: the fleet needs two witnesses (the core
+reports our ``SILENT`` note), and a peer that refutes a report lives, only its links are slow or
+cut. Evidence that links are busy (our transport says a large frame is still arriving, or a
+peer's PROBE|PROGRESS says its downlink is) holds every verdict until DOWNLINK_BUSY_HOLD after
+the last such report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY
+from agent.protocol.ft_scope import RoundScope, latest
+from agent.protocol.notes import NoteKind
+from agent.protocol.wire import Flag, Frame, Kind
+
+# A leaf child silent this many times its usual first-frame time, plus one timeout, is
+# reported (see PeerWatch.silence_span).
+FIRST_FRAME_MARGIN = 1.25
+
+
+class PeerWatch:
+    def __init__(self, scope: RoundScope) -> None:
+        self.scope = scope
+        self.last_heard: dict[int, float] = {}  # peer -> when any frame from it last arrived
+        self.heard_of: dict[int, float] = {}  # node -> last frame from it or originated at it
+        self.reported_silent: dict[int, float] = {}  # peer -> when we last reported it silent
+        self.refuted: set[int] = set()  # peers that refuted a report of silence this round
+        self.progress_from: dict[int, float] = {}  # peer -> its last PROBE|PROGRESS
+        self.down_busy_at: float | None = None  # our transport last said a large frame is still arriving
+        self.progress_sent_at: float | None = None
+        # A child that sends nothing at all for this long is silent: stop waiting for it.
+        now = scope.start_time
+        self.silence_at: dict[int, float] = {c: now + self.silence_span(c) for c in scope.children}
+        self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
+
+    # ------------------------------------------------------------------ what we hear
+
+    def heard(self, frame: Frame, now: float, shows_link: bool) -> bool:
+        """A frame came; ``shows_link``: it shows that the link from its sender works (the
+        root's fan-out shows the root lives, not that). True when it is the sender's first."""
+        first = frame.sender not in self.last_heard
+        if shows_link:
+            self.last_heard[frame.sender] = now
+        self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
+        return first
+
+    def first_frame(self, sender: int, now: float) -> None:
+        """A child's first frame, before any verdict on it: how long it usually takes."""
+        scope = self.scope
+        if sender in self.silence_at and not scope.ctx.irregular_start:
+            scope.links.observe_first_frame(sender, now - scope.start_time)
+
+    def arriving(self, sender: int | None, now: float) -> None:
+        """Our transport says a large frame is arriving from ``sender`` (None: our uplink is
+        still busy): hold the verdicts, and tell every member at most every PROGRESS_EVERY."""
+        scope = self.scope
+        self.down_busy_at = now  # (or our uplink: the same hold either way)
+        if sender is not None and sender != scope.node and sender in scope.tree.members:
+            if sender not in self.last_heard:
+                self.first_frame(sender, now)  # its first frame began
+            self.last_heard[sender] = self.heard_of[sender] = now
+        if self.progress_sent_at is None or now - self.progress_sent_at >= PROGRESS_EVERY:
+            self.progress_sent_at = now
+            # To every member, not only our neighbours: a leaf waiting for the broadcast learns
+            # that the round is still under way elsewhere (instead of pulling a copy).
+            for peer in scope.tree.members:
+                if peer != scope.node and peer not in scope.down:
+                    scope.send(peer, scope.frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
+
+    def progress(self, peer: int, now: float) -> None:
+        self.progress_from[peer] = now  # it lives (last_heard), its downlink is busy
+
+    # ------------------------------------------------------------------ busy links
+
+    def draining(self, now: float) -> bool:
+        """Links around us show they are still delivering: our downlink is busy with a large
+        frame, or a neighbour's is (its PROGRESS)."""
+        end = self.drain_end()
+        return end is not None and now < end
+
+    def drain_end(self) -> float | None:
+        """When ``draining`` turns false, unless more evidence comes (None: no evidence)."""
+        if not self.scope.adaptive:
+            return None
+        busy = latest(self.down_busy_at, *self.progress_from.values())
+        return None if busy is None else busy + DOWNLINK_BUSY_HOLD
+
+    def busy_towards(self, peer: int) -> float | None:
+        """Until when a unit to ``peer`` counts as queued, not lost: our link was busy, or the
+        peer's downlink was, DOWNLINK_BUSY_HOLD ago at the latest."""
+        if not self.scope.adaptive:
+            return None
+        # A hold beyond the last report: the next report comes PROGRESS_EVERY later at best.
+        # (Every timer computation asks this: no temporaries.)
+        busy, progress = self.down_busy_at, self.progress_from.get(peer)
+        if progress is not None and (busy is None or progress > busy):
+            busy = progress
+        return None if busy is None else busy + DOWNLINK_BUSY_HOLD
+
+    # ------------------------------------------------------------------ silence
+
+    def silence_span(self, child: int) -> float:
+        """How long a healthy child's first frame can take before we ask the fleet: two
+        timeouts of its link per level of its subtree (an inner child waits for its own
+        children first). A leaf child's first frame comes when it usually does, plus one
+        timeout, if that is sooner: the rest of the two timeouts is start-up skew that
+        a leaf has shown it does not have (not when this round starts irregularly: after
+        an evaluation, a degraded round or a view change, the skew varies)."""
+        scope, tree = self.scope, self.scope.tree
+        below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
+        # Its first frame may wait behind its own children's data and its siblings' units.
+        drain = scope.transmit(child, scope.unit_bytes * max(1, len(scope.children)))
+        span = (2 * scope.rto(child) + drain) * (below + 1)
+        usual = scope.links.first_frame(child)
+        if below == 0 and usual is not None and not scope.ctx.irregular_start:
+            span = min(span, FIRST_FRAME_MARGIN * usual + scope.rto(child))
+        return span
+
+    def check_children(self, now: float, may_be_silent: Callable[[int], bool]) -> None:
+        for child, at in list(self.silence_at.items()):
+            if now < at:
+                continue
+            if self.draining(now):
+                # Its first frame may queue behind what we or our neighbours receive.
+                self.silence_at[child] = now + self.scope.rto(child) + DOWNLINK_BUSY_HOLD
+                continue
+            del self.silence_at[child]
+            if not may_be_silent(child):
+                continue
+            # Reported to the fleet: a live child (only its links are slow or cut) refutes at
+            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
+            self.report_silent(child, "nothing from it for a whole wait", now)
+
+    def relay_wait(self, target: int) -> float:
+        return self.scope.rto(target) + self.scope.transmit(target, self.scope.unit_bytes)
+
+    def watch_relay(self, target: int, now: float) -> None:
+        """We relayed a unit to ``target``, which ACKs through us: its silence is our evidence."""
+        self.relay_watch.setdefault(target, now)
+
+    def _answered(self, target: int, since: float) -> bool:
+        heard = self.heard_of.get(target)
+        return heard is not None and heard >= since
+
+    def check_relay_targets(self, now: float) -> None:
+        for target, at in list(self.relay_watch.items()):
+            if self._answered(target, at):
+                del self.relay_watch[target]
+            elif now >= at + self.relay_wait(target) and not self.draining(now):
+                del self.relay_watch[target]
+                self.report_silent(target, "relayed to it, no answer", now)
+
+    def relay_timers(self) -> list[float]:
+        # While our links drain, the verdict on a relay target waits (see check_relay_targets).
+        drained = self.drain_end()
+        return [at + self.relay_wait(t) if drained is None else max(at + self.relay_wait(t), drained)
+                for t, at in self.relay_watch.items() if not self._answered(t, at)]
+
+    def report_silent(self, peer: int, why: str, now: float) -> None:
+        """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""
+        self.reported_silent[peer] = now
+        self.scope.note(NoteKind.SILENT, peer, why)
+
+    def unheard_since_reported(self, peer: int) -> bool:
+        # Once it refuted, it lives (and the fleet hears one report per round from us).
+        reported = self.reported_silent.get(peer)
+        return (reported is not None and peer not in self.refuted
+                and not self._answered(peer, reported))
+
+    def quiet_for(self, peer: int, now: float) -> float:
+        """Seconds since any word from or of ``peer`` (infinite: none this round)."""
+        heard = self.heard_of.get(peer)
+        return float("inf") if heard is None else now - heard

@@ -1,0 +1,87 @@
+"""Silence detection alone: who was heard, busy links, reports of silence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.protocol.allreduce import (
+    DOWNLINK_BUSY_HOLD,
+    PROGRESS_EVERY,
+    AllreduceConfig,
+    Note,
+    RoundContext,
+    Send,
+)
+from agent.protocol.ft_scope import RoundScope
+from agent.protocol.ft_watch import PeerWatch
+from agent.protocol.notes import NoteKind
+from agent.protocol.topology import Tree
+from agent.protocol.wire import Flag, Frame, Kind
+
+TREE = Tree((0, 1, 2, 3, 4), 2)  # 1: children 3, 4
+
+
+def watch(node: int = 1, mode: str = "adaptive") -> PeerWatch:
+    cfg = AllreduceConfig(chunk_size=4, timeout_mode=mode, fixed_timeout=0.1)  # type: ignore[arg-type]
+    return PeerWatch(RoundScope(RoundContext(cfg, TREE, node, 0, np.zeros(8, np.float32), 0, cfg.new_links(), 0.0)))
+
+
+def test_the_first_frame_of_a_peer_is_told_apart_and_a_fanout_shows_no_link() -> None:
+    w = watch()
+    frame = Frame(Kind.DATA, 0, 0, 0, 0, 2, Flag.BROADCAST, origin=0)
+    assert w.heard(frame, 0.01, shows_link=False)
+    assert 0 not in w.last_heard and w.heard_of[0] == 0.01
+    assert w.heard(frame, 0.02, shows_link=True)  # still its first on a link
+    assert not w.heard(frame, 0.03, shows_link=True) and w.last_heard[0] == 0.03
+
+
+def test_busy_links_hold_verdicts_until_a_hold_after_the_last_report() -> None:
+    w = watch()
+    assert not w.draining(0.0) and w.drain_end() is None and w.busy_towards(3) is None
+    w.progress(3, 0.5)  # 3's downlink is busy
+    assert w.busy_towards(3) == pytest.approx(0.5 + DOWNLINK_BUSY_HOLD)
+    assert w.busy_towards(4) is None
+    w.arriving(0, 0.7)  # ours is
+    assert w.busy_towards(4) == pytest.approx(0.7 + DOWNLINK_BUSY_HOLD)
+    assert w.draining(0.7 + DOWNLINK_BUSY_HOLD - 0.01) and not w.draining(0.7 + DOWNLINK_BUSY_HOLD)
+    fixed = watch(mode="fixed")
+    fixed.progress(3, 0.5)
+    assert fixed.drain_end() is None and fixed.busy_towards(3) is None  # fixed timeouts ignore it
+
+
+def test_a_busy_downlink_tells_every_other_member_at_most_every_progress_interval() -> None:
+    w = watch()
+    w.arriving(0, 0.0)
+    probes = [a for a in w.scope.flush() if isinstance(a, Send)]
+    assert sorted(p.dst for p in probes) == [0, 2, 3, 4]
+    assert all(p.frame.kind == Kind.PROBE and p.frame.flags & Flag.PROGRESS for p in probes)
+    w.arriving(0, PROGRESS_EVERY / 2)
+    assert w.scope.flush() == []
+    w.arriving(None, PROGRESS_EVERY)
+    assert len(w.scope.flush()) == 4
+
+
+def test_a_silent_child_is_reported_once_its_span_ran_out_unless_links_drain() -> None:
+    w = watch()
+    span = w.silence_at[3]
+    assert span == pytest.approx(w.silence_span(3)) and set(w.silence_at) == {3, 4}
+    w.progress(0, span - 0.1)  # a neighbour's downlink is busy: the child's frame may queue
+    w.check_children(span, lambda child: True)
+    assert w.scope.flush() == [] and w.silence_at[3] > span
+    later = w.silence_at[3]
+    w.check_children(later, lambda child: child == 3)
+    assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
+    assert w.silence_at == {} and w.unheard_since_reported(3) and not w.unheard_since_reported(4)
+
+
+def test_a_peer_that_refutes_or_speaks_after_a_report_counts_as_heard() -> None:
+    w = watch()
+    w.report_silent(3, "test", 1.0)
+    assert w.unheard_since_reported(3)
+    w.heard(Frame(Kind.PROBE, 0, 0, 3, 0, 2), 1.1, shows_link=True)
+    assert not w.unheard_since_reported(3)
+    w.report_silent(4, "test", 1.0)
+    w.refuted.add(4)
+    assert not w.unheard_since_reported(4)
+    assert w.quiet_for(3, 1.5) == pytest.approx(0.4) and w.quiet_for(2, 1.5) == float("inf")
