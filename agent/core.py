@@ -47,7 +47,9 @@ from agent.protocol.chunking import DownlinkRate, broadcast_for, chunk_values_fo
 from agent.protocol.membership import (
     SUSPICION_RTTS,
     Membership,
+    ModelIdentity,
     PublishView,
+    Refusal,
     StartupGate,
     view_root,
     view_tree,
@@ -146,6 +148,8 @@ class CoreConfig:
     # slow (agent/protocol/chunking.py); off: every round uses allreduce.chunk_size.
     adapt_chunks: bool = True
     adapt_broadcast: bool = True
+    model: ModelIdentity = field(default_factory=ModelIdentity)  # announced; the fleet's must match
+    labels: tuple[int, ...] = ()  # training samples per label in our shard, announced too
 
 
 # -- actions ----------------------------------------------------------------------------------
@@ -245,7 +249,7 @@ class Displaced:
 
 
 CoreAction = (Send | Fanout | PublishView | PublishStatus | PublishSuspect | ComputeGradient | ApplyUpdate | LoadState
-              | SendState | SaveCheckpoint | ApplyControl | ReportRound | Displaced)
+              | SendState | SaveCheckpoint | ApplyControl | ReportRound | Displaced | Refusal)
 
 
 @dataclass
@@ -281,7 +285,7 @@ class AgentCore:
         self.downlink = DownlinkRate()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
-            offline_settle=config.offline_settle)
+            offline_settle=config.offline_settle, identity=config.model)
         self.resumed = resumed_round is not None
         self.round = resumed_round or 0
         self.phase = Phase.CONNECTING
@@ -325,8 +329,10 @@ class AgentCore:
         return self.config.rounds > 0 and self.round >= self.config.rounds
 
     def status(self, state: NodeState) -> Status:
+        model = self.config.model
         return Status(node=self.node, state=state, round=self.round, pid=self.pid,
-                      incarnation=self.incarnation)
+                      incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
+                      params=model.params, labels=list(self.config.labels))
 
     def subscriptions(self) -> list[str]:
         # A fleet may switch to the fan-out (adapt_broadcast): we listen there from the start.
@@ -806,6 +812,9 @@ class AgentCore:
 
     def _advance(self, now: float) -> list[CoreAction]:
         """Move through the phases as far as the facts allow (each step is one decision)."""
+        if self.membership.refused is not None and self.phase != Phase.DONE:
+            self.phase = Phase.DONE  # the fleet runs another model: we take no part, ever
+            return [self.membership.refused]
         out: list[CoreAction] = []
         for _ in range(8):  # every step changes the phase or returns; bounded to be safe
             before = self.phase

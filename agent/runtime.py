@@ -44,7 +44,7 @@ from agent.core import (
 from agent.core_config import core_config
 from agent.model.data import to_float_pixels
 from agent.protocol.allreduce import Fanout, Note, Send
-from agent.protocol.membership import PublishView
+from agent.protocol.membership import ModelIdentity, PublishView, Refusal
 from agent.protocol.notes import NoteKind
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, encode
@@ -64,6 +64,7 @@ CATCH_UP_AFTER_S = 0.05
 CATCH_UP_QUIET_S = 0.005
 CATCH_UP_MAX_S = 0.5
 DISPLACED_EXIT = 4  # another agent took over this node id (exit codes: 2 usage, 3 broker)
+REFUSED_EXIT = 5  # the fleet of this job runs another model
 EVAL_CHUNK = 1000
 
 __all__ = ["AgentRuntime", "RoundReport", "new_incarnation", "run_agent"]
@@ -93,6 +94,8 @@ class AgentRuntime:
         clock: Clock | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         on_round: Callable[[RoundReport], None] | None = None,
+        model: ModelIdentity | None = None,
+        labels: tuple[int, ...] = (),
     ) -> None:
         self.config = config
         self.backend = backend
@@ -105,9 +108,10 @@ class AgentRuntime:
         self.topics = Topics(config.job)
         self.incarnation = new_incarnation()
         self.displaced: Displaced | None = None
+        self.refused: Refusal | None = None
         resumed = self._resume()
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(backend.state().size)), self.incarnation,
+        self.core = AgentCore(core_config(config, int(backend.state().size), model, labels), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
@@ -128,6 +132,8 @@ class AgentRuntime:
                 self._pump(wait)
         finally:
             self._shutdown()
+        if self.refused is not None:
+            return REFUSED_EXIT
         return DISPLACED_EXIT if self.displaced is not None else 0
 
     def _connect(self) -> None:
@@ -247,6 +253,9 @@ class AgentRuntime:
             self.displaced = action
             log.error("another agent (pid %s, started later) runs as node %d with these credentials: "
                       "stopping this one; run one agent per node id", action.pid or "?", self.core.node)
+        elif isinstance(action, Refusal):
+            self.refused = action
+            log.error("%s", action.line())
 
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
