@@ -318,7 +318,7 @@ class AgentRuntime:
 def run_agent(config: AgentConfig) -> int:
     """Build everything from the configuration and run until done or signalled."""
     from agent.model.backend import make_backend
-    from agent.model.contract import ModelError
+    from agent.model.contract import ModelError, fingerprint
     from agent.model.data import BatchStream, DataError
     from agent.model.datasets import DataRequest, load_agent_data
     from agent.model.loader import load_model
@@ -346,9 +346,12 @@ def run_agent(config: AgentConfig) -> int:
     except (DataError, ModelError) as exc:
         log.error("%s", exc)
         return 2
-    log.info("model %s (%d parameters), data %s: %d training samples, labels %s, %d test samples",
-             model.name, model.param_count, part.source, len(part.y_train),
-             label_histogram(part.y_train, model.num_classes), len(part.y_test))
+    labels = label_histogram(part.y_train, model.num_classes)
+    # The fleet admits only agents of one model: announced in our status, mixed into frames.
+    identity = ModelIdentity(fingerprint(model, config.seed), model.name, model.param_count)
+    log.info("model %s (%d parameters, fingerprint %s), data %s: %d training samples, labels %s, "
+             "%d test samples", model.name, model.param_count, identity.fingerprint, part.source,
+             len(part.y_train), labels, len(part.y_test))
     batches = BatchStream(part.x_train, part.y_train, config.batch,
                           np.random.default_rng([config.seed, config.id]))
     try:
@@ -368,7 +371,8 @@ def run_agent(config: AgentConfig) -> int:
                                    "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
                                    f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
                                    r.phase_seconds["total"] * 1000,
-                                   " DEGRADED" if r.degraded else ""))
+                                   " DEGRADED" if r.degraded else ""),
+                               model=identity, labels=tuple(labels))
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)
