@@ -33,6 +33,7 @@ COMMANDS: dict[str, Command] = {
     "dashboard": Command("dashboard.cli", "serve the live fleet dashboard"),
     "simulate": Command("simulate.cli", "run a whole fleet with faults, the dashboard and a report"),
     "bench": Command("simulate.bench.cli", "benchmarks that print figures (model, agent, allreduce, ...)"),
+    "model": Command("agent.commands.model", "check your own model (and export a Keras one to .tflite)"),
 }
 
 
