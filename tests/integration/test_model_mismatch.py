@@ -1,16 +1,20 @@
 """Issue 35, item 5: one model per fleet. Three real agents on a real mosquitto; node 2 runs
 another model (a linear softmax classifier from a Python factory, not the thesis MLP). The
-coordinator never admits it, node 2 says why in one line and exits with its own code, and the
-other two train together with one model hash."""
+coordinator never admits it, node 2 says why in one line and exits with its own code, the
+dashboard shows the incident, and the other two train together with one model hash."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from agent.runtime import REFUSED_EXIT
+from dashboard.server import run_in_thread
+from dashboard.settings import DashboardSettings
 from simulate.brokers import start_mosquitto
 from simulate.fleet import AgentSpec, Fleet
 from tests.integration.fleet_harness import FAST_AGENT, FleetListener, agent_logs, wait_exited
@@ -64,6 +68,9 @@ def test_an_agent_with_another_model_is_refused_and_the_fleet_trains_without_it(
     with start_mosquitto(tmp_path / "broker", job=JOB, nodes=NODES) as broker:
         creds = broker.dashboard_credentials
         listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+        dashboard = run_in_thread(DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
+                                                    password=creds.password, port=0,
+                                                    event_log=tmp_path / "dashboard-events.jsonl"))
         specs = []
         for node in range(NODES):
             options = {"job": JOB, "fleet_size": NODES, **FAST_AGENT, "rounds": ROUNDS,
@@ -83,9 +90,12 @@ def test_an_agent_with_another_model_is_refused_and_the_fleet_trains_without_it(
             assert popen is not None and popen.returncode == REFUSED_EXIT, agent_logs(tmp_path)
             listener.wait_for(lambda: listener.reached([0, 1], ROUNDS - 1), 180, f"round {ROUNDS - 1}")
             wait_exited(fleet, 60)
+            with urllib.request.urlopen(f"{dashboard.url.rstrip('/')}/api/incidents", timeout=10) as answer:
+                incidents = json.loads(answer.read())
         finally:
             forced = fleet.stop_all(grace=10)
             listener.close()
+            dashboard.stop()
         assert forced == [], agent_logs(tmp_path)
 
     log = (tmp_path / f"agent-{FOREIGN}.log").read_text()
@@ -107,5 +117,9 @@ def test_an_agent_with_another_model_is_refused_and_the_fleet_trains_without_it(
     for node in (0, 1):
         losses = [t.loss for t in listener.telemetry[node] if t.loss is not None]
         assert losses[-1] < losses[0], (node, losses)
+    # The dashboard's incident, closed when the refused node went offline.
+    mismatch = [i for i in incidents if i["kind"] == "model"]
+    assert [i["title"] for i in mismatch] == [f"model mismatch: node {FOREIGN}"], incidents
+    assert mismatch[0]["targets"] == [FOREIGN] and not mismatch[0]["active"]
     # Every agent announced its shard's labels: ten digits of MNIST.
     assert len(listener.status[1].labels) == 10 and sum(listener.status[1].labels) > 1000
