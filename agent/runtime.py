@@ -309,7 +309,11 @@ class AgentRuntime:
 def run_agent(config: AgentConfig) -> int:
     """Build everything from the configuration and run until done or signalled."""
     from agent.model.backend import make_backend
-    from agent.model.data import BatchStream, DataError, load_mnist_shard
+    from agent.model.contract import ModelError
+    from agent.model.data import BatchStream, DataError
+    from agent.model.datasets import DataRequest, load_agent_data
+    from agent.model.loader import load_model
+    from agent.model.partition import label_histogram
     from agent.transport.faults import FaultyTransport
     from agent.transport.mqtt import MqttTransport
 
@@ -322,15 +326,20 @@ def run_agent(config: AgentConfig) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        part = load_mnist_shard(config.id % config.fleet_size, config.fleet_size,
-                                str(config.data) if config.data else None,
-                                non_iid=config.non_iid, seed=config.seed,
-                                test_limit=config.eval_samples, raw_pixels=True)
-    except DataError as exc:
+        model = load_model(config.model)
+        part = load_agent_data(
+            DataRequest(config.data, config.dataset, config.label_column, config.holdout,
+                        config.partition, config.non_iid, config.seed, config.eval_samples),
+            config.id % config.fleet_size, config.fleet_size, model)
+        # Same seed on every agent: the fleet starts from identical weights.
+        backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer,
+                               config.lr, model=model, seed=config.seed)
+    except (DataError, ModelError) as exc:
         log.error("%s", exc)
         return 2
-    # Same seed on every agent: the fleet starts from identical weights.
-    backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer, config.lr)
+    log.info("model %s (%d parameters), data %s: %d training samples, labels %s, %d test samples",
+             model.name, model.param_count, part.source, len(part.y_train),
+             label_histogram(part.y_train, model.num_classes), len(part.y_test))
     batches = BatchStream(part.x_train, part.y_train, config.batch,
                           np.random.default_rng([config.seed, config.id]))
     try:
@@ -355,3 +364,6 @@ def run_agent(config: AgentConfig) -> int:
     except TransportError as exc:
         log.error("%s", exc)
         return 3
+    except ModelError as exc:  # the model's loss or gradient went NaN/inf: never averaged in
+        log.error("%s", exc)
+        return 2

@@ -1,6 +1,7 @@
 """How a fleet splits one dataset among its agents: pure functions, deterministic in the seed.
 
 - ``iid``: a seeded permutation cut into near-equal parts.
+- ``all``: no split; every agent trains on all of its data (devices holding their own files).
 - ``shards:K``: the samples sorted by label, cut into ``K x agents`` equal shards; each agent
   gets ``K`` of them at random (McMahan et al. 2017, "Communication-Efficient Learning of Deep
   Networks from Decentralized Data"): with K = 2 an agent sees about two classes.
@@ -21,13 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 Indices = npt.NDArray[np.intp]
-PARTITIONS = ("iid", "shards:K", "dirichlet:ALPHA")
+PARTITIONS = ("iid", "shards:K", "dirichlet:ALPHA", "all")
 # Redraws before a Dirichlet split that leaves an agent without samples is given up.
 DIRICHLET_TRIES = 1000
 
 
 class PartitionKind(enum.StrEnum):
     IID = "iid"
+    ALL = "all"
     SHARDS = "shards"
     DIRICHLET = "dirichlet"
 
@@ -43,14 +45,15 @@ class Partition:
             return f"shards:{self.shards}"
         if self.kind is PartitionKind.DIRICHLET:
             return f"dirichlet:{self.alpha:g}"
-        return "iid"
+        return str(self.kind)
 
 
 def parse_partition(spec: str) -> Partition:
-    """``iid``, ``shards:K`` (K >= 1) or ``dirichlet:ALPHA`` (ALPHA > 0); ValueError else."""
+    """``iid``, ``all``, ``shards:K`` (K >= 1) or ``dirichlet:ALPHA`` (ALPHA > 0); ValueError
+    else."""
     kind, _, value = spec.strip().partition(":")
-    if kind == PartitionKind.IID and not value:
-        return Partition(PartitionKind.IID)
+    if kind in (PartitionKind.IID, PartitionKind.ALL) and not value:
+        return Partition(PartitionKind(kind))
     try:
         if kind == PartitionKind.SHARDS:
             shards = int(value)
@@ -62,17 +65,21 @@ def parse_partition(spec: str) -> Partition:
                 return Partition(PartitionKind.DIRICHLET, alpha=alpha)
     except ValueError:
         pass
-    raise ValueError(f"unknown partition {spec!r}; use iid, shards:K (K >= 1) or dirichlet:ALPHA (ALPHA > 0)")
+    raise ValueError(f"unknown partition {spec!r}; use iid, shards:K (K >= 1), dirichlet:ALPHA (ALPHA > 0) "
+                     "or all")
 
 
 def split(labels: npt.NDArray[np.integer[Any]], count: int, spec: str | Partition, seed: int) -> list[Indices]:
-    """The sample indices of every agent 0..count-1: each sample in exactly one part."""
+    """The sample indices of every agent 0..count-1: each sample in exactly one part (``all``:
+    every sample in every part)."""
     if count < 1:
         raise ValueError(f"need at least one agent, got {count}")
     partition = parse_partition(spec) if isinstance(spec, str) else spec
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(labels))
+    if partition.kind is PartitionKind.ALL:
+        return [np.arange(len(labels)) for _ in range(count)]
     if partition.kind is PartitionKind.IID:
         return list(np.array_split(order, count))
     if partition.kind is PartitionKind.SHARDS:
@@ -81,10 +88,10 @@ def split(labels: npt.NDArray[np.integer[Any]], count: int, spec: str | Partitio
 
 
 def part(labels: npt.NDArray[np.integer[Any]], index: int, count: int, spec: str | Partition, seed: int) -> Indices:
-    """Agent ``index``'s sample indices (sorted) out of ``count``."""
+    """Agent ``index``'s sample indices out of ``count``."""
     if not 0 <= index < count:
         raise ValueError(f"agent index must be in [0, {count}), got {index} of {count}")
-    return np.sort(split(labels, count, spec, seed)[index])
+    return split(labels, count, spec, seed)[index]
 
 
 def _shards(labels: npt.NDArray[Any], order: Indices, count: int, per_agent: int,
