@@ -628,11 +628,16 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_HALTED if summary.get("halted") or summary.get("error") else EXIT_OK
 
 
+def _refused_text(refused: list[int]) -> str:
+    return f", refused (another model): nodes {', '.join(map(str, refused))}" if refused else ""
+
+
 def _human_summary(s: dict[str, Any]) -> str:
     acc = s.get("final_test_accuracy")
     return (f"simulate: {s['rounds']} rounds, final test accuracy "
             f"{'n/a' if acc is None else f'{acc:.4f}'}, faults {s['faults_injected']} injected / "
             f"{s['faults_detected']} detected, degraded rounds {s['degraded_rounds']}, "
-            f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s\n"
+            f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s"
+            f"{_refused_text(s.get('refused_members') or [])}\n"
             f"simulate: report in {s['run_dir']}/report.md\n"
             f"simulate: open the run in the dashboard: edgegrove dashboard --replay {s['run_dir']}")
