@@ -596,6 +596,7 @@ def run(args: argparse.Namespace) -> int:
             scenario = scenario.model_copy(update={"agent": merged})
         model = model_choice.choose(args, scenario.agent)
         check_model_options(scenario, model)
+        model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
         check_broker_choice(args.broker)
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())

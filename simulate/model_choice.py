@@ -107,6 +107,28 @@ def choose(args: argparse.Namespace, scenario: dict[str, Any] | None = None) -> 
                        _partition(args.partition or own.get("partition") or "iid"))
 
 
+def check_models(choice: ModelChoice, seed: int = 0) -> None:
+    """Load the model(s) as the agents will (a factory that raises, a .tflite without its
+    signatures: one line here instead of every agent failing), and in a mixed fleet make sure
+    the numpy agents' factory is the .tflite's model: same fingerprint, or the fleet would
+    refuse half of its agents."""
+    from agent.model.contract import ModelError, fingerprint
+    from agent.model.loader import load_model
+
+    prints = {}
+    for flag, spec in (("--model", choice.model), ("--numpy-model", choice.numpy_model)):
+        if spec is None:
+            continue
+        try:
+            prints[flag] = fingerprint(load_model(spec), seed)
+        except ModelError as exc:
+            raise UsageError(f"{flag} {spec}: {exc}") from None
+    if len(set(prints.values())) > 1:
+        raise UsageError(f"--numpy-model {choice.numpy_model} is not the model of --model {choice.model} "
+                         f"(fingerprints {prints['--numpy-model']} and {prints['--model']}): the fleet "
+                         "would refuse the numpy agents; give the Python twin of the .tflite")
+
+
 def _check_backend(model: str, backend: str, numpy_model: str | None) -> None:
     tflite = model.endswith(".tflite")
     if numpy_model is not None and not (backend == "mixed" and tflite):

@@ -60,6 +60,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "simulate-model-missing": (["simulate", "--model", "{missing}.py:factory"], "does not exist"),
     "simulate-litert-with-py-model": (["simulate", "--backend", "litert", "--model", "{py}:factory"],
                                       "runs the thesis MLP or a .tflite"),
+    "simulate-factory-raises": (["simulate", "--model", "{raises}:factory"], "raised RuntimeError: broken"),
     "simulate-backend-unknown": (["simulate", "--backend", "torch"], "use numpy, litert, mixed"),
     "simulate-numpy-model-alone": (["simulate", "--numpy-model", "{py}:factory"], "--backend mixed"),
     "simulate-partition-with-non-iid": (["simulate", "--partition", "shards:2", "--agent-option",
@@ -131,7 +132,8 @@ def nothing_may_start(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _fill(argv: list[str], tmp: Path) -> list[str]:
     files = {"tmp": tmp, "file": tmp / "a-file", "toml": tmp / "bad.toml", "json": tmp / "bad.json",
-             "missing": tmp / "missing.json", "py": tmp / "model.py"}
+             "missing": tmp / "missing.json", "py": tmp / "model.py", "raises": tmp / "raises.py"}
+    (tmp / "raises.py").write_text("def factory():\n    raise RuntimeError('broken')\n")
     (tmp / "a-file").write_text("a regular file\n")
     (tmp / "model.py").write_text("def factory(): ...\n")
     (tmp / "bad.toml").write_text("x = = 1\n")

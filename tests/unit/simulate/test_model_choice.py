@@ -86,3 +86,27 @@ def test_a_bad_flag_is_one_line(argv: list[str], says: str, files: dict[str, Pat
     with pytest.raises(UsageError) as caught:
         choose(_args(*filled))
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_model_that_cannot_load_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    from simulate.model_choice import check_models
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def factory():\n    raise ValueError('no weights here')\n")
+    with pytest.raises(UsageError) as caught:
+        check_models(choose(_args("--model", f"{broken}:factory")))
+    assert "raised ValueError: no weights here" in str(caught.value) and "\n" not in str(caught.value)
+    check_models(choose(_args()))  # the thesis MLP loads
+
+
+def test_a_mixed_fleets_numpy_twin_must_be_the_tflites_model() -> None:
+    from simulate.model_choice import check_models
+
+    root = Path(__file__).resolve().parents[3]
+    tflite, twin = root / "examples/mnist_cnn/mnist_cnn.tflite", root / "examples/mnist_cnn/model.py"
+    digits = root / "examples/digits/model.py"
+    check_models(choose(_args("--backend", "mixed", "--model", str(tflite), "--numpy-model", f"{twin}:factory")))
+    with pytest.raises(UsageError) as caught:
+        check_models(choose(_args("--backend", "mixed", "--model", str(tflite),
+                                  "--numpy-model", f"{digits}:factory")))
+    assert "would refuse the numpy agents" in str(caught.value)
