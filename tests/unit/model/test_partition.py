@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.model.partition import Partition, PartitionKind, label_histogram, parse_partition, part, split
+from agent.model.partition import (
+    Partition,
+    PartitionKind,
+    label_histogram,
+    parse_partition,
+    part,
+    split,
+)
 
 
 def labels_of(n: int, classes: int, seed: int) -> np.ndarray:
