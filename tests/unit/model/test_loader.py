@@ -123,3 +123,10 @@ def test_check_model_accepts_the_example_and_returns_it() -> None:
     model = DigitsMLP()
     assert check_model(model, "x") is model
     assert np.array_equal(model.initial_params(5), model.initial_params(5))
+
+
+def test_a_model_file_imports_its_siblings(tmp_path: Path) -> None:
+    (tmp_path / "sibling_layers_xyz.py").write_text("HIDDEN = 15\n")
+    path = tmp_path / "uses_sibling.py"
+    path.write_text(GOOD.replace("param_count = 15", "from sibling_layers_xyz import HIDDEN as param_count"))
+    assert load_model(f"{path}:factory").param_count == 15
