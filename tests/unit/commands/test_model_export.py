@@ -37,3 +37,19 @@ def test_output_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--output" in err
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("model.h5", "source 'model.h5': give a .keras file or path/to/file.py:function"),
+    ("build.py", "source 'build.py': give a .keras file or path/to/file.py:function"),
+    ("build.py:not-a-name", "source 'build.py:not-a-name': give a .keras file or path/to/file.py:function"),
+    ("no/such/file.py:build", "no/such/file.py: no such file"),
+    ("no/such/model.keras", "no/such/model.keras: no such file"),
+])
+def test_a_bad_source_is_refused_before_tensorflow_is_imported(
+    source: str, said: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # the source's problem is said first
+    assert main(["model", "export", source, "-o", str(tmp_path / "m.tflite")]) == 2
+    assert capsys.readouterr().err == f"model export: {said}\n"

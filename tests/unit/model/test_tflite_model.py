@@ -122,3 +122,23 @@ def test_the_thesis_mlp_file_is_not_a_user_model(tmp_path: Path) -> None:
     path.write_bytes(build_model(mlp.init_params(np.random.default_rng(0)), OptimizerSpec("sgd", 0.01)))
     with pytest.raises(ModelError, match="has no initial_weights, metadata signatures"):
         TfliteModel(path)
+
+
+def test_loading_and_running_the_file_imports_no_tensorflow() -> None:
+    """The device install has ai-edge-litert, never TensorFlow or Keras."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np\n"
+        "from agent.model.loader import load_model\n"
+        f"m = load_model({str(TFLITE)!r})\n"
+        "m.loss_and_grad(m.initial_params(0), np.zeros((2, 784), np.float32), np.array([1, 2]))\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tensorflow', 'keras')))\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
