@@ -29,11 +29,11 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation, fault cost)"),
     "train-local": Command("agent.commands.train_local", "train the model on this machine alone (the baseline)"),
     "agent": Command("agent.commands.agent", "run one edge agent against an MQTT broker"),
-    "model": Command("agent.commands.model", "a user's model: check it, or export a Keras model to .tflite"),
     "broker": Command("simulate.broker_cli", "run a broker: mosquitto from broker-config/, or the embedded one"),
     "dashboard": Command("dashboard.cli", "serve the live fleet dashboard"),
     "simulate": Command("simulate.cli", "run a whole fleet with faults, the dashboard and a report"),
     "bench": Command("simulate.bench.cli", "benchmarks that print figures (model, agent, allreduce, ...)"),
+    "model": Command("agent.commands.model", "check your own model (and export a Keras one to .tflite)"),
 }
 
 

@@ -1,5 +1,4 @@
-"""`edgegrove model`: a user's model for the fleet (docs/MODELS.md): check it against the
-contract, or export a Keras model to the .tflite LiteRT agents train."""
+"""`edgegrove model`: check a model against the contract, or export a Keras model to .tflite."""
 
 from __future__ import annotations
 
@@ -13,6 +12,6 @@ SUBCOMMANDS: dict[str, Command] = {
     ),
     "export": Command(
         "agent.commands.model_export",
-        "a Keras model (.keras or file.py:function) as the .tflite LiteRT agents train (needs TensorFlow)",
+        "turn a Keras model into the .tflite a device trains (needs TensorFlow; a workstation only)",
     ),
 }
