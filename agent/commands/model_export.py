@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output.suffix != ".tflite":
         print(f"model export: -o must name a .tflite file, got {args.output}", file=sys.stderr)
         return 2
+    problem = _source_problem(args.source)
+    if problem is not None:
+        print(f"model export: {problem}", file=sys.stderr)
+        return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorflow  # noqa: F401 - only to say what is missing before anything starts
@@ -70,20 +74,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _source_problem(source: str) -> str | None:
+    """What is wrong with ``source`` as written (before TensorFlow is imported), or None."""
+    if source.endswith(".keras"):
+        return None if Path(source).is_file() else f"{source}: no such file"
+    path_text, colon, function = source.rpartition(":")
+    if not colon or not path_text.endswith(".py") or not function.isidentifier():
+        return f"source {source!r}: give a .keras file or path/to/file.py:function"
+    return None if Path(path_text).is_file() else f"{path_text}: no such file"
+
+
 def load_keras(source: str) -> Any:
     """The Keras model ``source`` names (a .keras file or file.py:function)."""
     import keras
 
+    problem = _source_problem(source)
+    if problem is not None:
+        raise ExportError(problem)
     if source.endswith(".keras"):
-        if not Path(source).is_file():
-            raise ExportError(f"{source}: no such file")
         try:
             return _checked(keras.models.load_model(source, compile=False), source)
+        except ExportError:
+            raise
         except Exception as exc:
             raise ExportError(f"{source} cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    path_text, colon, function = source.rpartition(":")
-    if not colon or not path_text.endswith(".py") or not function.isidentifier():
-        raise ExportError(f"source {source!r}: give a .keras file or path/to/file.py:function")
+    path_text, _, function = source.rpartition(":")
     module = _import_file(Path(path_text))
     build = getattr(module, function, None)
     if not callable(build):
@@ -96,8 +111,6 @@ def load_keras(source: str) -> Any:
 
 
 def _import_file(path: Path) -> ModuleType:
-    if not path.is_file():
-        raise ExportError(f"{path}: no such file")
     spec = importlib.util.spec_from_file_location(f"edgegrove_export_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ExportError(f"{path} cannot be imported as Python")
@@ -211,8 +224,11 @@ def export(model: Any, name: str | None = None) -> bytes:
 
     module = _module(model, name)
     with builtin_gradients(), tempfile.TemporaryDirectory() as tmp:
-        signatures = {key: getattr(module, key).get_concrete_function() for key in SIGNATURES}
-        tf.saved_model.save(module, tmp, signatures=signatures)
+        try:
+            signatures = {key: getattr(module, key).get_concrete_function() for key in SIGNATURES}
+            tf.saved_model.save(module, tmp, signatures=signatures)
+        except Exception as exc:  # the user's layers, traced
+            raise ExportError(f"tracing the model failed: {type(exc).__name__}: {exc}") from exc
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp, signature_keys=list(SIGNATURES))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         try:

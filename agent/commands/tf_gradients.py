@@ -4,15 +4,16 @@ TensorFlow's own gradients of a convolution, a ReLU and a max-pool are the ops
 Conv2DBackpropFilter, ReluGrad and MaxPoolGrad, which have no LiteRT builtin kernel (only the
 TF-Select "Flex" delegate runs them, and the ai-edge-litert wheel a device installs has none).
 While a model is traced for export, ``builtin_gradients()`` swaps in gradient functions made of
-ops that do lower to builtins: strided slices, concatenation, one matrix product for a kernel's
-gradient (im2col), TRANSPOSE_CONV for a convolution's input gradient, and element-wise masks,
-pads and reshapes for ReLU and max-pool. Imported only by the export command (it needs
+ops that do lower to builtins: a kernel's gradient as one matrix product per kernel offset
+(strided slices of the input), a convolution's input gradient as TRANSPOSE_CONV (dilated
+kernels: scattered matrix products), and element-wise masks, pads and reshapes for ReLU and
+max-pool. Imported only by the export command (it needs
 TensorFlow).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -77,34 +78,49 @@ def _scatter(c: Any, i: int, j: int, strides: tuple[int, int], size: tuple[int, 
     return tf.pad(c, [[0, 0], [i, h - i - rows], [j, w - j - cols], [0, 0]])
 
 
+def _running_sum(parts: Iterable[Any]) -> Any:
+    """Added one by one (ADD_N would keep every part alive at once)."""
+    iterator = iter(parts)
+    total = next(iterator)
+    for part in iterator:
+        total = total + part
+    return total
+
+
 def _conv2d_grad(op: Any, grad: Any) -> tuple[Any, Any]:
     _nhwc(op)
     x, kernel = op.inputs[0], op.inputs[1]
     kh, kw, cin, cout = (int(d) for d in kernel.shape)
     strides, dilations = _hw(op.get_attr("strides")), _hw(op.get_attr("dilations"))
-    size = _hw(x.shape)
-    out_hw = _hw(grad.shape)
+    size, out_hw = _hw(x.shape), _hw(grad.shape)
     pads = _padding(op, size, (kh, kw), strides, dilations)
     padded = tf.pad(x, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]])
-    offsets = [(i * dilations[0], j * dilations[1]) for i in range(kh) for j in range(kw)]
-    cols = tf.concat([_window(padded, i, j, out_hw, strides) for i, j in offsets], axis=3)
-    dy = tf.reshape(grad, [-1, cout])
-    dkernel = tf.reshape(
-        tf.matmul(tf.reshape(cols, [-1, kh * kw * cin]), dy, transpose_a=True), kernel.shape)
-    # dx: each offset's share dy @ kernel[i, j]^T, scattered back where that offset read.
-    dcols = tf.matmul(dy, tf.reshape(kernel, [kh * kw * cin, cout]), transpose_b=True)
-    dcols = tf.reshape(dcols, [-1, *out_hw, kh * kw * cin])
     padded_size = (size[0] + sum(pads[0]), size[1] + sum(pads[1]))
-    dpadded = tf.add_n([
-        _scatter(dcols[:, :, :, n * cin:(n + 1) * cin], i, j, strides, padded_size)
-        for n, (i, j) in enumerate(offsets)
-    ])
+    offsets = [(i * dilations[0], j * dilations[1]) for i in range(kh) for j in range(kw)]
+    dy = tf.reshape(grad, [-1, cout])
+    # The kernel's gradient, one offset at a time (an im2col of the whole batch would hold
+    # kh*kw copies of the input at once).
+    dkernel = tf.reshape(tf.stack([
+        tf.matmul(tf.reshape(_window(padded, i, j, out_hw, strides), [-1, cin]), dy,
+                  transpose_a=True)
+        for i, j in offsets]), kernel.shape)
+    if dilations == (1, 1):  # TRANSPOSE_CONV
+        dpadded = tf.raw_ops.Conv2DBackpropInput(
+            input_sizes=tf.stack([tf.shape(x)[0], *padded_size, cin]), filter=kernel,
+            out_backprop=grad, strides=[1, *strides, 1], padding="VALID")
+    else:  # each offset's share dy @ kernel[i, j]^T, scattered back where that offset read
+        parts = tf.reshape(kernel, [kh * kw, cin, cout])
+        dpadded = _running_sum(
+            _scatter(tf.reshape(tf.matmul(dy, parts[n], transpose_b=True), [-1, *out_hw, cin]),
+                     i, j, strides, padded_size)
+            for n, (i, j) in enumerate(offsets))
     dx = dpadded[:, pads[0][0]:pads[0][0] + size[0], pads[1][0]:pads[1][0] + size[1], :]
     return dx, dkernel
 
 
 def _relu_grad(op: Any, grad: Any) -> Any:
-    return grad * tf.cast(op.outputs[0] > 0, grad.dtype)
+    # SELECT_V2 against a scalar zero: no float copy of the mask.
+    return tf.where(op.outputs[0] > 0, grad, tf.zeros([], grad.dtype))
 
 
 def _max_pool_grad(op: Any, grad: Any) -> Any:
@@ -114,16 +130,34 @@ def _max_pool_grad(op: Any, grad: Any) -> Any:
     window, strides = _hw(op.get_attr("ksize")), _hw(op.get_attr("strides"))
     size, out_hw = _hw(x.shape), _hw(y.shape)
     pads = _padding(op, size, window, strides, (1, 1))
+    if window == strides and pads == [(0, 0), (0, 0)]:
+        return _tiled_max_pool_grad(x, y, grad, window)
     padded = tf.pad(x, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]],
                     constant_values=float("-inf"))
     padded_size = (size[0] + sum(pads[0]), size[1] + sum(pads[1]))
-    parts = []
-    for i in range(window[0]):
-        for j in range(window[1]):
-            hit = tf.cast(tf.equal(_window(padded, i, j, out_hw, strides), y), grad.dtype)
-            parts.append(_scatter(grad * hit, i, j, strides, padded_size))
-    dpadded = tf.add_n(parts)
+    zero = tf.zeros([], grad.dtype)
+    dpadded = _running_sum(
+        _scatter(tf.where(tf.equal(_window(padded, i, j, out_hw, strides), y), grad, zero),
+                 i, j, strides, padded_size)
+        for i in range(window[0]) for j in range(window[1]))
     return dpadded[:, pads[0][0]:pads[0][0] + size[0], pads[1][0]:pads[1][0] + size[1], :]
+
+
+def _tiled_max_pool_grad(x: Any, y: Any, grad: Any, window: tuple[int, int]) -> Any:
+    """Non-overlapping windows (stride = size, no padding): one mask over the input seen as
+    [B*Ho, kh, Wo, kw*C], the output broadcast over it (no per-offset copies)."""
+    (kh, kw), (ho, wo), ch = window, _hw(y.shape), int(x.shape[3])
+    h, w = _hw(x.shape)
+    whole = (h, w) == (ho * kh, wo * kw)  # no odd last row or column to drop
+    cropped = tf.reshape(x if whole else x[:, :ho * kh, :wo * kw, :], [-1, kh, wo, kw * ch])
+
+    def spread(t: Any) -> Any:  # [B, Ho, Wo, C] -> [B*Ho, 1, Wo, kw*C]
+        t = tf.reshape(t, [-1, 1, wo, ch])
+        return tf.concat([t] * kw, axis=3) if kw > 1 else t
+
+    hit = tf.equal(cropped, spread(y))
+    dx = tf.reshape(tf.where(hit, spread(grad), tf.zeros([], grad.dtype)), [-1, ho * kh, wo * kw, ch])
+    return dx if whole else tf.pad(dx, [[0, 0], [0, h - ho * kh], [0, w - wo * kw], [0, 0]])
 
 
 BUILTIN_GRADIENTS: dict[str, GradientFn] = {

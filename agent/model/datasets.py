@@ -77,6 +77,8 @@ def load_agent_data(request: DataRequest, index: int, count: int, model: Model) 
     """Agent ``index`` of ``count``'s training part and the test set, shaped for ``model``;
     DataError (one line) when the data cannot be used."""
     if _is_mnist(request):
+        if model.num_classes < 10:
+            raise DataError(f"MNIST has labels 0..9 but model {model.name} has {model.num_classes} classes")
         part = load_mnist_shard(index, count, str(request.path) if request.path else None,
                                 non_iid=request.non_iid, seed=request.seed,
                                 test_limit=request.test_limit, raw_pixels=True,
@@ -87,7 +89,8 @@ def load_agent_data(request: DataRequest, index: int, count: int, model: Model) 
     else:
         assert request.path is not None
         whole = load_user_data(request.path, model.input_shape, request.label_column)
-    whole = with_holdout(whole, request.holdout, request.seed)
+    # Checked whole, before the split: every agent of the fleet refuses the same data.
+    whole = with_holdout(fit_to_model(whole, model), request.holdout, request.seed)
     if request.non_iid:
         picked = shard_indices(whole.y_train, index, count, True, request.seed)
     else:
@@ -98,7 +101,9 @@ def load_agent_data(request: DataRequest, index: int, count: int, model: Model) 
     part = Dataset(whole.x_train[picked], whole.y_train[picked], whole.x_test[: request.test_limit],
                    whole.y_test[: request.test_limit],
                    source=f"{whole.source} part {index}/{count} {request.partition}")
-    return fit_to_model(part, model)
+    if len(part.y_train) == 0:
+        raise DataError(f"{part.source}: no training samples for this agent")
+    return part
 
 
 def _is_mnist(request: DataRequest) -> bool:
@@ -132,10 +137,10 @@ def with_holdout(dataset: Dataset, fraction: float, seed: int) -> Dataset:
     if len(dataset.y_test) or fraction <= 0:
         return dataset
     order = np.random.default_rng([seed, 0x401D]).permutation(len(dataset.y_train))
-    held = round(len(order) * fraction)
-    if held == 0 or held == len(order):
-        raise DataError(f"{dataset.source}: holdout {fraction:g} of {len(order)} samples leaves "
-                        f"{'no test' if held == 0 else 'no training'} samples")
+    if len(order) < 2:
+        raise DataError(f"{dataset.source}: {len(order)} sample cannot be split into training and "
+                        "held-out samples")
+    held = min(max(1, round(len(order) * fraction)), len(order) - 1)
     test, train = np.sort(order[:held]), np.sort(order[held:])
     return replace(dataset, x_train=dataset.x_train[train], y_train=dataset.y_train[train],
                    x_test=dataset.x_train[test], y_test=dataset.y_train[test],

@@ -64,6 +64,8 @@ def _load_tflite(spec: str) -> Model:
     try:
         from agent.model.tflite_model import TfliteModel
     except ImportError as exc:
+        if exc.name == "agent.model.tflite_model":
+            raise ModelError(f"model {spec}: this edgegrove has no .tflite model support") from exc
         raise ModelError(f"model {spec} is a .tflite file, which needs ai-edge-litert "
                          f"(pip install 'edgegrove[litert]'): {_said(exc)}") from exc
     try:
@@ -79,6 +81,11 @@ def _import_file(path_text: str) -> ModuleType:
     if not path.is_file():
         raise ModelError(f"model file {path} does not exist")
     # A name of its own per file: two models from different files never share a module.
+    # Its own folder importable, as `python path/to/file.py` would have it: a model split over
+    # files next to each other imports its siblings.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     name = "edgegrove_user_model_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
