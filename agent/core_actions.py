@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agent.core_report import RoundReport
+from agent.protocol.membership import Refusal
 from agent.protocol.messages import Control, Status, Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, encode
@@ -175,4 +176,4 @@ class Displaced:
 
 
 CoreAction = (Publish | ComputeGradient | ApplyUpdate | LoadState | SendState | SaveCheckpoint
-              | ApplyControl | ReportRound | Displaced)
+              | ApplyControl | ReportRound | Displaced | Refusal)

@@ -11,10 +11,10 @@ from typing import TypedDict, Unpack
 from agent.config import AgentConfig
 from agent.core import CoreConfig
 from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.membership import ModelIdentity
 from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
 
 STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
-
 
 
 class CoreOverrides(TypedDict, total=False):
@@ -35,11 +35,14 @@ class CoreOverrides(TypedDict, total=False):
     state_chunk_values: int
     adapt_chunks: bool
     adapt_broadcast: bool
+    model: ModelIdentity
+    labels: tuple[int, ...]
 
 
-def allreduce_config(config: AgentConfig) -> AllreduceConfig:
+def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceConfig:
+    # The model's fingerprint is part of the frames' job: another model's frames are foreign.
     return AllreduceConfig(
-        job=job_hash(config.job), algorithm=config.algorithm, chunk_size=config.chunk_size,
+        job=job_hash(config.job, fingerprint), algorithm=config.algorithm, chunk_size=config.chunk_size,
         # auto: each frame's format from its link, float32 at the widest
         wire_dtype=WIRE_DTYPES.get(config.wire_dtype, DType.F32), wire_auto=config.wire_dtype == "auto",
         wire_budget=config.wire_budget, timeout_mode=config.timeout_mode,
@@ -65,10 +68,13 @@ def build_core_config(node: int, allreduce: AllreduceConfig, *, job: str, arity:
     return replace(config, **overrides)
 
 
-def core_config(config: AgentConfig, state_size: int) -> CoreConfig:
+def core_config(config: AgentConfig, state_size: int, model: ModelIdentity | None = None,
+                labels: tuple[int, ...] = ()) -> CoreConfig:
+    model = model or ModelIdentity()
     return build_core_config(
-        config.id, allreduce_config(config), job=config.job, arity=config.arity, rounds=config.rounds,
-        state_size=state_size, expected_members=config.expected_members, join_grace=config.join_grace,
+        config.id, allreduce_config(config, model.fingerprint), job=config.job, arity=config.arity,
+        rounds=config.rounds, state_size=state_size, model=model, labels=labels,
+        expected_members=config.expected_members, join_grace=config.join_grace,
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,
         adapt_broadcast=config.adapt_broadcast,

@@ -36,6 +36,7 @@ class Trigger(enum.Enum):
     LINGER_OVER = "linger_over"
     JOIN_GAVE_UP = "join_gave_up"  # taken back after the last round, nobody answered
     DISPLACED = "displaced"  # a newer life of this node runs
+    REFUSED = "refused"  # the fleet runs another model: we take no part, ever
 
 
 class PhaseError(RuntimeError):
@@ -61,6 +62,7 @@ TRANSITIONS: dict[tuple[Phase, Trigger], Phase] = {
     (P.FINAL_SYNC, T.FINAL_SYNC_ENDED): P.WAITING,
     (P.LINGERING, T.LINGER_OVER): P.DONE,
     **{(phase, T.DISPLACED): P.DONE for phase in Phase if phase is not P.DONE},
+    **{(phase, T.REFUSED): P.DONE for phase in Phase if phase is not P.DONE},
 }
 del P, T
 

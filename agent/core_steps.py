@@ -77,8 +77,10 @@ class RoundSteps:
         return self.config.rounds > 0 and self.round >= self.config.rounds
 
     def status(self, state: NodeState) -> Status:
+        model = self.config.model
         return Status(node=self.node, state=state, round=self.round, pid=self.pid,
-                      incarnation=self.incarnation)
+                      incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
+                      params=model.params, labels=list(self.config.labels))
 
     # -- what next --------------------------------------------------------------------------
 
@@ -112,6 +114,9 @@ class RoundSteps:
 
     def _advance(self, now: float) -> list[CoreAction]:
         """Move through the phases as far as the facts allow (each step is one decision)."""
+        if self.membership.refused is not None and self.phase != Phase.DONE:
+            self._go(Trigger.REFUSED)
+            return [self.membership.refused]
         out: list[CoreAction] = []
         for _ in range(8):  # every step changes the phase or returns; bounded to be safe
             before = self.phase

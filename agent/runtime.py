@@ -55,6 +55,7 @@ from agent.core_events import (
     Tick,
 )
 from agent.model.data import to_float_pixels
+from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
@@ -73,6 +74,7 @@ CATCH_UP_AFTER_S = 0.05
 CATCH_UP_QUIET_S = 0.005
 CATCH_UP_MAX_S = 0.5
 DISPLACED_EXIT = 4  # another agent took over this node id (exit codes: 2 usage, 3 broker)
+REFUSED_EXIT = 5  # the fleet of this job runs another model
 EVAL_CHUNK = 1000
 
 # Decorates the agent's transport, given its configuration (e.g. a fault injector).
@@ -105,6 +107,8 @@ class AgentRuntime:
         clock: Clock | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         on_round: Callable[[RoundReport], None] | None = None,
+        model: ModelIdentity | None = None,
+        labels: tuple[int, ...] = (),
     ) -> None:
         self.config = config
         self.backend = backend
@@ -117,9 +121,10 @@ class AgentRuntime:
         self.topics = Topics(config.job)
         self.incarnation = new_incarnation()
         self.displaced: Displaced | None = None
+        self.refused: Refusal | None = None
         resumed = self._resume()
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(backend.state().size)), self.incarnation,
+        self.core = AgentCore(core_config(config, int(backend.state().size), model, labels), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
@@ -140,6 +145,8 @@ class AgentRuntime:
                 self._pump(wait)
         finally:
             self._shutdown()
+        if self.refused is not None:
+            return REFUSED_EXIT
         return DISPLACED_EXIT if self.displaced is not None else 0
 
     def _connect(self) -> None:
@@ -241,6 +248,9 @@ class AgentRuntime:
             self.displaced = action
             log.error("another agent (pid %s, started later) runs as node %d with these credentials: "
                       "stopping this one; run one agent per node id", action.pid or "?", self.core.node)
+        elif isinstance(action, Refusal):
+            self.refused = action
+            log.error("%s", action.line())
 
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
@@ -330,7 +340,11 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
     ``wrap_transport`` decorates the MQTT transport before the runtime gets it (a fault
     injector, say); without it the runtime talks to MQTT directly."""
     from agent.model.backend import make_backend
-    from agent.model.data import BatchStream, DataError, load_mnist_shard
+    from agent.model.contract import ModelError, fingerprint
+    from agent.model.data import BatchStream, DataError
+    from agent.model.datasets import DataRequest, load_agent_data
+    from agent.model.loader import load_model
+    from agent.model.partition import label_histogram
     from agent.transport.mqtt import MqttTransport
 
     stop = threading.Event()
@@ -342,15 +356,23 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        part = load_mnist_shard(config.id % config.fleet_size, config.fleet_size,
-                                str(config.data) if config.data else None,
-                                non_iid=config.non_iid, seed=config.seed,
-                                test_limit=config.eval_samples, raw_pixels=True)
-    except DataError as exc:
+        model = load_model(config.model)
+        part = load_agent_data(
+            DataRequest(config.data, config.dataset, config.label_column, config.holdout,
+                        config.partition, config.non_iid, config.seed, config.eval_samples),
+            config.id % config.fleet_size, config.fleet_size, model)
+        # Same seed on every agent: the fleet starts from identical weights.
+        backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer,
+                               config.lr, model=model, seed=config.seed)
+    except (DataError, ModelError) as exc:
         log.error("%s", exc)
         return 2
-    # Same seed on every agent: the fleet starts from identical weights.
-    backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer, config.lr)
+    labels = label_histogram(part.y_train, model.num_classes)
+    # The fleet admits only agents of one model: announced in our status, mixed into frames.
+    identity = ModelIdentity(fingerprint(model, config.seed), model.name, model.param_count)
+    log.info("model %s (%d parameters, fingerprint %s), data %s: %d training samples, labels %s, "
+             "%d test samples", model.name, model.param_count, identity.fingerprint, part.source,
+             len(part.y_train), labels, len(part.y_test))
     batches = BatchStream(part.x_train, part.y_train, config.batch,
                           np.random.default_rng([config.seed, config.id]))
     try:
@@ -369,8 +391,12 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
                                    "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
                                    f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
                                    r.phase_seconds["total"] * 1000,
-                                   " DEGRADED" if r.degraded else ""))
+                                   " DEGRADED" if r.degraded else ""),
+                               model=identity, labels=tuple(labels))
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)
         return 3
+    except ModelError as exc:  # the model's loss or gradient went NaN/inf: never averaged in
+        log.error("%s", exc)
+        return 2

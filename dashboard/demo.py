@@ -38,6 +38,12 @@ class NodeCredentials:
     client_id: str | None = None  # the one a dynamic-security broker binds to this user
 
 
+def demo_labels(node: int, classes: int = 10) -> list[int]:
+    """A non-IID shard for the page's label bars: most samples of two labels, a few of others."""
+    return [600 if label in (node % classes, (node + 3) % classes) else 40 * ((label + node) % 3)
+            for label in range(classes)]
+
+
 class DemoNode:
     """One fake agent: its own connection, so the broker's ACL and Last Will apply to it."""
 
@@ -63,7 +69,7 @@ class DemoNode:
     def _on_connect(self, client: mqtt.Client, *_args: object) -> None:
         topics = self.fleet.topics
         client.subscribe(topics.links_to(self.node), 0)
-        status = Status(self.node, "online", pid=os.getpid(), incarnation=1)
+        status = Status(self.node, "online", pid=os.getpid(), incarnation=1, labels=demo_labels(self.node))
         client.publish(topics.status(self.node), status.encode(), 1, retain=True)
 
     def _on_message(self, _c: mqtt.Client, _u: object, message: mqtt.MQTTMessage) -> None:

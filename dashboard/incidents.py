@@ -26,11 +26,16 @@ _DETECTS: dict[str, tuple[str, bool]] = {
     "crash": ("crash", True),
     "hung": ("hang", True),
     "link_failed": ("link", True),
+    # A node running another model than the fleet's (it is refused and stops).
+    "model_mismatch": ("model", True),
     # A rerouted link may be the backup route in use, working as designed: evidence only.
     "link_rerouted": ("link", False),
 }
 # Fleet events that show a fault is over: they close a detected incident of that kind.
-_RECOVERS: dict[str, str] = {NoteKind.REJOIN: "crash", "recovered": "hang", "link_ok": "link"}
+_RECOVERS: dict[str, str] = {NoteKind.REJOIN: "crash", "recovered": "hang", "link_ok": "link",
+                             "offline": "model"}  # the refused node left
+# Titles of detected incidents whose kind alone does not say it ("crash node 3 ...").
+_TITLES = {"model": "model mismatch: node {}"}
 # Events that count as evidence for any active incident touching the event's node or peer:
 # the agents' notes, then the dashboard's own events.
 _SYMPTOMS = frozenset({NoteKind.TIMEOUT, NoteKind.NACK, NoteKind.DEGRADED, NoteKind.REROUTE,
@@ -41,7 +46,7 @@ _SYMPTOMS = frozenset({NoteKind.TIMEOUT, NoteKind.NACK, NoteKind.DEGRADED, NoteK
 @dataclass(frozen=True)
 class Incident:
     id: int
-    kind: str  # link | crash | hang | loss | latency | bandwidth | isolate | broker-restart
+    kind: str  # link | crash | hang | loss | latency | bandwidth | isolate | broker-restart | model
     targets: tuple[int, ...]
     title: str
     source: IncidentSource
@@ -121,7 +126,8 @@ def _observe_one(incidents: tuple[Incident, ...], e: Observation, fleet_round: i
         kind, opens = _DETECTS[e.kind]
         key = _event_key(kind, e)
         if opens and _find_active(incidents, key) is None and not _explained(incidents, key):
-            title = f"{kind} {_targets_text(key[1])} (seen by the fleet)"
+            title = (_TITLES[kind].format(*key[1]) if kind in _TITLES
+                     else f"{kind} {_targets_text(key[1])} (seen by the fleet)")
             opened = Incident(_next_id(incidents), kind, key[1], title, "detected", round_no, now,
                               detected_round=round_no, evidence=(_evidence(e, round_no),))
             return (*incidents, opened)[-MAX_INCIDENTS:]

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent.protocol.messages import View
 from agent.protocol.topology import Tree
 from dashboard.incidents import Incident
 from dashboard.state import (
@@ -15,6 +16,7 @@ from dashboard.state import (
     LinkInfo,
     NodeInfo,
     RoundSummary,
+    model_mismatch,
     rejected_frames,
 )
 
@@ -30,6 +32,9 @@ class ViewModel(BaseModel):
     from_round: int
     chunk_values: int = Field(0, description="values per chunk in its rounds; 0: the agents' configured chunk_size")
     broadcast: str = Field("", description="how the result reaches the members in its rounds (fanout, tree); empty: the agents' configured broadcast")
+    fingerprint: str = Field("", description="the fleet's model (the coordinator's): 16 hex; empty: not said")
+    model: str = Field("", description="the fleet's model's name")
+    params: int = Field(0, description="the fleet's model's parameter count")
 
 
 NodeState = Literal["online", "joining", "rejoining", "suspected", "hung", "evicted", "offline", "unknown"]
@@ -59,6 +64,12 @@ class NodeModel(BaseModel):
     rejected: dict[str, int] = Field(description="frames this agent rejected, by reason")
     at_fault: bool = Field(description="the node is the likely cause of its links' trouble")
     faults: list[str] = Field(description="kinds of the active incidents that target it")
+    fingerprint: str = Field("", description="its model's fingerprint, as its status says")
+    model: str = Field("", description="its model's name")
+    params: int = Field(0, description="its model's parameter count")
+    model_mismatch: bool = Field(False, description="it runs another model than the fleet's view names (refused)")
+    labels: list[int] = Field(default_factory=list,
+                              description="training samples per label in its shard (index = label)")
 
 
 class LinkModel(BaseModel):
@@ -221,7 +232,7 @@ def node_state(info: NodeInfo, outside_view: bool) -> NodeState:
 
 
 def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
-               faults: list[str]) -> NodeModel:
+               faults: list[str], view: View | None = None) -> NodeModel:
     in_view = tree is not None and info.node in tree
     return NodeModel(
         node=info.node,
@@ -246,6 +257,11 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[
         rejected=dict(info.rejected),
         at_fault=info.node in blamed,
         faults=faults,
+        fingerprint=info.fingerprint,
+        model=info.model,
+        params=info.params,
+        model_mismatch=model_mismatch(view, info),
+        labels=list(info.labels),
     )
 
 
@@ -324,10 +340,10 @@ def fleet_model(
         view=None if view is None else ViewModel(
             epoch=view.epoch, members=list(view.members), arity=view.arity,
             coordinator=view.coordinator, from_round=view.from_round, chunk_values=view.chunk_values,
-            broadcast=view.broadcast,
+            broadcast=view.broadcast, fingerprint=view.fingerprint, model=view.model, params=view.params,
         ),
         nodes=[node_model(state.nodes[n], tree, now, blamed,
-                          [i.kind for i in active if n in i.targets]) for n in sorted(state.nodes)],
+                          [i.kind for i in active if n in i.targets], view) for n in sorted(state.nodes)],
         links=[link_model(link, blamed) for link in state.links.values()],
         counters=counters_model(state),
         fleet_round=state.fleet_round,

@@ -82,6 +82,12 @@ class NodeInfo:
     # The agent's rejected-frame counters are totals since it started: keep its latest.
     rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     links: Mapping[int, str] = field(default_factory=lambda: _frozen({}))
+    # What its status says it trains: the model's fingerprint, name, parameter count, and its
+    # shard's training samples per label.
+    fingerprint: str = ""
+    model: str = ""
+    params: int = 0
+    labels: tuple[int, ...] = ()
 
     @property
     def display(self) -> NodeDisplay:
@@ -258,9 +264,36 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
         silence="" if returning else node.silence,
         restarts=node.restarts + restarted,
     )
+    if msg.state != "offline":  # a Will says nothing about the model
+        node = replace(node, fingerprint=msg.fingerprint, model=msg.model, params=msg.params,
+                       labels=tuple(msg.labels) or node.labels)
+    drafts += _mismatch_drafts(state, state.view, (node,), at)
     state = _with_node(state, node)
     state = _count(state, "status")
     return _finish(state, drafts, now)
+
+
+def model_mismatch(view: View | None, node: NodeInfo) -> bool:
+    """A live node whose model is not the one the fleet's view names: the coordinator never
+    admits it, and it stops (refused) as it sees the view."""
+    return (view is not None and bool(view.fingerprint) and node.status in ("online", "joining")
+            and node.fingerprint != view.fingerprint)
+
+
+def _mismatch_drafts(state: FleetState, view: View | None, nodes: Iterable[NodeInfo],
+                     at: int | None) -> list[Draft]:
+    """A "model_mismatch" event for each node that now runs another model than the view's
+    and did not before (statuses are published again and again: one event per change)."""
+    drafts = []
+    for node in nodes:
+        old = state.nodes.get(node.node)
+        if model_mismatch(view, node) and not (old is not None and model_mismatch(state.view, old)):
+            assert view is not None
+            drafts.append(Draft("model_mismatch", node.node, None, at,
+                                f"model {node.model or '?'} ({node.params:,} params, fingerprint "
+                                f"{node.fingerprint or 'none'}) is not the fleet's {view.model or '?'} "
+                                f"({view.params:,} params, {view.fingerprint})"))
+    return drafts
 
 
 def _offline_kind(state: FleetState, node: int) -> str:
@@ -281,6 +314,7 @@ def apply_view(state: FleetState, msg: View, now: float) -> Result:
     old = state.view
     if old is None or (old.epoch, old.members, old.arity) != (msg.epoch, msg.members, msg.arity):
         drafts.append(Draft("view_change", msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
+    drafts += _mismatch_drafts(state, msg, tuple(state.nodes.values()), msg.from_round)
     state = replace(state, view=msg)
     for member in msg.members:
         if member not in state.nodes:

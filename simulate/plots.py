@@ -4,12 +4,13 @@
   (as the thesis's Figures 14-17, where links fail between iterations 5 and 10);
 - loss_accuracy.png: training loss and test accuracy per round, with the single-machine
   baseline (same samples per step) when there is one;
-- bytes.png: bytes sent per round by the whole fleet.
+- bytes.png: bytes sent per round by the whole fleet;
+- labels.png: each agent's training samples per label, stacked (how non-IID the split is).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,27 @@ def plot_bytes(rows: Sequence[RoundRow], faults: Sequence[FaultOutcome], path: P
     ax.set_title("Bytes per round")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_labels(histograms: Mapping[int, Sequence[int]], path: Path) -> None:
+    """One stacked bar per agent: its training samples of each label."""
+    nodes = sorted(histograms)
+    classes = max((len(h) for h in histograms.values()), default=0)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(nodes) + 3), 4.5))
+    cmap = plt.get_cmap("tab10" if classes <= 10 else "tab20")
+    bottom = [0] * len(nodes)
+    for label in range(classes):
+        counts = [histograms[n][label] if label < len(histograms[n]) else 0 for n in nodes]
+        ax.bar([str(n) for n in nodes], counts, bottom=bottom, color=cmap(label % cmap.N), label=str(label))
+        bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+    ax.set_xlabel("agent")
+    ax.set_ylabel("training samples")
+    ax.set_title("Labels per agent")
+    ax.legend(title="label", fontsize=7, ncol=2 if classes > 10 else 1, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

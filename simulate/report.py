@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol.notes import LINK_EVIDENCE, NoteKind
+from agent.runtime import REFUSED_EXIT
 
 Record = dict[str, Any]
 LINK_EVENT_KINDS = LINK_EVIDENCE
@@ -391,6 +392,30 @@ def _slowdown(fault: FaultOutcome, records: Sequence[Record]) -> tuple[bool, str
     return False, f"allreduce median {d} s during vs {b} s before: no clear slowdown"
 
 
+def label_histograms(records: Iterable[Record]) -> dict[int, list[int]]:
+    """Each agent's training samples per label, as its latest status that says them."""
+    out: dict[int, list[int]] = {}
+    for rec in records:
+        if rec.get("type") == "status" and rec.get("labels"):
+            out[int(rec["node"])] = [int(n) for n in rec["labels"]]
+    return dict(sorted(out.items()))
+
+
+def fleet_model(records: Iterable[Record]) -> dict[str, Any] | None:
+    """The model the fleet trained, as its newest view names it (None: no view said)."""
+    named = [r for r in records if r.get("type") == "view" and r.get("fingerprint")]
+    if not named:
+        return None
+    last = max(named, key=lambda r: int(r.get("epoch", 0)))
+    return {"fingerprint": last["fingerprint"], "name": last.get("model", ""), "params": last.get("params", 0)}
+
+
+def refused_members(records: Iterable[Record]) -> list[int]:
+    """Agents that stopped because the fleet refused their model (their exit code says so)."""
+    return sorted({int(r["node"]) for r in records if r.get("type") == "process"
+                   and r.get("event") == "exit" and r.get("code") == REFUSED_EXIT})
+
+
 def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
               baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's summary: every number here is recomputable from ``records``."""
@@ -430,6 +455,10 @@ def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
         "halted": bool(end.get("halted", False)),
         "interrupted": bool(end.get("interrupted", False)),
         "baseline_final_accuracy": (baseline or {}).get("final_accuracy"),
+        "setup": (config or {}).get("model"),
+        "model": fleet_model(records),
+        "refused_members": refused_members(records),
+        "label_histograms": {str(n): h for n, h in label_histograms(records).items()},
         "faults": [asdict(f) for f in faults],
     }
 
@@ -476,11 +505,37 @@ def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
         lines.append(f"| {f['index']} | {f['description']} | {f['mechanism']} | {f['status']} | "
                      f"{span if f['status'] == 'injected' else ''} | "
                      f"{'yes' if f['detected'] else 'no'} | {f['evidence'].replace('|', '/')} |")
+    lines += _model_lines(s)
     lines += ["", "## Plots", ""]
     lines += [f"![{p}]({p})" for p in plots]
     lines += ["", "Files: `config.json`, `events.jsonl` (every message and fault, one JSON per line), "
               "`rounds.csv`, `summary.json`, `agents/` (agent logs).", ""]
     return "\n".join(lines)
+
+
+def _model_lines(s: dict[str, Any]) -> list[str]:
+    """The model, who was refused, and every agent's labels (a table)."""
+    model, setup = s.get("model"), s.get("setup") or {}
+    lines = ["", "## Model and data", ""]
+    if setup:
+        lines.append(f"- setup: model {setup.get('model')}, backend {setup.get('backend')}, dataset "
+                     f"{setup.get('dataset')}, partition {setup.get('partition')}")
+    if model:
+        lines.append(f"- the fleet's model: {model['name'] or '?'}, {model['params']:,} params, "
+                     f"fingerprint {model['fingerprint']}")
+    refused = s.get("refused_members") or []
+    lines.append(f"- refused members (another model than the fleet's): {len(refused)}"
+                 + (f" (nodes {', '.join(map(str, refused))})" if refused else ""))
+    histograms: dict[str, list[int]] = s.get("label_histograms") or {}
+    if histograms:
+        classes = max(len(h) for h in histograms.values())
+        lines += ["", "Training samples per label on each agent (its shard):", "",
+                  "| node | samples | " + " | ".join(str(c) for c in range(classes)) + " |",
+                  "|---|---|" + "---|" * classes]
+        for node, h in histograms.items():
+            cells = [str(h[c]) if c < len(h) else "0" for c in range(classes)]
+            lines.append(f"| {node} | {sum(h)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_report(run_dir: Path, records: Sequence[Record], config: dict[str, Any],
@@ -493,6 +548,10 @@ def write_report(run_dir: Path, records: Sequence[Record], config: dict[str, Any
     rows = rounds_table(records, faults)
     write_rounds_csv(rows, run_dir / "rounds.csv")
     written = plots.write_all(run_dir, rows, faults, baseline)
+    histograms = label_histograms(records)
+    if histograms:
+        plots.plot_labels(histograms, run_dir / "labels.png")
+        written.append("labels.png")
     summary["plots"] = written
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary, written))

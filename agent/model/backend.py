@@ -7,12 +7,14 @@ agent loads a peer's state and continues byte-identical with it.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from agent.model import mlp
+from agent.model.contract import Model, ModelError
 from agent.model.flat import check_flat, params_hash
 from agent.model.optim import SGD, Adam, make_optimizer
 
@@ -50,7 +52,12 @@ class Backend(Protocol):
     def model_hash(self) -> int: ...
 
 
-__all__ = ["BACKENDS", "Backend", "NumpyBackend", "check_flat", "make_backend", "params_hash"]
+__all__ = ["BACKENDS", "Backend", "ModelBackend", "NonFiniteError", "NumpyBackend", "check_flat",
+           "make_backend", "params_hash"]
+
+
+class NonFiniteError(ModelError):
+    """The model produced a NaN or inf loss or gradient: it is stopped, never averaged in."""
 
 
 class NumpyBackend:
@@ -111,16 +118,116 @@ class NumpyBackend:
         return self._hash
 
 
+class ModelBackend:
+    """Any contract ``Model`` with an optimizer from ``agent.model.optim``: the model computes
+    loss, gradients and predictions, the agent's numpy optimizer applies the fleet's average
+    (so agents of one model hold bit-identical parameters whatever computes their gradients)."""
+
+    name = "model"
+
+    def __init__(self, model: Model, params: F32, optimizer: SGD | Adam) -> None:
+        self.model = model
+        self.size = int(model.param_count)
+        self._params = check_flat(params, self.size, "params").copy()
+        self.optimizer = optimizer
+        optimizer.init_slots(self.size)
+        self.state_size = self.size + optimizer.state_size(self.size)
+        self._hash: int | None = None
+
+    def params(self) -> F32:
+        return self._params.copy()
+
+    def set_params(self, flat: F32) -> None:
+        self._params = check_flat(flat, self.size, "params").copy()
+        self._hash = None
+
+    def gradients(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, F32]:
+        loss, grad = self.model.loss_and_grad(self._params, x, np.asarray(y, dtype=np.int64))
+        grad = check_flat(grad, self.size, f"model {self.model.name}'s gradient")
+        loss = float(loss)
+        if not (math.isfinite(loss) and _all_finite(grad)):
+            what = f"loss {loss}" if not math.isfinite(loss) else "a gradient holding NaN or inf"
+            raise NonFiniteError(f"model {self.model.name} produced {what} on a batch: stopped before "
+                                 "the fleet averages it (lower the learning rate, or check the model's "
+                                 "loss for log(0) or overflow)")
+        return loss, grad
+
+    def apply(self, grad: F32) -> None:
+        grad = check_flat(grad, self.size, "gradient")
+        if not _all_finite(grad):
+            raise NonFiniteError("the fleet's averaged gradient holds NaN or inf: not applied")
+        self.optimizer.step(self._params, grad, out=self._params)
+        self._hash = None
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.optimizer.lr = float(lr)
+
+    def evaluate(self, x: F32, y: npt.NDArray[np.integer]) -> tuple[float, float]:
+        """(mean loss, accuracy): the loss is the model's own (its ``loss_and_grad``)."""
+        labels = np.asarray(y, dtype=np.int64)
+        loss, _ = self.model.loss_and_grad(self._params, x, labels)
+        scores = self.model.predict(self._params, x)
+        return float(loss), float(np.mean(np.argmax(scores, axis=1) == labels))
+
+    def state(self) -> F32:
+        state = np.empty(self.state_size, dtype=np.float32)
+        state[: self.size] = self._params
+        self.optimizer.write_state(state[self.size :])
+        return state
+
+    def load_state(self, state: F32) -> None:
+        state = check_flat(state, self.state_size, "state")
+        self._params = state[: self.size].copy()
+        self._hash = None
+        self.optimizer.load_state_vector(state[self.size :])
+
+    def model_hash(self) -> int:
+        if self._hash is None:
+            self._hash = params_hash(self._params)
+        return self._hash
+
+
+def _all_finite(values: F32) -> bool:
+    # A float64 sum is NaN or inf exactly when a value is (float32 values cannot overflow it),
+    # without a bool array the size of the model per step.
+    return math.isfinite(float(np.sum(values, dtype=np.float64)))
+
+
 def make_backend(
     name: str,
     rng: np.random.Generator,
     optimizer: str = "adam",
     lr: float | None = None,
     momentum: float = 0.9,
+    model: str | Model = "mlp",
+    seed: int | None = None,
 ) -> Backend:
-    """A fresh backend with parameters drawn from ``rng`` (same rng -> same weights)."""
+    """A fresh backend. The thesis MLP ("mlp") draws its parameters from ``rng`` (same rng ->
+    same weights); any other model (a spec for ``load_model`` or a loaded Model) starts from
+    ``initial_params(seed)``, the seed drawn from ``rng`` when not given."""
+    if model == "mlp" or _is_thesis_mlp(model):
+        return _thesis_backend(name, rng, make_optimizer(optimizer, lr, momentum))
+    from agent.model.loader import load_model
+
+    loaded = load_model(model) if isinstance(model, str) else model
+    is_tflite = type(loaded).__name__ == "TfliteModel"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if (name == "litert") != is_tflite:
+        raise ModelError(f"backend {name} cannot run model {loaded.name}: a .tflite model runs on "
+                         "backend litert, a Python model on backend numpy")
+    start = int(rng.integers(0, 2**31 - 1)) if seed is None else seed
+    return ModelBackend(loaded, loaded.initial_params(start), make_optimizer(optimizer, lr, momentum))
+
+
+def _is_thesis_mlp(model: str | Model) -> bool:
+    from agent.model.mlp_model import MlpModel
+
+    return isinstance(model, MlpModel)
+
+
+def _thesis_backend(name: str, rng: np.random.Generator, opt: SGD | Adam) -> Backend:
     params = mlp.init_params(rng)
-    opt = make_optimizer(optimizer, lr, momentum)
     if name == "numpy":
         return NumpyBackend(params, opt)
     if name == "litert":

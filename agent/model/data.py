@@ -80,17 +80,26 @@ def load_mnist_shard(
     seed: int = 0,
     test_limit: int = N_TEST,
     raw_pixels: bool = False,
+    partition: str = "iid",
 ) -> Dataset:
     """``shard(load_mnist(...), ...)`` without ever holding all 60,000 images as float32:
     an agent on a small device keeps only its own part (and ``test_limit`` test images).
     ``raw_pixels`` keeps them as uint8 (4x less memory); ``BatchStream`` and
-    ``to_float_pixels`` convert a batch at a time."""
+    ``to_float_pixels`` convert a batch at a time. ``partition`` other than iid:
+    ``agent.model.partition``'s split of the training set."""
     raw, source = _load_raw(path, cache_dir, True)
-    part = _shard_indices(raw["y_train"], index, count, non_iid, seed)
+    if partition != "iid" and not non_iid:
+        from agent.model.partition import part as partition_part
+
+        part = partition_part(raw["y_train"], index, count, partition, seed)
+        non_iid_name = f" {partition}"
+    else:
+        part = shard_indices(raw["y_train"], index, count, non_iid, seed)
+        non_iid_name = ""
     picked = {"x_train": raw["x_train"][part], "y_train": raw["y_train"][part],
               "x_test": raw["x_test"][:test_limit], "y_test": raw["y_test"][:test_limit]}
     del raw
-    return _to_dataset(picked, f"{source} {_shard_name(index, count, non_iid)}", raw_pixels)
+    return _to_dataset(picked, f"{source} {_shard_name(index, count, non_iid)}{non_iid_name}", raw_pixels)
 
 
 def _load_raw(
@@ -287,7 +296,7 @@ def shard(dataset: Dataset, index: int, count: int, non_iid: bool = False, seed:
     IID: a seeded permutation cut into ``count`` near-equal parts. Non-IID: the same
     permutation stably sorted by label, so each agent sees only one or two digits.
     """
-    part = _shard_indices(dataset.y_train, index, count, non_iid, seed)
+    part = shard_indices(dataset.y_train, index, count, non_iid, seed)
     return Dataset(
         x_train=dataset.x_train[part],
         y_train=dataset.y_train[part],
@@ -297,7 +306,7 @@ def shard(dataset: Dataset, index: int, count: int, non_iid: bool = False, seed:
     )
 
 
-def _shard_indices(
+def shard_indices(
     labels: npt.NDArray[np.integer[Any]], index: int, count: int, non_iid: bool, seed: int
 ) -> npt.NDArray[np.intp]:
     if count < 1 or not 0 <= index < count:

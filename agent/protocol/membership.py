@@ -32,6 +32,15 @@ still in the current view the round machines route around it. Suspicion ends whe
 speaks again at the fleet's round, or announces that it rejoins; reports expire after
 ``SUSPICION_ROUNDS``.
 
+One model per fleet: every status names the agent's model (``ModelIdentity``: fingerprint,
+name, parameter count) and the coordinator's view names the fleet's, its own. The coordinator
+never admits a node whose fingerprint differs (``admits``): it is not live for views. A node
+whose model differs from the view it would take is *refused* (``refusal``): it takes no view
+and the driver stops it. Its frames cannot reach the fleet either: the frames' job hash mixes
+in the fingerprint (wire.job_hash), so they are rejected as a foreign job. At start-up the
+lowest id coordinates, so its model is the fleet's; once a view exists its coordinator is a
+member, and a newcomer with a lower id and another model is refused.
+
 Start-up gating: while no view exists at all, the coordinator waits until
 ``expected_members`` are live or ``join_grace`` seconds have passed, then publishes the first
 view for the round it is at (everybody is waiting there). Pure: statuses, views and ``now``
@@ -78,6 +87,58 @@ class PublishView:
 
 
 @dataclass(frozen=True)
+class ModelIdentity:
+    """The model an agent trains, as it announces it: ``fingerprint`` (16 hex, over shapes,
+    parameter count and initial weights), ``name`` and ``params``; "" when unknown."""
+
+    fingerprint: str = ""
+    name: str = ""
+    params: int = 0
+
+    @classmethod
+    def of_status(cls, status: Status) -> ModelIdentity:
+        return cls(status.fingerprint, status.model, status.params)
+
+    @classmethod
+    def of_view(cls, view: View) -> ModelIdentity:
+        return cls(view.fingerprint, view.model, view.params)
+
+    def describe(self) -> str:
+        return f"model {self.name or '?'}, {self.params:,} params"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """This agent's model is not the fleet's: it must not take part (and says why, once)."""
+
+    own: ModelIdentity
+    fleet: ModelIdentity
+    coordinator: int
+
+    def line(self) -> str:
+        return (f"refused: this agent's model fingerprint {self.own.fingerprint or '(none)'} differs "
+                f"from the fleet's {self.fleet.fingerprint} ({self.own.describe()} vs "
+                f"{self.fleet.describe()}, coordinator node {self.coordinator}); every agent of a "
+                f"job must run the same model")
+
+
+def admits(fleet: ModelIdentity, status: Status) -> bool:
+    """Whether a coordinator whose model is ``fleet`` takes the node of ``status`` into its
+    views: same fingerprint (a coordinator that does not know its own admits everybody)."""
+    return not fleet.fingerprint or status.fingerprint == fleet.fingerprint
+
+
+def refusal(own: ModelIdentity, view: View, coordinator_model: str | None) -> Refusal | None:
+    """The refusal of an agent with model ``own`` by ``view``, whose coordinator's latest live
+    status names ``coordinator_model`` (None: not heard). None when the agent may take part:
+    same fingerprint, a view that names none, or a view its coordinator no longer stands for
+    (a retained view of an earlier run of the job, with another model)."""
+    if not view.fingerprint or view.fingerprint == own.fingerprint or coordinator_model != view.fingerprint:
+        return None
+    return Refusal(own, ModelIdentity.of_view(view), view.coordinator)
+
+
+@dataclass(frozen=True)
 class StartupGate:
     """When the first view may be published: ``expected_members`` live, or ``join_grace``
     seconds after ``started_at``. The default never waits."""
@@ -93,9 +154,14 @@ class StartupGate:
 class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
                  gate: StartupGate | None = None, grace: float = 0.0,
-                 offline_settle: float = 0.0) -> None:
+                 offline_settle: float = 0.0, identity: ModelIdentity | None = None) -> None:
         self.node = node
         self.arity = arity
+        self.identity = identity or ModelIdentity()
+        self.foreign: set[int] = set()  # live nodes whose model is not ours: never admitted
+        self.models: dict[int, str] = {}  # node -> the fingerprint its latest live status names
+        self.refused: Refusal | None = None  # the fleet's view names another model than ours
+        self.unconfirmed: View | None = None  # a view of another model, its coordinator unheard
         self.gate = gate or StartupGate()
         self.states: dict[int, str] = {}
         self.incarnations: dict[int, int] = {}
@@ -133,6 +199,17 @@ class Membership:
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
         self.states[status.node] = status.state
+        if status.state == "offline":
+            self.models.pop(status.node, None)
+        else:
+            self.models[status.node] = status.fingerprint
+        if status.state == "offline" or admits(self.identity, status):
+            self.foreign.discard(status.node)  # a new life may run another model
+        else:
+            self.foreign.add(status.node)
+        if self.unconfirmed is not None and self.unconfirmed.coordinator == status.node:
+            view, self.unconfirmed = self.unconfirmed, None
+            self.on_view(view)  # now we know whether its coordinator stands for its model
         self.seen += 1
         if status.state != "offline":
             self.spoke_at[status.node] = self.seen
@@ -261,13 +338,23 @@ class Membership:
         return all(self._seen_gone(n) for n in removed)
 
     def _seen_gone(self, node: int) -> bool:
-        if self.states.get(node) not in LIVE_STATES or node in self.evicted:
-            return True  # offline, or never heard of (the coordinator knows the fleet longer)
+        if self.states.get(node) not in LIVE_STATES or node in self.evicted or node in self.foreign:
+            return True  # offline, another model, or never heard of (the coordinator knows the fleet longer)
         recent = self.round - EVIDENCE_ROUNDS
         return self.went_down.get(node, recent - 1) >= recent or self.reported_in.get(node, recent - 1) >= recent
 
     def on_view(self, view: View) -> bool:
-        """Keep a view if it is newer than every one known; True when it was new."""
+        """Keep a view if it is newer than every one known; True when it was new. A view of
+        another model than ours is never kept: we are refused (``refused``) once its coordinator
+        is heard running that model."""
+        if view.fingerprint and view.fingerprint != self.identity.fingerprint:
+            coordinator_model = self.models.get(view.coordinator)
+            why = refusal(self.identity, view, coordinator_model)
+            if why is not None:
+                self.refused = self.refused or why
+            elif coordinator_model is None:
+                self.unconfirmed = view
+            return False
         if self.views and (view.epoch, -view.coordinator) <= (self.newest.epoch, -self.newest.coordinator):
             return False
         self.seen += 1
@@ -294,9 +381,9 @@ class Membership:
         return self.views[-1] if self.views else None
 
     def live(self) -> list[int]:
-        """Online or joining, and not suspected of being silent."""
-        suspected = self.suspected()
-        return sorted(n for n, s in self.states.items() if s in LIVE_STATES and n not in suspected)
+        """Online or joining, not suspected of being silent, and running our model."""
+        out = self.suspected() | self.foreign
+        return sorted(n for n, s in self.states.items() if s in LIVE_STATES and n not in out)
 
     def suspected(self) -> frozenset[int]:
         """Nodes enough distinct members reported silent (see the module's rule), until they
@@ -385,7 +472,8 @@ class Membership:
         # Absence of a status is not news (statuses trickle in at start-up): only an explicit
         # offline or enough witnesses remove a member, only online/joining adds one.
         gone = {n for n, s in self.states.items() if s not in LIVE_STATES
-                and self.offline_at.get(n, -1e9) + self.offline_settle <= self.now} | self.suspected()
+                and self.offline_at.get(n, -1e9) + self.offline_settle <= self.now}
+        gone |= self.suspected() | self.foreign
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return.
         settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
@@ -428,7 +516,8 @@ class Membership:
 
     def _first_view(self) -> list[PublishView]:
         live = self.live()
-        if not self.gate.is_open(len(live), self.now):
+        # A node with another model has come too: the gate waits for nobody more on its account.
+        if not self.gate.is_open(len(live) + len(self.foreign), self.now):
             return []
         return self._publish(live, 1, self.round)
 
@@ -455,7 +544,9 @@ class Membership:
             chunk_values = self.newest.chunk_values if self.views else 0
         if broadcast is None:
             broadcast = self.newest.broadcast if self.views else ""
+        own = self.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
-                    from_round=from_round, chunk_values=chunk_values, broadcast=broadcast)
+                    from_round=from_round, chunk_values=chunk_values, broadcast=broadcast,
+                    fingerprint=own.fingerprint, model=own.name, params=own.params)
         self.on_view(view)
         return [PublishView(view)]

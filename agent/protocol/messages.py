@@ -84,6 +84,20 @@ def _check_number(name: str, value: Any, optional: bool = False) -> None:
         raise ValueError(f"{name} must be a number{' or null' if optional else ''}, got {value!r}")
 
 
+MAX_LABELS = 1024  # classes a label histogram may count
+MAX_MODEL_NAME = 64
+
+
+def _check_model(fingerprint: Any, model: Any, params: Any) -> None:
+    """A model's identity as statuses and views announce it (membership.ModelIdentity)."""
+    if not isinstance(fingerprint, str) or not (
+            fingerprint == "" or (len(fingerprint) == 16 and all(c in "0123456789abcdef" for c in fingerprint))):
+        raise ValueError(f"fingerprint must be 16 lowercase hex characters or empty, got {fingerprint!r}")
+    if not isinstance(model, str) or len(model) > MAX_MODEL_NAME:
+        raise ValueError(f"model must be a name of at most {MAX_MODEL_NAME} characters")
+    _check_int("params", params)
+
+
 def _check_ids(name: str, ids: Any) -> None:
     if not isinstance(ids, (list, tuple)):
         raise ValueError(f"{name} must be a list of node ids")
@@ -100,6 +114,13 @@ class Status(_JsonMessage):
     round: int = 0
     pid: int = 0
     incarnation: int = 0
+    # The model this agent trains (membership.ModelIdentity): its fingerprint (16 hex), name
+    # and parameter count; "" / 0 from an agent that does not say (and in a Will).
+    fingerprint: str = ""
+    model: str = ""
+    params: int = 0
+    # Training samples per label in this agent's shard (index = label); [] when not said.
+    labels: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
@@ -108,6 +129,11 @@ class Status(_JsonMessage):
         _check_int("round", self.round)
         _check_int("pid", self.pid)
         _check_int("incarnation", self.incarnation)
+        _check_model(self.fingerprint, self.model, self.params)
+        if not isinstance(self.labels, list) or len(self.labels) > MAX_LABELS:
+            raise ValueError(f"labels must be a list of at most {MAX_LABELS} counts")
+        for count in self.labels:
+            _check_int("labels[]", count)
 
 
 @dataclass(frozen=True)
@@ -155,9 +181,15 @@ class View(_JsonMessage):
     # How the result reaches the members in its rounds (ft-tree), the coordinator's pick for
     # the links it sees: "fanout" or "tree"; "": the agents' configured broadcast.
     broadcast: str = ""
+    # The fleet's model, the coordinator's own (membership.ModelIdentity): only agents with
+    # this fingerprint are admitted; "" / 0 from a coordinator that does not say.
+    fingerprint: str = ""
+    model: str = ""
+    params: int = 0
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        _check_model(self.fingerprint, self.model, self.params)
         if self.broadcast not in ("", *BROADCASTS):
             raise ValueError(f"broadcast must be one of {BROADCASTS} or empty, got {self.broadcast!r}")
         if not (type(self.chunk_values) is int and self.chunk_values == 0):

@@ -109,8 +109,10 @@ class Rejection:
     detail: str = ""
 
 
-def job_hash(job: str) -> int:
-    return zlib.crc32(job.encode())
+def job_hash(job: str, fingerprint: str = "") -> int:
+    """The frames' job field: the job name and the model's fingerprint, so that frames of an
+    agent running another model (membership.ModelIdentity) are rejected as a foreign job."""
+    return zlib.crc32(f"{job}\0{fingerprint}".encode() if fingerprint else job.encode())
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ const COLORS = {
 // One colour per fault kind: its window's shading on the charts, its incident, its marks.
 const FAULT_COLORS = {
   link: "#d63b3b", crash: "#b42318", hang: "#e46a17", loss: "#e0a100", latency: "#7b4fd6",
-  bandwidth: "#7b4fd6", isolate: "#6b7280", "broker-restart": "#1f2937",
+  bandwidth: "#7b4fd6", isolate: "#6b7280", "broker-restart": "#1f2937", model: "#a4262c",
 };
+// One colour per label in a node's label bar (tab10, as the report's labels.png).
+const LABEL_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+  "#7f7f7f", "#bcbd22", "#17becf"];
 const MARK_COLORS = { ...FAULT_COLORS, rejoin: "#13a3b5", view_change: "#3a7bd5" };
 const EVENT_BADGE = {
   crash: "failed", offline: "offline", exit: "offline", link_failed: "failed", timeout: "suspected",
@@ -19,6 +22,7 @@ const EVENT_BADGE = {
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
   nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
   fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
+  model_mismatch: "failed",
 };
 // Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
 const FILTERS = {
@@ -590,10 +594,18 @@ function renderNodes(fleet) {
       [n.reroutes, "wide"], [n.restarts, ""],
       [rejected.length ? rejected.map(([r, v]) => `${r} ${v}`).join(", ") : "0", "wide"],
       [n.model_hash ? n.model_hash.slice(0, 10) : "–", "wide mono"],
+      [null, "labels"],
     ];
     cells.forEach(([value, cls], i) => {
       const td = html("td", cls);
-      if (i === 1) {
+      if (i === cells.length - 1) {
+        td.append(labelBar(n.labels));
+      } else if (i === 1 && n.model_mismatch) {
+        const badge = html("span", "badge", "other model");
+        badge.style.background = COLORS.evicted;
+        badge.title = `runs ${n.model || "?"} (${n.fingerprint || "no fingerprint"}), not the fleet's model: refused`;
+        td.append(badge);
+      } else if (i === 1) {
         const badge = html("span", "badge", n.at_fault ? `${n.state} · at fault` : n.state);
         badge.style.background = COLORS[n.state] || COLORS.unknown;
         td.append(badge);
@@ -604,6 +616,24 @@ function renderNodes(fleet) {
     });
     return tr;
   }));
+}
+
+// A node's shard: one stacked bar, a segment per label, its counts on hover.
+function labelBar(labels) {
+  const total = labels.reduce((a, b) => a + b, 0);
+  if (!total) return html("span", "", "–");
+  const bar = html("div", "label-bar");
+  bar.dataset.testid = "label-bar";
+  labels.forEach((count, label) => {
+    if (!count) return;
+    const seg = html("span", "label-seg");
+    seg.style.width = `${(100 * count) / total}%`;
+    seg.style.background = LABEL_COLORS[label % LABEL_COLORS.length];
+    seg.title = `label ${label}: ${count}`;
+    bar.append(seg);
+  });
+  bar.title = `${total} samples: ` + labels.map((c, l) => `${l}: ${c}`).join(", ");
+  return bar;
 }
 
 // ------------------------------------------------------------------ controls

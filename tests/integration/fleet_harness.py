@@ -101,6 +101,16 @@ def wait_exited(fleet: Fleet, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def fleet_job_hash(job: str, model: str = "mlp", seed: int = 0) -> int:
+    """The job field of the frames of a fleet that trains ``model`` from ``seed`` (the agents'
+    defaults): the job name and the model's fingerprint (wire.job_hash)."""
+    from agent.model.contract import fingerprint
+    from agent.model.loader import load_model
+    from agent.protocol.wire import job_hash
+
+    return job_hash(job, fingerprint(load_model(model), seed))
+
+
 def broker_job(broker: Any) -> str:
     return str(getattr(broker, "job", "itest"))
 

@@ -13,7 +13,13 @@ import pytest
 from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
 from simulate.brokers import MosquittoBroker, start_embedded, start_mosquitto
-from tests.integration.fleet_harness import FleetListener, agent_logs, start_fleet, wait_exited
+from tests.integration.fleet_harness import (
+    FleetListener,
+    agent_logs,
+    fleet_job_hash,
+    start_fleet,
+    wait_exited,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "itest"
@@ -68,15 +74,15 @@ def _publish_garbage(broker: MosquittoBroker, tmp_path: Path) -> None:
     """Agent 2's credentials, onto link/2/1: what a broken or hostile device might send."""
     topics = Topics(JOB)
     creds = broker.credentials_for(2)
-    valid = Frame(Kind.DATA, job_hash(JOB), 3, 2, contributors=frozenset({2})).with_values(
+    valid = Frame(Kind.DATA, fleet_job_hash(JOB), 3, 2, contributors=frozenset({2})).with_values(
         np.ones(16, np.float32), DType.F32)
     rng = random.Random(4)
     payloads = {
         "random": bytes(rng.getrandbits(8) for _ in range(200)),
         "truncated": encode(valid)[:-7],
-        "forged": encode(Frame(Kind.DATA, job_hash(JOB), 3, 4).with_values(np.ones(4, np.float32))),
+        "forged": encode(Frame(Kind.DATA, fleet_job_hash(JOB), 3, 4).with_values(np.ones(4, np.float32))),
         "foreign": encode(Frame(Kind.DATA, job_hash("other-job"), 3, 2).with_values(np.ones(4, np.float32))),
-        "stale": encode(Frame(Kind.DATA, job_hash(JOB), 0, 2, contributors=frozenset({2})).with_values(
+        "stale": encode(Frame(Kind.DATA, fleet_job_hash(JOB), 0, 2, contributors=frozenset({2})).with_values(
             np.full(16, 1e6, np.float32))),
     }
     for name, payload in payloads.items():

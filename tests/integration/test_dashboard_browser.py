@@ -152,6 +152,13 @@ def test_page_shows_fleet_link_cut_and_accuracy(
             }}""", timeout=120_000)
         assert sorted(node_states(page), key=int) == [str(n) for n in range(NODES)]
         assert page.locator("#controls").is_hidden()  # started without a control token
+        # Every node's shard as a bar of its labels, with the counts on hover (the statuses
+        # carry them; an agent's shard of MNIST holds every one of the ten digits).
+        page.wait_for_function(f"() => document.querySelectorAll('#nodes [data-testid=label-bar]').length "
+                               f"=== {NODES}", timeout=30_000)
+        bar = page.locator('#nodes tr[data-node="0"] [data-testid=label-bar]')
+        assert bar.locator(".label-seg").count() >= 2
+        assert "samples: 0:" in (bar.get_attribute("title") or "")
         page.wait_for_selector("#chart-accuracy circle.point", timeout=60_000)
         page.wait_for_function(
             "() => Number(document.querySelector('[data-counter=\"round\"] .value').textContent) >= 4",

@@ -22,11 +22,11 @@ from agent.protocol.allreduce import chunk_bounds
 from agent.protocol.messages import Suspect, View
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_chunk_count, state_hash
 from agent.protocol.topics import Topics
-from agent.protocol.wire import DType, Frame, Kind, encode, job_hash
+from agent.protocol.wire import DType, Frame, Kind, encode
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker, start_mosquitto
 from simulate.fleet import Fleet
-from tests.integration.fleet_harness import FleetListener, agent_logs, start_fleet
+from tests.integration.fleet_harness import FleetListener, agent_logs, fleet_job_hash, start_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile"
@@ -122,7 +122,7 @@ def _attacker(broker: MosquittoBroker) -> MqttTransport:
 
 
 def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
-    topics, job = Topics(JOB), job_hash(JOB)
+    topics, job = Topics(JOB), fleet_job_hash(JOB)
     # Forged contributions: valid CRC, a contributor set node 3 may send, values 1e20, for
     # the round after node 1's (kept until it starts, then taken before the real node 3's).
     for r in (at_round,):
@@ -145,7 +145,7 @@ def _keep_flooding(evil: MqttTransport, listener: FleetListener, rounds: int, pu
     """Model pulls on node 0 for each round it enters, ``rounds`` rounds in a row: what a
     compromised device can keep up (one burst is answered once; this tests the budget).
     ``claim_behind``: before each burst, "3 is behind" on node 3's self-report topic."""
-    topics, job = Topics(JOB), job_hash(JOB)
+    topics, job = Topics(JOB), fleet_job_hash(JOB)
     flooded: set[int] = set()
     deadline = time.monotonic() + 120
     while len(flooded) < rounds and time.monotonic() < deadline:
@@ -253,7 +253,7 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
 def _forge_states(evil: MqttTransport, victim: int, rounds: range) -> None:
     """MODEL frames as node 3, to ``victim``, of a state with parameters 0 and Adam's second
     moment 3e38, hashed consistently: one chunk of each stripe for each round."""
-    topics, job = Topics(JOB), job_hash(JOB)
+    topics, job = Topics(JOB), fleet_job_hash(JOB)
     size = make_backend("numpy", np.random.default_rng(0)).state_size
     count = state_chunk_count(size, STATE_CHUNK_VALUES)
     forged = np.zeros(size, np.float32)

@@ -153,3 +153,51 @@ def test_replay_serves_the_rounds_and_incidents_of_the_run(tmp_path: Path) -> No
                             "replay_hint": f"edgegrove dashboard --replay {tmp_path}",
                             "replay_of": str(tmp_path)}
     assert fleet["broker"]["url"] is None
+
+
+FLEET_FP, OTHER_FP = "0123456789abcdef", "ffffffffffffffff"
+
+
+def test_a_node_with_another_model_is_an_incident_until_it_leaves() -> None:
+    state = FleetState()
+    view = View(1, [0, 1], 2, 0, 0, fingerprint=FLEET_FP, model="digits-mlp", params=2410)
+    state, _ = apply_view(state, view, 0.0)
+    for node in (0, 1):
+        state, events = apply_status(state, Status(node, "online", fingerprint=FLEET_FP, labels=[3, 4]), 0.1)
+        assert "model_mismatch" not in [e.kind for e in events]
+    foreign = Status(2, "online", fingerprint=OTHER_FP, model="mnist-cnn", params=1234)
+    state, events = apply_status(state, foreign, 0.2)
+    mismatch = [e for e in events if e.kind == "model_mismatch"]
+    assert len(mismatch) == 1 and mismatch[0].node == 2 and "mnist-cnn (1,234 params" in mismatch[0].detail
+    state, events = apply_status(state, foreign, 0.3)  # published again: no second event
+    assert "model_mismatch" not in [e.kind for e in events]
+    (incident,) = [i for i in state.incidents if i.kind == "model"]
+    assert incident.title == "model mismatch: node 2" and incident.active and incident.targets == (2,)
+    state, _ = apply_status(state, Status(2, "offline"), 0.4)  # refused, it stopped
+    (incident,) = [i for i in state.incidents if i.kind == "model"]
+    assert not incident.active
+
+
+def test_a_view_naming_the_model_finds_the_nodes_that_run_another() -> None:
+    state = FleetState()
+    state, _ = apply_status(state, Status(0, "online", fingerprint=FLEET_FP), 0.0)
+    state, _ = apply_status(state, Status(3, "online", fingerprint=OTHER_FP), 0.0)
+    assert not state.incidents  # no view yet: nobody knows the fleet's model
+    state, events = apply_view(state, View(1, [0], 2, 0, 0, fingerprint=FLEET_FP), 0.1)
+    assert [(e.kind, e.node) for e in events if e.kind == "model_mismatch"] == [("model_mismatch", 3)]
+    assert [i.title for i in state.incidents] == ["model mismatch: node 3"]
+
+
+def test_the_page_gets_each_nodes_model_and_labels() -> None:
+    from dashboard.models import BrokerModel, fleet_model
+
+    state = FleetState()
+    state, _ = apply_view(state, View(1, [0], 2, 0, 0, fingerprint=FLEET_FP, model="m", params=7), 0.0)
+    state, _ = apply_status(state, Status(0, "online", fingerprint=FLEET_FP, model="m", params=7,
+                                          labels=[5, 0, 2]), 0.0)
+    state, _ = apply_status(state, Status(1, "online", fingerprint=OTHER_FP), 0.0)
+    fleet = fleet_model(state, "job", BrokerModel(url=None, connected=True, last_error="", connects=1), False, 0.0)
+    nodes = {n.node: n for n in fleet.nodes}
+    assert nodes[0].labels == [5, 0, 2] and not nodes[0].model_mismatch and nodes[0].model == "m"
+    assert nodes[1].model_mismatch and nodes[1].labels == []
+    assert fleet.view is not None and (fleet.view.fingerprint, fleet.view.params) == (FLEET_FP, 7)

@@ -54,6 +54,17 @@ CASES: dict[str, tuple[list[str], str]] = {
     "simulate-scenario-dir": (["simulate", "--scenario", "{tmp}"], "cannot be read"),
     "simulate-agent-option": (["simulate", "--agent-option", "algorithm=gossip"], "ft-tree"),
     "simulate-nodes-not-a-number": (["simulate", "--nodes", "many"], "invalid int value"),
+    "simulate-partition-dirichlet-negative": (["simulate", "--partition", "dirichlet:-1"], "dirichlet:ALPHA"),
+    "simulate-partition-shards-0": (["simulate", "--partition", "shards:0"], "shards:K (K >= 1)"),
+    "simulate-dataset-missing": (["simulate", "--dataset", "{missing}"], "neither mnist nor digits"),
+    "simulate-model-missing": (["simulate", "--model", "{missing}.py:factory"], "does not exist"),
+    "simulate-litert-with-py-model": (["simulate", "--backend", "litert", "--model", "{py}:factory"],
+                                      "runs the thesis MLP or a .tflite"),
+    "simulate-factory-raises": (["simulate", "--model", "{raises}:factory"], "raised RuntimeError: broken"),
+    "simulate-backend-unknown": (["simulate", "--backend", "torch"], "use numpy, litert, mixed"),
+    "simulate-numpy-model-alone": (["simulate", "--numpy-model", "{py}:factory"], "--backend mixed"),
+    "simulate-partition-with-non-iid": (["simulate", "--partition", "shards:2", "--agent-option",
+                                         "non_iid=true"], "both say how to split"),
     # edgegrove broker
     "broker-port-99999": (["broker", "--port", "99999"], "0..65535"),
     "broker-port-negative": (["broker", "--port", "-1"], "0..65535"),
@@ -121,8 +132,10 @@ def nothing_may_start(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _fill(argv: list[str], tmp: Path) -> list[str]:
     files = {"tmp": tmp, "file": tmp / "a-file", "toml": tmp / "bad.toml", "json": tmp / "bad.json",
-             "missing": tmp / "missing.json"}
+             "missing": tmp / "missing.json", "py": tmp / "model.py", "raises": tmp / "raises.py"}
+    (tmp / "raises.py").write_text("def factory():\n    raise RuntimeError('broken')\n")
     (tmp / "a-file").write_text("a regular file\n")
+    (tmp / "model.py").write_text("def factory(): ...\n")
     (tmp / "bad.toml").write_text("x = = 1\n")
     (tmp / "bad.json").write_text('{"agents": {}}\n')
     return [a.format(**{k: str(v) for k, v in files.items()}) for a in argv]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
-from agent.protocol.membership import Membership, StartupGate
+from agent.protocol.membership import Membership, ModelIdentity, StartupGate, admits, refusal
 from agent.protocol.messages import Status, Suspect, View
 
 START = View(epoch=0, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0)
@@ -461,3 +461,82 @@ def test_the_coordinator_changes_the_broadcast_by_a_view_and_a_membership_change
     assert [(p.view.members, p.view.broadcast) for p in removed] == [([0, 1, 2], "fanout")]
     coordinator.round_started(11, 3.0)
     assert [(p.view.chunk_values, p.view.broadcast) for p in coordinator.change_chunks(32768, "")] == [(32768, "")]
+
+
+# -- one model per fleet -------------------------------------------------------------------------
+
+MODEL_A = ModelIdentity("aaaaaaaaaaaaaaaa", "mnist-cnn", 1234)
+MODEL_B = ModelIdentity("bbbbbbbbbbbbbbbb", "mlp", 407050)
+
+
+def running(node: int, model: ModelIdentity, state: str = "online") -> Status:
+    return Status(node, state, fingerprint=model.fingerprint, model=model.name,  # type: ignore[arg-type]
+                  params=model.params)
+
+
+def test_admits_only_the_fleets_fingerprint() -> None:
+    assert admits(MODEL_A, running(3, MODEL_A))
+    assert not admits(MODEL_A, running(3, MODEL_B))
+    assert not admits(MODEL_A, Status(3, "online"))  # one that does not say is not ours either
+    assert admits(ModelIdentity(), running(3, MODEL_B))  # a coordinator that does not know its own
+
+
+def test_refusal_needs_the_views_coordinator_to_stand_for_its_model() -> None:
+    view = View(1, [0, 1], 2, 0, 0, fingerprint=MODEL_A.fingerprint, model=MODEL_A.name, params=MODEL_A.params)
+    refused = refusal(MODEL_B, view, MODEL_A.fingerprint)
+    assert refused is not None and refused.fleet == MODEL_A and refused.own == MODEL_B
+    line = refused.line()
+    assert "bbbbbbbbbbbbbbbb differs from the fleet's aaaaaaaaaaaaaaaa" in line
+    assert "model mlp, 407,050 params vs model mnist-cnn, 1,234 params" in line and "\n" not in line
+    assert refusal(MODEL_A, view, MODEL_A.fingerprint) is None  # the same model
+    assert refusal(MODEL_B, view, MODEL_B.fingerprint) is None  # a stale view of an earlier run
+    assert refusal(MODEL_B, view, None) is None  # its coordinator not heard yet
+    assert refusal(MODEL_B, View(1, [0, 1], 2, 0, 0), MODEL_A.fingerprint) is None  # names none
+
+
+def test_the_coordinator_never_admits_a_member_with_another_model() -> None:
+    m = Membership(0, 2, gate=StartupGate(expected_members=3, join_grace=30.0), identity=MODEL_A)
+    m.on_status(running(0, MODEL_A), 0.0)
+    m.on_status(running(1, MODEL_A), 0.0)
+    out = m.on_status(running(2, MODEL_B), 0.0)  # the third has come: the gate opens without it
+    assert [p.view.members for p in out] == [[0, 1]]
+    assert (out[0].view.fingerprint, out[0].view.model, out[0].view.params) == ("aaaaaaaaaaaaaaaa", "mnist-cnn", 1234)
+    assert m.live() == [0, 1] and m.foreign == {2}
+    m.round_started(5, 1.0)
+    assert m.on_status(running(2, MODEL_B, "joining"), 1.0) == []  # asking again changes nothing
+    # Restarted with the fleet's model, it is taken in.
+    out = m.on_status(Status(2, "online", incarnation=1, fingerprint=MODEL_A.fingerprint), 2.0)
+    assert [p.view.members for p in out] == [[0, 1, 2]] and m.foreign == set()
+
+
+def test_a_member_restarted_with_another_model_leaves_the_view() -> None:
+    start = View(1, [0, 1, 2], 2, 0, 0, fingerprint=MODEL_A.fingerprint)
+    m = Membership(0, 2, start, identity=MODEL_A)
+    for node in (0, 1, 2):
+        m.on_status(running(node, MODEL_A), 0.0)
+    m.round_started(4, 1.0)
+    out = m.on_status(Status(2, "online", incarnation=5, fingerprint=MODEL_B.fingerprint), 1.0)
+    assert [p.view.members for p in out] == [[0, 1]]
+    other = Membership(1, 2, start, identity=MODEL_A)  # a member takes that view: it saw it too
+    for node in (0, 1):
+        other.on_status(running(node, MODEL_A), 0.0)
+    other.on_status(Status(2, "online", incarnation=5, fingerprint=MODEL_B.fingerprint), 1.0)
+    assert other.offer_view(out[0].view, 0) == "" and other.members_for(9) == (0, 1)
+
+
+def test_an_agent_with_another_model_is_refused_by_the_fleets_view() -> None:
+    m = Membership(2, 2, identity=MODEL_B)
+    view = View(1, [0, 1], 2, 0, 0, fingerprint=MODEL_A.fingerprint, model=MODEL_A.name, params=MODEL_A.params)
+    assert m.offer_view(view, 0) == ""  # its coordinator not heard yet: neither taken nor refused
+    assert m.latest is None and m.refused is None
+    m.on_status(running(0, MODEL_A), 0.1)  # now it is: the coordinator runs model A
+    assert m.refused is not None and m.refused.fleet.fingerprint == MODEL_A.fingerprint
+    assert m.latest is None  # never took the view
+
+
+def test_a_stale_view_of_another_model_refuses_nobody() -> None:
+    m = Membership(2, 2, identity=MODEL_B)
+    m.on_status(running(0, MODEL_B), 0.0)  # the coordinator of that view runs our model now
+    old = View(7, [0, 1, 2], 2, 0, 40, fingerprint=MODEL_A.fingerprint)
+    assert m.offer_view(old, 0) == ""
+    assert m.refused is None and m.latest is None and m.unconfirmed is None

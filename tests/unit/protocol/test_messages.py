@@ -23,8 +23,12 @@ from agent.protocol.messages import (
 EXAMPLES: list[_JsonMessage] = [
     Status(node=3, state="online", round=12, pid=4242, incarnation=2),
     Status(node=0, state="offline"),
+    Status(node=2, state="online", round=3, pid=7, incarnation=1, fingerprint="0123456789abcdef",
+           model="mnist-cnn", params=1234, labels=[5, 0, 17]),
     View(epoch=4, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=17),
     View(epoch=5, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=19, chunk_values=32768),
+    View(epoch=6, members=[0, 2], arity=2, coordinator=0, from_round=20, fingerprint="fedcba9876543210",
+         model="mlp", params=407050),
     Telemetry(node=2, round=9, epoch=1, algorithm="ft-tree", wall_time=1732870000.5, loss=0.31,
               accuracy=0.94, phase_seconds={"reduce": 0.02, "broadcast": 0.01}, bytes_sent=1628200,
               bytes_received=3256400, contributors=7, members=7, reroutes=1, timeouts=1,
@@ -112,10 +116,14 @@ def test_missing_required_fields_are_refused(message: _JsonMessage) -> None:
 WRONG: dict[str, list[tuple[str, Any]]] = {
     "Status": [("node", "3"), ("node", -1), ("node", 1024), ("node", True), ("node", 1.5),
                ("state", "dancing"), ("state", 1), ("round", -1), ("round", None),
-               ("pid", "x"), ("pid", [1]), ("incarnation", False)],
+               ("pid", "x"), ("pid", [1]), ("incarnation", False), ("fingerprint", "abc"),
+               ("fingerprint", "0123456789ABCDEF"), ("fingerprint", 7), ("model", "x" * 65),
+               ("model", None), ("params", -1), ("labels", {"0": 3}), ("labels", [1, -2]),
+               ("labels", [0.5]), ("labels", [0] * 1025)],
     "View": [("epoch", "1"), ("members", "0,1"), ("members", [2, 1]), ("members", [1, 1]),
              ("members", [0, 5000]), ("members", [0, "1"]), ("arity", 1), ("arity", 17),
-             ("coordinator", None), ("from_round", 2.5)],
+             ("coordinator", None), ("from_round", 2.5), ("fingerprint", "zz" * 8),
+             ("model", 3), ("params", "many")],
     "Telemetry": [("node", None), ("round", "9"), ("algorithm", 3), ("wall_time", "now"),
                   ("wall_time", True), ("loss", "low"), ("loss", [0.1]), ("accuracy", False),
                   ("phase_seconds", [1]), ("phase_seconds", {"reduce": "fast"}),
@@ -206,3 +214,22 @@ def test_a_view_says_how_its_rounds_broadcast_and_an_old_one_says_nothing() -> N
     for bad in ("multicast", 1, None):
         with pytest.raises(MessageError):
             View.decode(replace(view, broadcast=bad).encode())  # type: ignore[arg-type]
+
+
+def test_a_status_says_its_model_and_labels_and_an_old_one_says_nothing() -> None:
+    old = b'{"node": 4, "state": "online", "round": 0, "pid": 1, "incarnation": 2}'
+    status = Status.decode(old)
+    assert (status.fingerprint, status.model, status.params, status.labels) == ("", "", 0, [])
+    new = Status(node=4, state="online", fingerprint="00ff00ff00ff00ff", model="digits-mlp",
+                 params=2410, labels=[180, 182])
+    assert _fields(new)["fingerprint"] == "00ff00ff00ff00ff"
+    assert _fields(new)["labels"] == [180, 182]
+    assert Status.decode(new.encode()) == new
+
+
+def test_a_view_names_the_fleets_model_and_an_old_one_does_not() -> None:
+    old = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
+    assert (View.decode(old).fingerprint, View.decode(old).model, View.decode(old).params) == ("", "", 0)
+    view = View(epoch=1, members=[0, 1], arity=2, coordinator=0, from_round=3,
+                fingerprint="1111222233334444", model="mnist-cnn", params=1234)
+    assert View.decode(view.encode()) == view

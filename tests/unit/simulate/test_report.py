@@ -219,3 +219,50 @@ def test_rounds_say_the_time_after_the_last_gradient_when_every_agent_said_when(
     rows = report.rounds_table(said + unsaid)
     assert rows[0].after_last_gradient_s == pytest.approx(0.030)  # node 2's gradient to node 2's result
     assert rows[1].after_last_gradient_s is None
+
+
+def _model_log() -> list[dict[str, Any]]:
+    """Three agents of one model with their labels, a fourth of another model refused."""
+    fp = "0123456789abcdef"
+    records = serial_faults_log()[:1]
+    for node, labels in ((0, [90, 0, 10]), (1, [0, 50, 50]), (2, [5, 5, 90])):
+        records.append({"type": "status", "t": 0.2, "node": node, "state": "online", "round": 0, "pid": 100 + node,
+                        "incarnation": 1, "fingerprint": fp, "model": "digits-mlp", "params": 2410,
+                        "labels": labels})
+    records.append({"type": "status", "t": 0.2, "node": 3, "state": "online", "round": 0, "pid": 103,
+                    "incarnation": 1, "fingerprint": "ffffffffffffffff", "model": "other", "params": 9,
+                    "labels": [1, 1, 1]})
+    records.append({"type": "view", "t": 0.3, "epoch": 1, "members": [0, 1, 2], "arity": 2, "coordinator": 0,
+                    "from_round": 0, "fingerprint": fp, "model": "digits-mlp", "params": 2410})
+    records.append({"type": "process", "t": 0.4, "event": "exit", "node": 3, "pid": 103, "code": 5,
+                    "incarnation": 1})
+    records.append({"type": "process", "t": 9.0, "event": "exit", "node": 2, "pid": 102, "code": 0,
+                    "incarnation": 1})
+    records += [_telemetry(n, 0) for n in range(3)]
+    return records
+
+
+def test_the_summary_names_the_model_the_refused_members_and_every_agents_labels() -> None:
+    summary = report.summarize(_model_log(), {"model": {"model": "x.py:factory", "backend": "numpy",
+                                                        "dataset": "digits", "partition": "dirichlet:0.5"}})
+    assert summary["model"] == {"fingerprint": "0123456789abcdef", "name": "digits-mlp", "params": 2410}
+    assert summary["refused_members"] == [3]  # node 2's clean exit is no refusal
+    assert summary["label_histograms"] == {"0": [90, 0, 10], "1": [0, 50, 50], "2": [5, 5, 90], "3": [1, 1, 1]}
+    assert summary["setup"]["partition"] == "dirichlet:0.5"
+
+
+def test_the_report_has_a_labels_table_and_plot(tmp_path: Path) -> None:
+    summary = report.write_report(tmp_path, _model_log(), {"scenario": {"name": "s"}})
+    assert "labels.png" in summary["plots"]
+    data = (tmp_path / "labels.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    md = (tmp_path / "report.md").read_text()
+    assert "| node | samples | 0 | 1 | 2 |" in md and "| 1 | 100 | 0 | 50 | 50 |" in md
+    assert "refused members (another model than the fleet's): 1 (nodes 3)" in md
+    assert "digits-mlp, 2,410 params, fingerprint 0123456789abcdef" in md
+
+
+def test_a_run_without_labels_has_no_labels_plot(tmp_path: Path) -> None:
+    summary = report.write_report(tmp_path, serial_faults_log(), {"scenario": {"name": "s"}})
+    assert "labels.png" not in summary["plots"] and not (tmp_path / "labels.png").exists()
+    assert summary["refused_members"] == [] and summary["model"] is None

@@ -1,0 +1,247 @@
+"""`edgegrove model export SOURCE -o model.tflite`: a Keras model as the stateless `.tflite`
+the agent trains (docs/MODELS.md, "LiteRT").
+
+SOURCE is a `.keras` file or `file.py:function` returning a Keras model. The file's
+signatures take the parameters as one flat float32 vector, so the interpreter holds no
+training state and the agent keeps the optimizer:
+  gradients(params [P], x [B, ...], y [B] int32) -> loss [], grad [P]
+  infer(params [P], x [B, ...])                  -> scores [B, classes]
+  initial_weights()                              -> params [P]
+  metadata()                                     -> json [n] uint8 (name, tensors, classes)
+B is dynamic: one file serves any batch. Builtin LiteRT ops only (a device's ai-edge-litert
+has no TF-Select kernels). Runs on a workstation with TensorFlow (`pip install
+'edgegrove[export]'`); a device never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from agent.validate import one_line
+
+DESCRIPTION = __doc__
+NO_TF = "model export needs TensorFlow: pip install 'edgegrove[export]'"
+METADATA_FORMAT = 1
+SIGNATURES = ("gradients", "infer", "initial_weights", "metadata")
+
+
+class ExportError(Exception):
+    """What is wrong with the source model, one line, said to the user (exit 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="a .keras file, or file.py:function returning a Keras model")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite to write")
+    parser.add_argument("--name", default=None, help="the model's name (default: the Keras model's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.output.suffix != ".tflite":
+        print(f"model export: -o must name a .tflite file, got {args.output}", file=sys.stderr)
+        return 2
+    problem = _source_problem(args.source)
+    if problem is not None:
+        print(f"model export: {problem}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow  # noqa: F401 - only to say what is missing before anything starts
+    except ImportError:
+        print(NO_TF, file=sys.stderr)
+        return 2
+    try:
+        model = load_keras(args.source)
+        data = export(model, name=args.name)
+    except ExportError as exc:
+        print(f"model export: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    args.output.write_bytes(data)
+    meta = json.loads(_metadata_json(model, args.name))
+    params = sum(int(np.prod(shape)) for _, shape in meta["tensors"])
+    print(f"wrote {args.output}: {meta['name']}, {params:,} parameters, input "
+          f"{tuple(meta['input_shape'])}, {meta['num_classes']} classes, {len(data):,} bytes, "
+          f"signatures {', '.join(SIGNATURES)}")
+    return 0
+
+
+def _source_problem(source: str) -> str | None:
+    """What is wrong with ``source`` as written (before TensorFlow is imported), or None."""
+    if source.endswith(".keras"):
+        return None if Path(source).is_file() else f"{source}: no such file"
+    path_text, colon, function = source.rpartition(":")
+    if not colon or not path_text.endswith(".py") or not function.isidentifier():
+        return f"source {source!r}: give a .keras file or path/to/file.py:function"
+    return None if Path(path_text).is_file() else f"{path_text}: no such file"
+
+
+def load_keras(source: str) -> Any:
+    """The Keras model ``source`` names (a .keras file or file.py:function)."""
+    import keras
+
+    problem = _source_problem(source)
+    if problem is not None:
+        raise ExportError(problem)
+    if source.endswith(".keras"):
+        try:
+            return _checked(keras.models.load_model(source, compile=False), source)
+        except ExportError:
+            raise
+        except Exception as exc:
+            raise ExportError(f"{source} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+    path_text, _, function = source.rpartition(":")
+    module = _import_file(Path(path_text))
+    build = getattr(module, function, None)
+    if not callable(build):
+        raise ExportError(f"{path_text} has no function {function!r}")
+    try:
+        built = build()
+    except Exception as exc:  # the user's code
+        raise ExportError(f"{source} raised {type(exc).__name__}: {exc}") from exc
+    return _checked(built, source)
+
+
+def _import_file(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"edgegrove_export_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ExportError(f"{path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code
+        raise ExportError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _checked(model: Any, source: str) -> Any:
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise ExportError(f"{source} gave a {type(model).__name__}, not a Keras model")
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ExportError(f"{source}: the model must have one input and one output")
+    shape = tuple(model.inputs[0].shape[1:])
+    if not shape or any(d is None for d in shape):
+        raise ExportError(f"{source}: the input's sample shape must be fully known, got {shape}")
+    out = tuple(model.outputs[0].shape[1:])
+    if len(out) != 1 or out[0] is None or out[0] < 2:
+        raise ExportError(f"{source}: the output must be [batch, classes] with classes >= 2, got {out}")
+    if not model.trainable_variables:
+        raise ExportError(f"{source}: the model has no trainable weights")
+    return model
+
+
+def _probabilities(model: Any) -> bool:
+    """Whether the model's output is already softmax probabilities (not logits)."""
+    activation = getattr(model.layers[-1], "activation", None) if model.layers else None
+    return getattr(activation, "__name__", "") == "softmax"
+
+
+def _metadata_json(model: Any, name: str | None) -> str:
+    return json.dumps({
+        "format": METADATA_FORMAT,
+        "name": name or model.name,
+        "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
+        "num_classes": int(model.outputs[0].shape[-1]),
+        "tensors": [[v.path, [int(d) for d in v.shape]] for v in model.trainable_variables],
+        "outputs": "probabilities" if _probabilities(model) else "logits",
+    }, separators=(",", ":"))
+
+
+def _module(model: Any, name: str | None) -> Any:
+    """A tf.Module whose tf.functions are the file's signatures."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+    shapes = [tuple(int(d) for d in v.shape) for v in variables]
+    sizes = [int(np.prod(s)) for s in shapes]
+    frozen = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
+    initial = np.concatenate([np.asarray(v.numpy(), np.float32).ravel() for v in variables])
+    meta = np.frombuffer(_metadata_json(model, name).encode(), dtype=np.uint8)
+    sample = [int(d) for d in model.inputs[0].shape[1:]]
+    classes = int(model.outputs[0].shape[-1])
+    probabilities = _probabilities(model)
+    params_spec = tf.TensorSpec([sum(sizes)], tf.float32, name="params")
+    x_spec = tf.TensorSpec([None, *sample], tf.float32, name="x")
+    y_spec = tf.TensorSpec([None], tf.int32, name="y")
+
+    def forward(params: Any, x: Any) -> Any:
+        weights = [tf.reshape(p, s) for p, s in zip(tf.split(params, sizes), shapes, strict=True)]
+        scores, _ = model.stateless_call(weights, frozen, x, training=False)
+        return scores
+
+    @tf.custom_gradient
+    def cross_entropy(scores: Any, onehot: Any) -> Any:
+        """Mean cross-entropy with its gradient written out: TensorFlow's own would broadcast
+        over the dynamic batch (BroadcastGradientArgs, no builtin kernel)."""
+        batch = tf.cast(tf.shape(scores)[0], tf.float32)
+        if probabilities:
+            clipped = tf.maximum(scores, 1e-7)
+            loss = -tf.reduce_sum(tf.math.log(clipped) * onehot) / batch
+            return loss, lambda up: (up * (-onehot / clipped) / batch, None)
+        log_probs = tf.nn.log_softmax(scores)
+        loss = -tf.reduce_sum(log_probs * onehot) / batch
+        return loss, lambda up: (up * (tf.exp(log_probs) - onehot) / batch, None)
+
+    class Exported(tf.Module):
+        @tf.function(input_signature=[params_spec, x_spec, y_spec])
+        def gradients(self, params: Any, x: Any, y: Any) -> dict[str, Any]:
+            with tf.GradientTape() as tape:
+                tape.watch(params)
+                loss = cross_entropy(forward(params, x), tf.one_hot(y, classes))
+            return {"loss": loss, "grad": tape.gradient(loss, params)}
+
+        @tf.function(input_signature=[params_spec, x_spec])
+        def infer(self, params: Any, x: Any) -> dict[str, Any]:
+            return {"scores": forward(params, x)}
+
+        @tf.function(input_signature=[])
+        def initial_weights(self) -> dict[str, Any]:
+            return {"params": tf.constant(initial)}
+
+        @tf.function(input_signature=[])
+        def metadata(self) -> dict[str, Any]:
+            return {"json": tf.constant(meta)}
+
+    return Exported()
+
+
+def export(model: Any, name: str | None = None) -> bytes:
+    """The `.tflite` bytes of ``model`` (builtin ops only); ExportError names the ops that have
+    no builtin kernel."""
+    import tensorflow as tf
+
+    from agent.commands.tf_gradients import builtin_gradients
+
+    module = _module(model, name)
+    with builtin_gradients(), tempfile.TemporaryDirectory() as tmp:
+        try:
+            signatures = {key: getattr(module, key).get_concrete_function() for key in SIGNATURES}
+            tf.saved_model.save(module, tmp, signatures=signatures)
+        except Exception as exc:  # the user's layers, traced
+            raise ExportError(f"tracing the model failed: {type(exc).__name__}: {exc}") from exc
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp, signature_keys=list(SIGNATURES))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        try:
+            return bytes(converter.convert())
+        except Exception as exc:
+            raise ExportError(_conversion_failure(str(exc))) from exc
+
+
+def _conversion_failure(text: str) -> str:
+    import re
+
+    ops = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
+    if ops:
+        return (f"these TensorFlow ops have no LiteRT builtin kernel: {', '.join(ops)} "
+                "(docs/MODELS.md lists the layers export supports)")
+    return f"the TFLite converter failed: {text.strip().splitlines()[-1] if text.strip() else '?'}"
