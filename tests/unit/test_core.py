@@ -227,7 +227,7 @@ def test_a_self_report_routes_around_its_sender_and_only_its_sender_can_make_it(
     assert core.counters.rejected["suspect_forged"] == 1 and 3 not in core.book.absent
     core.handle(MessageArrived(topics.suspect(3), forged), 0.02)
     assert core.book.absent == {3: 0}
-    assert 3 in core.machines[0].down  # nobody waits a timeout for it in round 0
+    assert 3 in core.machines[0].scope.down  # nobody waits a timeout for it in round 0
 
 
 def test_a_suspect_that_announced_its_absence_says_so_again_and_still_refutes() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 from agent.config import AgentConfig
 from agent.core import AgentCore, CoreConfig, Phase
 from agent.core_config import core_config
+from agent.core_events import MessageArrived, StatusSeen, ViewSeen
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Status, View
@@ -39,30 +40,30 @@ def test_the_status_announces_the_model_and_the_label_histogram() -> None:
 def test_an_agent_with_another_model_is_refused_once_and_stops() -> None:
     core = _core(2, OURS)
     view = View(1, [0, 1], 2, 0, 0, fingerprint=THEIRS.fingerprint, model=THEIRS.name, params=THEIRS.params)
-    assert core.on_view(view, 0.0, publisher=0) == []  # its coordinator not heard yet
-    out = core.on_status(_status(0, THEIRS), 0.1)
+    assert core.handle(ViewSeen(view, publisher=0), 0.0) == []  # its coordinator not heard yet
+    out = core.handle(StatusSeen(_status(0, THEIRS)), 0.1)
     assert len(out) == 1 and isinstance(out[0], Refusal) and core.phase == Phase.DONE
     assert out[0].own == OURS and out[0].fleet == THEIRS and out[0].coordinator == 0
-    assert core.on_status(_status(1, THEIRS), 0.2) == []  # said once
+    assert core.handle(StatusSeen(_status(1, THEIRS)), 0.2) == []  # said once
 
 
 def test_the_same_model_takes_the_view_and_trains() -> None:
     core = _core(1, OURS)
-    core.on_view(View(1, [0, 1], 2, 0, 0, fingerprint=OURS.fingerprint), 0.0, publisher=0)
+    core.handle(ViewSeen(View(1, [0, 1], 2, 0, 0, fingerprint=OURS.fingerprint), publisher=0), 0.0)
     for node in (0, 1):
-        core.on_status(Status(node, "online", incarnation=7 if node == 1 else 0,
-                              fingerprint=OURS.fingerprint), 0.0)
+        core.handle(StatusSeen(Status(node, "online", incarnation=7 if node == 1 else 0,
+                                     fingerprint=OURS.fingerprint)), 0.0)
     assert core.membership.refused is None and core.phase != Phase.DONE
     assert core.membership.members_for(0) == (0, 1)
 
 
 def test_frames_of_another_model_are_rejected_as_a_foreign_job() -> None:
     core = _core(1, OURS)
-    core.on_view(View(1, [0, 1], 2, 0, 0, fingerprint=OURS.fingerprint), 0.0, publisher=0)
-    core.on_status(Status(1, "online", incarnation=7, fingerprint=OURS.fingerprint), 0.0)
+    core.handle(ViewSeen(View(1, [0, 1], 2, 0, 0, fingerprint=OURS.fingerprint), publisher=0), 0.0)
+    core.handle(StatusSeen(Status(1, "online", incarnation=7, fingerprint=OURS.fingerprint)), 0.0)
     theirs = Frame(Kind.DATA, job_hash("default", THEIRS.fingerprint), 0, 0, 0, 1)
     theirs = theirs.with_values(np.ones(4, np.float32))
-    core.on_message(core.topics.link(0, 1), encode(theirs), 0.01)
+    core.handle(MessageArrived(core.topics.link(0, 1), encode(theirs)), 0.01)
     assert core.counters.rejected["foreign_job"] == 1
 
 
