@@ -61,6 +61,7 @@ RUN --mount=type=secret,id=pip_cert \
 COPY README.md ./
 COPY agent ./agent
 COPY dashboard ./dashboard
+COPY edgegrove ./edgegrove
 COPY simulate ./simulate
 COPY broker-config ./broker-config
 

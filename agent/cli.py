@@ -1,10 +1,10 @@
-"""The one `edgegrove` entry point.
+"""The device's commands and the dispatcher every `edgegrove` command table goes through.
 
 Subcommands are looked up in a table and imported lazily, so `edgegrove agent` on a
-Raspberry Pi never imports the dashboard or the simulator (which may not be installed).
-Each command module exposes ``add_arguments(parser)`` and ``run(args) -> int``; a command
-with subcommands of its own (``bench``, ``analyze``) exposes ``SUBCOMMANDS``, a table like
-``COMMANDS`` below.
+Raspberry Pi imports only the agent. Each command module exposes ``add_arguments(parser)``
+and ``run(args) -> int``; a command with subcommands of its own (``bench``, ``analyze``)
+exposes ``SUBCOMMANDS``, a table like ``COMMANDS`` below. ``COMMANDS`` lists what a device
+runs; the whole command line (simulator and dashboard included) is ``edgegrove.cli``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,9 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "topology": Command("agent.commands.topology", "print the allreduce tree with its backup links"),
-    "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation, fault cost)"),
+    "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation)"),
     "train-local": Command("agent.commands.train_local", "train the model on this machine alone (the baseline)"),
     "agent": Command("agent.commands.agent", "run one edge agent against an MQTT broker"),
-    "broker": Command("simulate.broker_cli", "run a broker: mosquitto from broker-config/, or the embedded one"),
-    "dashboard": Command("dashboard.cli", "serve the live fleet dashboard"),
-    "simulate": Command("simulate.cli", "run a whole fleet with faults, the dashboard and a report"),
-    "bench": Command("simulate.bench.cli", "benchmarks that print figures (model, agent, allreduce, ...)"),
     "model": Command("agent.commands.model", "check your own model (and export a Keras one to .tflite)"),
 }
 
@@ -81,16 +77,3 @@ def _overview(prog: str, description: str, table: dict[str, Command]) -> str:
     lines += [f"  {n.ljust(width)}  {c.summary}" for n, c in table.items()]
     lines += ["", f"`{prog} <command> --help` explains each command's options."]
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return dispatch(
-        "edgegrove",
-        "Edgegrove: train one model on a fleet of unreliable edge devices.",
-        COMMANDS,
-        sys.argv[1:] if argv is None else argv,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,10 @@ CATCH_UP_MAX_S = 0.5
 DISPLACED_EXIT = 4  # another agent took over this node id (exit codes: 2 usage, 3 broker)
 EVAL_CHUNK = 1000
 
-__all__ = ["AgentRuntime", "RoundReport", "new_incarnation", "run_agent"]
+# Decorates the agent's transport, given its configuration (e.g. a fault injector).
+TransportWrapper = Callable[[Transport, AgentConfig], Transport]
+
+__all__ = ["AgentRuntime", "RoundReport", "TransportWrapper", "new_incarnation", "run_agent"]
 
 _last_incarnation = 0
 
@@ -306,15 +309,17 @@ class AgentRuntime:
 # -- process entry ------------------------------------------------------------------------------
 
 
-def run_agent(config: AgentConfig) -> int:
-    """Build everything from the configuration and run until done or signalled."""
+def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = None) -> int:
+    """Build everything from the configuration and run until done or signalled.
+
+    ``wrap_transport`` decorates the MQTT transport before the runtime gets it (a fault
+    injector, say); without it the runtime talks to MQTT directly."""
     from agent.model.backend import make_backend
     from agent.model.contract import ModelError
     from agent.model.data import BatchStream, DataError
     from agent.model.datasets import DataRequest, load_agent_data
     from agent.model.loader import load_model
     from agent.model.partition import label_histogram
-    from agent.transport.faults import FaultyTransport
     from agent.transport.mqtt import MqttTransport
 
     stop = threading.Event()
@@ -351,8 +356,7 @@ def run_agent(config: AgentConfig) -> int:
             threaded=False,  # paho's loop in this thread: no wake-up and GIL hand-over per message
             max_publish_bytes_per_s=config.publish_rate * 1e6 if config.publish_rate else None,
         )
-        transport = FaultyTransport(mqtt, config.id, Topics(config.job),
-                                    np.random.default_rng([config.seed, config.id, 7]))
+        transport = mqtt if wrap_transport is None else wrap_transport(mqtt, config)
         runtime = AgentRuntime(config, backend, batches, (part.x_test, part.y_test), transport,
                                should_stop=stop.is_set,
                                on_round=lambda r: log.info(

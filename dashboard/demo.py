@@ -6,8 +6,8 @@ probe on ``link/<self>/<peer>`` to each tree and backup neighbour. A node judges
 whether the peer's probe of this round arrived THROUGH THE BROKER, so a link cut at the
 broker (an ACL revoke) shows up exactly as an agent would report it: the tree link
 ``rerouted`` when the backup link still works (``failed`` otherwise), with ``timeout`` and
-``reroute`` events. Loss and accuracy follow a plausible MNIST curve. It trains nothing:
-once the real agent runs, the tests swap this class for the fleet launcher.
+``reroute`` events. Loss and accuracy follow a plausible MNIST curve. It trains nothing: real
+agents come from the fleet launcher (``simulate.fleet``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.protocol.messages import Status, Telemetry, View
+from agent.protocol.notes import NoteKind
 from agent.protocol.topics import Topics
 from agent.protocol.topology import Tree
 from dashboard.settings import parse_broker_url
@@ -153,8 +154,8 @@ class DemoFleet:
 
     def _telemetry(self, node_id: int, round_no: int, heard: set[int]) -> Telemetry:
         links, events = self._judge_links(node_id, heard)
-        timeouts = sum(1 for e in events if e["kind"] == "timeout")
-        reroutes = sum(1 for e in events if e["kind"] == "reroute")
+        timeouts = sum(1 for e in events if e["kind"] == NoteKind.TIMEOUT)
+        reroutes = sum(1 for e in events if e["kind"] == NoteKind.REROUTE)
         loss = 2.3 * math.exp(-round_no / 12) + 0.06 + 0.02 * math.sin(round_no + node_id)
         accuracy = None
         if round_no % self.eval_every == 0:
@@ -182,11 +183,11 @@ class DemoFleet:
             if peer in heard:
                 links[str(peer)] = "ok"
                 continue
-            events.append({"kind": "timeout", "peer": peer, "detail": "no probe this round"})
+            events.append({"kind": NoteKind.TIMEOUT, "peer": peer, "detail": "no probe this round"})
             detour = next((b for b in sorted(backups) if b in heard and b != peer), None)
             if peer in tree_peers and detour is not None:
                 links[str(peer)] = "rerouted"
-                events.append({"kind": "reroute", "peer": peer, "detail": f"via {detour}"})
+                events.append({"kind": NoteKind.REROUTE, "peer": peer, "detail": f"via {detour}"})
             else:
                 links[str(peer)] = "failed"
         return links, events

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from agent.protocol.notes import NoteKind
+
 IncidentSource = Literal["injected", "detected"]
 Key = tuple[str, tuple[int, ...]]
 
@@ -28,10 +30,12 @@ _DETECTS: dict[str, tuple[str, bool]] = {
     "link_rerouted": ("link", False),
 }
 # Fleet events that show a fault is over: they close a detected incident of that kind.
-_RECOVERS: dict[str, str] = {"rejoin": "crash", "recovered": "hang", "link_ok": "link"}
-# Events that count as evidence for any active incident touching the event's node or peer.
-_SYMPTOMS = frozenset({"timeout", "nack", "degraded", "link_suspected", "reroute", "suspected",
-                       "crash", "hung", "link_failed", "link_rerouted", "offline"})
+_RECOVERS: dict[str, str] = {NoteKind.REJOIN: "crash", "recovered": "hang", "link_ok": "link"}
+# Events that count as evidence for any active incident touching the event's node or peer:
+# the agents' notes, then the dashboard's own events.
+_SYMPTOMS = frozenset({NoteKind.TIMEOUT, NoteKind.NACK, NoteKind.DEGRADED, NoteKind.REROUTE,
+                       NoteKind.SUSPECTED,
+                       "link_suspected", "crash", "hung", "link_failed", "link_rerouted", "offline"})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from agent.protocol.messages import Status, Telemetry, View
+from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
 from dashboard import incidents as inc
 from dashboard.incidents import Incident, Observation
@@ -39,7 +40,7 @@ _LINK_EVENT: dict[str, str] = {
 _MAX_TEXT = 200
 # An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
 # on the page that is a control the agent applied; injections are the simulator's to report.
-_AGENT_KIND_ALIASES = {"fault_injected": "control_applied"}
+_AGENT_KIND_ALIASES: dict[str, str] = {NoteKind.FAULT_INJECTED: "control_applied"}
 
 
 def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
@@ -243,7 +244,7 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
                              f"status offline (Last Will or exit) at fleet round {at}"))
     elif returning:
         detail = f"{msg.state}, restart {node.restarts + 1}, resumes from round {msg.round}"
-        drafts.append(Draft("rejoin", msg.node, None, at, detail))
+        drafts.append(Draft(NoteKind.REJOIN, msg.node, None, at, detail))
     elif (old is None or old.status == "unknown") and msg.state != "offline":
         drafts.append(Draft("join", msg.node, None, at, msg.state))
     rejoining = (returning or node.rejoining) and msg.state == "joining"
@@ -292,7 +293,7 @@ def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
     drafts = [_telemetry_event(msg, e) for e in msg.events if isinstance(e, dict)]
     if msg.degraded and _round_degraded_count(state, msg.round) == 0:
         detail = f"{msg.missing_chunks} chunks missing at node {msg.node}"
-        drafts.append(Draft("degraded", msg.node, None, msg.round, detail))
+        drafts.append(Draft(NoteKind.DEGRADED, msg.node, None, msg.round, detail))
     node = state.nodes.get(msg.node) or NodeInfo(msg.node)
     if node.silence:
         detail = f"was {node.silence}, reports round {msg.round}"

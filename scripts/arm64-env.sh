@@ -122,7 +122,7 @@ build_wheel() {
   # stale build/ directory of the tree leaks old modules into it.
   local out=$1 src
   src=$(mktemp -d)
-  cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/agent" "$REPO/dashboard" "$REPO/simulate" "$src/"
+  cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/agent" "$REPO/dashboard" "$REPO/edgegrove" "$REPO/simulate" "$src/"
   find "$src" -name __pycache__ -prune -exec rm -rf {} +
   # Offline with the host's setuptools (>= 70.1, the dev extra); else pip fetches a build backend.
   if ! pip_quiet wheel -q --no-deps --no-build-isolation -w "$out" "$src" >/dev/null 2>&1; then
@@ -189,7 +189,7 @@ case "$cmd" in
     site=${1:?edgegrove needs SITE}; shift
     [ -f "$ROOTFS/$READY_MARK" ] || die "no aarch64 userland in $ROOTFS: run $0 build"
     PYTHONPATH=$site exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONNOUSERSITE=1 \
-      PYTHONSAFEPATH=1 qemu-aarch64-static -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m agent.cli "$@" ;;
+      PYTHONSAFEPATH=1 qemu-aarch64-static -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgegrove.cli "$@" ;;
   where) echo "$CACHE" ;;
   *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
-"""The fleet launcher: one `edgegrove agent` process per node, supervised by handle.
+"""The fleet launcher: one agent process per node (``simulate.faulty_agent``: `edgegrove agent`
+with the fault injector), supervised by handle.
 
 Agents run in their own session (``start_new_session``) so that a Ctrl-C in the terminal
 reaches only the simulator, which then stops every agent itself: SIGCONT (a stopped process
@@ -31,7 +32,7 @@ class AgentSpec:
     prefix: tuple[str, ...] = ()
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "agent.commands.agent", "--id", str(self.node),
+        args = [sys.executable, "-m", "simulate.faulty_agent", "--id", str(self.node),
                 "--broker", self.broker_url, "--checkpoint-dir", str(self.checkpoint_dir)]
         args += options_to_flags(self.options)
         return [*self.prefix, *args]

@@ -11,10 +11,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from agent.config import AgentConfig, ConfigError, check_paths, load_config
 from agent.validate import OneLineParser
+
+if TYPE_CHECKING:
+    from agent.runtime import TransportWrapper
 
 DESCRIPTION = __doc__
 
@@ -46,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, type=kind, choices=choices, default=None, help=help_text)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None) -> int:
+    """Run the agent the flags describe; ``wrap_transport`` decorates its MQTT transport."""
     logging.basicConfig(
         level=getattr(logging, args.log_level), stream=sys.stderr,
         format="%(asctime)s agent %(levelname)s %(message)s",
@@ -60,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from agent.runtime import run_agent
 
-    return run_agent(config)
+    return run_agent(config, wrap_transport)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, wrap_transport: TransportWrapper | None = None) -> int:
     parser = OneLineParser(prog="edgegrove agent", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(argv), wrap_transport)
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def _median(values: list[float]) -> float | None:
 
 def baseline(args: argparse.Namespace, epochs: int) -> dict[str, Any]:
     """`edgegrove train-local` with the fleet's samples per step."""
-    command = [sys.executable, "-m", "agent.cli", "train-local", "--json", "--batch",
+    command = [sys.executable, "-m", "edgegrove.cli", "train-local", "--json", "--batch",
                str(args.nodes * args.batch), "--lr", str(args.lr), "--lr-schedule", args.lr_schedule,
                "--lr-final", str(args.lr_final), "--optimizer", "adam",
                "--epochs", str(epochs), "--target", str(args.target)]

@@ -117,7 +117,7 @@ def run_fleet(scenario: FleetScenario, run_dir: Path, budget_s: float,
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir.parent / f"{run_dir.name}.toml"
     path.write_text(scenario.toml())
-    command = [sys.executable, "-m", "agent.cli", "simulate", "--scenario", str(path),
+    command = [sys.executable, "-m", "edgegrove.cli", "simulate", "--scenario", str(path),
                "--no-dashboard", "--baseline", "none", "--out", str(run_dir), "--json", *extra_args]
     progress(f"  run {scenario.name}: {scenario.nodes} agents, {scenario.rounds} rounds ...")
     started = time.monotonic()

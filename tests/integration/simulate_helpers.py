@@ -15,7 +15,7 @@ FAST = ["--no-dashboard", "--baseline", "none", "--agent-option", "eval_samples=
 
 
 def simulate_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", "simulate", *args]
+    return [sys.executable, "-m", "edgegrove.cli", "simulate", *args]
 
 
 def run_simulate(*args: str, env: dict[str, str] | None = None, timeout: float = 420) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def test_agents_stay_under_the_pi_memory_budget() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "bench", "agent", "--nodes", "3", "--rounds", "12", "--json"],
+        [sys.executable, "-m", "edgegrove.cli", "bench", "agent", "--nodes", "3", "--rounds", "12", "--json"],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("kind", ["mosquitto", "embedded"])
 def test_broker_command_serves_until_sigterm(tmp_path: Path, kind: str) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "broker", "--kind", kind, "--json", "--nodes", "2",
+        [sys.executable, "-m", "edgegrove.cli", "broker", "--kind", kind, "--json", "--nodes", "2",
          "--job", TOPICS.job, "--workdir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},

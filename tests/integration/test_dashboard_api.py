@@ -146,7 +146,7 @@ def test_listener_reconnects_after_a_broker_restart(
 
 def test_cli_serves_and_prints_its_url(mosquitto_broker: MosquittoBroker, tmp_path: Path) -> None:
     url_file = tmp_path / "url"
-    command = [sys.executable, "-m", "agent.cli", "dashboard", "--broker", mosquitto_broker.url,
+    command = [sys.executable, "-m", "edgegrove.cli", "dashboard", "--broker", mosquitto_broker.url,
                "--job", JOB, "--credentials", str(mosquitto_broker.credentials_path),
                "--port", "0", "--url-file", str(url_file)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -185,7 +185,7 @@ def test_bench_agent_reports_the_machine_and_peak_memory_of_an_aarch64_agent(
     arm64_site: Arm64Site,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "bench", "agent", "--nodes", "2", "--rounds", "4",
+        [sys.executable, "-m", "edgegrove.cli", "bench", "agent", "--nodes", "2", "--rounds", "4",
          "--aarch64", "1", "--arm64-site", str(arm64_site.path), "--timeout", "600", "--json"],
         capture_output=True, text=True, timeout=900, check=False, stdin=subprocess.DEVNULL,
     )

@@ -63,7 +63,7 @@ def test_both_backends_follow_the_same_trajectory(mnist: Dataset) -> None:
 
 
 def _edgegrove(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "edgegrove.cli", *args], capture_output=True,
                           text=True, timeout=300, cwd=cwd, check=False)
 
 

@@ -48,7 +48,7 @@ def ext_broker(tmp_path: Path) -> Iterator[dict[str, Any]]:
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: run scripts/setup.sh --dev")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "broker", "--kind", "mosquitto", "--job", "ext",
+        [sys.executable, "-m", "edgegrove.cli", "broker", "--kind", "mosquitto", "--job", "ext",
          "--nodes", "7", "--port", str(free_port()), "--workdir", str(tmp_path / "broker"),
          "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

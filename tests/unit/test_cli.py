@@ -1,14 +1,19 @@
-"""The `edgegrove` dispatcher and the topology / analyze isolation commands, in-process."""
+"""The dispatcher and the device's commands (topology, analyze isolation), in-process, through
+the device's own table: no top-level CLI, no simulator, no dashboard."""
 
 from __future__ import annotations
 
-import importlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from agent.cli import COMMANDS, Command, dispatch, main
+from agent.cli import COMMANDS, Command, dispatch
+
+
+def main(argv: Sequence[str]) -> int:
+    return dispatch("edgegrove", "the device's commands", COMMANDS, argv)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -49,10 +54,15 @@ def test_a_command_whose_module_is_missing_says_what_to_install(
     assert "no_such_module_here" in err and "pip install" in err
 
 
+def test_the_device_table_names_only_device_modules() -> None:
+    assert {"agent", "topology", "train-local", "analyze"} <= set(COMMANDS)
+    assert all(c.module.startswith("agent.") for c in COMMANDS.values())
+
+
 def test_analyze_lists_its_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "analyze", "--help")
     assert code == 0
-    assert "isolation" in out and "fault-cost" in out
+    assert "isolation" in out and "fault-cost" not in out  # fault cost runs the simulator
     code, _, err = run_cli(capsys, "analyze", "nonsense")
     assert code == 2 and "unknown command" in err
 
@@ -64,27 +74,6 @@ def test_command_help_explains_options(capsys: pytest.CaptureFixture[str], argv:
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "--json" in out and "--arity" in out
-
-
-def _every_command() -> list[list[str]]:
-    """Every command line of the CLI: the commands and each table's subcommands."""
-    lines: list[list[str]] = []
-    for name, command in COMMANDS.items():
-        subcommands = getattr(importlib.import_module(command.module), "SUBCOMMANDS", None)
-        lines += [[name, sub] for sub in subcommands] if subcommands else [[name]]
-    return lines
-
-
-@pytest.mark.parametrize("argv", _every_command(), ids=" ".join)
-def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    """`bench links --help` once crashed in argparse on an unescaped "20 %" in a help text."""
-    code: int | str | None
-    try:
-        code = main([*argv, "--help"])
-    except SystemExit as done:  # argparse's --help
-        code = done.code
-    out = capsys.readouterr().out
-    assert code == 0 and "usage:" in out and "--help" in out, out[-500:]
 
 
 # ---------------------------------------------------------------- topology

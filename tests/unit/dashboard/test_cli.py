@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
 from dashboard import cli
+from edgegrove.cli import main
 
 
 def parse(*argv: str) -> argparse.Namespace:

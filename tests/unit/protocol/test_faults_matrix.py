@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from agent.commands.fault_cost import fault_cost_table
 from agent.protocol.allreduce import BROADCASTS, AllreduceConfig, Broadcast
+from simulate.fault_cost import fault_cost_table
 from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 NODES = 7

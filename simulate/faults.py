@@ -1,4 +1,7 @@
-"""Agent-side fault injection: a Transport decorator that cuts, loses or delays link frames.
+"""Fault injection inside an agent: a Transport decorator that cuts, loses or delays link frames.
+
+The simulator's agents (``simulate.faulty_agent``) run with their MQTT transport wrapped in
+``FaultyTransport``; it obeys the cut/heal/loss/latency ``Control`` commands addressed to its node.
 
 Only frames on ``link/<src>/<dst>`` topics are touched; status, view, telemetry and control
 pass unchanged, so a cut link looks to the protocol exactly like a silent network failure
@@ -16,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from agent.clock import Clock, MonotonicClock
+from agent.config import AgentConfig
 from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
 from agent.transport.base import Message, Transport, Will
@@ -179,3 +183,9 @@ class FaultyTransport:
         while self._held and self._held[0][0] <= now:
             ready.append(heapq.heappop(self._held)[2])
         return ready
+
+
+def wrap_agent_transport(transport: Transport, config: AgentConfig) -> FaultyTransport:
+    """The fault injector of agent ``config.id``, around the transport its runtime would use."""
+    return FaultyTransport(transport, config.id, Topics(config.job),
+                           np.random.default_rng([config.seed, config.id, 7]))

@@ -8,7 +8,7 @@ import pytest
 from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
 from agent.transport.base import Message, Will
-from agent.transport.faults import FaultyTransport
+from simulate.faults import FaultyTransport
 
 TOPICS = Topics("job")
 

@@ -1,5 +1,5 @@
-"""Issue 16, item 7: every bad argument or file of every command is ONE line on stderr and
-exit code 2, before anything starts (no process, no socket, no thread, no run directory)."""
+"""Every bad argument or file of every command is ONE line on stderr and exit code 2, before
+anything starts (no process, no socket, no thread, no run directory)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.cli import main
+from edgegrove.cli import main
 
 # {tmp}: a fresh directory; {file}: a regular file in it; {toml}: a file that is not TOML;
 # {json}: a file that is not a credentials.json; {missing}: a path that does not exist.
@@ -167,7 +167,7 @@ def test_the_first_word_names_the_command(capsys: pytest.CaptureFixture[str]) ->
     ["broker", "--port", "99999"],
 ])
 def test_the_real_entry_point_exits_2_with_one_line(argv: list[str], tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "agent.cli", *argv], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "edgegrove.cli", *argv], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path, check=False)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
