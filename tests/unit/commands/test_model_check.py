@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.cli import main
 from agent.model.contract import fingerprint
+from edgegrove.cli import main
 from examples.digits.model import DigitsMLP
 
 DIGITS = "examples/digits/model.py:factory"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
 from agent.commands.model_export import NO_TF
+from edgegrove.cli import main
 
 
 def test_without_tensorflow_one_line_and_exit_2(
