@@ -120,6 +120,10 @@ class FtTreeRound:
         return self.scope.ctx.own_link_rate
 
     @property
+    def down(self) -> set[int]:
+        return self.scope.down
+
+    @property
     def down_busy_at(self) -> float | None:
         return self.watch.down_busy_at
 
