@@ -62,6 +62,7 @@ from agent.transport.base import Message, Notice, Transport, TransportError, Wil
 
 if TYPE_CHECKING:
     from agent.model.backend import Backend
+    from agent.model.data import BatchStream
 
 log = logging.getLogger("edgegrove.agent")
 
@@ -334,27 +335,17 @@ def _log_publish(action: Publish) -> None:
 # -- process entry ------------------------------------------------------------------------------
 
 
-def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = None) -> int:
-    """Build everything from the configuration and run until done or signalled.
-
-    ``wrap_transport`` decorates the MQTT transport before the runtime gets it (a fault
-    injector, say); without it the runtime talks to MQTT directly."""
+def _prepare_training(config: AgentConfig) -> (
+    tuple[Backend, BatchStream, tuple[np.ndarray, np.ndarray], ModelIdentity, list[int]] | None
+):
+    """The model, this agent's data and the backend; None (said in one line) when unusable."""
     from agent.model.backend import make_backend
     from agent.model.contract import ModelError, fingerprint
     from agent.model.data import BatchStream, DataError
     from agent.model.datasets import DataRequest, load_agent_data
     from agent.model.loader import load_model
     from agent.model.partition import label_histogram
-    from agent.transport.mqtt import MqttTransport
 
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %d: finishing", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     try:
         model = load_model(config.model)
         part = load_agent_data(
@@ -366,7 +357,7 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
                                config.lr, model=model, seed=config.seed)
     except (DataError, ModelError) as exc:
         log.error("%s", exc)
-        return 2
+        return None
     labels = label_histogram(part.y_train, model.num_classes)
     # The fleet admits only agents of one model: announced in our status, mixed into frames.
     identity = ModelIdentity(fingerprint(model, config.seed), model.name, model.param_count)
@@ -375,6 +366,29 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
              len(part.y_train), labels, len(part.y_test))
     batches = BatchStream(part.x_train, part.y_train, config.batch,
                           np.random.default_rng([config.seed, config.id]))
+    return backend, batches, (part.x_test, part.y_test), identity, list(labels)
+
+
+def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = None) -> int:
+    """Build everything from the configuration and run until done or signalled.
+
+    ``wrap_transport`` decorates the MQTT transport before the runtime gets it (a fault
+    injector, say); without it the runtime talks to MQTT directly."""
+    from agent.model.contract import ModelError
+    from agent.transport.mqtt import MqttTransport
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: finishing", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    training = _prepare_training(config)
+    if training is None:
+        return 2
+    backend, batches, test_set, identity, labels = training
     try:
         mqtt = MqttTransport(
             config.client_id or f"edgegrove-{config.job}-{config.id}", config.broker,
@@ -385,7 +399,7 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
             max_publish_bytes_per_s=config.publish_rate * 1e6 if config.publish_rate else None,
         )
         transport = mqtt if wrap_transport is None else wrap_transport(mqtt, config)
-        runtime = AgentRuntime(config, backend, batches, (part.x_test, part.y_test), transport,
+        runtime = AgentRuntime(config, backend, batches, test_set, transport,
                                should_stop=stop.is_set,
                                on_round=lambda r: log.info(
                                    "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,

@@ -98,7 +98,8 @@ class _Client(paho.Client):
             return MQTTErrorCode.MQTT_ERR_CONN_LOST
         return byte if byte else MQTTErrorCode.MQTT_ERR_CONN_LOST
 
-    def _packet_read(self) -> MQTTErrorCode:
+    def _read_header(self) -> MQTTErrorCode | None:
+        """The packet's command and remaining length, and its buffer; None once both are in."""
         packet = self._in_packet
         if packet["command"] == 0:
             command = self._recv_byte()
@@ -125,6 +126,13 @@ class _Client(paho.Client):
                 packet["packet"] = np.empty(packet["remaining_length"], np.uint8)  # type: ignore[typeddict-item]
             else:
                 packet["packet"] = bytearray(packet["remaining_length"])
+        return None
+
+    def _packet_read(self) -> MQTTErrorCode:
+        packet = self._in_packet
+        header = self._read_header()
+        if header is not None:
+            return header
         buffer = memoryview(packet["packet"])
         pieces = 100  # as paho: a huge packet does not keep the loop in here
         try:
@@ -394,6 +402,16 @@ class MqttTransport:
         # Apart from the CONNACK's: in threaded mode the SUBACK can arrive before the connect
         # check runs, which then reported a refused subscription as a refused client.
         self._sub_refusal: str | None = None
+        self._init_sending(max_publish_bytes_per_s, publish_burst_bytes, threaded,
+                           reconnect_min_s, reconnect_max_s)
+        self._client = self._make_client(username, password, tls_ca, tls_insecure,
+                                         reconnect_min_s, reconnect_max_s)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _init_sending(self, max_publish_bytes_per_s: float | None, publish_burst_bytes: int,
+                      threaded: bool, reconnect_min_s: float, reconnect_max_s: float) -> None:
+        """Publishing, pacing, counters and the reconnect schedule."""
         self._closed = False
         self._started = False
         self._publish_lock = threading.Lock()
@@ -413,10 +431,6 @@ class MqttTransport:
         self._backlog_since: float | None = None  # monotonic: SENDING_BACKLOG unsent since then
         self._small_send_buffer = False  # SEND_BUFFER set on the current socket
         self._backlog_told = 0.0
-        self._client = self._make_client(username, password, tls_ca, tls_insecure,
-                                         reconnect_min_s, reconnect_max_s)
-
-    # -- set-up ---------------------------------------------------------------------------
 
     def _make_client(
         self, username: str | None, password: str | None, tls_ca: str | None,
