@@ -27,8 +27,11 @@ Flower is an optional extra (``peers``), installed by ``scripts/setup.sh --dev``
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Edgegrove: rounds between test evaluations")
     parser.add_argument("--faults", nargs="*", choices=FAULTS, default=list(FAULTS),
                         help="faults to run on both systems (none: clean runs only)")
-    parser.add_argument("--fault-rounds", type=arg(whole(2, None, "a number of rounds")), default=6,
+    parser.add_argument("--fault-rounds", type=arg(whole(2, None, "a number of rounds")), default=5,
                         help="Flower rounds of a fault run (the fault strikes in round 3)")
     parser.add_argument("--edgegrove-fault-rounds", type=arg(whole(10, None, "a number of rounds")),
                         default=60, help="Edgegrove rounds of a fault run (the fault strikes in round 20)")
@@ -112,6 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "$EDGEGROVE_PEERS_VENV, .venv-peers, then this interpreter's)")
     parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
                         help="wall-clock budget of one run in seconds")
+    parser.add_argument("--stall", type=arg(positive_seconds), default=180.0,
+                        help="give a Flower run up after this many seconds without a new round")
+    parser.add_argument("--note", default=None, metavar="TEXT",
+                        help="a sentence stored with the figures, e.g. how loaded the host was")
     parser.add_argument("--keep", type=arg(output_dir), default=None,
                         help="keep every run's directory (logs) here (default: a temporary one)")
     add_output_arguments(parser)
@@ -124,7 +131,8 @@ def plan_for(args: argparse.Namespace, partition: str) -> ArmPlan:
                    edgegrove_lr=args.lr, edgegrove_rounds=args.rounds,
                    edgegrove_fault_rounds=args.edgegrove_fault_rounds, eval_every=args.eval_every,
                    flower_fault_round=3, edgegrove_fault_round=20, restart_after_s=args.restart_after,
-                   restart_after_rounds=args.restart_after_rounds, budget_s=args.budget)
+                   restart_after_rounds=args.restart_after_rounds, budget_s=args.budget,
+                   stall_s=args.stall)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -159,24 +167,36 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = FlowerSettings(superexec_poll_s=args.superexec_poll, server_poll_s=args.server_poll)
     results: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="edgegrove-bench-flower-") as tmp:
         root = args.keep or Path(tmp)
         for i, (partition, fault) in enumerate(arms(args)):
             plan = plan_for(args, partition)
             name = f"{i}-{partition}-{fault.value}"
             progress(f"bench flower: {partition}, fault {fault.value}: Flower ...")
-            flower = run_flower(plan, fault, root / f"{name}-flower", bin_dir, settings)
+            flower = _guarded(partial(run_flower, plan, fault, root / f"{name}-flower", bin_dir, settings))
             progress(f"bench flower: {partition}, fault {fault.value}: Edgegrove ...")
-            edgegrove = run_edgegrove(plan, fault, root / f"{name}-edgegrove")
+            edgegrove = _guarded(partial(run_edgegrove, plan, fault, root / f"{name}-edgegrove"))
             results.append({"partition": partition, "fault": fault.value,
                             "flower": flower, "edgegrove": edgegrove})
     doc = document("flower", flwr=FLWR_VERSION, nodes=args.nodes, target=args.target,
                    batch=args.batch, plan=asdict(plan_for(args, args.partitions[0])),
                    flower_settings=asdict(settings), tuning=TUNING, results=results,
-                   method=METHOD)
+                   method=METHOD, host_note=args.note,
+                   load_average={"before": [round(v, 1) for v in load_before],
+                                 "after": [round(v, 1) for v in os.getloadavg()]})
     emit(doc, args, render_table(doc))
     failed = any(r[s].get("error") for r in results for s in ("flower", "edgegrove"))
     return 1 if failed else 0
+
+
+def _guarded(arm: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One arm's figures, or what went wrong in it: the other arms still run."""
+    try:
+        return arm()
+    except Exception as exc:  # any failure of one run is a figure of that run, not the end
+        progress(f"  arm failed: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}", "finished": False}
 
 
 METHOD = (

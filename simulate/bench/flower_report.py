@@ -34,6 +34,10 @@ def render(doc: dict[str, Any], ctx: Context) -> str:
         _faults(doc),
         _tuning(doc),
     ]
+    load = doc.get("load_average") or {}
+    if load:
+        parts.insert(1, f"Host load average (1, 5, 15 min) before the runs {load.get('before')}, "
+                        f"after {load.get('after')}, on {machine.get('cpu_count', '?')} cores.")
     if doc.get("host_note"):
         parts.insert(1, f"**{doc['host_note']}**")
     clean = [r for r in doc["results"] if r["fault"] == "none"]
