@@ -27,6 +27,7 @@ Flower is an optional extra (``peers``), installed by ``scripts/setup.sh --dev``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -116,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=arg(positive_seconds), default=900.0,
                         help="wall-clock budget of one run in seconds")
     parser.add_argument("--stall", type=arg(positive_seconds), default=180.0,
-                        help="give a Flower run up after this many seconds without a new round")
+                        help="give a Flower run that a fault struck up after this many seconds "
+                             "without a new round (or three of its earlier rounds, if longer)")
     parser.add_argument("--note", default=None, metavar="TEXT",
                         help="a sentence stored with the figures, e.g. how loaded the host was")
     parser.add_argument("--keep", type=arg(output_dir), default=None,
@@ -179,15 +181,28 @@ def run(args: argparse.Namespace) -> int:
             edgegrove = _guarded(partial(run_edgegrove, plan, fault, root / f"{name}-edgegrove"))
             results.append({"partition": partition, "fault": fault.value,
                             "flower": flower, "edgegrove": edgegrove})
-    doc = document("flower", flwr=FLWR_VERSION, nodes=args.nodes, target=args.target,
+            if args.out is not None:  # what is measured so far survives an interrupted sitting
+                _write(make_doc(args, settings, results, load_before), args.out)
+    doc = make_doc(args, settings, results, load_before)
+    emit(doc, args, render_table(doc))
+    failed = any(r[s].get("error") for r in results for s in ("flower", "edgegrove"))
+    return 1 if failed else 0
+
+
+def _write(doc: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def make_doc(args: argparse.Namespace, settings: FlowerSettings, results: list[dict[str, Any]],
+             load_before: tuple[float, float, float]) -> dict[str, Any]:
+    return document("flower", flwr=FLWR_VERSION, nodes=args.nodes, target=args.target,
                    batch=args.batch, plan=asdict(plan_for(args, args.partitions[0])),
                    flower_settings=asdict(settings), tuning=TUNING, results=results,
                    method=METHOD, host_note=args.note,
                    load_average={"before": [round(v, 1) for v in load_before],
-                                 "after": [round(v, 1) for v in os.getloadavg()]})
-    emit(doc, args, render_table(doc))
-    failed = any(r[s].get("error") for r in results for s in ("flower", "edgegrove"))
-    return 1 if failed else 0
+                                 "after": [round(v, 1) for v in os.getloadavg()]},
+                   arms_planned=len(arms(args)), arms_done=len(results))
 
 
 def _guarded(arm: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -193,8 +193,9 @@ def _follow_flower(plan: ArmPlan, fault: Fault, deployment: FlowerDeployment,
         watch.poll(deployment)
         if len(watch.records) > seen:
             seen, progressed = len(watch.records), time.monotonic()
-        elif time.monotonic() - progressed > plan.stall_s:
-            progress(f"  flower: nothing new from the ServerApp for {plan.stall_s:.0f} s: giving up")
+        elif struck_at is not None and time.monotonic() - progressed > _stall_s(plan, watch):
+            progress(f"  flower: nothing new from the ServerApp for {_stall_s(plan, watch):.0f} s "
+                     "after the fault: giving up")
             break
         if fault in (Fault.CLIENT_RESTART, Fault.SERVER_RESTART) and struck_at is None \
                 and watch.started(plan.flower_fault_round):
@@ -214,6 +215,14 @@ def _follow_flower(plan: ArmPlan, fault: Fault, deployment: FlowerDeployment,
         outcome["stalled_after_round"] = last
         progress(f"  flower: the run did not end (last round {last})")
     return outcome
+
+
+def _stall_s(plan: ArmPlan, watch: FlowerWatch) -> float:
+    """How long a run that a fault struck may show nothing new before it is given up: the
+    --stall seconds, or three of its rounds before the fault if that is longer (a loaded host
+    slows every round; only a run that stopped should be given up)."""
+    times = [r["t_end"] - r["t_start"] for r in watch.rounds()]
+    return max(plan.stall_s, 3 * statistics.median(times)) if times else plan.stall_s
 
 
 def _strike(fault: Fault, plan: ArmPlan, deployment: FlowerDeployment) -> None:

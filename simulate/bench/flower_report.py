@@ -38,6 +38,10 @@ def render(doc: dict[str, Any], ctx: Context) -> str:
     if load:
         parts.insert(1, f"Host load average (1, 5, 15 min) before the runs {load.get('before')}, "
                         f"after {load.get('after')}, on {machine.get('cpu_count', '?')} cores.")
+    done, planned = doc.get("arms_done"), doc.get("arms_planned")
+    if done is not None and planned is not None and done < planned:
+        parts.insert(1, f"**Incomplete sitting: {done} of {planned} pairs of runs measured** "
+                        "(the rest were not run; nothing below stands for them).")
     if doc.get("host_note"):
         parts.insert(1, f"**{doc['host_note']}**")
     clean = [r for r in doc["results"] if r["fault"] == "none"]
