@@ -234,7 +234,8 @@ def outcome(entry: dict[str, Any], fault: str) -> str:
     if entry.get("error"):
         return "error: " + str(entry["error"])[:80]
     parts = [] if entry.get("finished", True) else [
-        f"did not finish (stalled after round {entry.get('stalled_after_round')})"]
+        f"did not end (last round {entry.get('stalled_after_round')}"
+        + (f": {entry['gave_up']})" if entry.get("gave_up") else ")")]
     missing = entry.get("rounds_missing_updates") or []
     if fault != Fault.NONE.value:
         parts.append(f"{len(missing)} rounds without every update")

@@ -194,8 +194,8 @@ def _follow_flower(plan: ArmPlan, fault: Fault, deployment: FlowerDeployment,
         if len(watch.records) > seen:
             seen, progressed = len(watch.records), time.monotonic()
         elif struck_at is not None and time.monotonic() - progressed > _stall_s(plan, watch):
-            progress(f"  flower: nothing new from the ServerApp for {_stall_s(plan, watch):.0f} s "
-                     "after the fault: giving up")
+            outcome["gave_up"] = f"nothing new for {_stall_s(plan, watch):.0f} s after the fault"
+            progress(f"  flower: {outcome['gave_up']}: giving up")
             break
         if fault in (Fault.CLIENT_RESTART, Fault.SERVER_RESTART) and struck_at is None \
                 and watch.started(plan.flower_fault_round):
@@ -211,6 +211,7 @@ def _follow_flower(plan: ArmPlan, fault: Fault, deployment: FlowerDeployment,
     watch.poll(deployment)
     outcome["finished"] = watch.ended()
     if not watch.ended():
+        outcome.setdefault("gave_up", f"the run's budget of {plan.budget_s:.0f} s was over")
         last = max((r["round"] for r in watch.rounds()), default=0)
         outcome["stalled_after_round"] = last
         progress(f"  flower: the run did not end (last round {last})")

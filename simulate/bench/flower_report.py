@@ -64,7 +64,8 @@ def _faults(doc: dict[str, Any]) -> str:
             back = (f"; every client's update again from round {e['all_back_at_round']}"
                     if e.get("all_back_at_round") is not None else "")
             done = "finished" if e.get("finished") else (
-                f"**did not finish** (no round after {e.get('stalled_after_round')})"
+                f"**did not end** (no round after {e.get('stalled_after_round')}"
+                + (f"; {e['gave_up']})" if e.get("gave_up") else ")")
                 if not e.get("error") else f"**error**: {e['error']}")
             lines.append(f"- {system}, {how} {where}: {done}; {e.get('rounds')} rounds, slowest "
                          f"{spread.get('max')} s (median {spread.get('median')} s); "

@@ -156,6 +156,7 @@ def _doc() -> dict[str, Any]:
     edgegrove_entry = {**flower_entry, "round_s": {"median": 0.1, "min": 0.1, "max": 0.4},
                        "memory": {"per_client_mb": {"0": 115.0}, "median_mb": 115.0, "max_mb": 115.0}}
     faulty = {**flower_entry, "finished": False, "stalled_after_round": 3, "fault_at_round": 3,
+              "gave_up": "nothing new for 180 s after the fault",
               "rounds_missing_updates": [3]}
     return {"benchmark": "flower", "machine": {"cpu_model": "Test CPU", "cpu_count": 2},
             "flwr": "1.42.0", "nodes": 3, "target": 0.97, "batch": 100,
@@ -171,7 +172,7 @@ def test_the_table_says_what_happened_under_each_fault() -> None:
     rows = flower.table_rows(_doc())
     assert [r[1] for r in rows] == ["flower", "edgegrove"] * 2
     assert rows[0][-1] == "ok" and rows[1][3] == 0.1
-    assert "did not finish (stalled after round 3)" in rows[2][-1]
+    assert "did not end (last round 3: nothing new for 180 s after the fault)" in rows[2][-1]
     assert "all back at round 31" in rows[3][-1]
 
 
@@ -183,5 +184,5 @@ def test_the_evaluation_section_is_generated_from_flower_json(tmp_path: Path) ->
     assert statuses["flower"] == "measured"
     section = text.split("## Side by side with Flower")[1].split("\n## ")[0]
     assert "Test CPU" in section and "FLWR_SUPEREXEC_TASK_POLL_INTERVAL" in section
-    assert "**did not finish** (no round after 3)" in section
+    assert "**did not end** (no round after 3; nothing new for 180 s after the fault)" in section
     assert "| iid / none | flower |" in section
