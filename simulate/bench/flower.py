@@ -238,7 +238,7 @@ def outcome(entry: dict[str, Any], fault: str) -> str:
         + (f": {entry['gave_up']})" if entry.get("gave_up") else ")")]
     missing = entry.get("rounds_missing_updates") or []
     if fault != Fault.NONE.value:
-        parts.append(f"{len(missing)} rounds without every update")
+        parts.append(f"rounds without every update: {len(missing)}")
     if entry.get("all_back_at_round") is not None:
         parts.append(f"all back at round {entry['all_back_at_round']}")
     return "; ".join(parts) or "ok"

@@ -69,17 +69,22 @@ def _faults(doc: dict[str, Any]) -> str:
                 if not e.get("error") else f"**error**: {e['error']}")
             lines.append(f"- {system}, {how} {where}: {done}; {e.get('rounds')} rounds, slowest "
                          f"{spread.get('max')} s (median {spread.get('median')} s); "
-                         f"{len(e.get('rounds_missing_updates') or [])} rounds without every "
-                         f"client's update{back}.")
+                         f"rounds without every client's update: "
+                         f"{len(e.get('rounds_missing_updates') or [])}{back}.")
     return ("Faults (same clients, same partition):\n\n" + "\n".join(lines)) if lines else ""
 
 
 def _tuning(doc: dict[str, Any]) -> str:
-    rows = [[t["setting"], t["options"], t["used"], t["why"]] for t in doc.get("tuning", [])]
+    rows = [[_cell(t[k]) for k in ("setting", "options", "used", "why")] for t in doc.get("tuning", [])]
     if not rows:
         return ""
     return ("Flower's speed settings (from its documentation and code) and what the bench used:\n\n"
             + markdown_table(["setting", "options", "used", "why"], rows))
+
+
+def _cell(text: str) -> str:
+    """A markdown table cell: a '|' inside it would split the cell."""
+    return str(text).replace("|", "\\|")
 
 
 def _plot(clean: list[dict[str, Any]], target: float, path: Path) -> None:
@@ -89,12 +94,12 @@ def _plot(clean: list[dict[str, Any]], target: float, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in clean:
         for system in ("flower", "edgegrove"):
-            points = [p for p in r[system].get("curve") or [] if p.get("seconds") is not None]
+            points = [p for p in r[system].get("curve") or [] if (p.get("seconds") or 0) > 0]
             ax.plot([p["seconds"] for p in points], [p["accuracy"] for p in points], "o-", ms=3,
                     label=f"{system} ({r['partition']})")
     ax.axhline(target, color="grey", ls=":", lw=1)
     ax.set(xlabel="seconds since all clients were online", ylabel="test accuracy",
-           xscale="symlog", title="Flower (FedAvg) and Edgegrove (ft-tree), same clients and data")
+           xscale="log", title="Flower (FedAvg) and Edgegrove (ft-tree), same clients and data")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

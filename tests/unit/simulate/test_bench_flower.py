@@ -186,3 +186,4 @@ def test_the_evaluation_section_is_generated_from_flower_json(tmp_path: Path) ->
     assert "Test CPU" in section and "FLWR_SUPEREXEC_TASK_POLL_INTERVAL" in section
     assert "**did not end** (no round after 3; nothing new for 180 s after the fault)" in section
     assert "| iid / none | flower |" in section
+    assert "subprocess (default) \\| process" in section  # a '|' in a cell is escaped
