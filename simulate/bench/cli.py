@@ -17,5 +17,6 @@ SUBCOMMANDS: dict[str, Command] = {
     "compare": Command("simulate.bench.compare", "gloo and edgegrove interleaved in one run: medians, ratio, broker bound, agents' CPU per round"),
     "round-profile": Command("simulate.bench.round_profile", "where a fault-free round's time goes: per-agent compute/allreduce, CPU of agents and mosquitto, vs the bound"),
     "links": Command("simulate.bench.links", "every agent's link limited (2-50 MB/s) x wire format: allreduce vs the busiest link's bound, degraded rounds, bytes, accuracy"),
+    "flower": Command("simulate.bench.flower", "Flower 1.42 (deployment engine, FedAvg) vs an Edgegrove fleet: round time, time/bytes to accuracy, memory per client, faults"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }
