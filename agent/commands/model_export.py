@@ -152,9 +152,15 @@ def _metadata_json(model: Any, name: str | None) -> str:
         "name": name or model.name,
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
-        "tensors": [[v.path, [int(d) for d in v.shape]] for v in model.trainable_variables],
+        "tensors": [[_tensor_name(v.path, model.name), [int(d) for d in v.shape]]
+                    for v in model.trainable_variables],
         "outputs": "probabilities" if _probabilities(model) else "logits",
     }, separators=(",", ":"))
+
+
+def _tensor_name(path: str, model_name: str) -> str:
+    """A variable's path without the model's own name in front ("conv1/kernel")."""
+    return path.removeprefix(f"{model_name}/")
 
 
 def _module(model: Any, name: str | None) -> Any:
