@@ -21,6 +21,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -238,9 +240,25 @@ def export(model: Any, name: str | None = None) -> bytes:
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp, signature_keys=list(SIGNATURES))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         try:
-            return bytes(converter.convert())
+            with _native_stderr_silenced():
+                return bytes(converter.convert())
         except Exception as exc:
             raise ExportError(_conversion_failure(str(exc))) from exc
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """The converter's C++ code prints its diagnostics to file descriptor 2; the exception
+    carries the same text, said here in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _conversion_failure(text: str) -> str:
