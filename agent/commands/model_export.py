@@ -117,9 +117,11 @@ def _import_file(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ExportError(f"{path} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look their module up there
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code
+        sys.modules.pop(spec.name, None)
         raise ExportError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
     return module
 
