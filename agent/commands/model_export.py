@@ -21,6 +21,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -115,9 +117,11 @@ def _import_file(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ExportError(f"{path} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look their module up there
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code
+        sys.modules.pop(spec.name, None)
         raise ExportError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
     return module
 
@@ -152,9 +156,15 @@ def _metadata_json(model: Any, name: str | None) -> str:
         "name": name or model.name,
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
-        "tensors": [[v.path, [int(d) for d in v.shape]] for v in model.trainable_variables],
+        "tensors": [[_tensor_name(v.path, model.name), [int(d) for d in v.shape]]
+                    for v in model.trainable_variables],
         "outputs": "probabilities" if _probabilities(model) else "logits",
     }, separators=(",", ":"))
+
+
+def _tensor_name(path: str, model_name: str) -> str:
+    """A variable's path without the model's own name in front ("conv1/kernel")."""
+    return path.removeprefix(f"{model_name}/")
 
 
 def _module(model: Any, name: str | None) -> Any:
@@ -232,9 +242,25 @@ def export(model: Any, name: str | None = None) -> bytes:
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp, signature_keys=list(SIGNATURES))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         try:
-            return bytes(converter.convert())
+            with _native_stderr_silenced():
+                return bytes(converter.convert())
         except Exception as exc:
             raise ExportError(_conversion_failure(str(exc))) from exc
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """The converter's C++ code prints its diagnostics to file descriptor 2; the exception
+    carries the same text, said here in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _conversion_failure(text: str) -> str:

@@ -30,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=arg(whole(1, 256, "a number of agents")), default=4, help="agents in the fleet")
     parser.add_argument("--rounds", type=arg(whole(1, None, "a number of rounds")), default=30, help="training rounds to run")
     parser.add_argument("--backend", choices=["numpy", "litert"], default="numpy")
+    parser.add_argument("--model", default="mlp",
+                        help="the agents' model: mlp, path/to/file.py:factory (numpy) or a .tflite "
+                             "(litert), e.g. examples/mnist_cnn/mnist_cnn.tflite")
+    parser.add_argument("--eval-every", type=arg(whole(0, None, "a number of rounds")), default=0,
+                        help="evaluate on the test set every N rounds (0 = never): counts "
+                             "evaluation's memory in the peak")
     parser.add_argument("--broker", choices=["auto", "mosquitto", "embedded"], default="auto")
     parser.add_argument("--timeout", type=arg(positive_seconds), default=300.0, help="give up after this many seconds")
     parser.add_argument("--aarch64", type=_node_list, default=[], metavar="IDS",
@@ -75,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         collector.start()
         stack.callback(collector.stop)
         options: dict[str, Any] = {"job": JOB, "fleet_size": args.nodes, "rounds": args.rounds,
-                                   "backend": args.backend, "eval_every": 0}
+                                   "backend": args.backend, "model": args.model,
+                                   "eval_every": args.eval_every}
         if use_mosquitto:
             options["credentials"] = str(broker.credentials_path)
         emulated = [n for n in args.aarch64 if n < args.nodes]
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     result = document(
         "agent", broker="mosquitto" if use_mosquitto else "embedded", nodes=args.nodes,
-        rounds=args.rounds, backend=args.backend,
+        rounds=args.rounds, backend=args.backend, model=args.model, eval_every=args.eval_every,
         peak_rss_mb={str(n): round(v, 1) for n, v in peaks.items() if v is not None},
         peak_rss_mb_max=round(max(v for v in peaks.values() if v is not None), 1),
         pi_budget_mb=PI_BUDGET_MB, machines={str(n): m for n, m in machines.items()},
@@ -117,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         round_seconds_median=round(statistics.median(rounds), 4) if rounds else None,
         round_seconds_p90=round(sorted(rounds)[int(0.9 * (len(rounds) - 1))], 4) if rounds else None,
     )
-    lines = [f"fleet of {args.nodes} ({args.backend}, {result['broker']}), {args.rounds} rounds"]
+    lines = [f"fleet of {args.nodes} ({args.backend}, model {args.model}, {result['broker']}), "
+             f"{args.rounds} rounds"]
     for node, mb in result["peak_rss_mb"].items():
         how = " (emulated by qemu: RSS includes the emulator)" if node in result["emulated"] else ""
         lines.append(f"  agent {node} on {machines.get(int(node), '?'):8s} peak resident {mb:7.1f} MB{how}")

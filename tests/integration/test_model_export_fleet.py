@@ -117,7 +117,8 @@ def test_bad_sources_are_one_line_and_exit_2(tmp_path: Path) -> None:
     unsupported.write_text(
         "import keras\n"
         "def build():\n"
-        "    return keras.Sequential([keras.Input((8, 8, 1)), keras.layers.AveragePooling2D(),\n"
+        "    return keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3),\n"
+        "                             keras.layers.AveragePooling2D(2),\n"
         "                             keras.layers.Flatten(), keras.layers.Dense(2)])\n")
     raises = tmp_path / "raises.py"
     raises.write_text("def build():\n    raise ValueError('no GPU here')\n")
