@@ -77,3 +77,8 @@ def _overview(prog: str, description: str, table: dict[str, Command]) -> str:
     lines += [f"  {n.ljust(width)}  {c.summary}" for n, c in table.items()]
     lines += ["", f"`{prog} <command> --help` explains each command's options."]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # The device's commands only; `python -m edgegrove.cli` has the simulator's and dashboard's too.
+    sys.exit(dispatch("edgegrove", "Edgegrove's device commands.", COMMANDS, sys.argv[1:]))

@@ -36,7 +36,9 @@ the root shows in its children's units, which cross the same connection. Without
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -67,6 +69,29 @@ from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Flag, Frame, Kind
 
+_T = TypeVar("_T")
+
+
+def weak_method(method: Callable[..., _T]) -> Callable[..., _T | None]:
+    """``method`` called through a weak reference to its object (None once it is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> _T | None:
+        bound = ref()
+        return None if bound is None else bound(*args)
+
+    return call
+
+
+def weak_check(method: Callable[[np.ndarray, int], bool]) -> Callable[[np.ndarray, int], bool]:
+    """``weak_method`` for a check: False once the object is gone."""
+    call = weak_method(method)
+
+    def check(values: np.ndarray, sender: int) -> bool:
+        return bool(call(values, sender))
+
+    return check
+
 
 class FtTreeRound:
     def __init__(self, ctx: RoundContext) -> None:
@@ -77,21 +102,19 @@ class FtTreeRound:
         self.watch = PeerWatch(scope)
         self.relay = Relay(scope, self.watch)
         self.receipts = Receipts(scope, self.relay)
-        self.courier = Courier(scope, self.watch, self.relay, self._on_courier_event)
+        # Weak callbacks: the parts must not hold the machine in a cycle. A dropped round's
+        # machine is then freed at once, not at the next full collection (its vectors were
+        # ~3 MB a round kept alive on a coordinator).
+        self.courier = Courier(scope, self.watch, self.relay, weak_method(self._on_courier_event))
         self.reducer = ChunkReducer(scope.n, peak(ctx.gradient), passes_up=scope.parent is not None)
         self.uplink = Uplink(scope, self.reducer, self.courier)
         self.wait = ContributionWait(scope, self.watch, self.reducer)
         self.results = ResultBook(scope, self.courier)
         self.pull = ResultPull(scope, self.results, self.courier)
         self.flow = ResultFlow(scope, self.results, FanoutBroadcast(scope, self.results, self.courier, self.receipts),
-                               self.pull, self.receipts, self.reducer, self._plausible)
+                               self.pull, self.receipts, self.reducer, weak_check(self._plausible))
         self.deadline = ctx.now + ctx.config.round_deadline
         self.deadline_limit = ctx.now + ctx.config.round_deadline * DEADLINE_STRETCH  # while links drain
-        self._handlers: dict[Kind, Callable[[Frame, float], None]] = {
-            Kind.DATA: lambda f, now: self._on_data(f, now, Hop.DIRECT if f.sender == f.origin else Hop.RELAY),
-            Kind.RELAY: self._on_relay, Kind.ACK: self._on_ack, Kind.NACK: self._on_nack,
-            Kind.PULL: self._on_pull, Kind.PROBE: self.courier.on_probe,
-        }
 
     # ------------------------------------------------------------------ what the core reads
 
@@ -163,11 +186,11 @@ class FtTreeRound:
             return scope.flush()  # (floods released above)
         if first:
             self.watch.first_frame(frame.sender, now)
-        handler = self._handlers.get(frame.kind)
+        handler = _HANDLERS.get(frame.kind)
         if handler is None:
             scope.stats.dropped += 1
         else:
-            handler(frame, now)
+            handler(self, frame, now)
         return scope.flush()
 
     def on_timer(self, now: float) -> list[Action]:
@@ -486,3 +509,14 @@ class FtTreeRound:
                 self._answer(j, frame.sender, now)
         self.pull.send_no_result()
 
+
+
+def _on_data_frame(machine: FtTreeRound, frame: Frame, now: float) -> None:
+    machine._on_data(frame, now, Hop.DIRECT if frame.sender == frame.origin else Hop.RELAY)
+
+
+_HANDLERS: dict[Kind, Callable[[FtTreeRound, Frame, float], None]] = {
+    Kind.DATA: _on_data_frame, Kind.RELAY: FtTreeRound._on_relay, Kind.ACK: FtTreeRound._on_ack,
+    Kind.NACK: FtTreeRound._on_nack, Kind.PULL: FtTreeRound._on_pull,
+    Kind.PROBE: lambda machine, frame, now: machine.courier.on_probe(frame, now),
+}

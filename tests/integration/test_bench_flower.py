@@ -24,7 +24,7 @@ def test_flower_and_edgegrove_both_train_and_are_measured() -> None:
         find_flower_bin(None)
     except FlowerMissing as exc:
         pytest.fail(f"Flower is not installed for the bench: {exc}")
-    command = [sys.executable, "-m", "agent.cli", "bench", "flower", "--nodes", str(NODES),
+    command = [sys.executable, "-m", "edgegrove.cli", "bench", "flower", "--nodes", str(NODES),
                "--flower-rounds", str(ROUNDS), "--local-steps", "2", "--rounds", str(ROUNDS),
                "--eval-every", "1", "--faults", "--target", "0.999", "--budget", "240", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=420, check=False)

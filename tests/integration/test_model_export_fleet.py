@@ -37,7 +37,7 @@ def _require_tensorflow() -> None:
 def _export(source: str, output: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", "model", "export", source, "-o", str(output)],
+        [sys.executable, "-m", "edgegrove.cli", "model", "export", source, "-o", str(output)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -50,7 +50,7 @@ def test_dirichlet_and_bad_values_are_refused_with_one_line() -> None:
 
 def test_the_command_exits_2_with_one_line_before_anything_starts() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(flower.__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "agent.cli", "bench", "flower", "--partitions",
+    done = subprocess.run([sys.executable, "-m", "edgegrove.cli", "bench", "flower", "--partitions",
                            "dirichlet"], capture_output=True, text=True, timeout=60, env=env, check=False)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Dirichlet" in done.stderr
