@@ -78,9 +78,12 @@ class PeakRss:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every):
+        # At once, then every ``every`` s: a short run (a smoke test's 2 rounds) is sampled too.
+        while True:
             with contextlib.suppress(psutil.Error, OSError):
                 self.sample()
+            if self._stop.wait(self.every):
+                return
 
     def sample(self) -> None:
         for client, procs in self.trees().items():
@@ -98,13 +101,17 @@ class PeakRss:
                 "max_mb": round(max(values), 1) if values else None}
 
 
+# How an agent process is started: by hand, or by the fleet launcher (with its fault injector).
+AGENT_MODULES = frozenset({"agent.commands.agent", "simulate.faulty_agent"})
+
+
 def agent_trees() -> dict[int, list[psutil.Process]]:
     """Our descendants that are Edgegrove agents, by node id (an agent has no children)."""
     out: dict[int, list[psutil.Process]] = {}
     for proc in psutil.Process(os.getpid()).children(recursive=True):
         with contextlib.suppress(psutil.Error, ValueError, IndexError):
             cmd = proc.cmdline()
-            if "agent.commands.agent" in cmd:
+            if AGENT_MODULES & set(cmd):
                 out[int(cmd[cmd.index("--id") + 1])] = [proc]
     return out
 
