@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+AGENT_MODULE = "simulate.faulty_agent"  # what the launcher runs: the agent with the fault injector
 
 @dataclass(frozen=True)
 class AgentSpec:
@@ -32,7 +33,7 @@ class AgentSpec:
     prefix: tuple[str, ...] = ()
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "simulate.faulty_agent", "--id", str(self.node),
+        args = [sys.executable, "-m", AGENT_MODULE, "--id", str(self.node),
                 "--broker", self.broker_url, "--checkpoint-dir", str(self.checkpoint_dir)]
         args += options_to_flags(self.options)
         return [*self.prefix, *args]

@@ -23,6 +23,7 @@ from simulate.bench.accuracy import curve, time_to
 from simulate.bench.common import progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
 from simulate.bench.flower_deploy import FlowerDeployment, FlowerSettings
+from simulate.fleet import AGENT_MODULE
 
 LINK_LIMIT_BPS = 6e6
 MB = 1e6
@@ -102,7 +103,7 @@ class PeakRss:
 
 
 # How an agent process is started: by hand, or by the fleet launcher (with its fault injector).
-AGENT_MODULES = frozenset({"agent.commands.agent", "simulate.faulty_agent"})
+AGENT_MODULES = frozenset({"agent.commands.agent", AGENT_MODULE})
 
 
 def agent_trees() -> dict[int, list[psutil.Process]]:
