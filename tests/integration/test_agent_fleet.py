@@ -134,7 +134,11 @@ def test_a_finished_round_still_reroutes_its_broadcast_over_a_one_way_cut(
         hashes = listener.hashes_at(19)
         assert len(set(hashes.values())) == 1, f"models differ: {hashes}"
         after = [t for t in listener.telemetry[1] if 8 <= t.round <= 18]
-        assert len(after) >= 8 and not any(t.degraded for t in after)
+        assert len(after) >= 8, f"node 1 reported only rounds {[t.round for t in after]}"
+        # A loaded host can miss the fixed 0.5 s timeout of some other link now and then; a
+        # broadcast that failed to reroute would degrade node 1's rounds every time.
+        degraded = [t.round for t in after if t.degraded]
+        assert len(degraded) <= len(after) // 4, f"node 1 ran degraded in rounds {degraded}"
         pulled = [t.round for t in after if t.pulls]
         assert len(pulled) <= len(after) // 3, f"node 1 had to pull in rounds {pulled}"
         if broadcast == "tree":
