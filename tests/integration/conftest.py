@@ -3,7 +3,7 @@
 Fixtures:
   mosquitto_broker   function scope, dynamic security on, job "itest", agents 0..6
   mosquitto_factory  start_mosquitto(**kwargs) in a fresh temp dir, stopped at teardown
-  embedded_broker    the amqtt broker (no auth)
+  embedded_broker    the embedded rumqttd broker (no auth)
   transport_factory  connected MqttTransports, closed at teardown
 Helpers (import from tests.integration.conftest): wait_until, publish_until_received.
 """
