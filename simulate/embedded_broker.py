@@ -130,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="edgegrove-broker-") as workdir:
         try:
             port = start(args.host, args.port, Path(workdir))
-        except (OSError, ImportError) as exc:
+        except ImportError:
+            print("embedded broker: the iotcore package (rumqttd) is not installed: pip install "
+                  "'edgegrove[simulate]', or install mosquitto (no iotcore wheel for Linux on "
+                  "ARM)", file=sys.stderr)
+            return 1
+        except OSError as exc:
             print(f"embedded broker: cannot listen on {args.host}:{args.port}: {exc}",
                   file=sys.stderr)
             return 1
