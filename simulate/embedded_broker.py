@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                   "ARM)", file=sys.stderr)
             return 1
         except OSError as exc:
-            print(f"embedded broker: cannot listen on {args.host}:{args.port}: {exc}",
-                  file=sys.stderr)
+            print(f"embedded broker: {exc}", file=sys.stderr)
             return 1
         print(f"READY mqtt://{args.host}:{port}", flush=True)
         while not stop.wait(1.0):
