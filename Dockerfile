@@ -27,7 +27,7 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/edgegrove/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # mosquitto: the compose fleet's broker, and `simulate` starts its own with dynamic security (it
-# falls back to the embedded amqtt broker without it); iproute2/iptables: network-isolation
+# falls back to the embedded rumqttd broker without it); iproute2/iptables: network-isolation
 # faults (need --cap-add NET_ADMIN, otherwise they are skipped with a message); python3-venv
 # only where the base's Python lacks venv/ensurepip (plain Debian). A base that already has
 # them all (the debootstrap base) needs no apt and no network here.

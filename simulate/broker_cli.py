@@ -1,7 +1,7 @@
 """``edgegrove broker``: run an MQTT broker for a job until Ctrl-C / SIGTERM.
 
 mosquitto is rendered from broker-config/ (per-agent credentials, ACL, queue limits, dynamic
-security) into a work directory; without mosquitto, the embedded amqtt broker (MQTT 3.1.1,
+security) into a work directory; without mosquitto, the embedded rumqttd broker (MQTT 3.1.1,
 no authentication) is started instead. Both listen on 127.0.0.1 unless --bind says otherwise.
 """
 
@@ -39,13 +39,13 @@ from simulate.brokers import (
 DESCRIPTION = (
     "Run an MQTT broker for a job until Ctrl-C / SIGTERM: mosquitto from broker-config/ with "
     "per-agent credentials, ACL and dynamic security, or (without mosquitto) the embedded "
-    "amqtt broker. Prints the URL and where the credentials are."
+    "rumqttd broker. Prints the URL and where the credentials are."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=["auto", "mosquitto", "embedded"], default="auto",
-                        help="auto: mosquitto when installed, else the embedded amqtt broker")
+                        help="auto: mosquitto when installed, else the embedded rumqttd broker")
     parser.add_argument("--port", type=arg(port), default=0, help="TCP port (0: a free one)")
     parser.add_argument("--bind", type=arg(bind_address), default="127.0.0.1",
                         help="listen address; 0.0.0.0 to serve devices on the network")

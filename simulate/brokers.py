@@ -2,7 +2,7 @@
 
 ``start_mosquitto`` renders the templates of ``broker-config/`` (through its
 ``make-credentials`` script) into a work directory, starts mosquitto on a free 127.0.0.1 port
-and returns once mosquitto logs that it is running. ``start_embedded`` runs the amqtt broker
+and returns once mosquitto logs that it is running. ``start_embedded`` runs the embedded broker (rumqttd)
 in a subprocess (``python -m simulate.embedded_broker``) and waits for its READY line. Both
 are stopped by their process handle, and are context managers.
 """
@@ -457,7 +457,7 @@ def make_test_certificates(certs_dir: Path, host: str = "127.0.0.1") -> Path:
 
 
 class EmbeddedBroker:
-    """amqtt (MQTT 3.1.1, anonymous) in a child process. Create with ``start_embedded``."""
+    """The embedded rumqttd broker (MQTT 3.1.1, anonymous) in a child process. Create with ``start_embedded``."""
 
     def __init__(self, proc: subprocess.Popen[str], watcher: _LineWatcher, url: str,
                  log_path: Path) -> None:
@@ -490,7 +490,7 @@ class EmbeddedBroker:
 
 def start_embedded(port: int | None = None, host: str = "127.0.0.1",
                    log_path: str | Path | None = None) -> EmbeddedBroker:
-    """Start the amqtt broker (port None: a free one); return once it accepts connections."""
+    """Start the embedded broker (port None: a free one); return once it accepts connections."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     log = Path(log_path) if log_path else Path(os.devnull)

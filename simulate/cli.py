@@ -269,7 +269,7 @@ class Simulation:
         if choice == "auto":
             choice = "mosquitto" if brokers.mosquitto_available() else "embedded"
             if choice == "embedded":
-                _say("simulate: mosquitto is not installed: using the embedded broker (amqtt); "
+                _say("simulate: mosquitto is not installed: using the embedded broker (rumqttd); "
                      "link cuts become agent-side drops")
         assert self.log is not None
         if choice == "mosquitto":

@@ -3,7 +3,7 @@
 Plain paho clients in separate processes (QoS 0, TCP_NODELAY, as the agents): one publisher
 sends back-to-back messages of one payload size on one topic to 1 subscriber (one-to-one) or
 to k subscribers (fan-out), on a real mosquitto rendered from broker-config/ and on the
-embedded amqtt broker. One repeat = the publisher sends about --megabytes of payload; it
+embedded rumqttd broker. One repeat = the publisher sends about --megabytes of payload; it
 lasts from the publisher's first publish to the last message's arrival at the slowest
 subscriber (all processes read the same monotonic clock). Figures are medians over repeats:
 
@@ -404,7 +404,7 @@ def _case_result(case: Case, samples: list[dict[str, Any]]) -> dict[str, Any]:
 @contextmanager
 def running_broker(kind: str, workdir: Path) -> Iterator[Endpoint]:
     """A mosquitto from broker-config/ (admin credentials, which may use every topic of the
-    job) or the embedded amqtt broker (anonymous)."""
+    job) or the embedded rumqttd broker (anonymous)."""
     from simulate.brokers import start_embedded, start_mosquitto
 
     if kind == "mosquitto":

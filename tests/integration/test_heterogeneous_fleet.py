@@ -42,7 +42,7 @@ ARM_NODE = 1  # inner node: it merges its child's (the LiteRT agent's) chunks on
 LITERT_NODE = 3  # child of node 1 in the binary tree 0 -> (1, 2), 1 -> 3
 ROUNDS = 6
 # What the agent must not pull in on a device: the simulator's and the dashboard's dependencies.
-NOT_ON_A_DEVICE = ("matplotlib", "fastapi", "uvicorn", "amqtt", "psutil", "starlette", "httpx")
+NOT_ON_A_DEVICE = ("matplotlib", "fastapi", "uvicorn", "iotcore", "psutil", "starlette", "httpx")
 # Emulated aarch64 runs ~10-20x slower than native: generous timeouts everywhere for it.
 AGENT_OPTIONS = {
     **FAST_AGENT,

@@ -6,6 +6,8 @@ Same weights and batch: logits, loss and gradient agree to 1e-5 relative; one op
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,8 +25,8 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rel: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def mnist(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return load_mnist(cache_dir=tmp_path_factory.mktemp("cache"))
+def mnist(mnist_cache_dir: Path) -> Dataset:
+    return load_mnist(cache_dir=mnist_cache_dir)
 
 
 @pytest.fixture(scope="module")

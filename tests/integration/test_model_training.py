@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def mnist(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return load_mnist(cache_dir=tmp_path_factory.mktemp("cache"))
+def mnist(mnist_cache_dir: Path) -> Dataset:
+    return load_mnist(cache_dir=mnist_cache_dir)
 
 
 @pytest.mark.parametrize("backend_name", ["numpy", "litert"])

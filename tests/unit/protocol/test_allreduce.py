@@ -64,9 +64,22 @@ def test_chunk_bounds_cover_the_vector() -> None:
     assert chunk_bounds(0, 8) == [(0, 0)]
 
 
+def tree_shapes(arity: int, largest: int = 64) -> list[int]:
+    """Fleet sizes that make every kind of tree of this arity up to ``largest`` nodes: every
+    size up to 20 (each partly filled last level of the first levels), and around each full
+    tree beyond (one node short, full, one node into a new level) and the largest. The sizes
+    in between repeat shapes these already have: a partly filled last level."""
+    sizes, full, level = set(range(1, 21)), 1, 1
+    while full <= largest + 1:
+        sizes |= {full - 1, full, full + 1}
+        level *= arity
+        full += level
+    return sorted(n for n in sizes | {largest} if 1 <= n <= largest)
+
+
 @pytest.mark.parametrize("arity", [2, 3, 4])
 def test_no_faults_every_node_gets_the_exact_mean_byte_identical(arity: int) -> None:
-    for nodes in range(1, 65):
+    for nodes in tree_shapes(arity):
         records = run_fleet(nodes, 1, length=LENGTH, arity=arity, allreduce=fast_config(),
                             keep_gradients=True, seed=nodes)
         assert_full_mean_everywhere(records[0], nodes)
