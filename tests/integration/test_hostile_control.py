@@ -52,12 +52,12 @@ def _attacker(broker: MosquittoBroker) -> MqttTransport:
     return transport
 
 
-def _each_round(listener: FleetListener, act: Callable[[int], None], rounds: int = ATTACK_ROUNDS) -> None:
-    """``act(fleet_round)`` once for each round node 0 enters, ``rounds`` rounds in a row:
+def _each_round(listener: FleetListener, act: Callable[[int], None]) -> None:
+    """``act(fleet_round)`` once for each round node 0 enters, ATTACK_ROUNDS rounds in a row:
     paced by the fleet's progress, not the clock (a loaded host runs slow rounds)."""
     done: set[int] = set()
     deadline = time.monotonic() + 240
-    while len(done) < rounds:
+    while len(done) < ATTACK_ROUNDS:
         assert time.monotonic() < deadline, f"the fleet stalled under attack: {listener.last_rounds()}"
         current = listener.last(0).round + 1
         if current not in done:
