@@ -79,6 +79,7 @@ from agent.protocol.allreduce import (
     RoundMachine,
     Send,
     frame_size,
+    take_refused,
 )
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.membership import (
@@ -280,6 +281,7 @@ class AgentCore(RoundSteps):
             out += self.fetch.on_frame(frame, now, self.round)
         elif machine is not None:
             out += self.outbox.run(machine.on_frame(frame, now), frame.round)
+            self.counters.rejected.update(take_refused(machine.stats))
         elif progress:
             out += self.rounds.progress(frame, now)
         elif frame.round >= self.round + FUTURE_ROUNDS:
@@ -334,7 +336,7 @@ class AgentCore(RoundSteps):
     def _on_view(self, view: View, now: float, publisher: int | None) -> list[CoreAction]:
         if publisher is None:
             self.membership.on_view(view)
-        elif why := self.membership.offer_view(view, publisher):
+        elif (why := self.membership.offer_view(view, publisher)) is not None:
             self.counters.rejected[why] += 1
         return self._advance(now)
 
@@ -373,6 +375,9 @@ class AgentCore(RoundSteps):
         every round machine still running, and the coordinator drops it."""
         if report.is_self_report:
             return self._on_absent(report.node, report.round, now)
+        if (why := self.membership.judge_suspect(report)) is not None:
+            self.counters.rejected[why] += 1
+            return []
         out: list[CoreAction] = self.outbox.views(self.membership.on_suspect(report, now))
         if report.peer == self.node:
             out += self._answer_suspicion(report)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from agent.core_events import ControlSeen, StatusSeen, SuspectSeen, ViewSeen
 from agent.core_report import Counters
 from agent.protocol.chunking import DownlinkRate
+from agent.protocol.membership import StatusSource, status_source
 from agent.protocol.messages import Control, MessageError, Status, Suspect, View
 from agent.protocol.topics import Topics
-from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, decode
+from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,14 @@ class Inbox:
 
     def _json(self, topic: str, payload: bytes) -> Read | None:
         topics = self.topics
-        if topics.parse_status(topic) is not None:
-            return StatusSeen(Status.decode(payload))
+        if (owner := topics.parse_status(topic)) is not None:
+            status = Status.decode(payload)
+            if status_source(status, owner) is StatusSource.FORGED:
+                # Retained, it would speak for that node (say it offline with a higher
+                # incarnation: it exits as displaced) to everyone who subscribes later.
+                self.counters.rejected[RejectReason.STATUS_FORGED] += 1
+                return None
+            return StatusSeen(status)
         if (publisher := topics.parse_view(topic)) is not None:
             return ViewSeen(View.decode(payload), publisher)
         if (reporter := topics.parse_suspect(topic)) is not None:

@@ -11,6 +11,7 @@ contribution is counted at most once (``merge_means`` only ever merges disjoint 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -161,9 +162,19 @@ class RoundStats:
     overlaps: int = 0  # contributions refused because they overlapped counted ones
     retransmits: int = 0  # units resent on the same link (lost frame or lost ACK)
     implausible: int = 0  # units refused: values far beyond any honest gradient (see ft_tree)
+    # Frames refused by what the round knows (a unit's contributors outside its origin's
+    # subtree, a result off our routes up, pulls over budget), by RejectReason: the core
+    # moves them into its telemetry's ``rejected`` as they come (``take_refused``).
+    refused: Counter[str] = field(default_factory=Counter)
     # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
     # "float16", "int8"): which formats wire_dtype "auto" used.
     wire_frames: dict[str, int] = field(default_factory=dict)
+
+
+def take_refused(stats: RoundStats) -> Counter[str]:
+    """What a round refused since the last call (the core counts each once, as it comes)."""
+    refused, stats.refused = stats.refused, Counter()
+    return refused
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,9 @@ class RoundContext:
 class RoundMachine(Protocol):
     result: RoundResult | None
     tree: Tree
+
+    @property
+    def stats(self) -> RoundStats: ...
 
     def start(self, now: float) -> list[Action]: ...
 

@@ -20,9 +20,9 @@ from agent.protocol.ft_broadcast import (
 from agent.protocol.ft_pull import ResultPull
 from agent.protocol.ft_receipts import Receipts
 from agent.protocol.ft_reducer import ChunkReducer
-from agent.protocol.ft_scope import Hop, RoundScope
+from agent.protocol.ft_scope import Hop, ResultSource, RoundScope, result_source
 from agent.protocol.notes import NoteKind
-from agent.protocol.wire import DType, Flag, Frame, Kind
+from agent.protocol.wire import DType, Flag, Frame, Kind, RejectReason
 from agent.protocol.wire_choice import narrowest
 
 
@@ -73,6 +73,10 @@ class ResultFlow:
         scope, j = self.scope, frame.chunk_index
         if how == Hop.DIRECT and self.broadcast.fanned(frame):
             return self._on_fanned(frame, now, running)
+        if result_source(scope.tree, scope.node, frame) is ResultSource.ELSEWHERE:
+            scope.stats.dropped += 1
+            scope.stats.refused[RejectReason.RESULT_NOT_FROM_ABOVE] += 1
+            return False
         self.receipts.ack(frame, how, now, batch=running)
         if self.results.has(j):
             return False

@@ -56,18 +56,18 @@ from agent.protocol.allreduce import (
 )
 from agent.protocol.ft_broadcast import BroadcastStrategy, FanoutBroadcast, ResultBook, ResultChunk
 from agent.protocol.ft_courier import Courier, CourierEvent, Delivered, PeerSilent, Undeliverable
-from agent.protocol.ft_pull import ResultPull
+from agent.protocol.ft_pull import PullAnswer, ResultPull
 from agent.protocol.ft_receipts import Receipts
 from agent.protocol.ft_reducer import ChunkReducer, Offer, peak
 from agent.protocol.ft_relay import Relay
 from agent.protocol.ft_result import ResultFlow
-from agent.protocol.ft_scope import Hop, RoundScope
+from agent.protocol.ft_scope import Hop, RoundScope, UnitSource, unit_source
 from agent.protocol.ft_state import Gather, RoundState, Trigger
 from agent.protocol.ft_uplink import Uplink
 from agent.protocol.ft_wait import ContributionWait
 from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.notes import NoteKind
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 _T = TypeVar("_T")
 
@@ -408,8 +408,13 @@ class FtTreeRound:
 
     def _on_contribution(self, frame: Frame, now: float, how: Hop) -> None:
         scope, j, ids = self.scope, frame.chunk_index, frame.contributors
-        if not ids or not ids <= scope.subtree or frame.origin not in scope.subtree or scope.node in ids:
+        source = unit_source(scope.tree, scope.node, frame, how)
+        if source is not UnitSource.BELOW:
             scope.stats.dropped += 1
+            if source is UnitSource.OUTSIDE_SUBTREE:
+                scope.stats.refused[RejectReason.CONTRIBUTORS_OUTSIDE_SUBTREE] += 1
+            elif source is UnitSource.RELAY_NOT_A_BACKUP:
+                scope.stats.refused[RejectReason.RELAY_NOT_A_BACKUP] += 1
             return
         self.receipts.ack(frame, how, now, batch=self.result is None)
         if how == Hop.DIRECT and (frame.origin in scope.down or self._skipped(j)):
@@ -504,9 +509,13 @@ class FtTreeRound:
 
     def _on_pull(self, frame: Frame, now: float) -> None:
         self.scope.note(NoteKind.PULL, frame.sender, "served")
+        refused = False
         for j in frame.indices() or list(range(self.n)):
             if 0 <= j < self.n:
-                self._answer(j, frame.sender, now)
+                refused |= self.pull.answer(j, frame.sender, now, skipped=self._skipped(j),
+                                            over=self.state.over, asked=True) is PullAnswer.OVER_BUDGET
+        if refused:
+            self.scope.stats.refused[RejectReason.PULL_BUDGET] += 1  # once per pull
         self.pull.send_no_result()
 
 

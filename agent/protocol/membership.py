@@ -49,17 +49,22 @@ in, views to publish out.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
 from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.topology import Tree
+from agent.protocol.wire import RejectReason
 
 LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's current one
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 SUSPICION_RTTS = 2.0  # a report stands at least this many of the links' round trips (refutation)
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
+# A first view's epoch at most (a fleet publishes a few views a round at most: 2^32 is
+# centuries of views), leaving the fleet room to count up to the messages' 2^53.
+MAX_FIRST_EPOCH = 2**32
 # A view that removes a member is believed when we saw that member go offline, or saw it
 # reported silent, within this many rounds (our own evidence, not the coordinator's word).
 EVIDENCE_ROUNDS = 8
@@ -79,6 +84,44 @@ def view_root(view: View) -> int:
 
 def view_tree(view: View) -> Tree:
     return Tree.of(view.members, view.arity, root=view_root(view))
+
+
+class StatusSource(enum.Enum):
+    """Whom a status speaks for, against the topic it came on (the ACL lets each agent write
+    only its own ``status/<id>``, and its Last Will goes there too)."""
+
+    OWN = "own"  # the node its topic names
+    FORGED = "forged"  # another node: refused, counted
+
+
+def status_source(status: Status, topic_node: int) -> StatusSource:
+    return StatusSource.OWN if status.node == topic_node else StatusSource.FORGED
+
+
+class FirstView(enum.Enum):
+    """What a node without any view does with one offered (``Membership.first_view``)."""
+
+    TAKE = "take"  # from the coordinator by our own statuses
+    WAIT = "wait"  # its publisher is not online here (not heard yet, or gone): held
+    NOT_COORDINATOR = "not_coordinator"  # a lower online node coordinates: held, counted
+    EPOCH_TOO_HIGH = "epoch_too_high"  # the fleet could never count past it: refused, counted
+
+
+class SuspicionRound(enum.Enum):
+    """Where a report's round lies against ours (``suspicion_round``)."""
+
+    TIMELY = "timely"  # ours, the next, or up to SUSPICION_ROUNDS before ours: weighed
+    EXPIRED = "expired"  # older: ignored (a late honest report)
+    AHEAD = "ahead"  # beyond the next round: refused, counted
+
+
+def suspicion_round(report_round: int, our_round: int) -> SuspicionRound:
+    """Members run the same round or the next, so a report of silence names one of them. One
+    far ahead stood "within SUSPICION_ROUNDS" for ever: repeated, it evicted healthy nodes
+    one after another, the coordinator too, and split the fleet."""
+    if report_round + SUSPICION_ROUNDS < our_round:
+        return SuspicionRound.EXPIRED
+    return SuspicionRound.AHEAD if report_round > our_round + 1 else SuspicionRound.TIMELY
 
 
 @dataclass(frozen=True)
@@ -187,6 +230,7 @@ class Membership:
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
         self.mass_down_since: float | None = None
+        self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
 
     # ------------------------------------------------------------------ inputs
 
@@ -218,14 +262,32 @@ class Membership:
             # It speaks again, at the fleet's round (a node that resumes far behind is not
             # back until it rejoins through the join path, which it then announces). Its Will
             # is not speaking: a suspected node stays suspected while the Will settles.
-            self.reports.pop(status.node, None)
+            for reporter, (rnd, _) in self.reports.pop(status.node, {}).items():
+                key = (status.node, reporter)
+                self.refuted[key] = max(rnd, self.refuted.get(key, -1))
             self.evicted.discard(status.node)
         self._retry_pending_views()
         return self._coordinate()
 
+    def judge_suspect(self, report: Suspect) -> RejectReason | None:
+        """Why a report of silence is refused (None: weighed, or simply expired). A report
+        about us is kept whatever its round: the fleet may be far ahead (we hung), and that
+        it went on without us is ours to learn (offer_view). The same report again after its
+        suspect refuted it is no new evidence: repeated, it evicted the suspect, which
+        answers each reporter's round once."""
+        if report.peer == self.node or report.node == report.peer:
+            return None
+        if suspicion_round(report.round, self.round) is SuspicionRound.AHEAD:
+            return RejectReason.SUSPECT_FUTURE_ROUND
+        if report.round == self.refuted.get((report.peer, report.node)):
+            return RejectReason.SUSPECT_REFUTED
+        return None
+
     def on_suspect(self, report: Suspect, now: float) -> list[PublishView]:
         """A member heard nothing from ``report.peer`` for a whole timeout."""
-        if report.node == report.peer or report.round + SUSPICION_ROUNDS < self.round:
+        if (report.node == report.peer or self.judge_suspect(report) is not None
+                or suspicion_round(report.round, self.round) is SuspicionRound.EXPIRED
+                or report.round < self.refuted.get((report.peer, report.node), -1)):
             return []
         by = self.reports.setdefault(report.peer, {})
         earlier = by.get(report.node)
@@ -278,37 +340,81 @@ class Membership:
         self._retry_pending_views()
         return self._coordinate()  # also what a hold kept back
 
-    def offer_view(self, view: View, publisher: int) -> str:
+    def offer_view(self, view: View, publisher: int) -> RejectReason | None:
         """A view from ``view/<publisher>`` (the ACL lets each agent write only its own).
-        Returns "" when taken (or old news), else why not: only the coordinator's view counts
+        Returns None when taken (or old news), else why not: only the coordinator's view counts
         (one that may become it later waits) and epochs advance by small steps, so one
         agent's forged view cannot split or halt the fleet."""
         if view.coordinator != publisher:
-            return "view_not_its_publishers"
-        if self.views:
-            # The fleet reported us silent and went on without us: its new coordinator's view
-            # is news to us even though we would still coordinate (we resumed from a hang).
-            taken_out = self.node not in view.members and any(
-                rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
-            if taken_out:
-                self._yield_own_views(view)
+            return RejectReason.VIEW_NOT_ITS_PUBLISHERS
+        if not self.views:
+            return self._offer_first_view(view, publisher)
+        newest = self.newest
+        # The fleet reported us silent and went on without us: its new coordinator's view
+        # is news to us even though we would still coordinate (we resumed from a hang). Only
+        # from the member next in line, though: anyone else's view without us is a forgery.
+        taken_out = self._takes_us_out(view)
+        if taken_out and publisher == self._next_in_line() and view.epoch <= newest.epoch + MAX_EPOCH_STEP:
+            self._yield_own_views(view)
             newest = self.newest
-            if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
-                return ""
-            if view.epoch > newest.epoch + MAX_EPOCH_STEP:
-                return "view_epoch_jump"
-            if publisher != self.coordinator() and not taken_out:
-                # Held, not taken: it counts once its publisher is the coordinator (its
-                # predecessor's Will or eviction may still be on the way); counted meanwhile.
-                self.pending_views[publisher] = view
-                return "view_not_coordinator"
-            if not self._removals_witnessed(view):
-                # Even the coordinator removes only who we saw go offline or reported silent:
-                # a compromised one cannot evict healthy members. Held until we see it too.
-                self.pending_views[publisher] = view
-                return "view_removal_unwitnessed"
+        elif taken_out and publisher != self.coordinator():
+            self.pending_views[publisher] = view
+            return RejectReason.VIEW_TAKES_US_OUT
+        else:
+            taken_out = False
+        if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
+            return None
+        if view.epoch > newest.epoch + MAX_EPOCH_STEP:
+            return RejectReason.VIEW_EPOCH_JUMP
+        if publisher != self.coordinator() and not taken_out:
+            # Held, not taken: it counts once its publisher is the coordinator (its
+            # predecessor's Will or eviction may still be on the way); counted meanwhile.
+            self.pending_views[publisher] = view
+            return RejectReason.VIEW_NOT_COORDINATOR
+        if not self._removals_witnessed(view):
+            # Even the coordinator removes only who we saw go offline or reported silent:
+            # a compromised one cannot evict healthy members. Held until we see it too.
+            self.pending_views[publisher] = view
+            return RejectReason.VIEW_REMOVAL_UNWITNESSED
         self.on_view(view)
-        return ""
+        return None
+
+    def _takes_us_out(self, view: View) -> bool:
+        """``view`` leaves us out, and we were reported silent lately."""
+        return self.node not in view.members and any(
+            rnd + SUSPICION_ROUNDS >= self.round for rnd, _ in self.reports.get(self.node, {}).values())
+
+    def _next_in_line(self) -> int | None:
+        """Who coordinates once we are out: the lowest live member of the newest view but us
+        (an online node outside it when none is left)."""
+        gone = {n for n, s in self.states.items() if s != "online"} | self.suspected() | {self.node}
+        online = {n for n, s in self.states.items() if s == "online"}
+        candidates = sorted(set(self.newest.members) - gone) or sorted(online - gone)
+        return candidates[0] if candidates else None
+
+    def first_view(self, view: View, publisher: int) -> FirstView:
+        """Whether to take ``view`` from ``publisher`` as the first view we know: only from the
+        node our own statuses say coordinates (the lowest online one, leaving us out: we may
+        be a lower id that (re)joins a fleet that went on without us), with an epoch the fleet
+        can still count up from. Before, any member's view was taken: one published before
+        the fleet's first made its publisher root for the whole run."""
+        if view.epoch > MAX_FIRST_EPOCH:
+            return FirstView.EPOCH_TOO_HIGH
+        if self.states.get(publisher) != "online":
+            return FirstView.WAIT  # not heard yet, or gone (a stale retained view): held
+        lower = [n for n, s in self.states.items()
+                 if s == "online" and n < publisher and n != self.node and n not in self.suspected()]
+        return FirstView.NOT_COORDINATOR if lower else FirstView.TAKE
+
+    def _offer_first_view(self, view: View, publisher: int) -> RejectReason | None:
+        verdict = self.first_view(view, publisher)
+        if verdict is FirstView.TAKE:
+            self.on_view(view)
+            return None
+        if verdict is FirstView.EPOCH_TOO_HIGH:
+            return RejectReason.FIRST_VIEW_EPOCH
+        self.pending_views[publisher] = view  # taken if its publisher turns out to coordinate
+        return RejectReason.FIRST_VIEW_NOT_COORDINATOR if verdict is FirstView.NOT_COORDINATOR else None
 
     def _yield_own_views(self, view: View) -> None:
         """A coordinator taken for silent (overloaded, say) published views of its own while
@@ -323,6 +429,11 @@ class Membership:
         """A view that came before the evidence that made its publisher the coordinator (its
         predecessor's Will, the suspicion) is taken once that evidence is here."""
         for publisher, view in sorted(self.pending_views.items()):
+            if not self.views:
+                if self.first_view(view, publisher) is FirstView.TAKE:
+                    del self.pending_views[publisher]
+                    self.on_view(view)
+                continue
             newest = self.newest
             if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
                 del self.pending_views[publisher]

@@ -101,6 +101,22 @@ class RejectReason(enum.StrEnum):
     FOREIGN_JOB = "foreign_job"
     STALE_ROUND = "stale_round"  # decided by the receiver's round logic, not by decode
     NOT_MEMBER = "not_member"  # decided by the receiver's view
+    # Decided against what the receiver knows (one device's credentials must not be enough to
+    # take over, stall or poison the fleet): counted in telemetry's ``rejected``.
+    STATUS_FORGED = "status_forged"  # a status on status/<id> speaking for another node
+    VIEW_NOT_ITS_PUBLISHERS = "view_not_its_publishers"  # names another coordinator than its topic
+    VIEW_EPOCH_JUMP = "view_epoch_jump"  # more than MAX_EPOCH_STEP beyond the newest view
+    VIEW_NOT_COORDINATOR = "view_not_coordinator"  # its publisher does not coordinate (held)
+    VIEW_REMOVAL_UNWITNESSED = "view_removal_unwitnessed"  # drops members we saw no evidence against
+    FIRST_VIEW_NOT_COORDINATOR = "first_view_not_coordinator"  # a lower live node coordinates
+    FIRST_VIEW_EPOCH = "first_view_epoch"  # a first view's epoch beyond MAX_FIRST_EPOCH
+    VIEW_TAKES_US_OUT = "view_takes_us_out"  # a view without us from one who is not next in line
+    SUSPECT_FUTURE_ROUND = "suspect_future_round"  # a suspicion beyond the next round
+    SUSPECT_REFUTED = "suspect_refuted"  # the same suspicion again after the suspect refuted it
+    CONTRIBUTORS_OUTSIDE_SUBTREE = "contributors_outside_subtree"  # not below the unit's origin
+    RELAY_NOT_A_BACKUP = "relay_not_a_backup"  # a unit relayed by a node that is not its origin's backup
+    RESULT_NOT_FROM_ABOVE = "result_not_from_above"  # a round's result from off our routes up
+    PULL_BUDGET = "pull_budget"  # a result chunk asked for too often by one peer in a round
 
 
 @dataclass(frozen=True)

@@ -613,3 +613,54 @@ def test_the_telemetry_of_a_round_says_which_wire_formats_its_frames_of_values_u
     none = telemetry_for(core, RoundReport(0, 1, 4, 1.0, None, {}, []), algorithm="ft-tree",
                          model_hash=0, wall_time=1.0)
     assert none.wire_frames == {}
+
+
+# -- one device's credentials against the control plane (issue 38) ----------------------------
+
+
+def test_a_status_speaking_for_another_node_is_refused_and_counted() -> None:
+    core = _running_core(node=0)
+    # On node 3's own topic: "node 0 is offline, a newer life": it made node 0 exit (code 4).
+    forged = Status(0, "offline", incarnation=99).encode()
+    assert core.handle(MessageArrived(core.topics.status(3), forged), 0.02) == []
+    assert core.phase != Phase.DONE and core.counters.rejected["status_forged"] == 1
+    honest = Status(3, "offline", incarnation=1).encode()  # node 3's own, on its own topic
+    core.handle(MessageArrived(core.topics.status(3), honest), 0.03)
+    assert core.membership.states[3] == "offline" and core.counters.rejected["status_forged"] == 1
+
+
+def test_a_suspicion_beyond_the_next_round_is_refused_and_counted() -> None:
+    core = _running_core(node=0)
+    topics = core.topics
+    core.handle(MessageArrived(topics.suspect(3), Suspect(3, 10**6, 1).encode()), 0.02)
+    assert core.counters.rejected["suspect_future_round"] == 1 and 1 not in core.membership.reports
+    core.handle(MessageArrived(topics.suspect(3), Suspect(3, 1, 1).encode()), 0.03)  # the next round
+    assert 1 in core.membership.reports and core.counters.rejected["suspect_future_round"] == 1
+
+
+def _unit(sender: int, j: int, ids: set[int], core: AgentCore, **fields: Any) -> Frame:
+    machine = core.machines[0]
+    assert isinstance(machine, FtTreeRound)
+    lo, hi = machine.scope.bounds[j]
+    frame = Frame(Kind.DATA, CONFIG.job, 0, sender, j, machine.n, contributors=frozenset(ids), **fields)
+    return frame.with_values(np.ones(hi - lo, np.float32))
+
+
+def test_a_unit_claiming_contributors_outside_its_senders_subtree_is_refused_and_counted() -> None:
+    core = _running_core(node=0)  # the root: 1 and 2 below it, 3 below 1
+    core.handle(FrameArrived(_unit(3, 0, {1, 2, 3}, core)), 0.02)  # straight to the root (an ancestor)
+    machine = core.machines[0]
+    assert isinstance(machine, FtTreeRound)
+    assert machine.reducer.covered(0) == {0} and core.counters.rejected["contributors_outside_subtree"] == 1
+    core.handle(FrameArrived(_unit(3, 0, {3}, core)), 0.03)  # its own contribution: counted
+    assert machine.reducer.covered(0) == {0, 3}
+
+
+def test_a_result_from_a_node_that_is_not_above_us_is_refused_and_counted() -> None:
+    core = _running_core(node=2)  # 2's parent is 0; 3 is a leaf below 1
+    machine = core.machines[0]
+    assert isinstance(machine, FtTreeRound)
+    core.handle(FrameArrived(_unit(3, 0, {0, 1, 2, 3}, core, flags=Flag.BROADCAST | Flag.FINAL, target=2)), 0.02)
+    assert not machine.results.has(0) and core.counters.rejected["result_not_from_above"] == 1
+    core.handle(FrameArrived(_unit(0, 0, {0, 1, 2, 3}, core, flags=Flag.BROADCAST | Flag.FINAL, target=2)), 0.03)
+    assert machine.results.has(0) and core.counters.rejected["result_not_from_above"] == 1

@@ -84,3 +84,19 @@ def test_a_puller_gets_the_result_from_us_only_when_its_parent_cannot_send_it(br
     finals = {a.dst for a in sent if a.frame.kind == Kind.DATA and a.frame.flags & Flag.FINAL}
     # Relayed, the root's children get it from us too; with the fan-out only the puller.
     assert finals == ({1, 2, 7} if broadcast == "tree" else {7})
+
+
+def test_a_pull_flood_gets_each_chunk_of_the_result_twice_a_round_and_is_counted() -> None:
+    """A ~50-byte PULL got the whole result every time (1.24 MB of pulls cost 12.4 GB)."""
+    tree = Tree((0, 1), 2)
+    root = FtTreeRound(RoundContext(CFG, tree, 0, 0, np.zeros(8, np.float32), 0, CFG.new_links(), 0.0))
+    root.start(0.0)
+    for j in (0, 1):
+        unit = Frame(Kind.DATA, CFG.job, 0, 1, j, 2, Flag.NONE, origin=1, target=0, contributors=frozenset({1}))
+        root.on_frame(unit.with_values(np.ones(4, np.float32)), 0.01)
+    assert root.result is not None
+    pull = Frame(Kind.PULL, CFG.job, 0, 1, 0, 2, Flag.BROADCAST, origin=1, target=0)
+    sent = [a for _ in range(50) for a in root.on_frame(pull, 1.0)
+            if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert len(sent) == 2 * 2  # two chunks, each twice (one answer may be lost)
+    assert root.stats.refused["pull_budget"] == 48

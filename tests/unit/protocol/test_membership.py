@@ -278,7 +278,7 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     assert m.newest == START
     legit = View(1, [0, 1, 2], 2, 0, 42)
     m.on_status(Status(3, "offline"), 0.1)  # node 3's Will: a view without it is believed
-    assert m.offer_view(legit, 0) == "" and m.newest == legit
+    assert m.offer_view(legit, 0) is None and m.newest == legit
     # A view held back is taken once its publisher is the coordinator (the one before is gone).
     m2 = Membership(2, 2, START)
     for s in online(0, 1, 2, 3):
@@ -322,10 +322,10 @@ def test_even_the_coordinator_removes_only_members_we_saw_go_offline_or_reported
     m2.round_started(40, 0.0)
     m2.on_status(Status(3, "offline"), 0.1)
     m2.on_status(Status(3, "online", 40), 0.2)
-    assert m2.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and m2.newest.members == [0, 1, 2]
+    assert m2.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and m2.newest.members == [0, 1, 2]
     # Evidence goes stale: a Will seen long ago does not vouch for a removal now.
     m2.round_started(60, 1.0)
-    assert m2.offer_view(View(2, [0, 1, 2, 3], 2, 0, 62), 0) == ""  # 3 is back
+    assert m2.offer_view(View(2, [0, 1, 2, 3], 2, 0, 62), 0) is None  # 3 is back
     m2.round_started(63, 1.1)
     assert m2.offer_view(View(3, [0, 1, 2], 2, 0, 65), 0) == "view_removal_unwitnessed"
 
@@ -337,7 +337,7 @@ def test_a_view_that_removes_us_is_taken_without_evidence() -> None:
         m.on_status(s, 0.0)
     m.round_started(40, 0.0)
     m.on_suspect(Suspect(1, 40, 3), 0.1)
-    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) == "" and 3 not in m.newest.members
+    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and 3 not in m.newest.members
 
 
 def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the_same_epoch() -> None:
@@ -353,7 +353,7 @@ def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the
     ours = m.on_status(Status(3, "offline"), 2.0)
     assert [p.view.coordinator for p in ours] == [0] and m.newest.epoch == 1
     fleets = View(1, [1, 2, 3], 2, 1, 21)
-    assert m.offer_view(fleets, 1) == ""
+    assert m.offer_view(fleets, 1) is None
     assert m.newest == fleets and m.view_for(21) == fleets and m.coordinator() == 1
     # Not reported silent, a tie is still ours: nobody else's view replaces a coordinator's.
     n = Membership(0, 2, START)
@@ -375,7 +375,7 @@ def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> No
         m.on_status(s, 0.0)
     m.round_started(10, 0.0)
     m.on_suspect(Suspect(2, 10, 3), 0.1)  # evidence enough to believe the removal
-    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 12), 0) == ""
+    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 12), 0) is None
     m.on_status(Status(0, "offline"), 0.2)  # the coordinator's Will: node 1 coordinates
     published = m.round_started(14, 0.3)  # the report about 3 has expired
     assert all(3 not in p.view.members for p in published), published
@@ -521,13 +521,13 @@ def test_a_member_restarted_with_another_model_leaves_the_view() -> None:
     for node in (0, 1):
         other.on_status(running(node, MODEL_A), 0.0)
     other.on_status(Status(2, "online", incarnation=5, fingerprint=MODEL_B.fingerprint), 1.0)
-    assert other.offer_view(out[0].view, 0) == "" and other.members_for(9) == (0, 1)
+    assert other.offer_view(out[0].view, 0) is None and other.members_for(9) == (0, 1)
 
 
 def test_an_agent_with_another_model_is_refused_by_the_fleets_view() -> None:
     m = Membership(2, 2, identity=MODEL_B)
     view = View(1, [0, 1], 2, 0, 0, fingerprint=MODEL_A.fingerprint, model=MODEL_A.name, params=MODEL_A.params)
-    assert m.offer_view(view, 0) == ""  # its coordinator not heard yet: neither taken nor refused
+    assert m.offer_view(view, 0) is None  # its coordinator not heard yet: neither taken nor refused
     assert m.latest is None and m.refused is None
     m.on_status(running(0, MODEL_A), 0.1)  # now it is: the coordinator runs model A
     assert m.refused is not None and m.refused.fleet.fingerprint == MODEL_A.fingerprint
@@ -538,5 +538,97 @@ def test_a_stale_view_of_another_model_refuses_nobody() -> None:
     m = Membership(2, 2, identity=MODEL_B)
     m.on_status(running(0, MODEL_B), 0.0)  # the coordinator of that view runs our model now
     old = View(7, [0, 1, 2], 2, 0, 40, fingerprint=MODEL_A.fingerprint)
-    assert m.offer_view(old, 0) == ""
+    assert m.offer_view(old, 0) is None
     assert m.refused is None and m.latest is None and m.unconfirmed is None
+
+
+# -- one device's credentials against membership (issue 38) ------------------------------------
+
+
+def test_a_status_counts_only_for_the_node_its_topic_names() -> None:
+    from agent.protocol.membership import StatusSource, status_source
+    assert status_source(Status(3, "online"), 3) is StatusSource.OWN
+    assert status_source(Status(0, "offline", incarnation=9), 3) is StatusSource.FORGED
+
+
+def test_a_first_view_is_taken_only_from_the_lowest_online_node_with_an_epoch_the_fleet_can_follow() -> None:
+    from agent.protocol.membership import FirstView
+    m = Membership(2, 2)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    assert m.first_view(View(2**53, [3], 2, 3, 0), 3) is FirstView.EPOCH_TOO_HIGH
+    assert m.offer_view(View(2**53, [3], 2, 3, 0), 3) == "first_view_epoch" and m.latest is None
+    hijack = View(1, [0, 1, 2, 3], 2, 3, 0)  # node 3 before the fleet's first view
+    assert m.offer_view(hijack, 3) == "first_view_not_coordinator" and m.latest is None
+    fleets = View(1, [0, 1, 2, 3], 2, 0, 0)
+    assert m.first_view(fleets, 0) is FirstView.TAKE
+    assert m.offer_view(fleets, 0) is None and m.latest == fleets
+    assert m.coordinator() == 0
+
+
+def test_a_first_view_from_a_node_not_heard_yet_waits_for_its_status() -> None:
+    m = Membership(2, 2, gate=StartupGate(expected_members=4, join_grace=60.0))
+    m.on_status(Status(2, "online"), 0.0)
+    view = View(3, [1, 2, 3], 2, 1, 20)
+    assert m.offer_view(view, 1) is None and m.latest is None  # held, not counted
+    m.on_status(Status(1, "online"), 0.1)
+    assert m.latest == view
+
+
+def test_a_lower_node_restarting_into_a_fleet_that_went_on_takes_its_view() -> None:
+    # Node 0 was dropped; node 1 coordinates [1, 2, 3]. Node 0's own status is no evidence.
+    m = Membership(0, 2, gate=StartupGate(expected_members=5, join_grace=60.0))
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    view = View(4, [1, 2, 3], 2, 1, 30)
+    assert m.offer_view(view, 1) is None and m.latest == view and m.coordinator() == 1
+
+
+def test_a_suspicion_names_our_round_or_the_next() -> None:
+    from agent.protocol.membership import SuspicionRound, suspicion_round
+    assert suspicion_round(10, 10) is SuspicionRound.TIMELY
+    assert suspicion_round(11, 10) is SuspicionRound.TIMELY
+    assert suspicion_round(8, 10) is SuspicionRound.TIMELY
+    assert suspicion_round(12, 10) is SuspicionRound.AHEAD
+    assert suspicion_round(7, 10) is SuspicionRound.EXPIRED
+
+
+def test_a_far_future_suspicion_repeated_evicts_nobody() -> None:
+    m = Membership(0, 2, START, grace=0.3)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    far = Suspect(3, 10**6, 2)
+    assert m.judge_suspect(far) == "suspect_future_round"
+    for t in range(5):
+        m.on_suspect(far, 1.0 + t)
+        m.check(1.5 + t)
+    assert m.suspected() == frozenset() and 2 not in m.reports
+
+
+def test_a_suspicion_its_suspect_refuted_counts_no_more_in_that_round() -> None:
+    m = Membership(0, 2, START, grace=0.3)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    report = Suspect(3, 10, 2)
+    assert m.judge_suspect(report) is None
+    m.on_suspect(report, 1.0)
+    m.on_status(Status(2, "online", round=10), 1.1)  # node 2 refutes it
+    assert m.judge_suspect(report) == "suspect_refuted"  # the same again: no new evidence
+    m.on_suspect(report, 1.2)
+    m.check(2.0)
+    assert m.suspected() == frozenset()
+    assert m.judge_suspect(Suspect(3, 11, 2)) is None  # the next round's is evidence again
+
+
+def test_a_view_without_the_coordinator_counts_only_from_the_member_next_in_line() -> None:
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    m.on_suspect(Suspect(3, 20, 0), 0.1)  # about us, from node 3
+    forged = View(1, [1, 2, 3], 2, 3, 21)  # and a view without us, from node 3
+    assert m.offer_view(forged, 3) == "view_takes_us_out" and m.newest == START
+    fleets = View(1, [1, 2, 3], 2, 1, 21)  # the next in line's is news, as before
+    assert m.offer_view(fleets, 1) is None and m.newest == fleets
