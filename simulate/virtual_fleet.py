@@ -52,19 +52,21 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
 from agent.transport.memory import FakeClock, MemoryBus
 
-FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap"]
+FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap", "isolate", "restore"]
 Phase = Literal["reduce", "broadcast"]
 GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
 JOB = "virtual"
 TOPICS = Topics(JOB)
 RECONNECT_DELAY = 0.02  # a dropped agent's reconnect, as paho's first retry on a LAN
+RECONNECT_RETRY = 1.0  # an agent cut off the network tries to reconnect this often
 
 
 @dataclass(frozen=True)
 class FaultSpec:
     """``action`` on ``node`` (and ``peer`` for links) when round ``round`` enters ``phase``
     (reduce: the round's first start; broadcast: the root's first result chunk), ``after``
-    seconds later. ``value`` is the loss probability; for ``flap``, the number of connection
+    seconds later. ``isolate`` cuts the node off the network (its packets dropped both ways,
+    the Will after ``will_delay``, then it retries its connection) until ``restore``. ``value`` is the loss probability; for ``flap``, the number of connection
     drops (one every 50 ms; the broker publishes the Will, the agent reconnects at once)."""
 
     action: FaultAction
@@ -414,6 +416,34 @@ class VirtualFleet:
             self.restart(node)
         elif spec.action == "flap":
             self.flap(node, max(1, int(spec.value)))
+        elif spec.action == "isolate":
+            self.isolate(node)
+        elif spec.action == "restore":
+            self.bus.heal_node(f"agent-{node}")
+
+    def isolate(self, node: int) -> None:
+        """Cut ``node`` off the network: the process runs on (its timers fire, it publishes
+        into the void); the broker's keepalive drops it after ``will_delay`` (its Will), the
+        agent notices too and retries its connection every RECONNECT_RETRY s until healed."""
+        agent = self.agents.get(node)
+        if agent is None or not agent.alive:
+            return
+
+        def retry() -> None:
+            if not (agent.alive and self.agents.get(node) is agent):
+                return
+            if not self.bus.reachable(agent.name):
+                self.bus.call_at(self.clock.now() + RECONNECT_RETRY, retry)
+                return
+            agent.connect()
+            agent.execute(agent.core.handle(Reconnected(), self.clock.now()))
+
+        def expired() -> None:
+            if agent.alive and self.agents.get(node) is agent:
+                agent.execute(agent.core.handle(Disconnected(), self.clock.now()))
+                self.bus.call_at(self.clock.now() + RECONNECT_RETRY, retry)
+
+        self.bus.isolate(agent.name, on_expiry=expired)
 
     def flap(self, node: int, times: int, every: float = 0.05) -> None:
         """The node's connection drops ``times`` times (the broker publishes its Will) and the

@@ -60,6 +60,10 @@ SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many aft
 SUSPICION_RTTS = 2.0  # a report stands at least this many of the links' round trips (refutation)
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
+# ... unless our own Will came after we took the newest view: cut off, we missed the views the
+# fleet published meanwhile (one per change: a long cut is many), and its retained view is the
+# one way back. Still bounded: an epoch nobody can follow is refused all the same.
+MAX_AWAY_EPOCH_STEP = 1024
 # A view that removes a member is believed when we saw that member go offline, or saw it
 # reported silent, within this many rounds (our own evidence, not the coordinator's word).
 EVIDENCE_ROUNDS = 8
@@ -187,6 +191,8 @@ class Membership:
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
         self.mass_down_since: float | None = None
+        self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
+        self.view_taken_at = -1  # `seen` when we took the newest view
 
     # ------------------------------------------------------------------ inputs
 
@@ -198,6 +204,8 @@ class Membership:
         if status.state == "offline":
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
+            if status.node == self.node:
+                self.own_will_at = self.seen + 1  # (this status's place in the order, below)
         self.states[status.node] = status.state
         if status.state == "offline":
             self.models.pop(status.node, None)
@@ -295,16 +303,18 @@ class Membership:
             newest = self.newest
             if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
                 return ""
-            if view.epoch > newest.epoch + MAX_EPOCH_STEP:
+            away = self.own_will_at > self.view_taken_at
+            if view.epoch > newest.epoch + (MAX_AWAY_EPOCH_STEP if away else MAX_EPOCH_STEP):
                 return "view_epoch_jump"
             if publisher != self.coordinator() and not taken_out:
                 # Held, not taken: it counts once its publisher is the coordinator (its
                 # predecessor's Will or eviction may still be on the way); counted meanwhile.
                 self.pending_views[publisher] = view
                 return "view_not_coordinator"
-            if not self._removals_witnessed(view):
+            if not away and not self._removals_witnessed(view):
                 # Even the coordinator removes only who we saw go offline or reported silent:
                 # a compromised one cannot evict healthy members. Held until we see it too.
+                # (Cut off ourselves, we saw nothing: the coordinator's word is all there is.)
                 self.pending_views[publisher] = view
                 return "view_removal_unwitnessed"
         self.on_view(view)
@@ -362,6 +372,7 @@ class Membership:
             self.removed_at[node] = self.seen
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
+        self.view_taken_at = self.seen
         return True
 
     def round_started(self, round: int, now: float) -> list[PublishView]:

@@ -540,3 +540,21 @@ def test_a_stale_view_of_another_model_refuses_nobody() -> None:
     old = View(7, [0, 1, 2], 2, 0, 40, fingerprint=MODEL_A.fingerprint)
     assert m.offer_view(old, 0) == ""
     assert m.refused is None and m.latest is None and m.unconfirmed is None
+
+
+def test_a_node_whose_own_will_came_takes_the_fleets_view_however_far_it_moved_on() -> None:
+    """Cut off the network, we missed every view the fleet published meanwhile, and the
+    removals in them we could not witness: the retained view is the one way back. Before our
+    Will, the same view is refused (a forged jump); an epoch nobody can follow, always."""
+    m = Membership(2, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(40, 0.0)
+    moved_on = View(9, [0, 1, 2], 2, 0, 90)  # 3 was dropped while we could not see it
+    assert m.offer_view(moved_on, 0) == "view_epoch_jump" and m.newest == START
+    m.on_status(Status(2, "offline", round=40), 5.0)  # our own Will: the broker dropped us
+    m.on_status(Status(2, "online", round=40), 9.0)  # back
+    assert m.offer_view(View(2**53, [0, 1, 2], 2, 0, 90), 0) == "view_epoch_jump"
+    assert m.offer_view(moved_on, 0) == "" and m.newest == moved_on
+    # Back in step: the next jump is refused again.
+    assert m.offer_view(View(20, [0, 1, 2], 2, 0, 95), 0) == "view_epoch_jump"
