@@ -41,6 +41,7 @@ from agent.core_actions import (
     ComputeGradient,
     CoreAction,
     Displaced,
+    FleetFinished,
     LoadState,
     Publish,
     ReportRound,
@@ -98,7 +99,7 @@ from agent.suspicion import SuspicionBook
 
 __all__ = [
     "AgentCore", "ApplyControl", "ApplyUpdate", "Channel", "ComputeGradient", "CoreAction",
-    "CoreConfig", "CoreEvent", "Counters", "Displaced", "LoadState", "Phase", "Publish",
+    "CoreConfig", "CoreEvent", "Counters", "Displaced", "FleetFinished", "LoadState", "Phase", "Publish",
     "ReportRound", "RoundReport", "SaveCheckpoint", "SendState", "telemetry_for",
 ]
 

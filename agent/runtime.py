@@ -32,6 +32,7 @@ from agent.core import (
     ComputeGradient,
     CoreAction,
     Displaced,
+    FleetFinished,
     LoadState,
     Phase,
     Publish,
@@ -252,6 +253,8 @@ class AgentRuntime:
         elif isinstance(action, Refusal):
             self.refused = action
             log.error("%s", action.line())
+        elif isinstance(action, FleetFinished):
+            log.warning("%s", action.line())  # then the core is done: the loop ends, status 0
 
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)

@@ -36,6 +36,7 @@ from agent.core import (
     CoreAction,
     CoreConfig,
     Displaced,
+    FleetFinished,
     LoadState,
     Publish,
     ReportRound,
@@ -45,6 +46,7 @@ from agent.core import (
 )
 from agent.core_config import CoreOverrides, build_core_config
 from agent.core_events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
+from agent.core_phase import Phase as CorePhase
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
@@ -111,6 +113,9 @@ class FleetConfig:
     # receivers' ingress_bandwidth here), as in the agent; off: as configured in every round.
     adapt_chunks: bool = True
     adapt_broadcast: bool = True
+    # An agent whose core is done exits as the runtime does: its offline status (naming its
+    # round) is published, its connection closed. Off: done agents stay connected, silent.
+    exit_when_done: bool = False
 
 
 @dataclass
@@ -231,7 +236,16 @@ class SimAgent:
     def execute(self, actions: list[CoreAction]) -> None:
         for action in actions:
             self.do(action)
+        if self.fleet.config.exit_when_done and self.core.phase is CorePhase.DONE and self.alive:
+            self.exit()
+            return
         self.reschedule()
+
+    def exit(self) -> None:
+        """As the runtime's shutdown: the offline status with our round, then a clean close."""
+        self.fleet.publish(self, Publish.status_of(self.core.status("offline")))
+        self.fleet.bus.disconnect(self.name)
+        self.alive = False
 
     def do(self, action: CoreAction) -> None:
         fleet = self.fleet
@@ -252,6 +266,8 @@ class SimAgent:
             fleet.record_report(self, action.report)
         elif isinstance(action, Displaced):
             raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
+        elif isinstance(action, FleetFinished):
+            fleet.finished_lines[self.node] = (fleet.clock.now(), action.line())
         elif isinstance(action, SaveCheckpoint | ApplyControl):
             pass  # no disk and no transport faults in here: the bus takes faults directly
 
@@ -299,6 +315,7 @@ class VirtualFleet:
         self.records: dict[int, RoundRecord] = {}
         self.fired: set[tuple[int, str]] = set()
         self.pending_faults = 0
+        self.finished_lines: dict[int, tuple[float, str]] = {}  # node -> (when, what it said)
 
     # ------------------------------------------------------------------ run
 

@@ -169,6 +169,7 @@ class Membership:
         self.gate = gate or StartupGate()
         self.states: dict[int, str] = {}
         self.incarnations: dict[int, int] = {}
+        self.said_round: dict[int, int] = {}  # node -> the round its latest status names
         self.views: list[View] = [initial] if initial is not None else []
         self.round = 0
         self.now = self.gate.started_at
@@ -201,6 +202,7 @@ class Membership:
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
         self.incarnations[status.node] = status.incarnation
+        self.said_round[status.node] = status.round
         if status.state == "offline":
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
@@ -441,6 +443,12 @@ class Membership:
         """Offline (a Will or a clean exit) or suspected: nobody should wait for it."""
         return self.states.get(node) == "offline" or node in self.suspected()
 
+    def finished(self, rounds: int, members: list[int] | tuple[int, ...]) -> bool:
+        """Every one of ``members`` but us said, in its latest status, that it ran all of
+        ``rounds`` (a clean exit's offline status, or a lingering member's online one)."""
+        others = [m for m in members if m != self.node]
+        return rounds > 0 and bool(others) and all(self.said_round.get(m, -1) >= rounds for m in others)
+
     def is_online(self, node: int) -> bool:
         return self.states.get(node) == "online"
 
@@ -495,7 +503,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        if list(self.newest.members) == live or self._mass_down(gone):
+        if list(self.newest.members) == live or self._mass_down(gone) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             # The last change has not taken effect yet: additions wait for it (a burst of
@@ -513,6 +521,15 @@ class Membership:
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1, self.round + lead)
+
+    def has_quorum(self, live: list[int] | set[int]) -> bool:
+        """Whether a view of ``live`` may follow the newest one: it keeps more than half of
+        its members, or exactly half with the lowest of them (the tie rule of a 50/50 split:
+        docs/PARTITIONS.md). A side cut off with fewer never forms a fleet of its own: it
+        waits (the core holds its rounds, see RoundGate.mostly_down) and rejoins."""
+        members = self.newest.members
+        kept = [m for m in members if m in live]
+        return len(kept) * 2 > len(members) or (len(kept) * 2 == len(members) and min(members) in kept)
 
     def _mass_down(self, gone: set[int]) -> bool:
         """Half the view gone at once: a broker shutting down publishes every client's Will,

@@ -75,3 +75,24 @@ def test_a_minority_cut_off_for_10_s_is_back_with_the_fleets_state_within_5_roun
     assert whole - first_after <= 5, (first_after, whole)
     for rec in records[whole:]:
         assert len(rec.members) == nodes and len(set(rec.start_hashes.values())) == 1, rec.round
+
+
+def test_a_node_cut_off_while_the_fleet_finishes_says_so_and_exits_after_the_heal() -> None:
+    """10 rounds to go when node 5 is cut off for 15 s: the others finish and exit (their
+    offline status names their last round). After the heal node 5 reconnects, finds the fleet
+    done and ends in one line, instead of waiting for a view or a state that cannot come."""
+    cut_at, cut_for = 0.01, 15.0
+    faults = (FaultSpec("isolate", 10, 5, after=cut_at), FaultSpec("restore", 10, 5, after=cut_at + cut_for))
+    fleet = VirtualFleet(FleetConfig(
+        nodes=7, rounds=20, length=20_000, allreduce=AGENT_CONFIG, faults=faults, will_delay=6.0,
+        offline_settle=1.0, compute_time=COMPUTE, latency=0.0005, max_time=600.0, exit_when_done=True))
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(20)), "the fleet halted"
+    healed_at = records[10].start + cut_at + cut_for
+    assert records[-1].end < healed_at, "the fleet must finish while node 5 is cut off"
+    fleet.bus.run_until(healed_at + 60.0)
+    assert set(fleet.finished_lines) == {5}, fleet.finished_lines
+    said_at, line = fleet.finished_lines[5]
+    assert healed_at < said_at <= healed_at + 30.0, (healed_at, said_at)
+    assert "finished its 20 rounds" in line
+    assert fleet.agents[5].core.done is False and not fleet.agents[5].alive  # exited, not trained on
