@@ -85,6 +85,11 @@ def view_tree(view: View) -> Tree:
     return Tree.of(view.members, view.arity, root=view_root(view))
 
 
+def _keeps_quorum(members: list[int], live: list[int] | set[int]) -> bool:
+    kept = [m for m in members if m in live]
+    return len(kept) * 2 > len(members) or (len(kept) * 2 == len(members) and min(members) in kept)
+
+
 @dataclass(frozen=True)
 class PublishView:
     view: View
@@ -527,9 +532,10 @@ class Membership:
         its members, or exactly half with the lowest of them (the tie rule of a 50/50 split:
         docs/PARTITIONS.md). A side cut off with fewer never forms a fleet of its own: it
         waits (the core holds its rounds, see RoundGate.mostly_down) and rejoins."""
-        members = self.newest.members
-        kept = [m for m in members if m in live]
-        return len(kept) * 2 > len(members) or (len(kept) * 2 == len(members) and min(members) in kept)
+        # Against the view in effect too: Wills come one by one, and each view against the
+        # one just published (not yet in effect) kept a majority of it, down to a minority.
+        in_effect = self.view_for(self.round)
+        return all(_keeps_quorum(view.members, live) for view in (self.newest, in_effect) if view is not None)
 
     def _mass_down(self, gone: set[int]) -> bool:
         """Half the view gone at once: a broker shutting down publishes every client's Will,
