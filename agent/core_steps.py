@@ -193,8 +193,8 @@ class RoundSteps:
                 return [LoadState(rnd, state), Publish.status_of(self.status("online")), *self._serve_pulls()]
         peers = self.membership.online_peers(self.membership.live())
         transfer = self.fetch.transfer
-        if peers and (transfer is None or transfer.round < self.round
-                      or not set(transfer.peers) & set(peers)):
+        if peers and self.fetch.retry is None and (transfer is None or transfer.round < self.round
+                                                   or not set(transfer.peers) & set(peers)):
             # None yet, one for a round before the view's, or its peers are all gone.
             return self.fetch.fetch(self.round, peers, now, self.round)
         return []
