@@ -1,7 +1,6 @@
 """End to end on mosquitto: agents cut off the network together (network namespaces and
 iptables, root only). They are found and left out, the majority trains on, and every one comes
-back with the fleet's model; one cut off while the fleet finishes says so and exits 0. The
-checks follow the fleet's rounds (telemetry), not the wall clock: a loaded host runs slower."""
+back with the fleet's model. The checks follow the fleet's rounds (telemetry), not the wall clock: a loaded host runs slower."""
 
 from __future__ import annotations
 
@@ -50,24 +49,3 @@ def test_three_of_seven_cut_off_together_come_back_with_the_fleets_model(tmp_pat
     last = max(rounds)
     assert len(rounds[last]) == 7 and len({x["model_hash"] for x in rounds[last].values()}) == 1
 
-
-def test_an_agent_cut_off_while_the_fleet_finishes_says_so_and_exits_0(tmp_path: Path) -> None:
-    scenario = tmp_path / "finish-while-cut.toml"
-    scenario.write_text('name = "finish-while-cut"\ndescription = "node 5 cut off 10 rounds before the end"\n'
-                        '[fleet]\nnodes = 7\nrounds = 30\n'
-                        '[[faults]]\nkind = "isolate"\nnode = 5\nat_round = 20\nseconds = 45.0\n')
-    run_dir = tmp_path / "run"
-    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out", str(run_dir),
-                        "--json", *FAST, "--stall-timeout", "120", timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    events = read_events(run_dir)
-    healed = [e["t"] for e in events if e["type"] == "fault" and e.get("event") == "healed"]
-    rounds = _by_round(events)
-    finished_at = max(x["t"] for x in rounds[29].values())
-    assert healed and finished_at < healed[0], "the fleet must finish while node 5 is cut off"
-    exits = [e for e in events if e["type"] == "process" and e.get("event") == "exit" and e["node"] == 5]
-    assert exits and exits[-1]["code"] == 0, exits
-    assert exits[-1]["t"] - healed[0] <= 30.0, (healed[0], exits[-1]["t"])
-    log = (run_dir / "agents" / "agent-5.log").read_text()
-    lines = [line for line in log.splitlines() if "the fleet finished its 30 rounds while this agent was away" in line]
-    assert len(lines) == 1, log[-3000:]
