@@ -40,7 +40,7 @@ def test_three_of_seven_cut_off_together_come_back_with_the_fleets_model(tmp_pat
     # The majority trained on without them: a view of the four, no view ever of the three.
     assert any(set(v["members"]) == {0, 2, 3, 6} for v in views), views
     assert not any(set(v["members"]) <= cut for v in views), views
-    healed = max(e["t"] for e in events if e["type"] == "fault" and e.get("event") == "healed")
+    healed = max(e["t"] for e in events if e["type"] == "netns" and e.get("event") == "healed")
     after = [r for r in sorted(rounds) if min(x["t"] for x in rounds[r].values()) >= healed]
     whole = [r for r in after if len(rounds[r]) == 7 and len({x["model_hash"] for x in rounds[r].values()}) == 1
              and all(x["members"] == 7 for x in rounds[r].values())]
