@@ -41,6 +41,7 @@ from agent.core_actions import (
     ComputeGradient,
     CoreAction,
     Displaced,
+    FleetFinished,
     LoadState,
     Publish,
     ReportRound,
@@ -99,7 +100,7 @@ from agent.suspicion import SuspicionBook
 
 __all__ = [
     "AgentCore", "ApplyControl", "ApplyUpdate", "Channel", "ComputeGradient", "CoreAction",
-    "CoreConfig", "CoreEvent", "Counters", "Displaced", "LoadState", "Phase", "Publish",
+    "CoreConfig", "CoreEvent", "Counters", "Displaced", "FleetFinished", "LoadState", "Phase", "Publish",
     "ReportRound", "RoundReport", "SaveCheckpoint", "SendState", "telemetry_for",
 ]
 
@@ -197,7 +198,7 @@ class AgentCore(RoundSteps):
 
     def next_deadline(self) -> float | None:
         times = self.rounds.deadlines()
-        if (transfer := self.fetch.transfer) is not None and (t := transfer.next_timer()) is not None:
+        if (t := self.fetch.next_timer()) is not None:
             times.append(t)
         if self.phase_deadline is not None:
             times.append(self.phase_deadline)
@@ -432,7 +433,7 @@ class AgentCore(RoundSteps):
 
     def _on_tick(self, now: float) -> list[CoreAction]:
         out = self.rounds.timers(now)
-        out += self.fetch.tick(now, self.round)
+        out += self.fetch.tick(now, self.round, joining=self.phase is Phase.JOINING)
         out += self.outbox.views(self.membership.check(now))
         out += self._apply_suspicions(now)
         if self.phase_deadline is not None and now >= self.phase_deadline:

@@ -175,5 +175,19 @@ class Displaced:
     pid: int | None
 
 
+@dataclass(frozen=True)
+class FleetFinished:
+    """The fleet ran its last round while we were away (cut off, hung): nothing is left to
+    join and nobody serves a state any more. Say so and stop (exit status 0)."""
+
+    rounds: int
+    members: tuple[int, ...]
+    round: int  # ours: the last round we ran with the fleet
+
+    def line(self) -> str:
+        return (f"the fleet finished its {self.rounds} rounds while this agent was away (at round "
+                f"{self.round}; members {list(self.members)} all done): nothing left to join, exiting")
+
+
 CoreAction = (Publish | ComputeGradient | ApplyUpdate | LoadState | SendState | SaveCheckpoint
-              | ApplyControl | ReportRound | Displaced | Refusal)
+              | ApplyControl | ReportRound | Displaced | Refusal | FleetFinished)

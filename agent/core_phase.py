@@ -37,6 +37,7 @@ class Trigger(enum.Enum):
     JOIN_GAVE_UP = "join_gave_up"  # taken back after the last round, nobody answered
     DISPLACED = "displaced"  # a newer life of this node runs
     REFUSED = "refused"  # the fleet runs another model: we take no part, ever
+    FLEET_FINISHED = "fleet_finished"  # the fleet ran its last round while we were away
 
 
 class PhaseError(RuntimeError):
@@ -63,6 +64,8 @@ TRANSITIONS: dict[tuple[Phase, Trigger], Phase] = {
     (P.LINGERING, T.LINGER_OVER): P.DONE,
     **{(phase, T.DISPLACED): P.DONE for phase in Phase if phase is not P.DONE},
     **{(phase, T.REFUSED): P.DONE for phase in Phase if phase is not P.DONE},
+    **{(phase, T.FLEET_FINISHED): P.DONE
+       for phase in (P.JOINING, P.WAITING, P.COMPUTING, P.RUNNING, P.FINAL_SYNC)},
 }
 del P, T
 

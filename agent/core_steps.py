@@ -15,6 +15,7 @@ from agent.core_actions import (
     ApplyUpdate,
     ComputeGradient,
     CoreAction,
+    FleetFinished,
     LoadState,
     Publish,
     ReportRound,
@@ -120,7 +121,9 @@ class RoundSteps:
         out: list[CoreAction] = []
         for _ in range(8):  # every step changes the phase or returns; bounded to be safe
             before = self.phase
-            if self.phase in (Phase.WAITING, Phase.COMPUTING, Phase.RUNNING) and self._evicted():
+            if self._fleet_is_over():
+                out += self._fleet_finished()
+            elif self.phase in (Phase.WAITING, Phase.COMPUTING, Phase.RUNNING) and self._evicted():
                 out += self._leave_and_rejoin(now)
             elif self.phase == Phase.JOINING:
                 out += self._step_joining(now)
@@ -190,11 +193,31 @@ class RoundSteps:
                 return [LoadState(rnd, state), Publish.status_of(self.status("online")), *self._serve_pulls()]
         peers = self.membership.online_peers(self.membership.live())
         transfer = self.fetch.transfer
-        if peers and (transfer is None or transfer.round < self.round
-                      or not set(transfer.peers) & set(peers)):
+        if peers and self.fetch.retry is None and (transfer is None or transfer.round < self.round
+                                                   or not set(transfer.peers) & set(peers)):
             # None yet, one for a round before the view's, or its peers are all gone.
             return self.fetch.fetch(self.round, peers, now, self.round)
         return []
+
+
+    def _fleet_is_over(self) -> bool:
+        """Every other member of the newest view ran the last round, and we are short of
+        it by more than the round under way (whose end the final sync covers): cut off or
+        hung while the fleet finished, nothing is left for us to run or to fetch."""
+        latest = self.membership.latest
+        return (self.phase in (Phase.JOINING, Phase.WAITING, Phase.COMPUTING, Phase.RUNNING, Phase.FINAL_SYNC)
+                and latest is not None and self.round < self.config.rounds - 1
+                and self.membership.finished(self.config.rounds, latest.members))
+
+    def _fleet_finished(self) -> list[CoreAction]:
+        """The fleet ended while we were away: no state will come, no view will take us."""
+        members = self.membership.latest.members if self.membership.latest is not None else []
+        self.outbox.note(NoteKind.STATE_PULL_FAILED, None, f"the fleet finished its {self.config.rounds} rounds")
+        self.joining = False
+        self.fetch.transfer = None
+        self.current = None
+        self._go(Trigger.FLEET_FINISHED)
+        return [FleetFinished(self.config.rounds, tuple(members), self.round)]
 
 
     def _step_waiting(self, now: float) -> list[CoreAction]:

@@ -32,6 +32,7 @@ from agent.core import (
     ComputeGradient,
     CoreAction,
     Displaced,
+    FleetFinished,
     LoadState,
     Phase,
     Publish,
@@ -58,6 +59,7 @@ from agent.model.data import to_float_pixels
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
+from agent.protocol.wire import Frame, Kind
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
 
 if TYPE_CHECKING:
@@ -252,6 +254,8 @@ class AgentRuntime:
         elif isinstance(action, Refusal):
             self.refused = action
             log.error("%s", action.line())
+        elif isinstance(action, FleetFinished):
+            log.warning("%s", action.line())  # then the core is done: the loop ends, status 0
 
     def _apply_control(self, action: ApplyControl) -> None:
         apply = getattr(self.transport, "apply_control", None)
@@ -327,6 +331,9 @@ def _log_publish(action: Publish) -> None:
         else:
             log.warning("no word from node %d for a whole timeout in round %d: reporting it silent",
                         message.peer, message.round)
+    elif action.channel is Channel.LINK and isinstance(message, Frame) and message.kind is Kind.MODEL_PULL:
+        # Every ask for the fleet's state, first or again: a catching-up agent is never silent.
+        log.info("asking node %s for the fleet's state of round %d", action.dst, message.round)
     elif action.channel is Channel.VIEW and isinstance(message, View):
         log.info("coordinator: view epoch %d members %s from round %d",
                  message.epoch, message.members, message.from_round)

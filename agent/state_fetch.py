@@ -24,6 +24,10 @@ PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts w
 # it is installed and the rounds' updates since are applied again. Started afresh every round
 # instead, two members that drifted at once never resynced under load (broker restart test).
 REPLAY_ROUNDS = 3
+# A state transfer given up (no peer answered: they were away, or we were) is tried again
+# after this many seconds, doubling up to RETRY_MAX_S: an agent never waits silently for ever.
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 16.0
 
 
 class StateFetch:
@@ -36,6 +40,8 @@ class StateFetch:
         # round -> (values, learning rate) applied, the last REPLAY_ROUNDS (see ``record``).
         self.applied: dict[int, tuple[np.ndarray, float]] = {}
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
+        self.retry: tuple[float, int] | None = None  # (when, round) a given-up transfer is tried again
+        self.failures = 0  # transfers given up in a row (the backoff)
 
     def fetch(self, target: int, peers: list[int], now: float, round: int,
               anchor_decides: bool = False) -> list[CoreAction]:
@@ -43,6 +49,7 @@ class StateFetch:
         in turn (we are at ``round``); the coordinator, when among them, is the reference in
         a dispute."""
         coordinator = self.membership.coordinator()
+        self.retry = None
         self.transfer = StateTransfer(self.node, self.job, target, peers, self.timeout, now,
                                       size=self.size, chunk_values=self.chunk_values,
                                       anchor=coordinator if coordinator in peers else None,
@@ -119,20 +126,48 @@ class StateFetch:
                 # the next peer for it.
                 rejected["state_not_finite"] += 1
                 return out + self.outbox.run(self.transfer.reject("values not finite", now), round)
-            self.transfer = None
+            self.transfer, self.failures = None, 0
             if rnd >= round or all(r in self.applied for r in range(rnd, round)):
                 self.received = (rnd, state)
         return out
 
-    def tick(self, now: float, round: int) -> list[CoreAction]:
+    def tick(self, now: float, round: int, joining: bool = False) -> list[CoreAction]:
         transfer = self.transfer
-        if transfer is None or (wake := transfer.next_timer()) is None or now < wake:
+        if transfer is None:
+            return self._retry(now, round, joining)
+        if (wake := transfer.next_timer()) is None or now < wake:
             return []
         if transfer.attempts >= PULL_TRIES_PER_PEER * len(transfer.peers):
-            self.outbox.note(NoteKind.STATE_PULL_FAILED, transfer.peer, f"round {transfer.round}")
-            self.transfer = None
+            self.failures += 1
+            delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (self.failures - 1))
+            self.outbox.note(NoteKind.STATE_PULL_FAILED, transfer.peer,
+                             f"round {transfer.round}: no answer, trying again in {delay:g} s")
+            self.transfer, self.retry = None, (now + delay, transfer.round)
             return []
         return self.outbox.run(transfer.on_timer(now), round)
+
+    def _retry(self, now: float, round: int, joining: bool) -> list[CoreAction]:
+        """A given-up transfer, once its backoff is over: still needed (we join, or the state
+        was of a round ahead of ours), from the peers live now; none live: back off again."""
+        if self.retry is None or now < self.retry[0]:
+            return []
+        target = self.retry[1]
+        if not joining and target <= round:
+            self.retry = None  # caught up meanwhile
+            return []
+        peers = [p for p in self.membership.online_peers(self.membership.live()) if p != self.node]
+        if not peers:
+            self.failures += 1
+            self.retry = (now + min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (self.failures - 1)), target)
+            return []
+        self.outbox.note(NoteKind.STATE_PULL, None, f"again (try {self.failures + 1}) for round {max(target, round)}")
+        return self.fetch(max(target, round), peers, now, round)
+
+    def next_timer(self) -> float | None:
+        """When ``tick`` has something to do (None: nothing pending)."""
+        if self.transfer is not None:
+            return self.transfer.next_timer()
+        return None if self.retry is None else self.retry[0]
 
     def retry_now(self, now: float, round: int) -> list[CoreAction]:
         """What was asked or sent while the connection was down is lost: ask again now."""

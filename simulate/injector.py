@@ -323,6 +323,8 @@ class Injector:
                 ns.heal()
             else:
                 ns.isolate()
+                if fault.seconds is not None:
+                    self._heal_later(fault, ns)
         elif isinstance(fault, BrokerRestartFault):
             if not undo:
                 self._restart_broker(fault)
@@ -341,6 +343,26 @@ class Injector:
                 proxy.drop_connections()
 
         threading.Thread(target=flap, name=f"flap-{fault.node}", daemon=True).start()
+
+    def _heal_later(self, fault: IsolateFault, ns: NetNamespace) -> None:
+        """Heal the namespace ``fault.seconds`` from now, in the background (``finished``
+        tells when; ``close`` heals at once)."""
+        assert fault.seconds is not None
+        done = threading.Event()
+
+        def heal() -> None:
+            try:
+                if not self._closing.wait(fault.seconds):
+                    ns.heal()
+                    self.record("netns", event="healed", node=fault.node, after_s=fault.seconds)
+            except (OSError, RuntimeError) as exc:
+                self.record("netns", event="heal_failed", node=fault.node, error=str(exc))
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=heal, name=f"heal-{fault.node}", daemon=True)
+        self._background[id(fault)] = (thread, done)
+        thread.start()
 
     def _restart_broker(self, fault: BrokerRestartFault) -> None:
         """Stop the broker now; start it again on the same port after the outage, in the

@@ -196,10 +196,18 @@ class HangFault(_NodeFault):
 
 
 class IsolateFault(_NodeFault):
-    """Drop all of the node's packets with iptables in its network namespace (root only)."""
+    """Drop all of the node's packets with iptables in its network namespace (root only),
+    until ``heal_round``, or for ``seconds`` (a cut of a known length, whatever the rounds)."""
 
     kind: Literal["isolate"]
     heal_round: int | None = None
+    seconds: float | None = Field(None, gt=0.0, le=3600.0, description="heal after this many seconds")
+
+    @model_validator(mode="after")
+    def _one_end(self) -> IsolateFault:
+        if self.seconds is not None and self.heal_round is not None:
+            raise ValueError("give heal_round or seconds, not both")
+        return self
 
     def describe(self) -> str:
         return f"node {self.node} isolated (netns + iptables)"

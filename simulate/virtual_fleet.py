@@ -36,6 +36,7 @@ from agent.core import (
     CoreAction,
     CoreConfig,
     Displaced,
+    FleetFinished,
     LoadState,
     Publish,
     ReportRound,
@@ -45,6 +46,7 @@ from agent.core import (
 )
 from agent.core_config import CoreOverrides, build_core_config
 from agent.core_events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
+from agent.core_phase import Phase as CorePhase
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
@@ -52,19 +54,21 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
 from agent.transport.memory import FakeClock, MemoryBus
 
-FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap"]
+FaultAction = Literal["cut", "heal", "loss", "crash", "hang", "resume", "restart", "flap", "isolate", "restore"]
 Phase = Literal["reduce", "broadcast"]
 GradientFn = Callable[[int, int, np.ndarray], np.ndarray]  # (node, round, params) -> gradient
 JOB = "virtual"
 TOPICS = Topics(JOB)
 RECONNECT_DELAY = 0.02  # a dropped agent's reconnect, as paho's first retry on a LAN
+RECONNECT_RETRY = 1.0  # an agent cut off the network tries to reconnect this often
 
 
 @dataclass(frozen=True)
 class FaultSpec:
     """``action`` on ``node`` (and ``peer`` for links) when round ``round`` enters ``phase``
     (reduce: the round's first start; broadcast: the root's first result chunk), ``after``
-    seconds later. ``value`` is the loss probability; for ``flap``, the number of connection
+    seconds later. ``isolate`` cuts the node off the network (its packets dropped both ways,
+    the Will after ``will_delay``, then it retries its connection) until ``restore``. ``value`` is the loss probability; for ``flap``, the number of connection
     drops (one every 50 ms; the broker publishes the Will, the agent reconnects at once)."""
 
     action: FaultAction
@@ -109,6 +113,9 @@ class FleetConfig:
     # receivers' ingress_bandwidth here), as in the agent; off: as configured in every round.
     adapt_chunks: bool = True
     adapt_broadcast: bool = True
+    # An agent whose core is done exits as the runtime does: its offline status (naming its
+    # round) is published, its connection closed. Off: done agents stay connected, silent.
+    exit_when_done: bool = False
 
 
 @dataclass
@@ -229,7 +236,16 @@ class SimAgent:
     def execute(self, actions: list[CoreAction]) -> None:
         for action in actions:
             self.do(action)
+        if self.fleet.config.exit_when_done and self.core.phase is CorePhase.DONE and self.alive:
+            self.exit()
+            return
         self.reschedule()
+
+    def exit(self) -> None:
+        """As the runtime's shutdown: the offline status with our round, then a clean close."""
+        self.fleet.publish(self, Publish.status_of(self.core.status("offline")))
+        self.fleet.bus.disconnect(self.name)
+        self.alive = False
 
     def do(self, action: CoreAction) -> None:
         fleet = self.fleet
@@ -250,6 +266,8 @@ class SimAgent:
             fleet.record_report(self, action.report)
         elif isinstance(action, Displaced):
             raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
+        elif isinstance(action, FleetFinished):
+            fleet.finished_lines[self.node] = (fleet.clock.now(), action.line())
         elif isinstance(action, SaveCheckpoint | ApplyControl):
             pass  # no disk and no transport faults in here: the bus takes faults directly
 
@@ -297,6 +315,7 @@ class VirtualFleet:
         self.records: dict[int, RoundRecord] = {}
         self.fired: set[tuple[int, str]] = set()
         self.pending_faults = 0
+        self.finished_lines: dict[int, tuple[float, str]] = {}  # node -> (when, what it said)
 
     # ------------------------------------------------------------------ run
 
@@ -414,6 +433,34 @@ class VirtualFleet:
             self.restart(node)
         elif spec.action == "flap":
             self.flap(node, max(1, int(spec.value)))
+        elif spec.action == "isolate":
+            self.isolate(node)
+        elif spec.action == "restore":
+            self.bus.heal_node(f"agent-{node}")
+
+    def isolate(self, node: int) -> None:
+        """Cut ``node`` off the network: the process runs on (its timers fire, it publishes
+        into the void); the broker's keepalive drops it after ``will_delay`` (its Will), the
+        agent notices too and retries its connection every RECONNECT_RETRY s until healed."""
+        agent = self.agents.get(node)
+        if agent is None or not agent.alive:
+            return
+
+        def retry() -> None:
+            if not (agent.alive and self.agents.get(node) is agent):
+                return
+            if not self.bus.reachable(agent.name):
+                self.bus.call_at(self.clock.now() + RECONNECT_RETRY, retry)
+                return
+            agent.connect()
+            agent.execute(agent.core.handle(Reconnected(), self.clock.now()))
+
+        def expired() -> None:
+            if agent.alive and self.agents.get(node) is agent:
+                agent.execute(agent.core.handle(Disconnected(), self.clock.now()))
+                self.bus.call_at(self.clock.now() + RECONNECT_RETRY, retry)
+
+        self.bus.isolate(agent.name, on_expiry=expired)
 
     def flap(self, node: int, times: int, every: float = 0.05) -> None:
         """The node's connection drops ``times`` times (the broker publishes its Will) and the

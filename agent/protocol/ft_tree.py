@@ -276,7 +276,10 @@ class FtTreeRound:
             return []
         scope.away.discard(peer)
         scope.down.add(peer)
+        was_expected = peer in scope.expected
         scope.expected.discard(peer)
+        if was_expected:
+            self.watch.orphaned(peer, now)
         self.courier.peer_down(peer, now)
         for j in range(self.n):
             self._try_forward(j, now)
@@ -360,6 +363,7 @@ class FtTreeRound:
         if peer == scope.node or peer not in scope.expected or peer in self.watch.heard_of:
             return []
         scope.expected.discard(peer)
+        self.watch.orphaned(peer, now)
         for j in range(self.n):
             self._try_forward(j, now)
         return scope.flush()

@@ -121,6 +121,20 @@ class PeerWatch:
             span = min(span, FIRST_FRAME_MARGIN * usual + scope.rto(child))
         return span
 
+    def orphaned(self, lost: int, now: float) -> None:
+        """``lost``, below us and waited for, is gone (down or excused): the nodes under it now
+        reach us around it (a relay through a sibling, an uncle, an ancestor). Watch them as
+        children: one cut off together with it is reported within about a round, not waited
+        for until the deadline (nobody else hears from it: its parent was its witness)."""
+        scope = self.scope
+        for node in scope.tree.subtree(lost):
+            if node == lost or node in self.heard_of or node not in scope.expected:
+                continue
+            # It found its parent silent meanwhile (as the fleet did): one timeout on its backup
+            # link, one to us, and its unit's transfer (our link to ``lost`` is the estimate).
+            span = 2 * scope.rto(lost) + scope.transmit(lost, scope.unit_bytes)
+            self.silence_at.setdefault(node, now + span)
+
     def check_children(self, now: float, may_be_silent: Callable[[int], bool]) -> None:
         for child, at in list(self.silence_at.items()):
             if now < at:
@@ -165,6 +179,8 @@ class PeerWatch:
         """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""
         self.reported_silent[peer] = now
         self.scope.note(NoteKind.SILENT, peer, why)
+        if peer in self.scope.expected and peer in self.scope.subtree:
+            self.orphaned(peer, now)  # those under it may be as silent: nobody else watches them
 
     def unheard_since_reported(self, peer: int) -> bool:
         # Once it refuted, it lives (and the fleet hears one report per round from us).

@@ -65,6 +65,10 @@ MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one k
 # A first view's epoch at most (a fleet publishes a few views a round at most: 2^32 is
 # centuries of views), leaving the fleet room to count up to the messages' 2^53.
 MAX_FIRST_EPOCH = 2**32
+# ... unless our own Will came after we took the newest view: cut off, we missed the views the
+# fleet published meanwhile (one per change: a long cut is many), and its retained view is the
+# one way back. Still bounded: an epoch nobody can follow is refused all the same.
+MAX_AWAY_EPOCH_STEP = 1024
 # A view that removes a member is believed when we saw that member go offline, or saw it
 # reported silent, within this many rounds (our own evidence, not the coordinator's word).
 EVIDENCE_ROUNDS = 8
@@ -122,6 +126,9 @@ def suspicion_round(report_round: int, our_round: int) -> SuspicionRound:
     if report_round + SUSPICION_ROUNDS < our_round:
         return SuspicionRound.EXPIRED
     return SuspicionRound.AHEAD if report_round > our_round + 1 else SuspicionRound.TIMELY
+def _keeps_quorum(members: list[int], live: list[int] | set[int]) -> bool:
+    kept = [m for m in members if m in live]
+    return len(kept) * 2 > len(members) or (len(kept) * 2 == len(members) and min(members) in kept)
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,7 @@ class Membership:
         self.gate = gate or StartupGate()
         self.states: dict[int, str] = {}
         self.incarnations: dict[int, int] = {}
+        self.said_round: dict[int, int] = {}  # node -> the round its latest status names
         self.views: list[View] = [initial] if initial is not None else []
         self.round = 0
         self.now = self.gate.started_at
@@ -231,6 +239,8 @@ class Membership:
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
         self.mass_down_since: float | None = None
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
+        self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
+        self.view_taken_at = -1  # `seen` when we took the newest view
 
     # ------------------------------------------------------------------ inputs
 
@@ -239,9 +249,12 @@ class Membership:
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
         self.incarnations[status.node] = status.incarnation
+        self.said_round[status.node] = status.round
         if status.state == "offline":
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
+            if status.node == self.node:
+                self.own_will_at = self.seen + 1  # (this status's place in the order, below)
         self.states[status.node] = status.state
         if status.state == "offline":
             self.models.pop(status.node, None)
@@ -364,16 +377,18 @@ class Membership:
             taken_out = False
         if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
             return None
-        if view.epoch > newest.epoch + MAX_EPOCH_STEP:
+        away = self.own_will_at > self.view_taken_at
+        if view.epoch > newest.epoch + (MAX_AWAY_EPOCH_STEP if away else MAX_EPOCH_STEP):
             return RejectReason.VIEW_EPOCH_JUMP
         if publisher != self.coordinator() and not taken_out:
             # Held, not taken: it counts once its publisher is the coordinator (its
             # predecessor's Will or eviction may still be on the way); counted meanwhile.
             self.pending_views[publisher] = view
             return RejectReason.VIEW_NOT_COORDINATOR
-        if not self._removals_witnessed(view):
+        if not away and not self._removals_witnessed(view):
             # Even the coordinator removes only who we saw go offline or reported silent:
             # a compromised one cannot evict healthy members. Held until we see it too.
+            # (Cut off ourselves, we saw nothing: the coordinator's word is all there is.)
             self.pending_views[publisher] = view
             return RejectReason.VIEW_REMOVAL_UNWITNESSED
         self.on_view(view)
@@ -473,6 +488,7 @@ class Membership:
             self.removed_at[node] = self.seen
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
+        self.view_taken_at = self.seen
         return True
 
     def round_started(self, round: int, now: float) -> list[PublishView]:
@@ -541,6 +557,12 @@ class Membership:
         """Offline (a Will or a clean exit) or suspected: nobody should wait for it."""
         return self.states.get(node) == "offline" or node in self.suspected()
 
+    def finished(self, rounds: int, members: list[int] | tuple[int, ...]) -> bool:
+        """Every one of ``members`` but us said, in its latest status, that it ran all of
+        ``rounds`` (a clean exit's offline status, or a lingering member's online one)."""
+        others = [m for m in members if m != self.node]
+        return rounds > 0 and bool(others) and all(self.said_round.get(m, -1) >= rounds for m in others)
+
     def is_online(self, node: int) -> bool:
         return self.states.get(node) == "online"
 
@@ -595,7 +617,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        if list(self.newest.members) == live or self._mass_down(gone):
+        if list(self.newest.members) == live or self._mass_down(gone) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             # The last change has not taken effect yet: additions wait for it (a burst of
@@ -613,6 +635,16 @@ class Membership:
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1, self.round + lead)
+
+    def has_quorum(self, live: list[int] | set[int]) -> bool:
+        """Whether a view of ``live`` may follow the newest one: it keeps more than half of
+        its members, or exactly half with the lowest of them (the tie rule of a 50/50 split:
+        docs/PARTITIONS.md). A side cut off with fewer never forms a fleet of its own: it
+        waits (the core holds its rounds, see RoundGate.mostly_down) and rejoins."""
+        # Against the view in effect too: Wills come one by one, and each view against the
+        # one just published (not yet in effect) kept a majority of it, down to a minority.
+        in_effect = self.view_for(self.round)
+        return all(_keeps_quorum(view.members, live) for view in (self.newest, in_effect) if view is not None)
 
     def _mass_down(self, gone: set[int]) -> bool:
         """Half the view gone at once: a broker shutting down publishes every client's Will,

@@ -66,6 +66,7 @@ class Client:
     will: tuple[str, Any, bool] | None = None
     crashed: bool = False
     hung: bool = False
+    isolated: bool = False  # cut off the network: nothing in or out, lost (not held)
     held: list[tuple[str, Any, int]] = field(default_factory=list)
     generation: int = 0  # bumps on crash/restart so stale deliveries are dropped
 
@@ -99,6 +100,7 @@ class MemoryBus:
         self.retained: dict[str, tuple[Any, int]] = {}
         self.stats = BusStats()
         self.cuts: set[tuple[int, int]] = set()
+        self.isolated_names: set[str] = set()  # cut off the network (see isolate)
         self.loss = 0.0
         self.link_loss: dict[tuple[int, int], float] = {}
         self.link_latency: dict[tuple[int, int], float] = {}
@@ -193,7 +195,40 @@ class MemoryBus:
 
     def is_up(self, name: str) -> bool:
         client = self.clients.get(name)
-        return client is not None and not client.crashed and not client.hung
+        return client is not None and not client.crashed and not client.hung and not client.isolated
+
+    def isolate(self, name: str, on_expiry: Callable[[], None] | None = None) -> None:
+        """Cut ``name`` off the network (its packets dropped both ways): what it publishes
+        and what is sent to it is lost. After ``will_delay`` the broker's keepalive expires:
+        it publishes the Will and drops the connection, and ``on_expiry`` runs (the agent's
+        own keepalive gives up as well)."""
+        self.isolated_names.add(name)
+        client = self.clients.get(name)
+        if client is None or client.crashed or client.isolated:
+            return
+        client.isolated = True
+        generation = client.generation
+
+        def expire() -> None:
+            if client.isolated and client.generation == generation and not client.crashed:
+                client.crashed = True
+                client.generation += 1
+                self._publish_will(client)
+                if on_expiry is not None:
+                    on_expiry()
+
+        self.call_at(self.clock.now() + self.will_delay, expire)
+
+    def reachable(self, name: str) -> bool:
+        """Whether ``name`` could reach the broker now (not cut off the network)."""
+        return name not in self.isolated_names
+
+    def heal_node(self, name: str) -> None:
+        """The network of ``name`` is back: a connection that outlived the cut carries on."""
+        self.isolated_names.discard(name)
+        client = self.clients.get(name)
+        if client is not None:
+            client.isolated = False
 
     def _publish_will(self, client: Client) -> None:
         if client.will is not None:
@@ -233,7 +268,7 @@ class MemoryBus:
                 size: int | None = None, force: bool = False) -> None:
         """``force`` is for the broker's own messages (a Will of a dead client)."""
         client = self.clients.get(sender)
-        if not force and (client is None or client.crashed or client.hung):
+        if not force and (client is None or client.crashed or client.hung or client.isolated):
             self.stats.to_dead += 1
             return
         nbytes = size if size is not None else len(payload)
@@ -283,6 +318,9 @@ class MemoryBus:
 
         def deliver() -> None:
             if client.crashed or client.generation != generation or self.clients.get(client.name) is not client:
+                return
+            if client.isolated:
+                self.stats.lost += 1
                 return
             if client.hung:
                 client.held.append((topic, payload, size))

@@ -632,3 +632,56 @@ def test_a_view_without_the_coordinator_counts_only_from_the_member_next_in_line
     assert m.offer_view(forged, 3) == "view_takes_us_out" and m.newest == START
     fleets = View(1, [1, 2, 3], 2, 1, 21)  # the next in line's is news, as before
     assert m.offer_view(fleets, 1) is None and m.newest == fleets
+
+
+def test_a_node_whose_own_will_came_takes_the_fleets_view_however_far_it_moved_on() -> None:
+    """Cut off the network, we missed every view the fleet published meanwhile, and the
+    removals in them we could not witness: the retained view is the one way back. Before our
+    Will, the same view is refused (a forged jump); an epoch nobody can follow, always."""
+    m = Membership(2, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(40, 0.0)
+    moved_on = View(9, [0, 1, 2], 2, 0, 90)  # 3 was dropped while we could not see it
+    assert m.offer_view(moved_on, 0) == "view_epoch_jump" and m.newest == START
+    m.on_status(Status(2, "offline", round=40), 5.0)  # our own Will: the broker dropped us
+    m.on_status(Status(2, "online", round=40), 9.0)  # back
+    assert m.offer_view(View(2**53, [0, 1, 2], 2, 0, 90), 0) == "view_epoch_jump"
+    assert m.offer_view(moved_on, 0) is None and m.newest == moved_on
+    # Back in step: the next jump is refused again.
+    assert m.offer_view(View(20, [0, 1, 2], 2, 0, 95), 0) == "view_epoch_jump"
+
+
+def test_a_view_keeps_a_majority_of_the_newest_or_half_with_its_lowest_member() -> None:
+    """The quorum of a view change (docs/PARTITIONS.md): more than half of the newest view's
+    members, or exactly half holding its lowest id. So a side cut off with fewer never forms
+    a fleet of its own (the whole fleet offline but us: we do not coordinate a fleet of one),
+    and of a 50/50 split only the side of the lowest id goes on."""
+    six = View(epoch=1, members=[0, 1, 2, 3, 4, 5], arity=2, coordinator=0, from_round=0)
+    for side, goes_on in (([0, 1, 2], True), ([3, 4, 5], False), ([0, 1, 2, 3], True), ([4, 5], False)):
+        coordinator = side[0]
+        m = Membership(coordinator, 2, six)
+        for s in online(*range(6)):
+            m.on_status(s, 0.0)
+        for n in set(range(6)) - set(side):
+            m.on_status(Status(n, "offline", round=10), 1.0)  # the other side's Wills
+        m.round_started(10, 100.0)
+        m.round_started(10, 100.0 + 11.0)  # long past the mass-down hold
+        assert m.newest.members == (side if goes_on else six.members), (side, m.newest)
+    alone = Membership(5, 2, START)  # 5 is no member: it never coordinates the view away
+    for s in online(5):
+        alone.on_status(s, 0.0)
+    for n in range(4):
+        alone.on_status(Status(n, "offline", round=3), 1.0)
+    assert alone.round_started(3, 50.0) == [] and alone.round_started(3, 70.0) == []
+    # The coordinator on the minority side: the Wills come one by one, each view kept a
+    # majority of the one just before it (not yet in effect), down to two of five.
+    five = View(epoch=1, members=[0, 1, 2, 3, 4], arity=2, coordinator=0, from_round=0)
+    m = Membership(0, 2, five)
+    for s in online(*range(5)):
+        m.on_status(s, 0.0)
+    for n in (2, 3, 4):
+        m.on_status(Status(n, "offline", round=10), 1.0)
+    m.round_started(0, 100.0)
+    m.round_started(0, 111.0)
+    assert len(m.newest.members) * 2 > len(five.members), m.newest

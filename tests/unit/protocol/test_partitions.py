@@ -1,0 +1,98 @@
+"""Several nodes silent at once (hung, or cut off the network) in memory, on the agent core
+with the agents' defaults: found by the fleet's witnesses within about a round (not by the
+broker's Will), and every cut-off node back in the view with the fleet's state after the heal."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import AgentConfig
+from agent.core_config import allreduce_config
+from simulate.virtual_fleet import FaultSpec, FleetConfig, RoundRecord, VirtualFleet
+
+AGENT_CONFIG = allreduce_config(AgentConfig(id=0))
+COMPUTE = 0.3  # s a step takes: the fleet must not finish its rounds while nodes are cut off
+FAULT_ROUND = 5
+# A minority of 7 (an inner node, its child and a leaf elsewhere) and of 15 (a whole subtree
+# under an inner node, and an inner node with its two leaves).
+SPLITS = {7: (1, 4, 5), 15: (1, 3, 4, 7, 8, 9, 10)}
+# The round they go silent in, survivors' time. A whole subtree silent (15) is found from the
+# top: its root's silence span covers its depth (1.44 s here), then one more timeout below it.
+FIRST_ROUND = {7: 2.0, 15: 2.4}
+
+
+def run(nodes: int, faults: tuple[FaultSpec, ...], rounds: int, will_delay: float = 15.0) -> tuple[VirtualFleet, list[RoundRecord]]:
+    fleet = VirtualFleet(FleetConfig(
+        nodes=nodes, rounds=rounds, length=20_000, allreduce=AGENT_CONFIG, faults=faults,
+        will_delay=will_delay, offline_settle=1.0, compute_time=COMPUTE, latency=0.0005, max_time=600.0))
+    return fleet, fleet.run()
+
+
+def survivors_time(rec: RoundRecord, gone: tuple[int, ...]) -> float:
+    return max(res.finished_at - rec.starts[n] for n, res in rec.results.items() if n not in gone)
+
+
+@pytest.mark.parametrize("nodes", sorted(SPLITS))
+def test_a_minority_hung_together_is_found_by_the_witnesses_within_a_round(nodes: int) -> None:
+    """No Will comes (15 s keepalive): each hung node must be reported and excused by the
+    fleet. A node whose parent hung with it had no witness (its parent was it), and the
+    survivors waited for it until the round deadline, twice (the next round too)."""
+    gone = SPLITS[nodes]
+    faults = tuple(FaultSpec("hang", FAULT_ROUND, n, after=0.01) for n in gone)
+    faults += tuple(FaultSpec("resume", FAULT_ROUND, n, after=6.0) for n in gone)
+    _fleet, records = run(nodes, faults, 20)
+    assert [r.round for r in records] == list(range(20)), "the fleet halted"
+    silent = records[FAULT_ROUND + 1]  # it hung 10 ms into round 5's compute
+    assert not set(gone) & set(silent.results)
+    assert survivors_time(silent, gone) <= FIRST_ROUND[nodes], survivors_time(silent, gone)
+    assert survivors_time(records[FAULT_ROUND + 2], gone) <= 1.0
+    assert not set(gone) & set(records[FAULT_ROUND + 3].members), "a view keeps them at most two rounds"
+
+
+@pytest.mark.parametrize("nodes", sorted(SPLITS))
+def test_a_minority_cut_off_for_10_s_is_back_with_the_fleets_state_within_5_rounds(nodes: int) -> None:
+    """Their packets dropped both ways for 10 s (the Will after 6 s, then they retry their
+    connection every second). The majority trains on; every node is back in the view, with
+    the fleet's hash, within 5 rounds of the heal. They used to stay out: the retained view
+    they found after the heal was more than MAX_EPOCH_STEP epochs past theirs."""
+    gone, cut_for = SPLITS[nodes], 10.0
+    faults = tuple(FaultSpec("isolate", FAULT_ROUND, n, after=0.01) for n in gone)
+    faults += tuple(FaultSpec("restore", FAULT_ROUND, n, after=0.01 + cut_for) for n in gone)
+    _fleet, records = run(nodes, faults, 60, will_delay=6.0)
+    assert [r.round for r in records] == list(range(60)), "the fleet halted"
+    healed_at = records[FAULT_ROUND].start + 0.01 + cut_for
+    assert survivors_time(records[FAULT_ROUND + 1], gone) <= FIRST_ROUND[nodes]
+    during = [r for r in records if r.start > records[FAULT_ROUND].start + 3 and r.end < healed_at]
+    assert len(during) >= 5, "the majority stopped"
+    for rec in during:
+        assert not set(gone) & set(rec.members), (rec.round, rec.members)  # no second fleet
+        assert set(rec.results) == set(range(nodes)) - set(gone), rec.round
+        assert len(set(rec.start_hashes[n] for n in rec.results)) == 1, rec.round
+    first_after = next(r.round for r in records if r.start >= healed_at)
+    whole = next((r.round for r in records[first_after:] if set(r.results) == set(range(nodes))
+                  and len(r.members) == nodes and len(set(r.start_hashes.values())) == 1), None)
+    assert whole is not None, "never all back"
+    assert whole - first_after <= 5, (first_after, whole)
+    for rec in records[whole:]:
+        assert len(rec.members) == nodes and len(set(rec.start_hashes.values())) == 1, rec.round
+
+
+def test_a_node_cut_off_while_the_fleet_finishes_says_so_and_exits_after_the_heal() -> None:
+    """10 rounds to go when node 5 is cut off for 15 s: the others finish and exit (their
+    offline status names their last round). After the heal node 5 reconnects, finds the fleet
+    done and ends in one line, instead of waiting for a view or a state that cannot come."""
+    cut_at, cut_for = 0.01, 15.0
+    faults = (FaultSpec("isolate", 10, 5, after=cut_at), FaultSpec("restore", 10, 5, after=cut_at + cut_for))
+    fleet = VirtualFleet(FleetConfig(
+        nodes=7, rounds=20, length=20_000, allreduce=AGENT_CONFIG, faults=faults, will_delay=6.0,
+        offline_settle=1.0, compute_time=COMPUTE, latency=0.0005, max_time=600.0, exit_when_done=True))
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(20)), "the fleet halted"
+    healed_at = records[10].start + cut_at + cut_for
+    assert records[-1].end < healed_at, "the fleet must finish while node 5 is cut off"
+    fleet.bus.run_until(healed_at + 60.0)
+    assert set(fleet.finished_lines) == {5}, fleet.finished_lines
+    said_at, line = fleet.finished_lines[5]
+    assert healed_at < said_at <= healed_at + 30.0, (healed_at, said_at)
+    assert "finished its 20 rounds" in line
+    assert fleet.agents[5].core.done is False and not fleet.agents[5].alive  # exited, not trained on

@@ -1,0 +1,63 @@
+"""StateFetch: a state pull nobody answers is given up, then tried again with backoff (and a
+note each time), never left silent: the "catching up" stall of a node back from a cut."""
+
+from __future__ import annotations
+
+from agent.core_actions import Publish
+from agent.core_outbox import CoreOutbox
+from agent.core_report import Counters
+from agent.protocol.membership import Membership
+from agent.protocol.messages import Status, View
+from agent.protocol.notes import NoteKind
+from agent.protocol.wire import Frame, Kind
+from agent.state_fetch import RETRY_BASE_S, RETRY_MAX_S, StateFetch
+from agent.suspicion import SuspicionBook
+
+
+def _pulls(actions: list[object]) -> list[int]:
+    return [a.dst for a in actions if isinstance(a, Publish) and isinstance(a.message, Frame)
+            and a.message.kind is Kind.MODEL_PULL and a.dst is not None]
+
+
+def _run_until_idle(fetch: StateFetch, now: float, until: float, joining: bool) -> tuple[float, list[int]]:
+    asked: list[int] = []
+    while (wake := fetch.next_timer()) is not None and wake <= until:
+        now = max(now, wake)
+        asked += _pulls(fetch.tick(now, 10, joining=joining))
+    return now, asked
+
+
+def test_a_state_pull_nobody_answers_is_tried_again_with_backoff_and_a_note_each_time() -> None:
+    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
+    for n in range(4):
+        membership.on_status(Status(n, "online", 10), 0.0)
+    outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
+    fetch = StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100)
+    assert sorted(_pulls(fetch.fetch(12, [0, 1, 2], 0.0, 10))) == [0, 1]
+    now, asked = _run_until_idle(fetch, 0.0, 30.0, joining=False)
+    gave_up = [n for n in outbox.notes if n.kind is NoteKind.STATE_PULL_FAILED]
+    again = [n for n in outbox.notes if n.kind is NoteKind.STATE_PULL and n.detail.startswith("again")]
+    assert len(gave_up) >= 3 and len(again) >= 2, outbox.notes  # never silent for good
+    assert "trying again in 1 s" in gave_up[0].detail and "trying again in 2 s" in gave_up[1].detail
+    assert asked, "the retries ask peers again"
+    assert fetch.next_timer() is not None  # still pending: no answer ever came
+    # The backoff stops growing, so a healed link is tried within RETRY_MAX_S at worst.
+    _run_until_idle(fetch, now, now + 600.0, joining=False)
+    delays = [float(n.detail.rsplit("in ", 1)[1].split(" s")[0]) for n in outbox.notes
+              if n.kind is NoteKind.STATE_PULL_FAILED]
+    assert delays[0] == RETRY_BASE_S and max(delays) == RETRY_MAX_S
+
+
+def test_a_retry_no_longer_needed_is_dropped() -> None:
+    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
+    for n in range(4):
+        membership.on_status(Status(n, "online", 10), 0.0)
+    outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
+    fetch = StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100)
+    fetch.fetch(10, [0, 1], 0.0, 10)  # a state of our own round: we are not behind
+    while fetch.transfer is not None:
+        wake = fetch.next_timer()
+        assert wake is not None
+        fetch.tick(wake, 10)
+    assert fetch.retry is not None
+    assert fetch.tick(fetch.retry[0], 10) == [] and fetch.retry is None and fetch.next_timer() is None
