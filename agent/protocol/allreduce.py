@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR, InfluenceBound
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -88,6 +89,9 @@ class AllreduceConfig:
     pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
     remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
     broadcast: Broadcast = DEFAULT_BROADCAST  # ft-tree: see Broadcast
+    # ft-tree: a unit's norm is held to this many running medians of our own gradient's
+    # (agent/protocol/influence.py); 0: no bound.
+    influence_factor: float = DEFAULT_INFLUENCE_FACTOR
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -112,6 +116,8 @@ class AllreduceConfig:
             raise ValueError("link_rate_floor must be > 0")
         if not 0 < self.reduce_fraction < 1:
             raise ValueError("reduce_fraction must be in (0, 1)")
+        if not self.influence_factor >= 0:
+            raise ValueError("influence_factor must be >= 0")
 
     def new_links(self) -> LinkEstimators:
         """Estimators matching this config (the runtime keeps them across rounds)."""
@@ -161,6 +167,8 @@ class RoundStats:
     overlaps: int = 0  # contributions refused because they overlapped counted ones
     retransmits: int = 0  # units resent on the same link (lost frame or lost ACK)
     implausible: int = 0  # units refused: values far beyond any honest gradient (see ft_tree)
+    clipped: int = 0  # units scaled down to their influence bound (influence.py)
+    norm_refused: int = 0  # units counted with zero values: far beyond their bound
     # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
     # "float16", "int8"): which formats wire_dtype "auto" used.
     wire_frames: dict[str, int] = field(default_factory=dict)
@@ -199,6 +207,8 @@ class RoundContext:
     # Our own link's rate in bytes/s, from large messages' arrival on our downlink
     # (chunking.DownlinkRate; None: not measured): wire_auto narrows by it (wire_choice).
     own_link_rate: float | None = None
+    # The bound on each unit's norm where it is first merged (None: no bound).
+    influence: InfluenceBound | None = None
 
 
 class RoundMachine(Protocol):

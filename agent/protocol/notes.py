@@ -22,6 +22,7 @@ class NoteKind(enum.StrEnum):
     ESCALATE = "escalate"
     FAULT_INJECTED = "fault_injected"
     IMPLAUSIBLE = "implausible"
+    INFLUENCE_BOUNDED = "influence_bounded"
     LINK_DEAD = "link_dead"
     LINK_HEALED = "link_healed"
     NACK = "nack"

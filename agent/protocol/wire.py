@@ -101,6 +101,10 @@ class RejectReason(enum.StrEnum):
     FOREIGN_JOB = "foreign_job"
     STALE_ROUND = "stale_round"  # decided by the receiver's round logic, not by decode
     NOT_MEMBER = "not_member"  # decided by the receiver's view
+    # Decided where a unit is first merged (agent/protocol/influence.py): scaled down to its
+    # influence bound, or counted with zero values far beyond it.
+    NORM_CLIPPED = "norm_clipped"
+    NORM_REFUSED = "norm_refused"
 
 
 @dataclass(frozen=True)
