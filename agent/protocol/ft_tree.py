@@ -436,11 +436,13 @@ class FtTreeRound:
             self._try_forward(j, now)
 
     def _bounded(self, j: int, values: np.ndarray, sender: int) -> np.ndarray | None:
-        """The values to count for a unit of chunk ``j`` (None: refused as implausible):
-        held to the round's influence bound, counted and noted when beyond it."""
-        if not self._plausible(values, sender):
-            return None
+        """The values to count for a unit of chunk ``j``, held to the round's influence bound
+        (counted and noted when beyond it). An implausible unit is refused; under a bound it
+        counts with zero values, so nobody waits for its contributors (a device sending such
+        units in every round made each round wait out its subtree: 150 degraded rounds)."""
         bound, stats = self.scope.ctx.influence, self.scope.stats
+        if not self._plausible(values, sender):
+            return None if bound is None else np.zeros(len(values), np.float32)
         if bound is None:
             return values
         verdict, kept = bound_unit(values, j, bound)

@@ -36,6 +36,7 @@ class NoteKind(enum.StrEnum):
     RESYNC = "resync"
     ROOT_DOWN = "root_down"
     SILENT = "silent"
+    STATE_BEYOND_FLEET = "state_beyond_fleet"
     STATE_PULL = "state_pull"
     STATE_PULL_FAILED = "state_pull_failed"
     STATE_RECEIVED = "state_received"
@@ -52,4 +53,4 @@ LINK_EVIDENCE = frozenset({
     NoteKind.ESCALATE,
 })
 # Notes whose count the core keeps as rejected input.
-REJECTED_STATE = frozenset({NoteKind.STATE_UNASKED, NoteKind.STATE_REJECTED})
+REJECTED_STATE = frozenset({NoteKind.STATE_UNASKED, NoteKind.STATE_REJECTED, NoteKind.STATE_BEYOND_FLEET})

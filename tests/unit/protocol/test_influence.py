@@ -135,3 +135,10 @@ def test_without_a_bound_the_unit_is_taken_as_before() -> None:
     m.on_frame(unit_from_leaf(-2.0), 0.01)
     _, values = m.reducer.merged(0)
     assert np.allclose(values, -0.75) and m.stats.clipped == 0
+
+
+def test_an_implausible_unit_under_a_bound_counts_with_zero_values_and_nobody_waits() -> None:
+    m = inner(BOUND)
+    m.on_frame(unit_from_leaf(1800.0), 0.01)  # beyond 1000 x our largest value
+    ids, values = m.reducer.merged(0)
+    assert ids == {1, 3} and np.allclose(values, 0.25) and m.stats.implausible == 1
