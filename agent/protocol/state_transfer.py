@@ -285,7 +285,8 @@ class StateTransfer:
             # chunks of someone else are forged (or the anchor's own, when it sent them all).
             wrong = sorted(j for j, (sender, _, _) in parts.items() if sender != self.anchor)
             if not wrong:
-                return self.reject("the anchor's state does not hash to what it vouched for", now, [self.anchor])
+                senders = sorted({sender for sender, _, _ in parts.values()})  # the anchor alone
+                return self.reject("the anchor's state does not hash to what it vouched for", now, senders)
         liars = sorted({parts[j][0] for j in wrong})
         for j in wrong:
             del parts[j]
