@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR, InfluenceBound
+from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -90,8 +90,10 @@ class AllreduceConfig:
     remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
     broadcast: Broadcast = DEFAULT_BROADCAST  # ft-tree: see Broadcast
     # ft-tree: a unit's norm is held to this many running medians of our own gradient's
-    # (agent/protocol/influence.py); 0: no bound.
-    influence_factor: float = DEFAULT_INFLUENCE_FACTOR
+    # (agent/protocol/influence.py); 0: no bound. The agent's configuration sets it
+    # (influence_bound, default DEFAULT_INFLUENCE_FACTOR); off here, the protocol's own tests
+    # and the virtual fleet average their synthetic vectors exactly.
+    influence_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
