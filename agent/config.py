@@ -13,6 +13,7 @@ from agent.model.datasets import DATASETS
 from agent.model.partition import parse_partition
 from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
+from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
 from agent.protocol.topics import validate_job
 from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
@@ -72,6 +73,7 @@ class AgentConfig(BaseModel):
     round_deadline: float = Field(5.0, gt=0, description="hard deadline of one allreduce (s)")
     link_rate_floor: float = Field(2e6, gt=0, description="bytes/s: adaptive timeouts let the bytes queued towards a peer drain at no faster a rate (a link fast last round may be slow now); lower it on links slower than that")
     broadcast: Literal["tree", "fanout"] = Field(DEFAULT_BROADCAST, description="ft-tree: how the root's result reaches the members: published once on the root's fan-out topic that every member reads, a missed chunk pulled from the parent (fanout, the default: one hop instead of one per tree level; 15-25 % shorter rounds at 7 agents on loopback), or relayed down the tree by every inner node, each copy ACKed (tree)")
+    influence_bound: float = Field(DEFAULT_INFLUENCE_FACTOR, ge=0, le=1000, description="ft-tree: where a unit is first merged, its norm is held to this many running medians of the receiver's own gradient norm (clipped; beyond twice that, counted with zero values), so one device's influence on the mean is bounded (docs/SECURITY.md); 0: no bound")
     remember_dead_links: bool = Field(True, description="route around a link that timed out in an earlier round from the start (probing it to notice when it heals); off: detect it again every round, as the thesis measured")
     chunk_size: int = Field(DEFAULT_CHUNK_VALUES, ge=MIN_CHUNK_VALUES, le=MAX_CHUNK_VALUES,
                             description="values per chunk (on slow links the coordinator may "

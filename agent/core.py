@@ -83,6 +83,7 @@ from agent.protocol.allreduce import (
     take_refused,
 )
 from agent.protocol.chunking import DownlinkRate
+from agent.protocol.influence import NormHistory
 from agent.protocol.membership import (
     Membership,
     ModelIdentity,
@@ -158,6 +159,7 @@ class AgentCore(RoundSteps):
         self.topics = Topics(config.job)
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
+        self.norms = NormHistory(factor=config.allreduce.influence_factor)
         self.downlink = DownlinkRate()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,

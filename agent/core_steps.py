@@ -27,8 +27,9 @@ from agent.core_outbox import CoreOutbox
 from agent.core_phase import Phase, Trigger, next_phase
 from agent.core_report import Counters, RoundInProgress, RoundReport
 from agent.core_rounds import ANSWERING_ROUNDS, Rounds
-from agent.protocol.allreduce import RoundContext, RoundResult
+from agent.protocol.allreduce import RoundContext, RoundResult, chunk_bounds
 from agent.protocol.chunking import DownlinkRate
+from agent.protocol.influence import NormHistory
 from agent.protocol.membership import SUSPICION_RTTS, Membership, view_tree
 from agent.protocol.messages import NodeState, Status, View
 from agent.protocol.notes import NoteKind
@@ -36,6 +37,7 @@ from agent.protocol.rounds import new_round
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.schedule import scheduled_lr
 from agent.protocol.state_transfer import resync_reason
+from agent.protocol.wire import RejectReason
 from agent.state_fetch import StateFetch
 from agent.state_server import StateServer
 from agent.suspicion import SuspicionBook
@@ -62,6 +64,7 @@ class RoundSteps:
     pending_report: RoundReport | None
     steady_round: tuple[int, int] | None
     links: LinkEstimators
+    norms: NormHistory
     downlink: DownlinkRate
     membership: Membership
     counters: Counters
@@ -93,10 +96,13 @@ class RoundSteps:
     def _start_machine(self, current: RoundInProgress, now: float, trigger: Trigger) -> list[CoreAction]:
         assert current.gradient is not None
         tree = view_tree(current.view)
-        machine = new_round(RoundContext(self.chunks.config_for(current.view), tree, self.node, self.round,
+        config = self.chunks.config_for(current.view)
+        influence = self.norms.observe(self.round, current.gradient,
+                                       chunk_bounds(len(current.gradient), config.chunk_size))
+        machine = new_round(RoundContext(config, tree, self.node, self.round,
                                          current.gradient, current.own_hash, self.links, now,
                                          irregular_start=self._irregular_start(current.view),
-                                         own_link_rate=self.downlink.rate()))
+                                         own_link_rate=self.downlink.rate(), influence=influence))
         self._go(trigger)
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
         # (a loaded gateway, the embedded one) give the suspect twice the round trip our
@@ -403,6 +409,10 @@ class RoundSteps:
         assert current is not None
         if result is not None and result.stats.implausible:
             self.counters.rejected["implausible_values"] += result.stats.implausible
+        if result is not None and result.stats.clipped:
+            self.counters.rejected[RejectReason.NORM_CLIPPED] += result.stats.clipped
+        if result is not None and result.stats.norm_refused:
+            self.counters.rejected[RejectReason.NORM_REFUSED] += result.stats.norm_refused
         if result is not None and not result.degraded:
             self.steady_round = (self.round, current.view.epoch)
         self.current = None

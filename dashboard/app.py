@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
 
@@ -68,6 +70,8 @@ class Dashboard:
         self.listener: MqttListener | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.websockets = 0
+        # Requests refused here (control API, WebSocket), by reason: shown with the counters.
+        self.refused: Counter[str] = Counter()
         self.sent_versions: dict[int, int] = {}  # per open socket: the state version it has
         self._fed = self._ingested = 0  # simulator records handed over / reduced
         self.closing = False
@@ -133,6 +137,7 @@ class Dashboard:
             self.settings.controls_enabled,
             self.now(),
             self.wall_offset,
+            self.refused,
         )
 
     def events(self, since: int | None) -> list[EventModel]:
@@ -220,13 +225,17 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         request: ControlRequest,
         authorization: Annotated[str | None, Header()] = None,
     ) -> ControlResponse:
-        _authorize(dash.settings.control_token, authorization)
+        refusal = _authorize(dash.settings.control_token, authorization)
+        if refusal is not None:
+            dash.refused[refusal.reason] += 1
+            raise HTTPException(status_code=403, detail=refusal.detail)
         state = dash.store.state
         try:
             message = Control(**request.model_dump())
             message.validate()
             check_control(message, state)
         except (MessageError, ValueError) as exc:
+            dash.refused["control_invalid"] += 1
             raise HTTPException(status_code=422, detail=str(exc)) from None
         topic = dash.settings.topics.control
         after = state.controls[-1].seq if state.controls else 0
@@ -237,15 +246,20 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         return ControlResponse(published=True, topic=topic, after=after)
 
 
-def _authorize(token: str | None, authorization: str | None) -> None:
+@dataclass(frozen=True)
+class Refusal:
+    reason: str  # the counter it goes to
+    detail: str  # what the client is told
+
+
+def _authorize(token: str | None, authorization: str | None) -> Refusal | None:
+    """Why a control request is refused (None: it may go on)."""
     if not token:
-        raise HTTPException(
-            status_code=403,
-            detail="fault controls are disabled: start the dashboard with --control-token",
-        )
+        return Refusal("control_disabled", "fault controls are disabled: start the dashboard with --control-token")
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), token.encode()):
-        raise HTTPException(status_code=403, detail="missing or wrong control token")
+        return Refusal("control_token", "missing or wrong control token")
+    return None
 
 
 def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
@@ -254,9 +268,11 @@ def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
         origin, host = socket.headers.get("origin"), socket.headers.get("host", "")
         if not origin_allowed(origin, host, dash.settings.allowed_origins):
             # Closing before accept refuses the handshake (HTTP 403).
+            dash.refused["websocket_origin"] += 1
             await socket.close(code=WS_POLICY_VIOLATION, reason="origin not allowed")
             return
         if dash.websockets >= dash.settings.max_websockets:
+            dash.refused["websocket_full"] += 1
             await socket.close(code=WS_TRY_AGAIN_LATER, reason="too many connections")
             return
         dash.websockets += 1

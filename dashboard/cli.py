@@ -97,6 +97,8 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         username, password = read_credentials(args.credentials, "admin" if token else "dashboard")
     if password is not None and username is None:
         raise ValueError("--password needs --username")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: a port is 0-65535 (0 picks a free one)")
     if args.replay is not None:
         from dashboard.replay import check_run_dir
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -121,6 +122,10 @@ class CountersModel(BaseModel):
     rejected_frames: dict[str, int] = Field(
         description="frames the agents rejected, by reason (sum of each agent's latest totals)")
     rejected_total: int
+    refused_requests: dict[str, int] = Field(
+        default_factory=dict,
+        description="requests the dashboard itself refused, by reason (control API, WebSocket)")
+    refused_requests_total: int = 0
     rounds: int
     latest_round: int | None
     bytes_sent: int
@@ -304,10 +309,13 @@ def control_outcome_model(c: ControlOutcome, wall_offset: float) -> ControlOutco
                                node=c.node, peer=c.peer, applied=c.applied, outcome=c.outcome)
 
 
-def counters_model(state: FleetState) -> CountersModel:
+def counters_model(state: FleetState, refused: Mapping[str, int] | None = None) -> CountersModel:
     c = state.counters
     rejected = rejected_frames(state)
+    refused = dict(refused or {})
     return CountersModel(
+        refused_requests=refused,
+        refused_requests_total=sum(refused.values()),
         messages=dict(c.messages),
         malformed=dict(c.malformed),
         malformed_total=sum(c.malformed.values()),
@@ -326,7 +334,7 @@ def counters_model(state: FleetState) -> CountersModel:
 
 def fleet_model(
     state: FleetState, job: str, broker: BrokerModel, controls: bool, now: float,
-    wall_offset: float = 0.0,
+    wall_offset: float = 0.0, refused: Mapping[str, int] | None = None,
 ) -> FleetModel:
     tree = state.tree
     view = state.view
@@ -345,7 +353,7 @@ def fleet_model(
         nodes=[node_model(state.nodes[n], tree, now, blamed,
                           [i.kind for i in active if n in i.targets], view) for n in sorted(state.nodes)],
         links=[link_model(link, blamed) for link in state.links.values()],
-        counters=counters_model(state),
+        counters=counters_model(state, refused),
         fleet_round=state.fleet_round,
         incidents=[incident_model(i, wall_offset) for i in state.incidents],
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],

@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-dynsec", action="store_true",
                         help="mosquitto: passwd/acl files instead of the dynamic-security plugin")
     parser.add_argument("--tls", action="store_true",
-                        help="mosquitto: TLS listener with a throw-away CA (implies --no-dynsec)")
+                        help="mosquitto: TLS listener with a throw-away CA (with dynamic security "
+                             "unless --no-dynsec)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (url, kind, credentials path) on stdout")
 
@@ -90,7 +91,7 @@ def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker:
         return start_embedded(port=args.port or None, host=args.bind)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgegrove-broker-"))
     return start_mosquitto(workdir, job=args.job, nodes=args.nodes, port=args.port or None,
-                           dynsec=not (args.no_dynsec or args.tls), tls=args.tls, bind=args.bind)
+                           dynsec=not args.no_dynsec, tls=args.tls, bind=args.bind)
 
 
 def describe(broker: MosquittoBroker | EmbeddedBroker) -> dict[str, Any]:

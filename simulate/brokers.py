@@ -372,6 +372,11 @@ class DynsecAdmin:
         raise BrokerError(f"no answer from the dynamic-security plugin within {timeout:.0f} s")
 
 
+# The template each choice runs: (dynamic security, TLS) -> file.
+CONFIGS = {(True, True): "mosquitto-dynsec-tls.conf", (True, False): "mosquitto-dynsec.conf",
+           (False, True): "mosquitto-tls.conf", (False, False): "mosquitto.conf"}
+
+
 def start_mosquitto(
     workdir: str | Path, *, job: str, nodes: int | Iterable[int], port: int | None = None,
     dynsec: bool = True, tls: bool = False, bind: str = "127.0.0.1", prefix: str = "",
@@ -381,16 +386,13 @@ def start_mosquitto(
 
     ``nodes`` is a count (ids 0..n-1) or the ids. ``port=None`` picks a free one (and another
     if that was taken meanwhile). ``tls=True`` creates a throw-away CA and server certificate
-    with openssl (``broker.ca_file``); TLS with dynsec is not offered by the templates.
+    with openssl (``broker.ca_file``); with ``dynsec`` too (mosquitto-dynsec-tls.conf).
     ``persistence`` (on, as in the templates) keeps retained statuses and the view in
     ``workdir/mosquitto.db`` across ``restart()``; off, a restart forgets them.
     ``bind_client_ids`` (dynsec): each agent user may connect only with its client id from
     credentials.json; off, tests can stand a second session with an agent's credentials in
     for what a compromised device would send over its own.
     """
-    if tls and dynsec:
-        raise BrokerError("the templates offer TLS with passwd/acl files (dynsec=False) or "
-                          "dynamic security over plain TCP, not both")
     workdir = Path(workdir).resolve()
     node_ids = list(range(nodes)) if isinstance(nodes, int) else sorted(set(nodes))
     make_credentials = _load_make_credentials()
@@ -402,8 +404,7 @@ def start_mosquitto(
         chosen = port if port is not None else free_port(bind if bind != "0.0.0.0" else "127.0.0.1")
         creds = make_credentials.make_credentials(workdir, node_ids, job=job, prefix=prefix,
                                                   bind=bind, port=chosen, bind_client_ids=bind_client_ids)
-        conf = workdir / ("mosquitto-dynsec.conf" if dynsec else
-                          "mosquitto-tls.conf" if tls else "mosquitto.conf")
+        conf = workdir / CONFIGS[dynsec, tls]
         set_persistence(conf, persistence)
         host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind
         broker = MosquittoBroker(workdir, conf, chosen, host, creds, dynsec, tls)

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -89,6 +90,11 @@ class AllreduceConfig:
     pull_timeouts: float = 3.0  # RTOs without broadcast after my reduce is done -> pull
     remember_dead_links: bool = True  # ft-tree: a dead link stays dead in later rounds until probed
     broadcast: Broadcast = DEFAULT_BROADCAST  # ft-tree: see Broadcast
+    # ft-tree: a unit's norm is held to this many running medians of our own gradient's
+    # (agent/protocol/influence.py); 0: no bound. The agent's configuration sets it
+    # (influence_bound, default DEFAULT_INFLUENCE_FACTOR); off here, the protocol's own tests
+    # and the virtual fleet average their synthetic vectors exactly.
+    influence_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -113,6 +119,8 @@ class AllreduceConfig:
             raise ValueError("link_rate_floor must be > 0")
         if not 0 < self.reduce_fraction < 1:
             raise ValueError("reduce_fraction must be in (0, 1)")
+        if not self.influence_factor >= 0:
+            raise ValueError("influence_factor must be >= 0")
 
     def new_links(self) -> LinkEstimators:
         """Estimators matching this config (the runtime keeps them across rounds)."""
@@ -166,6 +174,8 @@ class RoundStats:
     # subtree, a result off our routes up, pulls over budget), by RejectReason: the core
     # moves them into its telemetry's ``rejected`` as they come (``take_refused``).
     refused: Counter[str] = field(default_factory=Counter)
+    clipped: int = 0  # units scaled down to their influence bound (influence.py)
+    norm_refused: int = 0  # units counted with zero values: far beyond their bound
     # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
     # "float16", "int8"): which formats wire_dtype "auto" used.
     wire_frames: dict[str, int] = field(default_factory=dict)
@@ -210,6 +220,8 @@ class RoundContext:
     # Our own link's rate in bytes/s, from large messages' arrival on our downlink
     # (chunking.DownlinkRate; None: not measured): wire_auto narrows by it (wire_choice).
     own_link_rate: float | None = None
+    # The bound on each unit's norm where it is first merged (None: no bound).
+    influence: InfluenceBound | None = None
 
 
 class RoundMachine(Protocol):

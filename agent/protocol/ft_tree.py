@@ -66,6 +66,7 @@ from agent.protocol.ft_state import Gather, RoundState, Trigger
 from agent.protocol.ft_uplink import Uplink
 from agent.protocol.ft_wait import ContributionWait
 from agent.protocol.ft_watch import PeerWatch
+from agent.protocol.influence import Influence, bound_unit
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
@@ -438,10 +439,27 @@ class FtTreeRound:
             scope.stats.overlaps += 1
         if offer is not Offer.NEW:
             return  # a duplicate (lost ACK, resend) is ACKed, not counted
-        values = frame.values()
-        if self._plausible(values, frame.sender):
+        values = self._bounded(j, frame.values(), frame.sender)
+        if values is not None:
             self.reducer.accept(j, ids, values, frame.dtype)
             self._try_forward(j, now)
+
+    def _bounded(self, j: int, values: np.ndarray, sender: int) -> np.ndarray | None:
+        """The values to count for a unit of chunk ``j``, held to the round's influence bound
+        (counted and noted when beyond it). An implausible unit is refused; under a bound it
+        counts with zero values, so nobody waits for its contributors (a device sending such
+        units in every round made each round wait out its subtree: 150 degraded rounds)."""
+        bound, stats = self.scope.ctx.influence, self.scope.stats
+        if not self._plausible(values, sender):
+            return None if bound is None else np.zeros(len(values), np.float32)
+        if bound is None:
+            return values
+        verdict, kept = bound_unit(values, j, bound)
+        if verdict is not Influence.WITHIN:
+            stats.clipped += verdict is Influence.CLIPPED
+            stats.norm_refused += verdict is Influence.REFUSED
+            self.scope.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
+        return kept
 
     def _plausible(self, values: np.ndarray, sender: int) -> bool:
         """Implausible values (see ChunkReducer.plausible) are refused, counted and noted."""

@@ -22,6 +22,7 @@ class NoteKind(enum.StrEnum):
     ESCALATE = "escalate"
     FAULT_INJECTED = "fault_injected"
     IMPLAUSIBLE = "implausible"
+    INFLUENCE_BOUNDED = "influence_bounded"
     LINK_DEAD = "link_dead"
     LINK_HEALED = "link_healed"
     NACK = "nack"
@@ -35,6 +36,7 @@ class NoteKind(enum.StrEnum):
     RESYNC = "resync"
     ROOT_DOWN = "root_down"
     SILENT = "silent"
+    STATE_BEYOND_FLEET = "state_beyond_fleet"
     STATE_PULL = "state_pull"
     STATE_PULL_FAILED = "state_pull_failed"
     STATE_RECEIVED = "state_received"
@@ -51,4 +53,4 @@ LINK_EVIDENCE = frozenset({
     NoteKind.ESCALATE,
 })
 # Notes whose count the core keeps as rejected input.
-REJECTED_STATE = frozenset({NoteKind.STATE_UNASKED, NoteKind.STATE_REJECTED})
+REJECTED_STATE = frozenset({NoteKind.STATE_UNASKED, NoteKind.STATE_REJECTED, NoteKind.STATE_BEYOND_FLEET})

@@ -14,7 +14,8 @@ member must fetch the fleet's state after a round. Pure: frames and ``now`` in, 
 
 from __future__ import annotations
 
-import zlib
+import enum
+import hashlib
 
 import numpy as np
 
@@ -26,11 +27,39 @@ from agent.protocol.wire import DType, Flag, Frame, Kind
 STATE_CHUNK_VALUES = 1 << 16
 # Peers a state is fetched from at once, one stripe each: each vouches for the state's hash.
 STATE_STRIPES = 2
+# A state may be labelled this many rounds past the one asked for, plus MAX_ROUND_RATE rounds
+# for every second the transfer has run (a peer serves the state of the round it is in, and
+# the fleet goes on while we fetch). A label further on is no round the fleet can be in: a
+# peer's lie that would have us ask everybody for a round nobody reaches.
+STATE_AHEAD_SLACK = 8
+MAX_ROUND_RATE = 100.0
 
 
 def state_hash(values: np.ndarray) -> int:
-    """32-bit hash of a float32 vector (the model hash of broadcast frames)."""
-    return zlib.crc32(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+    """The state's hash: BLAKE2b over its float32 bytes, cut to the frame header's 32 bits.
+    Unlike a CRC (linear: 4 changed bytes gave finite wrong values the honest CRC), finding
+    other values with a given hash costs ~2^32 BLAKE2b evaluations of the chunks from the
+    changed one to the end of the state (docs/SECURITY.md)."""
+    data = np.ascontiguousarray(values, dtype="<f4").data.cast("B")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
+
+
+class StateLabel(enum.Enum):
+    """A MODEL frame's round against the transfer's."""
+
+    USABLE = "usable"
+    OLD = "old"  # a late answer to an earlier transfer or a burnt round
+    BEYOND_FLEET = "beyond_fleet"  # a round the fleet cannot be in yet
+
+
+def judge_label(label: int, floor: int, asked: int, elapsed: float) -> StateLabel:
+    """A state labelled ``label`` for a transfer that asked for round ``asked`` ``elapsed``
+    seconds ago and takes no round before ``floor``."""
+    if label < floor:
+        return StateLabel.OLD
+    if label > asked + STATE_AHEAD_SLACK + MAX_ROUND_RATE * max(0.0, elapsed):
+        return StateLabel.BEYOND_FLEET
+    return StateLabel.USABLE
 
 
 def resync_reason(result: RoundResult, own_hash: int) -> str | None:
@@ -124,6 +153,7 @@ class StateTransfer:
         self.assigned: dict[int, set[int] | None] = {}  # peer -> chunks asked of it (None: all)
         self.parts: dict[int, dict[int, tuple[int, int, np.ndarray]]] = {}  # round -> chunk -> (sender, hash, values)
         self.attempts = 0
+        self.started = now
         self.result: tuple[int, np.ndarray, int] | None = None  # (round, state, state hash)
 
     @property
@@ -182,6 +212,8 @@ class StateTransfer:
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         if self.result is not None or not self._wanted(frame):
             return []
+        if judge_label(frame.round, self.floor, self.round, now - self.started) is StateLabel.BEYOND_FLEET:
+            return [Note(NoteKind.STATE_BEYOND_FLEET, frame.sender, f"round {frame.round}, asked {self.round}")]
         if frame.sender not in self.assigned or not _in_stripe(frame.chunk_index, self.assigned[frame.sender]):
             return [Note(NoteKind.STATE_UNASKED, frame.sender, f"chunk {frame.chunk_index} of round {frame.round}")]
         if self.count is not None and frame.chunk_count != self.count:
@@ -221,6 +253,8 @@ class StateTransfer:
 
     def _assemble(self, round: int, count: int, now: float) -> list[Action]:
         parts = self.parts[round]
+        if any(j not in parts for j in range(count)):
+            return []  # chunks of another count (a liar's) are no whole state
         senders = {sender for sender, _, _ in parts.values()}
         hashes = {h for _, h, _ in parts.values()}
         state = np.concatenate([parts[j][2] for j in range(count)]).astype(np.float32)
@@ -246,6 +280,13 @@ class StateTransfer:
         parts = self.parts[round]
         anchor_hash = next(h for sender, h, _ in parts.values() if sender == self.anchor)
         wrong = sorted(j for j, (_, h, _) in parts.items() if h != anchor_hash)
+        if not wrong:
+            # Every chunk claims the anchor's hash, yet the values do not hash to it: the
+            # chunks of someone else are forged (or the anchor's own, when it sent them all).
+            wrong = sorted(j for j, (sender, _, _) in parts.items() if sender != self.anchor)
+            if not wrong:
+                senders = sorted({sender for sender, _, _ in parts.values()})  # the anchor alone
+                return self.reject("the anchor's state does not hash to what it vouched for", now, senders)
         liars = sorted({parts[j][0] for j in wrong})
         for j in wrong:
             del parts[j]

@@ -195,6 +195,8 @@ function renderCounters(fleet) {
     ["degraded rounds", c.degraded_rounds, c.degraded_rounds > 0, ""],
     ["rejected frames", c.rejected_total, c.rejected_total > 0,
       rejected.map(([r, n]) => `${r} ${n}`).join(", ")],
+    ["refused requests", c.refused_requests_total, c.refused_requests_total > 0,
+      Object.entries(c.refused_requests).map(([r, n]) => `${r} ${n}`).join(", ")],
     ["ignored messages", c.malformed_total, c.malformed_total > 0,
       Object.entries(c.malformed).map(([r, n]) => `${r} ${n}`).join(", ")],
   ];

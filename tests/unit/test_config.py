@@ -35,3 +35,17 @@ def test_wire_dtype_auto_maps_to_the_ft_trees_per_link_choice_and_is_for_ft_tree
         AgentConfig(id=0, wire_dtype="auto", algorithm="rps")
     with pytest.raises(ValidationError):
         AgentConfig(id=0, wire_budget=0)
+
+
+def test_the_agent_bounds_each_units_influence_by_default_and_0_turns_it_off() -> None:
+    from agent.core import AgentCore
+    from agent.core_config import allreduce_config, core_config
+    from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
+
+    assert allreduce_config(AgentConfig(id=0)).influence_factor == DEFAULT_INFLUENCE_FACTOR == 3.0
+    assert allreduce_config(AgentConfig(id=0, influence_bound=1.5)).influence_factor == 1.5
+    assert allreduce_config(AgentConfig(id=0, influence_bound=0)).influence_factor == 0
+    with pytest.raises(ValidationError):
+        AgentConfig(id=0, influence_bound=-1)
+    core = AgentCore(core_config(AgentConfig(id=0), 8), incarnation=1)
+    assert core.norms.factor == DEFAULT_INFLUENCE_FACTOR

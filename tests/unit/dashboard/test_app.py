@@ -121,6 +121,8 @@ def test_control_is_refused_without_the_right_token(client: TestClient, publishe
     assert client.post("/api/control", json=body, headers=wrong).status_code == 403
     assert client.post("/api/control", json=body, headers={"Authorization": TOKEN}).status_code == 403
     assert published == []
+    counters = client.get("/api/fleet").json()["counters"]
+    assert counters["refused_requests"] == {"control_token": 3} and counters["refused_requests_total"] == 3
 
 
 def test_control_with_token_publishes_a_control_message(client: TestClient, published: list) -> None:
@@ -135,6 +137,8 @@ def test_control_with_token_publishes_a_control_message(client: TestClient, publ
     bad = client.post("/api/control", json={"action": "cut", "node": 1}, headers=headers)
     assert bad.status_code == 422  # a cut needs a peer
     assert len(published) == 1
+    # The accepted request is no refusal; the invalid one is.
+    assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"control_invalid": 1}
 
 
 def test_control_disabled_without_a_server_token() -> None:
@@ -146,6 +150,7 @@ def test_control_disabled_without_a_server_token() -> None:
         assert response.status_code == 403 and "--control-token" in response.json()["detail"]
         assert client.get("/api/config").json()["controls_enabled"] is False
         assert client.get("/api/fleet").json()["controls_enabled"] is False
+        assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"control_disabled": 1}
     assert sent == []
 
 
@@ -210,6 +215,7 @@ def test_websocket_refuses_a_foreign_origin_and_takes_its_own(client: TestClient
                 client.websocket_connect("/ws", headers={"Origin": foreign}):
             pass
         assert refused.value.code == 1008
+    assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"websocket_origin": 3}
 
 
 def test_websocket_allows_configured_origins_and_caps_connections() -> None:
@@ -224,6 +230,7 @@ def test_websocket_allows_configured_origins_and_caps_connections() -> None:
             with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/ws"):
                 pass
             assert refused.value.code == 1013
+        assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"websocket_full": 1}
         # closed sockets free their places
         with client.websocket_connect("/ws") as again:
             assert again.receive_json()["type"] == "snapshot"

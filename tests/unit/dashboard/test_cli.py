@@ -98,3 +98,15 @@ def test_replay_and_websocket_options(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "http(s)://HOST[:PORT]" in capsys.readouterr().err
     assert main(["dashboard", "--max-websockets", "0"]) == 2
     assert "--max-websockets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_a_port_out_of_range_is_one_line_and_exit_2(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "0-65535" in err and "Traceback" not in err
+
+
+def test_the_port_range_admits_0_and_65535() -> None:
+    assert cli.settings_from_args(parse("--port", "0")).port == 0
+    assert cli.settings_from_args(parse("--port", "65535")).port == 65535

@@ -265,3 +265,75 @@ def test_a_drift_resync_asks_the_anchor_in_every_pair() -> None:
     assert {p: f.round for p, f in retry.items()} == {1: 13, 3: 13}
     joiner = StateTransfer(5, 9, 12, [2, 3, 1], 0.5, 0.0, size=10, chunk_values=4, anchor=1)
     assert set(pulls(joiner.start(0.0))) == {2, 3}
+
+
+def test_the_state_hash_is_not_a_crc_four_changed_bytes_with_the_crc_kept_are_caught() -> None:
+    """A CRC is linear: 4 bytes chosen after a change restore it (issue 38 installed such a
+    state). The state's hash is BLAKE2b: the same edit changes it."""
+    import zlib
+
+    honest = np.arange(64, dtype=np.float32)
+    forged = honest.copy()
+    forged[3] = 1e6
+    raw = bytearray(forged.tobytes())
+    # Restore the CRC32 by choosing the last 4 bytes (CRC's linearity: solve bit by bit).
+    target = zlib.crc32(honest.tobytes())
+    raw[-4:] = _crc_patch(bytes(raw[:-4]), target)
+    patched = np.frombuffer(bytes(raw), np.float32)
+    assert zlib.crc32(patched.tobytes()) == target and not np.array_equal(patched, honest)
+    assert state_hash(patched) != state_hash(honest)
+    assert state_hash(honest) == state_hash(honest.copy())
+
+
+def _crc_patch(prefix: bytes, target: int) -> bytes:
+    """4 bytes that make crc32(prefix + them) == target (the standard CRC32 forcing trick)."""
+    import zlib
+
+    # crc32 of prefix + x is affine in x over GF(2): solve the 32x32 system.
+    base = zlib.crc32(prefix + b"\0\0\0\0")
+    columns = [zlib.crc32(prefix + (1 << i).to_bytes(4, "little")) ^ base for i in range(32)]
+    want = target ^ base
+    rows = [(columns[i], 1 << i) for i in range(32)]
+    basis: list[tuple[int, int]] = []
+    for vec, comb in rows:
+        for bvec, bcomb in basis:
+            if vec ^ bvec < vec:
+                vec, comb = vec ^ bvec, comb ^ bcomb
+        if vec:
+            basis.append((vec, comb))
+            basis.sort(reverse=True)
+    comb = 0
+    for bvec, bcomb in basis:
+        if want ^ bvec < want:
+            want, comb = want ^ bvec, comb ^ bcomb
+    assert want == 0
+    return comb.to_bytes(4, "little")
+
+
+def test_a_stripe_with_the_honest_hash_but_wrong_values_is_dropped_not_a_crash() -> None:
+    """Issue 38: the anchor's dispute path raised IndexError when every chunk named the
+    anchor's hash and only the values were wrong. The liar's chunks are dropped and asked
+    of a peer not asked yet."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4, anchor=1)
+    asked = pulls(transfer.start(0.0))
+    lie = [f.with_values(np.full(4 if f.chunk_index < 2 else 2, 7.0, np.float32)) for f in answer(asked[2], 2)]
+    assert all(f.model_hash == state_hash(STATE) for f in lie)
+    out = feed(transfer, answer(asked[1], 1) + lie, 0.1)
+    assert "state_rejected" in kinds(out) and transfer.result is None
+    retry = pulls(out)
+    assert {p: f.indices() for p, f in retry.items()} == {3: [1]}
+    feed(transfer, answer(retry[3], 3), 0.2)
+    assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
+
+
+def test_a_state_labelled_far_past_the_fleets_round_is_refused_and_a_near_one_taken() -> None:
+    """Issue 38: one MODEL frame labelled 10^6 rounds ahead had the joiner ask everybody for
+    a round nobody reaches."""
+    transfer = StateTransfer(5, 9, 12, [1, 2, 3], 0.5, 0.0, size=10, chunk_values=4)
+    asked = pulls(transfer.start(0.0))
+    far = answer(asked[2], 2, round=12 + 10**6)
+    assert kinds(feed(transfer, far, 0.1)) == ["state_beyond_fleet"] * len(far)
+    assert transfer.target == 12
+    # A peer a few rounds on (it went on while we asked) is followed as before.
+    out = feed(transfer, answer(asked[1], 1, round=14), 0.2)
+    assert transfer.target == 14 and pulls(out)
