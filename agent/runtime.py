@@ -288,7 +288,7 @@ class AgentRuntime:
         for start in range(0, n, EVAL_CHUNK):
             # A chunk at a time: 10,000 images at once would cost ~45 MB of activations.
             stop = min(n, start + EVAL_CHUNK)
-            _, acc = self.backend.evaluate(to_float_pixels(x[start:stop]), y[start:stop])
+            acc = self.backend.accuracy(to_float_pixels(x[start:stop]), y[start:stop])
             correct += acc * (stop - start)
             self._listen()
         return correct / n if n else None

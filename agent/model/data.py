@@ -14,13 +14,15 @@ import hashlib
 import importlib.util
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from agent.model import npz_part
 
 N_TRAIN, N_TEST, N_PIXELS = 60000, 10000, 784
 # sha256 over uint8 pixels and labels of (x_train, y_train, x_test, y_test), original order.
@@ -87,19 +89,48 @@ def load_mnist_shard(
     ``raw_pixels`` keeps them as uint8 (4x less memory); ``BatchStream`` and
     ``to_float_pixels`` convert a batch at a time. ``partition`` other than iid:
     ``agent.model.partition``'s split of the training set."""
-    raw, source = _load_raw(path, cache_dir, True)
-    if partition != "iid" and not non_iid:
-        from agent.model.partition import part as partition_part
+    def pick(labels: U8) -> npt.NDArray[np.intp]:
+        if partition != "iid" and not non_iid:
+            from agent.model.partition import part as partition_part
 
-        part = partition_part(raw["y_train"], index, count, partition, seed)
-        non_iid_name = f" {partition}"
+            return partition_part(labels, index, count, partition, seed)
+        return shard_indices(labels, index, count, non_iid, seed)
+
+    name = f"{_shard_name(index, count, non_iid)}{f' {partition}' if partition != 'iid' and not non_iid else ''}"
+    streamed = _stream_npz_part(path, cache_dir, pick, test_limit)
+    if streamed is not None:
+        picked, source = streamed
     else:
-        part = shard_indices(raw["y_train"], index, count, non_iid, seed)
-        non_iid_name = ""
-    picked = {"x_train": raw["x_train"][part], "y_train": raw["y_train"][part],
-              "x_test": raw["x_test"][:test_limit], "y_test": raw["y_test"][:test_limit]}
-    del raw
-    return _to_dataset(picked, f"{source} {_shard_name(index, count, non_iid)}{non_iid_name}", raw_pixels)
+        raw, source = _load_raw(path, cache_dir, True)
+        part = pick(raw["y_train"])
+        picked = {"x_train": raw["x_train"][part], "y_train": raw["y_train"][part],
+                  "x_test": raw["x_test"][:test_limit], "y_test": raw["y_test"][:test_limit]}
+        del raw
+    return _to_dataset(picked, f"{source} {name}", raw_pixels)
+
+
+def _stream_npz_part(path: str | os.PathLike[str] | None, cache_dir: str | os.PathLike[str] | None,
+                     pick: Callable[[U8], npt.NDArray[np.intp]], test_limit: int) -> tuple[RawArrays, str] | None:
+    """The part read from a ``.npz`` (the cache, or ``path``) a block of rows at a time, checked
+    against the checksum; None when there is no such file or it cannot be streamed (then the
+    whole load reads it, and explains whatever is wrong with it)."""
+    if path is not None:
+        npz = Path(path)
+    else:
+        npz = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / CACHE_FILE
+    if npz.suffix != ".npz" or not npz.is_file():
+        return None
+    rows = {"x_train": N_TRAIN, "y_train": N_TRAIN, "x_test": N_TEST, "y_test": N_TEST}
+    try:
+        picked, digest = npz_part.read_part(npz, rows, N_PIXELS, pick, test_limit)
+    except npz_part.NotStreamable:
+        return None
+    if digest != MNIST_SHA256:
+        raise DataError(_checksum_message(str(npz), digest))
+    for key in ("y_train", "y_test"):
+        if picked[key].size and picked[key].max() > 9:
+            raise DataError(f"{npz}: {key} holds labels above 9; not MNIST")
+    return picked, str(npz)
 
 
 def _load_raw(
@@ -260,11 +291,13 @@ def content_sha256(raw: RawArrays) -> str:
 def _check_checksum(raw: RawArrays, source: str) -> None:
     actual = content_sha256(raw)
     if actual != MNIST_SHA256:
-        raise DataError(
-            f"{source}: content checksum {actual[:16]}... differs from the reference MNIST "
+        raise DataError(_checksum_message(source, actual))
+
+
+def _checksum_message(source: str, actual: str) -> str:
+    return (f"{source}: content checksum {actual[:16]}... differs from the reference MNIST "
             f"({MNIST_SHA256[:16]}...); the file is corrupt or not the original MNIST. "
-            f"Delete it (a cache file is rebuilt automatically) or: {HOW_TO_GET}"
-        )
+            f"Delete it (a cache file is rebuilt automatically) or: {HOW_TO_GET}")
 
 
 def to_float_pixels(pixels: npt.NDArray[Any]) -> npt.NDArray[np.float32]:

@@ -139,6 +139,9 @@ class LitertBackend:
             correct += int(np.sum(np.argmax(out["logits"], axis=1) == ys))
         return total_loss / len(x), correct / len(x)
 
+    def accuracy(self, x: F32, y: npt.NDArray[np.integer]) -> float:
+        return self.evaluate(x, y)[1]  # one forward pass gives both: nothing to save
+
     def state(self) -> F32:
         return np.array(self._run["get_state"]()["state"], dtype=np.float32)
 

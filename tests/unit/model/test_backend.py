@@ -47,6 +47,7 @@ def test_gradients_do_not_change_the_model_and_apply_does() -> None:
     backend.apply(grad)
     assert backend.model_hash() != before
     assert backend.evaluate(*_batch(0))[0] < loss
+    assert backend.accuracy(*_batch(1)) == backend.evaluate(*_batch(1))[1]
 
 
 def test_model_hash_is_crc32_of_the_param_bytes() -> None:

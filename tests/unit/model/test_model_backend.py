@@ -60,6 +60,7 @@ def test_model_backend_trains_and_its_state_round_trips() -> None:
         backend.apply(grad)
     after, accuracy = backend.evaluate(data.x_test, data.y_test)
     assert after < before - 1.5 and accuracy > 0.85
+    assert backend.accuracy(data.x_test, data.y_test) == accuracy
     twin = ModelBackend(DigitsMLP(), DigitsMLP().initial_params(9), Adam(lr=3e-3))
     twin.load_state(backend.state())
     assert twin.model_hash() == backend.model_hash()

@@ -142,3 +142,18 @@ def test_loading_and_running_the_file_imports_no_tensorflow() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_batchs_gradient_is_its_chunks_means_weighted_by_rows_in_float64(lite: TfliteModel,
+                                                                            twin: Model) -> None:
+    from agent.model.tflite_model import GRADIENT_CHUNK
+
+    params = _trained_like(twin, 6)
+    x, y = _batch(2 * GRADIENT_CHUNK + 3, 8)
+    expected = np.zeros(lite.param_count, dtype=np.float64)
+    runner = lite._run["gradients"]
+    for start in range(0, len(x), GRADIENT_CHUNK):
+        rows = slice(start, start + GRADIENT_CHUNK)
+        out = runner(params=params, x=x[rows], y=y[rows].astype(np.int32))
+        expected += np.asarray(out["grad"], dtype=np.float64) * (len(y[rows]) / len(y))
+    assert lite.loss_and_grad(params, x, y)[1].tobytes() == expected.astype(np.float32).tobytes()
