@@ -125,7 +125,8 @@ def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
     topics, job = Topics(JOB), fleet_job_hash(JOB)
     # Forged contributions: valid CRC, a contributor set node 3 may send, values 1e20, for
     # the round after node 1's (kept until it starts, then taken before the real node 3's).
-    for r in (at_round,):
+    # Node 1's telemetry lags it on a loaded host: the next two rounds too, so one is ahead.
+    for r in (at_round, at_round + 1, at_round + 2):
         for j, (lo, hi) in enumerate(CHUNKS):
             frame = Frame(Kind.DATA, job, r, 3, j, len(CHUNKS), contributors=frozenset({3}))
             evil.publish(topics.link(3, 1), encode(frame.with_values(np.full(hi - lo, 1e20, np.float32), DType.F32)))
