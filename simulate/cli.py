@@ -41,7 +41,7 @@ from simulate.injector import (
     namespaced_nodes,
     plan_mechanisms,
     proxied_nodes,
-    taken_slots,
+    slots_reserved,
 )
 from simulate.model_choice import ModelChoice
 from simulate.proxy import TcpProxy
@@ -321,14 +321,16 @@ class Simulation:
         namespaces: dict[int, NetNamespace] = {}
         tag = secrets.token_hex(2)
         namespaced = namespaced_nodes(faults, plans)
-        taken = taken_slots() if namespaced else set()
+        with slots_reserved() as taken:
+            for node in sorted(namespaced):
+                slot = free_slot((node % 200) + 1, taken)
+                taken.add(slot)
+                ns = NetNamespace(f"eg{tag}n{node}", slot=slot)
+                stack.callback(ns.remove)
+                ns.create()
+                namespaces[node] = ns
         for node in sorted(namespaced):
-            slot = free_slot((node % 200) + 1, taken)
-            taken.add(slot)
-            ns = NetNamespace(f"eg{tag}n{node}", slot=slot)
-            stack.callback(ns.remove)
-            ns.create()
-            namespaces[node] = ns
+            ns = namespaces[node]
             if node not in proxied:
                 # Kernel shaping only: the agent reaches the broker through the kernel alone.
                 if address.host not in ("127.0.0.1", "localhost"):

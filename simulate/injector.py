@@ -21,13 +21,15 @@ with the reason), so the run starts the proxies and namespaces it needs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -163,6 +165,20 @@ def taken_slots() -> set[int]:
     done = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False)
     found = re.findall(rf"inet {re.escape(NETNS_PREFIX)}\.(\d+)\.", done.stdout)
     return {int(x) for x in found}
+
+
+@contextlib.contextmanager
+def slots_reserved() -> Iterator[set[int]]:
+    """The slots taken on this host, held against other fleets until the block ends: another
+    fleet that read the addresses while this one was still creating its namespaces took the
+    same slots (two veths with one address: agents of both timed out on their broker)."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "edgegrove-netns-slots.lock")
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield taken_slots()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def free_slot(preferred: int, taken: set[int]) -> int:

@@ -23,7 +23,7 @@ from simulate.injector import (
     free_slot,
     kernel_shaping_supported,
     netns_supported,
-    taken_slots,
+    slots_reserved,
 )
 from simulate.proxy import MOST_HELD_BYTES, TcpProxy
 from tests.integration.conftest import wait_until
@@ -215,11 +215,15 @@ with socket.create_connection((host, port), timeout=20) as s:
 
 @pytest.mark.skipif(bool(kernel_shaping_supported()), reason="needs root, ip, tc and iptables")
 def test_kernel_shaping_limits_both_directions_with_no_process_in_the_path(echo_server: int) -> None:
-    slot = free_slot(230, taken_slots())
-    ns = NetNamespace(f"egk{os.getpid() % 10000}", slot=slot)
     fwd_port = 18_000 + os.getpid() % 20_000  # on the veth's host end only: the DNAT matches there
+    with slots_reserved() as taken:
+        ns = NetNamespace(f"egk{os.getpid() % 10000}", slot=free_slot(230, taken))
+        try:
+            ns.create()
+        except BaseException:
+            ns.remove()
+            raise
     try:
-        ns.create()
         ns.forward(fwd_port, echo_server)
         # Both veth ends take the large MTU (not Ethernet's 1,500: see NETNS_MTU).
         for prefix, dev in (((), ns.host_if), (ns.prefix(), ns.ns_if)):

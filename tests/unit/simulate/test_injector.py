@@ -44,3 +44,25 @@ def test_kernel_shaping_that_cannot_run_is_skipped_with_the_reason(monkeypatch: 
 def test_a_bandwidth_fault_names_a_known_shaper() -> None:
     with pytest.raises(ScenarioError):
         _faults('[[faults]]\nkind = "bandwidth"\nnode = 2\nbytes_per_second = 1e6\nat_round = 1\nvia = "tc"\n')
+
+
+def test_slots_are_reserved_by_one_fleet_at_a_time(tmp_path, monkeypatch) -> None:
+    # Two fleets reading the host's addresses at once took the same slots.
+    import threading
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(injector, "taken_slots", lambda: {7})
+    entered = threading.Event()
+
+    def second_fleet() -> None:
+        with injector.slots_reserved() as taken:
+            assert taken == {7}
+            entered.set()
+
+    with injector.slots_reserved() as taken:
+        assert taken == {7}
+        other = threading.Thread(target=second_fleet)
+        other.start()
+        assert not entered.wait(0.3), "a second fleet read the slots while the first held them"
+    assert entered.wait(10)
+    other.join()
