@@ -42,6 +42,9 @@ class StateFetch:
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
         self.retry: tuple[float, int] | None = None  # (when, round) a given-up transfer is tried again
         self.failures = 0  # transfers given up in a row (the backoff)
+        # peer -> our round when its state disagreed with the reference's: drifted with us
+        # (a broker restart drifts several at once), it is asked last for a while.
+        self.disputed: dict[int, int] = {}
 
     def fetch(self, target: int, peers: list[int], now: float, round: int,
               anchor_decides: bool = False) -> list[CoreAction]:
@@ -60,6 +63,7 @@ class StateFetch:
         """Our model differs from the fleet's after round ``round`` (it started at ``started``):
         fetch its state for the next round, first from peers not in ``avoid``."""
         self.outbox.note(NoteKind.DRIFT, None, why)
+        avoid = avoid | set(self.disputed)  # kept REPLAY_ROUNDS rounds (forget_before)
         view = self.membership.view_for(round)
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
@@ -118,6 +122,8 @@ class StateFetch:
         for note in actions:
             if isinstance(note, Note) and note.kind in REJECTED_STATE:
                 rejected[note.kind] += 1
+                if note.kind is NoteKind.STATE_REJECTED and note.peer is not None:
+                    self.disputed[note.peer] = round
         out = self.outbox.run(actions, round)
         if self.transfer.result is not None:
             rnd, state, _ = self.transfer.result
@@ -194,3 +200,4 @@ class StateFetch:
 
     def forget_before(self, round: int) -> None:
         self.ahead = {r: s for r, s in self.ahead.items() if r > round}
+        self.disputed = {p: r for p, r in self.disputed.items() if r + REPLAY_ROUNDS > round}

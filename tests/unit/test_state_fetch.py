@@ -3,14 +3,17 @@ note each time), never left silent: the "catching up" stall of a node back from 
 
 from __future__ import annotations
 
+import numpy as np
+
 from agent.core_actions import Publish
 from agent.core_outbox import CoreOutbox
 from agent.core_report import Counters
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, View
 from agent.protocol.notes import NoteKind
+from agent.protocol.state_transfer import serve_model_pull
 from agent.protocol.wire import Frame, Kind
-from agent.state_fetch import RETRY_BASE_S, RETRY_MAX_S, StateFetch
+from agent.state_fetch import REPLAY_ROUNDS, RETRY_BASE_S, RETRY_MAX_S, StateFetch
 from agent.suspicion import SuspicionBook
 
 
@@ -27,12 +30,17 @@ def _run_until_idle(fetch: StateFetch, now: float, until: float, joining: bool) 
     return now, asked
 
 
-def test_a_state_pull_nobody_answers_is_tried_again_with_backoff_and_a_note_each_time() -> None:
-    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
-    for n in range(4):
+def _fetcher(members: tuple[int, ...] = (0, 1, 2, 3)) -> tuple[CoreOutbox, StateFetch]:
+    """Node 3 of a fleet of ``members`` coordinated by 0, every member online at round 10."""
+    membership = Membership(3, 2, View(epoch=1, members=list(members), arity=2, coordinator=0, from_round=0))
+    for n in members:
         membership.on_status(Status(n, "online", 10), 0.0)
     outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
-    fetch = StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100)
+    return outbox, StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100)
+
+
+def test_a_state_pull_nobody_answers_is_tried_again_with_backoff_and_a_note_each_time() -> None:
+    outbox, fetch = _fetcher()
     assert sorted(_pulls(fetch.fetch(12, [0, 1, 2], 0.0, 10))) == [0, 1]
     now, asked = _run_until_idle(fetch, 0.0, 30.0, joining=False)
     gave_up = [n for n in outbox.notes if n.kind is NoteKind.STATE_PULL_FAILED]
@@ -49,11 +57,7 @@ def test_a_state_pull_nobody_answers_is_tried_again_with_backoff_and_a_note_each
 
 
 def test_a_retry_no_longer_needed_is_dropped() -> None:
-    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
-    for n in range(4):
-        membership.on_status(Status(n, "online", 10), 0.0)
-    outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
-    fetch = StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100)
+    _, fetch = _fetcher()
     fetch.fetch(10, [0, 1], 0.0, 10)  # a state of our own round: we are not behind
     while fetch.transfer is not None:
         wake = fetch.next_timer()
@@ -61,3 +65,33 @@ def test_a_retry_no_longer_needed_is_dropped() -> None:
         fetch.tick(wake, 10)
     assert fetch.retry is not None
     assert fetch.tick(fetch.retry[0], 10) == [] and fetch.retry is None and fetch.next_timer() is None
+
+
+def _answer(actions: list[object], states: dict[int, np.ndarray], round: int) -> list[Frame]:
+    """Each asked peer's MODEL frames of its own state."""
+    frames: list[Frame] = []
+    for a in actions:
+        if isinstance(a, Publish) and isinstance(a.message, Frame) and a.message.kind is Kind.MODEL_PULL:
+            assert a.dst is not None
+            pull = Frame(Kind.MODEL_PULL, 1, a.message.round, 3, 0, 1)
+            pull = pull.with_indices(a.message.indices()) if a.message.indices() else pull
+            frames += [s.frame for s in serve_model_pull(pull, a.dst, 1, states[a.dst], round, 100)]
+    return frames
+
+
+def test_a_peer_whose_state_disagreed_with_the_coordinators_is_asked_last_in_the_next_resyncs() -> None:
+    # Two members drifted by the same fault, each asked the other for a stripe: its stripe
+    # disagreed with the coordinator's every time, and the pair never agreed (a broker restart).
+    _, fetch = _fetcher((0, 1, 2, 3, 4))
+    fetch.membership.on_status(Status(1, "offline", 10), 0.0)
+    fleets, drifted = np.zeros(1000, np.float32), np.ones(1000, np.float32)
+    states = {0: fleets, 2: drifted, 4: fleets}
+    asked = fetch.resync("drift", set(), 0.0, 10, 0.0)
+    assert sorted(_pulls(asked)) == [0, 2]  # the usual pair
+    for frame in _answer(asked, states, 11):
+        fetch.on_frame(frame, 0.1, 10)
+    assert fetch.disputed == {2: 10}
+    fetch.transfer = None
+    assert sorted(_pulls(fetch.resync("drift again", set(), 0.2, 11, 0.2))) == [0, 4]
+    fetch.forget_before(10 + REPLAY_ROUNDS)
+    assert fetch.disputed == {}
