@@ -27,7 +27,7 @@ from agent.core_outbox import CoreOutbox
 from agent.core_phase import Phase, Trigger, next_phase
 from agent.core_report import Counters, RoundInProgress, RoundReport
 from agent.core_rounds import ANSWERING_ROUNDS, Rounds
-from agent.protocol.allreduce import RoundContext, RoundResult, chunk_bounds
+from agent.protocol.allreduce import RoundContext, RoundResult, chunk_bounds, take_refused
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.influence import NormHistory
 from agent.protocol.membership import SUSPICION_RTTS, Membership, view_tree
@@ -37,7 +37,6 @@ from agent.protocol.rounds import new_round
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.schedule import scheduled_lr
 from agent.protocol.state_transfer import resync_reason
-from agent.protocol.wire import RejectReason
 from agent.state_fetch import StateFetch
 from agent.state_server import StateServer
 from agent.suspicion import SuspicionBook
@@ -409,10 +408,8 @@ class RoundSteps:
         assert current is not None
         if result is not None and result.stats.implausible:
             self.counters.rejected["implausible_values"] += result.stats.implausible
-        if result is not None and result.stats.clipped:
-            self.counters.rejected[RejectReason.NORM_CLIPPED] += result.stats.clipped
-        if result is not None and result.stats.norm_refused:
-            self.counters.rejected[RejectReason.NORM_REFUSED] += result.stats.norm_refused
+        if result is not None:
+            self.counters.rejected.update(take_refused(result.stats))  # those not taken per frame
         if result is not None and not result.degraded:
             self.steady_round = (self.round, current.view.epoch)
         self.current = None

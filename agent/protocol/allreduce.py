@@ -174,8 +174,6 @@ class RoundStats:
     # subtree, a result off our routes up, pulls over budget), by RejectReason: the core
     # moves them into its telemetry's ``rejected`` as they come (``take_refused``).
     refused: Counter[str] = field(default_factory=Counter)
-    clipped: int = 0  # units scaled down to their influence bound (influence.py)
-    norm_refused: int = 0  # units counted with zero values: far beyond their bound
     # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
     # "float16", "int8"): which formats wire_dtype "auto" used.
     wire_frames: dict[str, int] = field(default_factory=dict)

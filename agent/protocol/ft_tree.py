@@ -456,8 +456,7 @@ class FtTreeRound:
             return values
         verdict, kept = bound_unit(values, j, bound)
         if verdict is not Influence.WITHIN:
-            stats.clipped += verdict is Influence.CLIPPED
-            stats.norm_refused += verdict is Influence.REFUSED
+            stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
             self.scope.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
         return kept
 

@@ -166,10 +166,7 @@ class MemoryBus:
         client = self.clients.get(name)
         if client is None or client.crashed:
             return
-        client.crashed = True
-        client.generation += 1
-        client.held.clear()
-        self._publish_will(client)
+        self._drop(client)
 
     def hang(self, name: str) -> None:
         client = self.clients.get(name)
@@ -211,9 +208,7 @@ class MemoryBus:
 
         def expire() -> None:
             if client.isolated and client.generation == generation and not client.crashed:
-                client.crashed = True
-                client.generation += 1
-                self._publish_will(client)
+                self._drop(client)
                 if on_expiry is not None:
                     on_expiry()
 
@@ -229,6 +224,13 @@ class MemoryBus:
         client = self.clients.get(name)
         if client is not None:
             client.isolated = False
+
+    def _drop(self, client: Client) -> None:
+        """The broker drops the connection (a crash, a keepalive that expired): its Will goes out."""
+        client.crashed = True
+        client.generation += 1
+        client.held.clear()
+        self._publish_will(client)
 
     def _publish_will(self, client: Client) -> None:
         if client.will is not None:

@@ -91,6 +91,16 @@ def start_fleet(broker: Any, tmp: Path, nodes: int, options: dict[str, Any]) -> 
     return fleet
 
 
+def second_session(broker: Any, node: int) -> MqttTransport:
+    """A second connection with ``node``'s credentials: what that device sends when it is
+    compromised (the broker's client-id binding must be off to let both connect)."""
+    creds = broker.credentials_for(node)
+    transport = MqttTransport(f"edgegrove-{broker_job(broker)}-{node}-evil", broker.url,
+                              username=creds.username, password=creds.password)
+    transport.connect([])
+    return transport
+
+
 def wait_exited(fleet: Fleet, timeout: float) -> None:
     """Agents with a round budget stop by themselves; wait for that (by handle)."""
     deadline = time.monotonic() + timeout

@@ -26,7 +26,13 @@ from agent.protocol.wire import DType, Frame, Kind, encode
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker, start_mosquitto
 from simulate.fleet import Fleet
-from tests.integration.fleet_harness import FleetListener, agent_logs, fleet_job_hash, start_fleet
+from tests.integration.fleet_harness import (
+    FleetListener,
+    agent_logs,
+    fleet_job_hash,
+    second_session,
+    start_fleet,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile"
@@ -114,11 +120,7 @@ def _assert_accuracy(listener: FleetListener, clean: dict[int, float], rounds: i
 
 
 def _attacker(broker: MosquittoBroker) -> MqttTransport:
-    creds = broker.credentials_for(3)
-    transport = MqttTransport(f"edgegrove-{JOB}-3-evil", broker.url, username=creds.username,
-                              password=creds.password)
-    transport.connect([])
-    return transport
+    return second_session(broker, 3)
 
 
 def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:

@@ -24,7 +24,13 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Flag, Frame, Kind, encode
 from agent.transport.mqtt import MqttTransport
 from simulate.brokers import MosquittoBroker, start_mosquitto
-from tests.integration.fleet_harness import FleetListener, agent_logs, fleet_job_hash, start_fleet
+from tests.integration.fleet_harness import (
+    FleetListener,
+    agent_logs,
+    fleet_job_hash,
+    second_session,
+    start_fleet,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "hostile-control"
@@ -45,11 +51,7 @@ def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 
 def _attacker(broker: MosquittoBroker) -> MqttTransport:
-    creds = broker.credentials_for(3)
-    transport = MqttTransport(f"edgegrove-{JOB}-3-evil", broker.url, username=creds.username,
-                              password=creds.password)
-    transport.connect([])
-    return transport
+    return second_session(broker, 3)
 
 
 def _each_round(listener: FleetListener, act: Callable[[int], None]) -> None:

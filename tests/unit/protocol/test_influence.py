@@ -20,7 +20,7 @@ from agent.protocol.influence import (
 )
 from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
-from agent.protocol.wire import Frame, Kind
+from agent.protocol.wire import Frame, Kind, RejectReason
 
 
 def test_the_verdicts_say_yes_and_no() -> None:
@@ -110,7 +110,7 @@ def test_an_honest_childs_unit_is_counted_as_sent() -> None:
     m.on_frame(unit_from_leaf(0.6), 0.01)  # norm 1.2: within 3
     ids, values = m.reducer.merged(0)
     assert ids == {1, 3} and np.allclose(values, 0.55)
-    assert m.stats.clipped == m.stats.norm_refused == 0
+    assert m.stats.refused[RejectReason.NORM_CLIPPED] == m.stats.refused[RejectReason.NORM_REFUSED] == 0
 
 
 def test_a_sign_flipped_x10_unit_is_bounded_and_noted() -> None:
@@ -118,7 +118,7 @@ def test_a_sign_flipped_x10_unit_is_bounded_and_noted() -> None:
     actions = m.on_frame(unit_from_leaf(-2.0), 0.01)  # norm 4: beyond 3, within 6: clipped
     _, values = m.reducer.merged(0)
     assert np.allclose(values, (0.5 - 1.5) / 2)  # its share held to 3 x the median, sign kept
-    assert m.stats.clipped == 1
+    assert m.stats.refused[RejectReason.NORM_CLIPPED] == 1
     assert any(getattr(a, "kind", None) is NoteKind.INFLUENCE_BOUNDED and a.peer == 3 for a in actions)
 
 
@@ -127,14 +127,14 @@ def test_a_constant_unit_far_beyond_counts_with_zero_values_and_nobody_waits_for
     m.on_frame(unit_from_leaf(100.0), 0.01)  # within the implausibility limit (1000)
     ids, values = m.reducer.merged(0)
     assert ids == {1, 3} and np.allclose(values, 0.25)  # covered, moves nothing
-    assert m.stats.norm_refused == 1 and m.reducer.ready(0, {1, 3})
+    assert m.stats.refused[RejectReason.NORM_REFUSED] == 1 and m.reducer.ready(0, {1, 3})
 
 
 def test_without_a_bound_the_unit_is_taken_as_before() -> None:
     m = inner(None)
     m.on_frame(unit_from_leaf(-2.0), 0.01)
     _, values = m.reducer.merged(0)
-    assert np.allclose(values, -0.75) and m.stats.clipped == 0
+    assert np.allclose(values, -0.75) and m.stats.refused[RejectReason.NORM_CLIPPED] == 0
 
 
 def test_an_implausible_unit_under_a_bound_counts_with_zero_values_and_nobody_waits() -> None:
