@@ -53,10 +53,11 @@ def test_auto_wire_narrows_on_a_slow_link_and_the_models_stay_identical(tmp_path
     print("wire frames by round:", used)
     assert set(used[0]) == {"float32"}  # nothing measured before round 0
     # Agent 3 measured its slow link in round 1 at the latest: narrow from round 3 on (its
-    # frames up, and the result every agent passes on), float32 still on the fast links.
+    # frames up, and the result every agent passes on), wider still on the fast links: float32,
+    # or float16 where a loaded host slows an agent's own downlink below 163 MB/s (wire_choice).
     for frames in used[3:]:
         assert frames.get("int8", 0) >= 2, used
-        assert frames.get("float32", 0) >= 2, used
+        assert frames.get("float32", 0) + frames.get("float16", 0) >= 2, used
     by_agent = [e for e in read_events(run_dir) if e["type"] == "telemetry" and e["round"] == ROUNDS - 1]
-    assert {e["node"]: set(e["wire_frames"]) for e in by_agent if e["node"] in (3, 4)} == {
-        3: {"int8"}, 4: {"float32"}}
+    formats = {e["node"]: set(e["wire_frames"]) for e in by_agent if e["node"] in (3, 4)}
+    assert formats[3] == {"int8"} and formats[4] and formats[4] <= {"float32", "float16"}, formats
