@@ -620,21 +620,22 @@ class Membership:
         if list(self.newest.members) == live or self._mass_down(gone) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
-            # The last change has not taken effect yet: additions wait for it (a burst of
-            # flaps is one change), but a node found down is taken out of the pending view
-            # itself while nobody can have reached its first round, or else by a view of
-            # its own right after it (waiting for the pending one kept a frozen node in the
-            # view for three rounds and more).
-            shrunk = [m for m in self.newest.members if m not in gone]
-            if shrunk == list(self.newest.members):
-                return []
-            amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
-            return self._publish(shrunk, self.newest.epoch + 1,
-                                 self.newest.from_round if amend else self.round + LEAD_ROUNDS)
+            return self._amend_pending(live)
         # Without its root no round of the current tree can finish, so nobody gets past the
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1, self.round + lead)
+
+    def _amend_pending(self, live: list[int]) -> list[PublishView]:
+        """The last change has not taken effect yet. While nobody can have reached its first
+        round, the pending view itself is replaced (same ``from_round``) by one of ``live``:
+        nodes found down are out, nodes back in (a group healed together reconnects within a
+        moment: one view for all, where each used to wait for the previous one's two rounds).
+        Else the change is a view of its own right after it (waiting for the pending one kept
+        a frozen node in the view for three rounds and more)."""
+        amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
+        return self._publish(live, self.newest.epoch + 1,
+                             self.newest.from_round if amend else self.round + LEAD_ROUNDS)
 
     def has_quorum(self, live: list[int] | set[int]) -> bool:
         """Whether a view of ``live`` may follow the newest one: it keeps more than half of
