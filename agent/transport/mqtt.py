@@ -47,6 +47,14 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
+# Failed reconnects double their delay up to RECONNECT_MAX_S only: a node cut off the network
+# (a Wi-Fi access point that reboots) is back within about a second of the heal, where a 5 s
+# cap kept a healed group away for ~4 s more. A broker that is down costs an attempt a second.
+RECONNECT_MAX_S = 1.0
+# A reconnect waits this long for TCP (and TLS) instead of paho's 5 s: on a cut network the SYN
+# is dropped and the kernel resends it only after 1 s, then 3 s, so a heal during an attempt
+# waited for the next resend or the attempt's end. 2 s: a LAN or Wi-Fi handshake takes far less.
+RECONNECT_TIMEOUT_S = 2.0
 # Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``Notice.SENDING``), the
 # kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
 # sizes it, and a 1 MB frame goes out in one write), so what the link cannot take yet waits in
@@ -372,7 +380,8 @@ class MqttTransport:
         keepalive: int = 10,
         connect_timeout: float = 10.0,
         reconnect_min_s: float = 0.2,
-        reconnect_max_s: float = 5.0,
+        reconnect_max_s: float = RECONNECT_MAX_S,
+        reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
         threaded: bool = True,
     ) -> None:
         if protocol not in _PROTOCOLS:
@@ -384,6 +393,7 @@ class MqttTransport:
         self._protocol = _PROTOCOLS[protocol]
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
+        self._reconnect_timeout_s = reconnect_timeout_s
         # One lock for the whole hand-over (queue.Queue takes three per message, and the
         # runtime drains hundreds of frames a round: ~2x less overhead in the profile).
         self._queue: deque[Message] = deque()
@@ -564,6 +574,7 @@ class MqttTransport:
                 self._arrived.notify()
             self._back_off(client, time.monotonic() - self._connected_at)
         self._connected.clear()
+        self._bound_reconnect_time()
         if not self._first_connack.is_set():
             # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
             self._refusal = (f"the connection was closed before CONNACK ({reason_code}); "
@@ -773,8 +784,15 @@ class MqttTransport:
             return
         self._reconnect_at = now + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
+        self._bound_reconnect_time()
         with contextlib.suppress(OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
             self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
+
+    def _bound_reconnect_time(self) -> None:
+        """Reconnects wait ``reconnect_timeout_s`` for the handshake (see RECONNECT_TIMEOUT_S).
+        paho refuses the change while its connection is open (then nothing to bound)."""
+        with contextlib.suppress(RuntimeError, ValueError):
+            self._client.connect_timeout = self._reconnect_timeout_s
 
     def _write_for(self, seconds: float) -> None:
         """Write what paho holds for at most ``seconds`` (inline mode), reading nothing."""

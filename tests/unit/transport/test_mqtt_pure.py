@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from agent.transport.base import Message
@@ -71,3 +73,58 @@ def test_threaded_receive_still_waits_for_paho_thread_to_deliver(monkeypatch: py
 
     monkeypatch.setattr(transport._arrived, "wait_for", wait_for)
     assert transport.receive(0.2) == [] and waits == [0.2]
+
+
+class _Clock:
+    """The transport's ``time`` in these tests: ``sleep`` moves ``now`` on, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _UnreachableBroker:
+    """paho's client while the network is cut: every reconnect fails after ``blocks`` s (a
+    dropped SYN waits for its timeout; 0: refused at once)."""
+
+    def __init__(self, clock: _Clock, blocks: float) -> None:
+        self.clock, self.blocks = clock, blocks
+        self.connect_timeout = 5.0  # paho's default
+        self.attempts: list[tuple[float, float]] = []  # (when, the timeout it waited with)
+
+    def socket(self) -> None:
+        return None
+
+    def reconnect(self) -> None:
+        self.attempts.append((self.clock.now, self.connect_timeout))
+        self.clock.now += min(self.blocks, self.connect_timeout)
+        raise OSError("timed out")
+
+
+@pytest.mark.parametrize("blocks", [0.0, 30.0])
+def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
+    blocks: float, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However long the cut lasts, the next attempt (refused at once, or a SYN dropped until
+    the attempt's timeout) starts within RECONNECT_TIMEOUT_S of the last one: the heal is
+    noticed about a second later. The backoff grew to 5 s and an attempt waited paho's 5 s."""
+    from agent.transport import mqtt as mqtt_module
+
+    clock = _Clock()
+    monkeypatch.setattr(mqtt_module, "time", clock)
+    transport = MqttTransport("edgegrove-test-3", "mqtt://127.0.0.1:1", threaded=False)
+    broker = _UnreachableBroker(clock, blocks)
+    transport._client = broker  # type: ignore[assignment]
+    while clock.now < 60.0:
+        transport._step(0.05)
+    starts = [at for at, _ in broker.attempts]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) > 20 and max(gaps) <= mqtt_module.RECONNECT_TIMEOUT_S + 0.05, gaps
+    if blocks == 0.0:
+        assert max(gaps[10:]) <= mqtt_module.RECONNECT_MAX_S + 0.05, gaps
+    assert {timeout for _, timeout in broker.attempts} == {mqtt_module.RECONNECT_TIMEOUT_S}
