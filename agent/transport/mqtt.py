@@ -38,6 +38,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
+from agent.transport.tcp_link import close_gently, unacked_for
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -55,6 +56,11 @@ RECONNECT_MAX_S = 1.0
 # is dropped and the kernel resends it only after 1 s, then 3 s, so a heal during an attempt
 # waited for the next resend or the attempt's end. 2 s: a LAN or Wi-Fi handshake takes far less.
 RECONNECT_TIMEOUT_S = 2.0
+# Inline mode: a connection whose bytes got no TCP ACK for this long is dropped and opened anew
+# (agent/transport/tcp_link.py): a node cut off keeps it, and after the heal it resumed only at
+# TCP's next backed-off retransmission (~4 s); fresh attempts reach the broker within ~1 s.
+STALLED_AFTER_S = 3.0
+CLOSE_DRAIN_S = 0.5  # our clean close waits this long at most for the broker to close its side
 # Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``Notice.SENDING``), the
 # kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
 # sizes it, and a 1 MB frame goes out in one write), so what the link cannot take yet waits in
@@ -469,6 +475,7 @@ class MqttTransport:
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
         client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
         client.on_arriving = self._on_arriving
         return client
 
@@ -533,6 +540,12 @@ class MqttTransport:
         with contextlib.suppress(OSError, AttributeError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._small_send_buffer = False  # a new socket: the kernel sizes its buffer
+
+    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        """Our clean exit: the DISCONNECT must reach the broker, or it publishes our Will over
+        the status we just published (see tcp_link.close_gently)."""
+        if self._closed:
+            close_gently(sock, CLOSE_DRAIN_S)
 
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
@@ -739,7 +752,17 @@ class MqttTransport:
         if client.socket() is not None:
             client.loop_misc()  # keepalive: PINGREQ, and a dead broker noticed
             self._check_backlog()
+            self._drop_if_stalled()
         return self._counts["messages_received"] > before
+
+    def _drop_if_stalled(self) -> None:
+        """No ACK for STALLED_AFTER_S: end the connection here (paho then reads its end, as for
+        any lost connection: DISCONNECTED, and reconnects at once)."""
+        sock: Any = self._client.socket()
+        waited = unacked_for(sock) if sock is not None and self._connected.is_set() else None
+        if waited is not None and waited >= STALLED_AFTER_S:
+            with contextlib.suppress(OSError, ValueError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def backlog(self) -> int:
         """Bytes published but not yet taken by the broker's side of the connection: the

@@ -128,3 +128,40 @@ def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
     if blocks == 0.0:
         assert max(gaps[10:]) <= mqtt_module.RECONNECT_MAX_S + 0.05, gaps
     assert {timeout for _, timeout in broker.attempts} == {mqtt_module.RECONNECT_TIMEOUT_S}
+
+
+class _StalledSocket:
+    def __init__(self, waited_ms: int) -> None:
+        raw = bytearray(104)
+        raw[24:28] = (5).to_bytes(4, "little")  # tcp_info.unacked
+        raw[56:60] = waited_ms.to_bytes(4, "little")  # tcp_info.last_ack_recv
+        self.raw = bytes(raw)
+        self.shut: list[int] = []
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        return self.raw
+
+    def shutdown(self, how: int) -> None:
+        self.shut.append(how)
+
+
+class _ConnectedClient:
+    def __init__(self, sock: _StalledSocket) -> None:
+        self.sock = sock
+
+    def socket(self) -> _StalledSocket:
+        return self.sock
+
+
+@pytest.mark.parametrize(("waited_ms", "dropped"), [(2900, False), (3100, True)])
+def test_a_connection_without_an_ack_for_three_seconds_is_dropped_to_reconnect(waited_ms: int, dropped: bool) -> None:
+    """Cut off the network, the connection outlives the cut and resumed only at TCP's next
+    backed-off retransmission, seconds after the heal: it is ended here and opened anew."""
+    import socket
+
+    transport = MqttTransport("edgegrove-test-4", "mqtt://127.0.0.1:1", threaded=False)
+    sock = _StalledSocket(waited_ms)
+    transport._client = _ConnectedClient(sock)  # type: ignore[assignment]
+    transport._connected.set()
+    transport._drop_if_stalled()
+    assert sock.shut == ([socket.SHUT_RDWR] if dropped else [])
