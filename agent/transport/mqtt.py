@@ -60,6 +60,7 @@ RECONNECT_TIMEOUT_S = 2.0
 # (agent/transport/tcp_link.py): a node cut off keeps it, and after the heal it resumed only at
 # TCP's next backed-off retransmission (~4 s); fresh attempts reach the broker within ~1 s.
 STALLED_AFTER_S = 3.0
+PROBE_QUIET_S = 1.0  # ... and after this long with nothing from the broker, a PINGREQ makes bytes wait
 CLOSE_DRAIN_S = 0.5  # our clean close waits this long at most for the broker to close its side
 # Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``Notice.SENDING``), the
 # kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
@@ -182,6 +183,15 @@ class _Client(paho.Client):
         with self._msgtime_mutex:
             self._last_bytes_received = paho.time_func()
         return rc
+
+    def probe_if_quiet(self, quiet_for: float) -> None:
+        """A PINGREQ when nothing arrived for ``quiet_for`` s and none is pending: then bytes
+        of ours wait for an ACK, and a dead path shows (tcp_link.unacked_for) even when we had
+        nothing else to send. paho's own ping comes only after the whole keepalive."""
+        with self._msgtime_mutex:
+            quiet = paho.time_func() - self._last_bytes_received
+        if quiet >= quiet_for and not self._ping_t and self.is_connected():
+            self._send_pingreq()
 
     def _tell_arriving(self, data: Any, got: int) -> None:
         """Report the PUBLISH being read when it has been arriving long enough (see
@@ -759,8 +769,12 @@ class MqttTransport:
         """No ACK for STALLED_AFTER_S: end the connection here (paho then reads its end, as for
         any lost connection: DISCONNECTED, and reconnects at once)."""
         sock: Any = self._client.socket()
-        waited = unacked_for(sock) if sock is not None and self._connected.is_set() else None
-        if waited is not None and waited >= STALLED_AFTER_S:
+        if sock is None or not self._connected.is_set():
+            return
+        waited = unacked_for(sock)
+        if waited is None:
+            self._client.probe_if_quiet(PROBE_QUIET_S)
+        elif waited >= STALLED_AFTER_S:
             with contextlib.suppress(OSError, ValueError):
                 sock.shutdown(socket.SHUT_RDWR)
 

@@ -131,9 +131,9 @@ def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
 
 
 class _StalledSocket:
-    def __init__(self, waited_ms: int) -> None:
+    def __init__(self, waited_ms: int, unacked: int = 5) -> None:
         raw = bytearray(104)
-        raw[24:28] = (5).to_bytes(4, "little")  # tcp_info.unacked
+        raw[24:28] = unacked.to_bytes(4, "little")  # tcp_info.unacked
         raw[56:60] = waited_ms.to_bytes(4, "little")  # tcp_info.last_ack_recv
         self.raw = bytes(raw)
         self.shut: list[int] = []
@@ -148,9 +148,13 @@ class _StalledSocket:
 class _ConnectedClient:
     def __init__(self, sock: _StalledSocket) -> None:
         self.sock = sock
+        self.probes: list[float] = []
 
     def socket(self) -> _StalledSocket:
         return self.sock
+
+    def probe_if_quiet(self, quiet_for: float) -> None:
+        self.probes.append(quiet_for)
 
 
 @pytest.mark.parametrize(("waited_ms", "dropped"), [(2900, False), (3100, True)])
@@ -161,7 +165,22 @@ def test_a_connection_without_an_ack_for_three_seconds_is_dropped_to_reconnect(w
 
     transport = MqttTransport("edgegrove-test-4", "mqtt://127.0.0.1:1", threaded=False)
     sock = _StalledSocket(waited_ms)
-    transport._client = _ConnectedClient(sock)  # type: ignore[assignment]
+    client = _ConnectedClient(sock)
+    transport._client = client  # type: ignore[assignment]
     transport._connected.set()
     transport._drop_if_stalled()
     assert sock.shut == ([socket.SHUT_RDWR] if dropped else [])
+    assert client.probes == []  # our bytes already wait for an ACK: no probe needed
+
+
+def test_with_nothing_waiting_for_an_ack_a_quiet_connection_is_probed() -> None:
+    """A node with nothing to send had no bytes waiting for an ACK, so a cut went unnoticed
+    until TCP resumed after the heal (~4 s): a PINGREQ after a quiet second makes some."""
+    from agent.transport import mqtt as mqtt_module
+
+    transport = MqttTransport("edgegrove-test-5", "mqtt://127.0.0.1:1", threaded=False)
+    client = _ConnectedClient(_StalledSocket(60_000, unacked=0))
+    transport._client = client  # type: ignore[assignment]
+    transport._connected.set()
+    transport._drop_if_stalled()
+    assert client.probes == [mqtt_module.PROBE_QUIET_S] and client.sock.shut == []
