@@ -5,7 +5,7 @@ A node cut off the network (a Wi-Fi access point or a switch that reboots) keeps
 connection: nothing tells either end, and the broker's keepalive gives up only after 1.5x the
 keepalive. After the heal the connection resumes at TCP's next retransmission, which backs off
 exponentially: a 10 s cut was noticed ~4 s after the heal. ``unacked_for`` reads the kernel's
-TCP_INFO: bytes of ours wait for an ACK and none came for that long. No ACK at all for seconds
+TCP_INFO: bytes of ours wait in the socket and no ACK came for that long. No ACK at all for seconds
 is a dead path, not a slow one (a slow or full peer still ACKs, with a small window).
 
 Closing a socket that still holds unread bytes sends a TCP reset instead of a FIN, and the peer
@@ -17,9 +17,11 @@ half-closes first and reads on until the broker closes its side.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import select
 import socket
 import struct
+import termios
 import time
 from typing import Any
 
@@ -32,8 +34,9 @@ _LAST_ACK_RECV_AT = 56
 
 
 def unacked_for(sock: Any) -> float | None:
-    """Seconds since the peer last ACKed anything while bytes of ours wait for an ACK; None
-    when nothing waits, or the kernel does not say (not Linux, not TCP)."""
+    """Seconds since the peer last ACKed anything while bytes of ours wait in the socket (sent
+    and unacknowledged, or not sent yet: a packet filter that drops our output keeps them
+    unsent); None when nothing waits, or the kernel does not say (not Linux, not TCP)."""
     option = getattr(socket, "TCP_INFO", None)
     if option is None:
         return None
@@ -45,7 +48,16 @@ def unacked_for(sock: Any) -> float | None:
         return None
     (unacked,) = struct.unpack_from("I", raw, _UNACKED_AT)
     (last_ack_ms,) = struct.unpack_from("I", raw, _LAST_ACK_RECV_AT)
-    return last_ack_ms / 1000.0 if unacked else None
+    return last_ack_ms / 1000.0 if unacked or _queued(sock) else None
+
+
+def _queued(sock: Any) -> int:
+    """Bytes in the socket's send queue (SIOCOUTQ), 0 when the kernel does not say."""
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
+    return int(struct.unpack("i", raw)[0])
 
 
 def close_gently(sock: Any, seconds: float) -> None:

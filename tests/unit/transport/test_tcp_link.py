@@ -13,8 +13,13 @@ from agent.transport.tcp_link import close_gently, unacked_for
 
 
 class _InfoSocket:
-    def __init__(self, raw: bytes | Exception) -> None:
-        self.raw = raw
+    def __init__(self, raw: bytes | Exception, real: socket.socket | None = None) -> None:
+        self.raw, self.real = raw, real
+
+    def fileno(self) -> int:
+        if self.real is None:
+            raise OSError("no descriptor")
+        return self.real.fileno()
 
     def getsockopt(self, level: int, option: int, size: int) -> bytes:
         if isinstance(self.raw, Exception):
@@ -34,6 +39,21 @@ def test_unacked_for_says_how_long_our_bytes_wait_for_an_ack() -> None:
     assert unacked_for(_InfoSocket(tcp_info(0, 60_000))) is None  # nothing waits: idle, not dead
     assert unacked_for(_InfoSocket(b"\0" * 20)) is None
     assert unacked_for(_InfoSocket(OSError("not a TCP socket"))) is None
+
+
+def test_bytes_never_sent_count_as_waiting_too() -> None:
+    """A packet filter dropping our output (the simulator's cut) keeps what we write unsent:
+    nothing is "unacked", but the send queue holds it, and no ACK comes."""
+    client, peer = loopback_pair()
+    with client, peer:
+        client.setblocking(False)
+        try:
+            while True:
+                client.send(b"x" * 65536)  # the peer reads nothing: the send queue fills
+        except BlockingIOError:
+            pass
+        assert unacked_for(_InfoSocket(tcp_info(0, 5000), real=client)) == pytest.approx(5.0)
+        assert unacked_for(_InfoSocket(tcp_info(0, 5000), real=peer)) is None  # its queue is empty
 
 
 def loopback_pair() -> tuple[socket.socket, socket.socket]:
