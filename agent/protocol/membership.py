@@ -8,9 +8,11 @@ status) is ignored, so a restarted agent is never mistaken for its dead predeces
 The coordinator, the lowest live id of the newest view (an online node outside it only when no
 member is left), publishes a retained ``View(epoch + 1, members, arity, coordinator,
 from_round)`` when the live set differs from the newest view; ``from_round`` lies two rounds
-ahead so the view reaches everybody before it applies. One change at a time: while a published
-view has not taken effect yet, further changes wait for it, so a burst of flaps collapses into
-one more view and ``from_round`` never runs ahead of the fleet. Every node uses, in round r,
+ahead so the view reaches everybody before it applies. While a published view has not taken
+effect yet, a further change replaces it (same ``from_round``) as long as nobody can have
+reached its first round, else it is a view of its own from two rounds ahead: a group healed
+together comes back in one view, and ``from_round`` never runs ahead of the fleet. A node
+that went offline is taken back only after ``STABLE_ROUNDS``: a burst of flaps is one change. Every node uses, in round r,
 the newest view (highest epoch) whose ``from_round <= r``, so all members switch trees at the
 same round; with none, the newest view it has (never waiting for a view that cannot come).
 
