@@ -101,8 +101,14 @@ class _Pump:
             self.held -= len(data)
             if self.held < HOLD_BYTES:
                 self.room.set()
-        with contextlib.suppress(OSError):
-            self.writer.close()
+        # Its sender closed: pass the FIN on, keep the other direction open until its sender
+        # closes too. A full close here reset the broker's connection while the broker was
+        # still sending (unread bytes): it dropped the agent's DISCONNECT and published its Will.
+        with contextlib.suppress(OSError, RuntimeError):
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            else:
+                self.writer.close()
 
 
 def _small_receive_buffer(sock: socket.socket) -> None:

@@ -8,9 +8,11 @@ status) is ignored, so a restarted agent is never mistaken for its dead predeces
 The coordinator, the lowest live id of the newest view (an online node outside it only when no
 member is left), publishes a retained ``View(epoch + 1, members, arity, coordinator,
 from_round)`` when the live set differs from the newest view; ``from_round`` lies two rounds
-ahead so the view reaches everybody before it applies. One change at a time: while a published
-view has not taken effect yet, further changes wait for it, so a burst of flaps collapses into
-one more view and ``from_round`` never runs ahead of the fleet. Every node uses, in round r,
+ahead so the view reaches everybody before it applies. While a published view has not taken
+effect yet, a further change replaces it (same ``from_round``) as long as nobody can have
+reached its first round, else it is a view of its own from two rounds ahead: a group healed
+together comes back in one view, and ``from_round`` never runs ahead of the fleet. A node
+that went offline is taken back only after ``STABLE_ROUNDS``: a burst of flaps is one change. Every node uses, in round r,
 the newest view (highest epoch) whose ``from_round <= r``, so all members switch trees at the
 same round; with none, the newest view it has (never waiting for a view that cannot come).
 
@@ -620,21 +622,22 @@ class Membership:
         if list(self.newest.members) == live or self._mass_down(gone) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
-            # The last change has not taken effect yet: additions wait for it (a burst of
-            # flaps is one change), but a node found down is taken out of the pending view
-            # itself while nobody can have reached its first round, or else by a view of
-            # its own right after it (waiting for the pending one kept a frozen node in the
-            # view for three rounds and more).
-            shrunk = [m for m in self.newest.members if m not in gone]
-            if shrunk == list(self.newest.members):
-                return []
-            amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
-            return self._publish(shrunk, self.newest.epoch + 1,
-                                 self.newest.from_round if amend else self.round + LEAD_ROUNDS)
+            return self._amend_pending(live)
         # Without its root no round of the current tree can finish, so nobody gets past the
         # next round with it (the core waits): the new tree applies from there.
         lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1, self.round + lead)
+
+    def _amend_pending(self, live: list[int]) -> list[PublishView]:
+        """The last change has not taken effect yet. While nobody can have reached its first
+        round, the pending view itself is replaced (same ``from_round``) by one of ``live``:
+        nodes found down are out, nodes back in (a group healed together reconnects within a
+        moment: one view for all, where each used to wait for the previous one's two rounds).
+        Else the change is a view of its own right after it (waiting for the pending one kept
+        a frozen node in the view for three rounds and more)."""
+        amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
+        return self._publish(live, self.newest.epoch + 1,
+                             self.newest.from_round if amend else self.round + LEAD_ROUNDS)
 
     def has_quorum(self, live: list[int] | set[int]) -> bool:
         """Whether a view of ``live`` may follow the newest one: it keeps more than half of

@@ -38,6 +38,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
+from agent.transport.tcp_link import close_gently, unacked_for
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -47,6 +48,20 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
 SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
+# Failed reconnects double their delay up to RECONNECT_MAX_S only: a node cut off the network
+# (a Wi-Fi access point that reboots) is back within about a second of the heal, where a 5 s
+# cap kept a healed group away for ~4 s more. A broker that is down costs an attempt a second.
+RECONNECT_MAX_S = 1.0
+# A reconnect waits this long for TCP (and TLS) instead of paho's 5 s: on a cut network the SYN
+# is dropped and the kernel resends it only after 1 s, then 3 s, so a heal during an attempt
+# waited for the next resend or the attempt's end. 2 s: a LAN or Wi-Fi handshake takes far less.
+RECONNECT_TIMEOUT_S = 2.0
+# Inline mode: a connection whose bytes got no TCP ACK for this long is dropped and opened anew
+# (agent/transport/tcp_link.py): a node cut off keeps it, and after the heal it resumed only at
+# TCP's next backed-off retransmission (~4 s); fresh attempts reach the broker within ~1 s.
+STALLED_AFTER_S = 3.0
+PROBE_QUIET_S = 1.0  # ... and after this long with nothing from the broker, a PINGREQ makes bytes wait
+CLOSE_DRAIN_S = 0.5  # our clean close waits this long at most for the broker to close its side
 # Inline mode, on a slow uplink (issue 19): once a send backlog has lasted (``Notice.SENDING``), the
 # kernel's send queue is kept small (SEND_BUFFER; Linux doubles it; on a fast link the kernel
 # sizes it, and a 1 MB frame goes out in one write), so what the link cannot take yet waits in
@@ -168,6 +183,15 @@ class _Client(paho.Client):
         with self._msgtime_mutex:
             self._last_bytes_received = paho.time_func()
         return rc
+
+    def probe_if_quiet(self, quiet_for: float) -> None:
+        """A PINGREQ when nothing arrived for ``quiet_for`` s and none is pending: then bytes
+        of ours wait for an ACK, and a dead path shows (tcp_link.unacked_for) even when we had
+        nothing else to send. paho's own ping comes only after the whole keepalive."""
+        with self._msgtime_mutex:
+            quiet = paho.time_func() - self._last_bytes_received
+        if quiet >= quiet_for and not self._ping_t and self.is_connected():
+            self._send_pingreq()
 
     def _tell_arriving(self, data: Any, got: int) -> None:
         """Report the PUBLISH being read when it has been arriving long enough (see
@@ -372,7 +396,8 @@ class MqttTransport:
         keepalive: int = 10,
         connect_timeout: float = 10.0,
         reconnect_min_s: float = 0.2,
-        reconnect_max_s: float = 5.0,
+        reconnect_max_s: float = RECONNECT_MAX_S,
+        reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
         threaded: bool = True,
     ) -> None:
         if protocol not in _PROTOCOLS:
@@ -384,6 +409,7 @@ class MqttTransport:
         self._protocol = _PROTOCOLS[protocol]
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
+        self._reconnect_timeout_s = reconnect_timeout_s
         # One lock for the whole hand-over (queue.Queue takes three per message, and the
         # runtime drains hundreds of frames a round: ~2x less overhead in the profile).
         self._queue: deque[Message] = deque()
@@ -459,6 +485,7 @@ class MqttTransport:
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
         client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
         client.on_arriving = self._on_arriving
         return client
 
@@ -524,6 +551,12 @@ class MqttTransport:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._small_send_buffer = False  # a new socket: the kernel sizes its buffer
 
+    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        """Our clean exit: the DISCONNECT must reach the broker, or it publishes our Will over
+        the status we just published (see tcp_link.close_gently)."""
+        if self._closed:
+            close_gently(sock, CLOSE_DRAIN_S)
+
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
         if reason_code.is_failure:
@@ -564,6 +597,7 @@ class MqttTransport:
                 self._arrived.notify()
             self._back_off(client, time.monotonic() - self._connected_at)
         self._connected.clear()
+        self._bound_reconnect_time()
         if not self._first_connack.is_set():
             # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
             self._refusal = (f"the connection was closed before CONNACK ({reason_code}); "
@@ -728,7 +762,21 @@ class MqttTransport:
         if client.socket() is not None:
             client.loop_misc()  # keepalive: PINGREQ, and a dead broker noticed
             self._check_backlog()
+            self._drop_if_stalled()
         return self._counts["messages_received"] > before
+
+    def _drop_if_stalled(self) -> None:
+        """No ACK for STALLED_AFTER_S: end the connection here (paho then reads its end, as for
+        any lost connection: DISCONNECTED, and reconnects at once)."""
+        sock: Any = self._client.socket()
+        if sock is None or not self._connected.is_set():
+            return
+        waited = unacked_for(sock)
+        if waited is None:
+            self._client.probe_if_quiet(PROBE_QUIET_S)
+        elif waited >= STALLED_AFTER_S:
+            with contextlib.suppress(OSError, ValueError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def backlog(self) -> int:
         """Bytes published but not yet taken by the broker's side of the connection: the
@@ -773,8 +821,15 @@ class MqttTransport:
             return
         self._reconnect_at = now + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
+        self._bound_reconnect_time()
         with contextlib.suppress(OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
             self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
+
+    def _bound_reconnect_time(self) -> None:
+        """Reconnects wait ``reconnect_timeout_s`` for the handshake (see RECONNECT_TIMEOUT_S).
+        paho refuses the change while its connection is open (then nothing to bound)."""
+        with contextlib.suppress(RuntimeError, ValueError):
+            self._client.connect_timeout = self._reconnect_timeout_s
 
     def _write_for(self, seconds: float) -> None:
         """Write what paho holds for at most ``seconds`` (inline mode), reading nothing."""

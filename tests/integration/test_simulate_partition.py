@@ -28,6 +28,8 @@ def _by_round(events: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any
 
 def test_three_of_seven_cut_off_together_come_back_with_the_fleets_model(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    # 300 rounds: on an idle host the four run ~80 rounds in the 10 s cut, and with 70 the fleet
+    # finished before the heal (the three then exit: tested below).
     done = run_simulate("--scenario", "partition-minority", "--rounds", "300", "--broker", "mosquitto",
                         "--out", str(run_dir), "--json", *FAST, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -49,3 +51,42 @@ def test_three_of_seven_cut_off_together_come_back_with_the_fleets_model(tmp_pat
     last = max(rounds)
     assert len(rounds[last]) == 7 and len({x["model_hash"] for x in rounds[last].values()}) == 1
 
+
+
+CUT_WHILE_FINISHING = """
+name = "cut-while-finishing"
+description = "Node 5 of 7 cut off for 25 s ten rounds before the end: the fleet finishes without it."
+
+[fleet]
+nodes = 7
+rounds = 60
+
+[[faults]]
+kind = "isolate"
+node = 5
+at_round = 50
+seconds = 25.0
+"""
+
+
+def test_a_node_cut_off_while_the_fleet_finishes_exits_after_the_heal(tmp_path: Path) -> None:
+    """The others finish and exit cleanly: their retained status stays "offline, round 60"
+    (the broker used to read their DISCONNECT as a reset through the simulator's proxy and
+    publish their Will, "offline, round 0", over it). Node 5 reconnects after the heal, sees
+    the fleet done, says so and exits 0, instead of waiting until it is stopped."""
+    scenario = tmp_path / "cut-while-finishing.toml"
+    scenario.write_text(CUT_WHILE_FINISHING)
+    run_dir = tmp_path / "run"
+    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out", str(run_dir), "--json",
+                        *FAST, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = read_events(run_dir)
+    last_status: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e["type"] == "status":
+            last_status[e["node"]] = e
+    assert all(last_status[n]["state"] == "offline" and last_status[n]["round"] == 60 for n in (0, 1, 2, 3, 4, 6)), last_status
+    healed = max(e["t"] for e in events if e["type"] == "netns" and e.get("event") == "healed")
+    exits = {e["node"]: e for e in events if e["type"] == "process" and e.get("event") == "exit"}
+    assert exits[5]["code"] == 0 and healed < exits[5]["t"] <= healed + 15.0, (healed, exits[5])
+    assert "the fleet finished its 60 rounds while this agent was away" in (run_dir / "agents" / "agent-5.log").read_text()

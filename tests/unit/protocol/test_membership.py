@@ -685,3 +685,22 @@ def test_a_view_keeps_a_majority_of_the_newest_or_half_with_its_lowest_member() 
     m.round_started(0, 100.0)
     m.round_started(0, 111.0)
     assert len(m.newest.members) * 2 > len(five.members), m.newest
+
+
+def test_nodes_back_from_a_cut_join_the_pending_view_or_the_one_right_after() -> None:
+    """A group healed together comes back within a moment: each joiner used to wait for the
+    previous one's view to take effect (two rounds each). Now a joiner of the same round
+    replaces the pending view (same first round) and one of the next round follows at once."""
+    m = Membership(0, 2, View(5, [0, 2, 3, 6], 2, 0, 30))
+    m.round_started(30, 0.0)
+    for s in (*online(0, 2, 3, 6), Status(1, "offline"), Status(4, "offline"), Status(5, "offline")):
+        m.on_status(s, 0.0)
+    m.round_started(40, 10.0)
+    first = m.on_status(Status(1, "joining"), 10.0)
+    assert [(p.view.epoch, p.view.members, p.view.from_round) for p in first] == [(6, [0, 1, 2, 3, 6], 42)]
+    same_round = m.on_status(Status(4, "joining"), 10.2)
+    assert [(p.view.epoch, p.view.members, p.view.from_round) for p in same_round] == [(7, [0, 1, 2, 3, 4, 6], 42)]
+    m.round_started(41, 10.5)
+    next_round = m.on_status(Status(5, "joining"), 10.6)
+    assert [(p.view.epoch, p.view.members, p.view.from_round) for p in next_round] == [(8, [0, 1, 2, 3, 4, 5, 6], 43)]
+    assert m.members_for(42) == (0, 1, 2, 3, 4, 6) and m.members_for(43) == (0, 1, 2, 3, 4, 5, 6)

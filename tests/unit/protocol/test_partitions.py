@@ -96,3 +96,17 @@ def test_a_node_cut_off_while_the_fleet_finishes_says_so_and_exits_after_the_hea
     assert healed_at < said_at <= healed_at + 30.0, (healed_at, said_at)
     assert "finished its 20 rounds" in line
     assert fleet.agents[5].core.done is False and not fleet.agents[5].alive  # exited, not trained on
+
+
+def test_nodes_back_from_a_cut_together_are_readmitted_in_one_view() -> None:
+    """Three nodes healed together reconnect at the same retry. The coordinator takes them
+    back in one view: it used to add one, then wait for that view to take effect (two
+    rounds) before the next (tests/unit/protocol/test_membership.py for joiners a round apart)."""
+    gone, cut_for = SPLITS[7], 10.0
+    faults = tuple(FaultSpec("isolate", FAULT_ROUND, n, after=0.01) for n in gone)
+    faults += tuple(FaultSpec("restore", FAULT_ROUND, n, after=0.01 + cut_for) for n in gone)
+    _fleet, records = run(7, faults, 60, will_delay=6.0)
+    assert [r.round for r in records] == list(range(60)), "the fleet halted"
+    back = [r for r in records if r.start > records[FAULT_ROUND].start + 3 and set(gone) & set(r.members)]
+    assert back, "never readmitted"
+    assert set(gone) <= set(back[0].members), [(r.round, r.members) for r in back[:6]]

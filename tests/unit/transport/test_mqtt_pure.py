@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from agent.transport.base import Message
@@ -71,3 +73,114 @@ def test_threaded_receive_still_waits_for_paho_thread_to_deliver(monkeypatch: py
 
     monkeypatch.setattr(transport._arrived, "wait_for", wait_for)
     assert transport.receive(0.2) == [] and waits == [0.2]
+
+
+class _Clock:
+    """The transport's ``time`` in these tests: ``sleep`` moves ``now`` on, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _UnreachableBroker:
+    """paho's client while the network is cut: every reconnect fails after ``blocks`` s (a
+    dropped SYN waits for its timeout; 0: refused at once)."""
+
+    def __init__(self, clock: _Clock, blocks: float) -> None:
+        self.clock, self.blocks = clock, blocks
+        self.connect_timeout = 5.0  # paho's default
+        self.attempts: list[tuple[float, float]] = []  # (when, the timeout it waited with)
+
+    def socket(self) -> None:
+        return None
+
+    def reconnect(self) -> None:
+        self.attempts.append((self.clock.now, self.connect_timeout))
+        self.clock.now += min(self.blocks, self.connect_timeout)
+        raise OSError("timed out")
+
+
+@pytest.mark.parametrize("blocks", [0.0, 30.0])
+def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
+    blocks: float, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However long the cut lasts, the next attempt (refused at once, or a SYN dropped until
+    the attempt's timeout) starts within RECONNECT_TIMEOUT_S of the last one: the heal is
+    noticed about a second later. The backoff grew to 5 s and an attempt waited paho's 5 s."""
+    from agent.transport import mqtt as mqtt_module
+
+    clock = _Clock()
+    monkeypatch.setattr(mqtt_module, "time", clock)
+    transport = MqttTransport("edgegrove-test-3", "mqtt://127.0.0.1:1", threaded=False)
+    broker = _UnreachableBroker(clock, blocks)
+    transport._client = broker  # type: ignore[assignment]
+    while clock.now < 60.0:
+        transport._step(0.05)
+    starts = [at for at, _ in broker.attempts]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) > 20 and max(gaps) <= mqtt_module.RECONNECT_TIMEOUT_S + 0.05, gaps
+    if blocks == 0.0:
+        assert max(gaps[10:]) <= mqtt_module.RECONNECT_MAX_S + 0.05, gaps
+    assert {timeout for _, timeout in broker.attempts} == {mqtt_module.RECONNECT_TIMEOUT_S}
+
+
+class _StalledSocket:
+    def __init__(self, waited_ms: int, unacked: int = 5) -> None:
+        raw = bytearray(104)
+        raw[24:28] = unacked.to_bytes(4, "little")  # tcp_info.unacked
+        raw[56:60] = waited_ms.to_bytes(4, "little")  # tcp_info.last_ack_recv
+        self.raw = bytes(raw)
+        self.shut: list[int] = []
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        return self.raw
+
+    def shutdown(self, how: int) -> None:
+        self.shut.append(how)
+
+
+class _ConnectedClient:
+    def __init__(self, sock: _StalledSocket) -> None:
+        self.sock = sock
+        self.probes: list[float] = []
+
+    def socket(self) -> _StalledSocket:
+        return self.sock
+
+    def probe_if_quiet(self, quiet_for: float) -> None:
+        self.probes.append(quiet_for)
+
+
+@pytest.mark.parametrize(("waited_ms", "dropped"), [(2900, False), (3100, True)])
+def test_a_connection_without_an_ack_for_three_seconds_is_dropped_to_reconnect(waited_ms: int, dropped: bool) -> None:
+    """Cut off the network, the connection outlives the cut and resumed only at TCP's next
+    backed-off retransmission, seconds after the heal: it is ended here and opened anew."""
+    import socket
+
+    transport = MqttTransport("edgegrove-test-4", "mqtt://127.0.0.1:1", threaded=False)
+    sock = _StalledSocket(waited_ms)
+    client = _ConnectedClient(sock)
+    transport._client = client  # type: ignore[assignment]
+    transport._connected.set()
+    transport._drop_if_stalled()
+    assert sock.shut == ([socket.SHUT_RDWR] if dropped else [])
+    assert client.probes == []  # our bytes already wait for an ACK: no probe needed
+
+
+def test_with_nothing_waiting_for_an_ack_a_quiet_connection_is_probed() -> None:
+    """A node with nothing to send had no bytes waiting for an ACK, so a cut went unnoticed
+    until TCP resumed after the heal (~4 s): a PINGREQ after a quiet second makes some."""
+    from agent.transport import mqtt as mqtt_module
+
+    transport = MqttTransport("edgegrove-test-5", "mqtt://127.0.0.1:1", threaded=False)
+    client = _ConnectedClient(_StalledSocket(60_000, unacked=0))
+    transport._client = client  # type: ignore[assignment]
+    transport._connected.set()
+    transport._drop_if_stalled()
+    assert client.probes == [mqtt_module.PROBE_QUIET_S] and client.sock.shut == []
