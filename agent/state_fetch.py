@@ -32,8 +32,9 @@ REPLAY_ROUNDS = 3
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 16.0
 # Announced state digests kept per member (its latest rounds): a fetched state is checked
-# against its round's; a device announcing many rounds pushes out only its own.
-ANNOUNCED_ROUNDS = 8
+# against its round's, which must still be kept when a large state arrives many fast rounds
+# later; a device announcing many rounds pushes out only its own.
+ANNOUNCED_ROUNDS = 64
 
 
 def _backoff(failures: int) -> float:
