@@ -35,6 +35,7 @@ from typing import assert_never
 import numpy as np
 
 from agent.core_actions import (
+    AnnounceState,
     ApplyControl,
     ApplyUpdate,
     Channel,
@@ -53,6 +54,7 @@ from agent.core_events import (
     Arriving,
     ControlSeen,
     CoreEvent,
+    DigestSeen,
     Disconnected,
     FaultInjected,
     FrameArrived,
@@ -90,9 +92,9 @@ from agent.protocol.membership import (
     PublishView,
     StartupGate,
 )
-from agent.protocol.messages import Status, Suspect, View
+from agent.protocol.messages import StateDigest, Status, Suspect, View
 from agent.protocol.notes import NoteKind
-from agent.protocol.state_transfer import STATE_CHUNK_VALUES
+from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_digest
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 from agent.state_fetch import StateFetch
@@ -100,7 +102,7 @@ from agent.state_server import StateServer
 from agent.suspicion import SuspicionBook
 
 __all__ = [
-    "AgentCore", "ApplyControl", "ApplyUpdate", "Channel", "ComputeGradient", "CoreAction",
+    "AgentCore", "AnnounceState", "ApplyControl", "ApplyUpdate", "Channel", "ComputeGradient", "CoreAction",
     "CoreConfig", "CoreEvent", "Counters", "Displaced", "FleetFinished", "LoadState", "Phase", "Publish",
     "ReportRound", "RoundReport", "SaveCheckpoint", "SendState", "telemetry_for",
 ]
@@ -180,6 +182,7 @@ class AgentCore(RoundSteps):
         self.phase = Phase.CONNECTING
         self.phase_deadline: float | None = now + CONNECT_WAIT
         self.joining = False
+        self.announced_round = -1  # the last round whose state digest we announced
         self.current: RoundInProgress | None = None
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.disconnected_at = -1e9
@@ -196,7 +199,7 @@ class AgentCore(RoundSteps):
     def subscriptions(self) -> list[str]:
         fanout = [self.topics.all_fanout()] if self.chunks.listens_to_fanout() else []
         return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.all_views(),
-                self.topics.control, self.topics.all_suspect(), *fanout]
+                self.topics.control, self.topics.all_suspect(), self.topics.all_states(), *fanout]
 
     def next_deadline(self) -> float | None:
         times = self.rounds.deadlines()
@@ -217,6 +220,14 @@ class AgentCore(RoundSteps):
         """The MODEL frames answering ``action`` with ``state`` (the driver's current state)."""
         return [self.outbox.frame(send.dst, send.frame) for send in self.server.frames(action, state)]
 
+    def announcement(self, action: AnnounceState, state: np.ndarray) -> Publish | None:
+        """The digest of ``state`` (ours at the start of ``action.round``) announced on our own
+        state topic; None when that round's was announced already."""
+        if action.round <= self.announced_round:
+            return None
+        self.announced_round = action.round
+        return Publish.state_digest(StateDigest(self.node, action.round, state_digest(state)))
+
     # -- the one entry point ----------------------------------------------------------------
 
     def handle(self, event: CoreEvent, now: float) -> list[CoreAction]:
@@ -233,6 +244,8 @@ class AgentCore(RoundSteps):
                 return self._on_view(view, now, publisher)
             case SuspectSeen(report):
                 return self._on_suspect(report, now)
+            case DigestSeen(digest):
+                return self.fetch.announced(digest, now, self.round) + self._advance(now)
             case ControlSeen(control):
                 return [ApplyControl(control)] if control.node == self.node else []
             case GradientReady():

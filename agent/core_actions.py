@@ -14,7 +14,7 @@ import numpy as np
 
 from agent.core_report import RoundReport
 from agent.protocol.membership import Refusal
-from agent.protocol.messages import Control, Status, Suspect, Telemetry, View
+from agent.protocol.messages import Control, StateDigest, Status, Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, encode
 
@@ -26,6 +26,7 @@ class Channel(enum.Enum):
     VIEW = "view"
     SUSPECT = "suspect"
     TELEMETRY = "telemetry"
+    STATE = "state"  # the digest of our state for a round
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,11 @@ DELIVERY: dict[Channel, Delivery] = {
     # A report of silence that cannot go out now (broker away) is stale later.
     Channel.SUSPECT: Delivery(retain=False, reliable=False),
     Channel.TELEMETRY: Delivery(retain=False, reliable=True),
+    # A joiner reads the coordinator's last announcement first; a stale one is useless.
+    Channel.STATE: Delivery(retain=True, reliable=False),
 }
 
-Message = Frame | Status | View | Suspect | Telemetry
+Message = Frame | Status | View | Suspect | Telemetry | StateDigest
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,10 @@ class Publish:
     def telemetry(cls, telemetry: Telemetry) -> Publish:
         return cls(Channel.TELEMETRY, telemetry.node, telemetry)
 
+    @classmethod
+    def state_digest(cls, digest: StateDigest) -> Publish:
+        return cls(Channel.STATE, digest.node, digest)
+
     @property
     def retain(self) -> bool:
         return DELIVERY[self.channel].retain
@@ -108,6 +115,8 @@ class Publish:
             return topics.view_of(node)
         if channel is Channel.SUSPECT:
             return topics.suspect(node)
+        if channel is Channel.STATE:
+            return topics.state(node)
         return topics.telemetry(node)
 
     def payload(self) -> bytes:
@@ -146,6 +155,14 @@ class SendState:
     request: Frame
     round: int
     chunks: tuple[int, ...] | None = None  # the chunks to send (None: what the request asks)
+
+
+@dataclass(frozen=True)
+class AnnounceState:
+    """Announce the digest of the current state, ours at the start of ``round``: publish
+    what ``AgentCore.announcement`` builds from it."""
+
+    round: int
 
 
 @dataclass(frozen=True)
@@ -189,5 +206,5 @@ class FleetFinished:
                 f"{self.round}; members {list(self.members)} all done): nothing left to join, exiting")
 
 
-CoreAction = (Publish | ComputeGradient | ApplyUpdate | LoadState | SendState | SaveCheckpoint
+CoreAction = (Publish | ComputeGradient | ApplyUpdate | LoadState | SendState | AnnounceState | SaveCheckpoint
               | ApplyControl | ReportRound | Displaced | Refusal | FleetFinished)

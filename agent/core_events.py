@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.protocol.messages import Control, Status, Suspect, View
+from agent.protocol.messages import Control, StateDigest, Status, Suspect, View
 from agent.protocol.wire import Frame
 
 
@@ -53,6 +53,13 @@ class SuspectSeen:
     """A member's report that a peer is silent, or that it takes no part in some rounds."""
 
     report: Suspect
+
+
+@dataclass(frozen=True)
+class DigestSeen:
+    """A member's announcement of its state's digest for a round (from its own topic)."""
+
+    digest: StateDigest
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,6 @@ class PublishFailed:
     """The driver could not publish (the broker is away): counted as rejected output."""
 
 
-CoreEvent = (MessageArrived | FrameArrived | StatusSeen | ViewSeen | SuspectSeen | ControlSeen
+CoreEvent = (MessageArrived | FrameArrived | StatusSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
              | GradientReady | Tick | Disconnected | Reconnected | Arriving | Sending
              | FaultInjected | PublishFailed)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.core_events import ControlSeen, StatusSeen, SuspectSeen, ViewSeen
+from agent.core_events import ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
 from agent.core_report import Counters
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.membership import StatusSource, status_source
-from agent.protocol.messages import Control, MessageError, Status, Suspect, View
+from agent.protocol.messages import Control, MessageError, StateDigest, Status, Suspect, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
 
@@ -26,7 +26,7 @@ class LinkFrame:
     fanned: bool
 
 
-Read = LinkFrame | StatusSeen | ViewSeen | SuspectSeen | ControlSeen
+Read = LinkFrame | StatusSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
 
 
 @dataclass
@@ -87,6 +87,12 @@ class Inbox:
                 self.counters.rejected["suspect_forged"] += 1
                 return None
             return SuspectSeen(report)
+        if (announcer := topics.parse_state(topic)) is not None:
+            digest = StateDigest.decode(payload)
+            if digest.node != announcer:
+                self.counters.rejected["state_digest_forged"] += 1
+                return None
+            return DigestSeen(digest)
         if topic == topics.control:
             control = Control.decode(payload)
             return ControlSeen(control) if control.node == self.node else None

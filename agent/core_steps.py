@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.core_actions import (
+    AnnounceState,
     ApplyUpdate,
     ComputeGradient,
     CoreAction,
@@ -57,6 +58,7 @@ class RoundSteps:
     phase: Phase
     phase_deadline: float | None
     joining: bool
+    announced_round: int
     resumed: bool
     connected: bool
     current: RoundInProgress | None
@@ -250,7 +252,10 @@ class RoundSteps:
         self.current = RoundInProgress(view=view, started=now, waited=self.gate.open(self.round, now))
         self._go(Trigger.ROUND_STARTS)
         self._forget_old_rounds()
-        return [*out, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
+        # The coordinator announces every round's state digest: what a joiner checks a
+        # fetched state against (one peer's word, or its stripe's header, is not enough).
+        announce = [AnnounceState(self.round)] if self.membership.coordinator() == self.node else []
+        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
 
 
     def _forget_old_rounds(self) -> None:
@@ -430,8 +435,15 @@ class RoundSteps:
 
 
     def _serve_pulls(self) -> list[CoreAction]:
-        return list(self.server.due(self.round, self.membership, lingering=self.phase == Phase.LINGERING,
-                                    can_serve=not (self.joining or self.phase == Phase.CONNECTING)))
+        """The states due to pullers, each after our digest of its round (announced once a
+        round): its puller installs it only once the coordinator or a majority announced it."""
+        out: list[CoreAction] = []
+        for send in self.server.due(self.round, self.membership, lingering=self.phase == Phase.LINGERING,
+                                    can_serve=not (self.joining or self.phase == Phase.CONNECTING)):
+            if send.round > self.announced_round:
+                out.append(AnnounceState(send.round))
+            out.append(send)
+        return out
 
     def _my_status(self) -> Publish:
         return Publish.status_of(self.status("joining" if self.joining else "online"))

@@ -26,6 +26,7 @@ from agent.clock import Clock, MonotonicClock
 from agent.config import AgentConfig
 from agent.core import (
     AgentCore,
+    AnnounceState,
     ApplyControl,
     ApplyUpdate,
     Channel,
@@ -228,6 +229,9 @@ class AgentRuntime:
         elif isinstance(action, SendState):
             for frame in self.core.state_frames(action, self.backend.state()):
                 self._publish(frame)
+        elif isinstance(action, AnnounceState):
+            if (announcement := self.core.announcement(action, self.backend.state())) is not None:
+                self._publish(announcement)
         elif isinstance(action, ApplyUpdate):
             started = self.clock.now()
             self.backend.set_learning_rate(action.learning_rate)

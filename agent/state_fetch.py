@@ -9,14 +9,17 @@ applied again. Pure: no IO, no clock.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from agent.core_actions import ApplyUpdate, CoreAction
 from agent.core_outbox import CoreOutbox
 from agent.protocol.allreduce import Note
 from agent.protocol.membership import Membership
+from agent.protocol.messages import StateDigest
 from agent.protocol.notes import REJECTED_STATE, NoteKind
-from agent.protocol.state_transfer import StateTransfer
+from agent.protocol.state_transfer import StateTransfer, Vouch, state_digest, vouch
 from agent.protocol.wire import Frame
 
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
@@ -28,6 +31,26 @@ REPLAY_ROUNDS = 3
 # after this many seconds, doubling up to RETRY_MAX_S: an agent never waits silently for ever.
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 16.0
+# Announced state digests kept per member (its latest rounds): a fetched state is checked
+# against its round's, which must still be kept when a large state arrives many fast rounds
+# later; a device announcing many rounds pushes out only its own.
+ANNOUNCED_ROUNDS = 64
+
+
+def _backoff(failures: int) -> float:
+    """Seconds before the next try after ``failures`` given-up transfers in a row (the exponent
+    is capped: a node cut off for hours counts thousands, and 2.0 ** 1024 overflows)."""
+    return min(RETRY_MAX_S, RETRY_BASE_S * 2.0 ** min(failures - 1, 32))
+
+
+@dataclass(frozen=True)
+class HeldState:
+    """A fetched state waiting for the fleet to announce its digest (since ``since``)."""
+
+    round: int
+    state: np.ndarray
+    digest: str
+    since: float
 
 
 class StateFetch:
@@ -45,6 +68,8 @@ class StateFetch:
         # peer -> our round when its state disagreed with the reference's: drifted with us
         # (a broker restart drifts several at once), it is asked last for a while.
         self.disputed: dict[int, int] = {}
+        self.digests: dict[int, dict[int, str]] = {}  # member -> round -> its announced state digest
+        self.held: HeldState | None = None  # fetched, its digest not announced yet
 
     def fetch(self, target: int, peers: list[int], now: float, round: int,
               anchor_decides: bool = False) -> list[CoreAction]:
@@ -52,7 +77,7 @@ class StateFetch:
         in turn (we are at ``round``); the coordinator, when among them, is the reference in
         a dispute."""
         coordinator = self.membership.coordinator()
-        self.retry = None
+        self.retry, self.held = None, None
         self.transfer = StateTransfer(self.node, self.job, target, peers, self.timeout, now,
                                       size=self.size, chunk_values=self.chunk_values,
                                       anchor=coordinator if coordinator in peers else None,
@@ -132,20 +157,54 @@ class StateFetch:
                 # the next peer for it.
                 rejected["state_not_finite"] += 1
                 return out + self.outbox.run(self.transfer.reject("values not finite", now), round)
-            self.transfer, self.failures = None, 0
-            if rnd >= round or all(r in self.applied for r in range(rnd, round)):
-                self.received = (rnd, state)
+            self.held = HeldState(rnd, state, state_digest(state), now)
+            out += self._check_held(now, round)
         return out
+
+    def announced(self, digest: StateDigest, now: float, round: int) -> list[CoreAction]:
+        """A member's state digest for a round (from its own topic): kept, and a held state
+        of that round is checked against it."""
+        rounds = self.digests.setdefault(digest.node, {})
+        rounds[digest.round] = digest.digest
+        while len(rounds) > ANNOUNCED_ROUNDS:
+            del rounds[min(rounds)]
+        return self._check_held(now, round)
+
+    def _check_held(self, now: float, round: int) -> list[CoreAction]:
+        """Install the held state once the coordinator or a majority of the view announced its
+        digest for its round; refuse it (the transfer goes on) when they announced another, or
+        nobody did for a whole timeout: the stripes' peers alone never make a state the fleet's."""
+        held, transfer = self.held, self.transfer
+        if held is None or transfer is None:
+            return []
+        view = self.membership.view_for(held.round)
+        members = [m for m in (view.members if view is not None else []) if m != self.node]
+        coordinator = self.membership.coordinator()
+        announced = {n: rounds[held.round] for n, rounds in self.digests.items() if held.round in rounds}
+        verdict = vouch(held.digest, announced, members, None if coordinator == self.node else coordinator)
+        if verdict is Vouch.UNANNOUNCED and now < held.since + self.timeout:
+            return []
+        self.held = None
+        if verdict is not Vouch.VOUCHED:
+            self.outbox.counters.rejected[NoteKind.STATE_UNVOUCHED] += 1
+            self.outbox.note(NoteKind.STATE_UNVOUCHED, None, f"round {held.round}: {verdict.value}")
+            return self.outbox.run(transfer.reject(f"digest {verdict.value} for round {held.round}", now), round)
+        self.transfer, self.failures = None, 0
+        if held.round >= round or all(r in self.applied for r in range(held.round, round)):
+            self.received = (held.round, held.state)
+        return []
 
     def tick(self, now: float, round: int, joining: bool = False) -> list[CoreAction]:
         transfer = self.transfer
         if transfer is None:
             return self._retry(now, round, joining)
+        if self.held is not None:
+            return self._check_held(now, round)
         if (wake := transfer.next_timer()) is None or now < wake:
             return []
         if transfer.attempts >= PULL_TRIES_PER_PEER * len(transfer.peers):
             self.failures += 1
-            delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (self.failures - 1))
+            delay = _backoff(self.failures)
             self.outbox.note(NoteKind.STATE_PULL_FAILED, transfer.peer,
                              f"round {transfer.round}: no answer, trying again in {delay:g} s")
             self.transfer, self.retry = None, (now + delay, transfer.round)
@@ -164,13 +223,15 @@ class StateFetch:
         peers = [p for p in self.membership.online_peers(self.membership.live()) if p != self.node]
         if not peers:
             self.failures += 1
-            self.retry = (now + min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (self.failures - 1)), target)
+            self.retry = (now + _backoff(self.failures), target)
             return []
         self.outbox.note(NoteKind.STATE_PULL, None, f"again (try {self.failures + 1}) for round {max(target, round)}")
         return self.fetch(max(target, round), peers, now, round)
 
     def next_timer(self) -> float | None:
         """When ``tick`` has something to do (None: nothing pending)."""
+        if self.held is not None:
+            return self.held.since + self.timeout
         if self.transfer is not None:
             return self.transfer.next_timer()
         return None if self.retry is None else self.retry[0]

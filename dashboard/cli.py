@@ -25,6 +25,9 @@ TOKEN_ENV = "EDGEGROVE_CONTROL_TOKEN"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker", default="mqtt://127.0.0.1:1883",
                         help="MQTT broker URL, mqtt://HOST:PORT (mqtts:// for TLS)")
+    parser.add_argument("--ca-file", type=Path, default=None, metavar="FILE",
+                        help="with an mqtts:// broker: the CA certificate that signed its certificate "
+                             "(default: the system's CAs)")
     parser.add_argument("--job", default="default", help="the job whose topics to follow")
     parser.add_argument("--topic-prefix", default="",
                         help="topic prefix, if the job does not use edgegrove/<job>")
@@ -103,8 +106,11 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         from dashboard.replay import check_run_dir
 
         check_run_dir(args.replay)
+    if args.ca_file is not None and not args.ca_file.is_file():
+        raise ValueError(f"--ca-file {args.ca_file}: no such file")
     return DashboardSettings(
         broker_url=args.broker,
+        ca_file=args.ca_file,
         job=args.job,
         topic_prefix=args.topic_prefix,
         username=username,

@@ -52,7 +52,7 @@ class MqttListener:
         if settings.username is not None:
             self._client.username_pw_set(settings.username, settings.password)
         if self.address.tls:
-            self._client.tls_set()
+            self._client.tls_set(ca_certs=str(settings.ca_file) if settings.ca_file else None)
         self._client.reconnect_delay_set(min_delay=1, max_delay=5)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect

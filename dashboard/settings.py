@@ -39,6 +39,7 @@ class DashboardSettings:
 
     broker_url: str | None = None
     job: str = "default"
+    ca_file: Path | None = None  # the CA that signed an mqtts:// broker's certificate (None: the system's)
     username: str | None = None
     password: str | None = None
     host: str = "127.0.0.1"
@@ -69,6 +70,8 @@ class DashboardSettings:
         validate_job(self.job)
         if self.broker_url is not None:
             parse_broker_url(self.broker_url)
+        if self.ca_file is not None and (self.broker_url is None or not parse_broker_url(self.broker_url).tls):
+            raise ValueError("--ca-file is for a broker at mqtts://HOST:PORT")
         if self.control_token is not None and len(self.control_token) < 8:
             raise ValueError("the control token must have at least 8 characters")
         if self.max_websockets < 1:

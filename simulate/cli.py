@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", default=None,
                         help="job name (topics edgegrove/JOB); default: the job of --credentials, "
                              "else a new sim-<timestamp> name")
+    parser.add_argument("--tls", action="store_true",
+                        help="the simulator's own mosquitto with TLS and dynamic security: a "
+                             "throw-away CA (in the run directory) signs its certificate, and the "
+                             "agents, the dashboard and the telemetry collector verify it with that "
+                             "CA (mqtts://). Needs mosquitto (--broker auto or mosquitto); not with "
+                             "faults that shape links in network namespaces")
     parser.add_argument("--no-persistence", action="store_true",
                         help="the simulator's own mosquitto without persistence (a broker restart "
                              "then forgets the retained statuses and view)")
@@ -143,6 +149,18 @@ def check_broker_choice(choice: str) -> str:
     raise ScenarioError(f"--broker {choice!r}: use auto, mosquitto, embedded or mqtt://HOST:PORT")
 
 
+def check_tls(tls: bool, choice: str) -> None:
+    """--tls sets up the simulator's own mosquitto: not the embedded broker nor one the user runs."""
+    if not tls:
+        return
+    from simulate import brokers
+
+    if choice == "embedded" or choice.startswith(("mqtt://", "mqtts://")):
+        raise ScenarioError(f"--tls is for the simulator's own mosquitto, not --broker {choice}")
+    if not brokers.mosquitto_available():
+        raise ScenarioError("--tls needs mosquitto, which is not installed")
+
+
 def fresh_job_name() -> str:
     return f"sim-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
@@ -156,6 +174,7 @@ class BrokerSetup:
     admin: tuple[str, str] | None  # user name and password with rights on the whole job
     revoker: LinkRevoker | None = None  # cuts links at the broker
     restartable: Restartable | None = None  # the simulator's own broker
+    ca_file: str | None = None  # TLS: the CA that signed the broker's certificate
 
 
 @dataclass
@@ -183,6 +202,7 @@ class Simulation:
     job: str = ""
     persistence: bool = True
     model: ModelChoice = field(default_factory=ModelChoice)
+    tls: bool = False  # the own mosquitto with TLS (and dynamic security)
 
     def __post_init__(self) -> None:
         self.job = self.job or fresh_job_name()
@@ -248,13 +268,13 @@ class Simulation:
                 _say(f"simulate: skipping fault {slot.index} ({slot.fault.describe()}): {slot.plan.skip}")
         user, password = admin or (None, None)
         self.collector = Collector(url, self.topics, self.log, self.watch, user, password,
-                                   on_control=self._obey)
+                                   on_control=self._obey, ca_file=broker.ca_file)
         self.collector.start()
         stack.callback(self.collector.stop)
         proxies, namespaces = self._start_network(stack, url, plans)
-        self._start_dashboard(stack, url, admin)
+        self._start_dashboard(stack, url, admin, broker.ca_file)
         log = self.log
-        self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces),
+        self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces, broker.ca_file),
                            on_event=lambda kind, data: log.add("process", event=kind, **data))
         self.injector = Injector(self.fleet, self.collector.publish_control, self.log.add,
                                  broker.revoker, proxies, namespaces, broker.restartable)
@@ -275,13 +295,13 @@ class Simulation:
         if choice == "mosquitto":
             mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
                                            nodes=self.scenario.fleet.nodes, dynsec=True,
-                                           persistence=self.persistence)
+                                           persistence=self.persistence, tls=self.tls)
             stack.callback(mosq.stop)
             creds = mosq.admin_credentials
             self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid,
-                         persistence=self.persistence)
+                         persistence=self.persistence, tls=self.tls)
             return BrokerSetup(mosq.url, mosq.credentials_path, (creds.username, creds.password),
-                               revoker=mosq, restartable=mosq)
+                               revoker=mosq, restartable=mosq, ca_file=mosq.ca_file)
         if choice == "embedded":
             embedded = brokers.start_embedded(log_path=self.run_dir / "broker.log")
             stack.callback(embedded.stop)
@@ -321,6 +341,9 @@ class Simulation:
         namespaces: dict[int, NetNamespace] = {}
         tag = secrets.token_hex(2)
         namespaced = namespaced_nodes(faults, plans)
+        if namespaced and address.tls:
+            # The broker's certificate names 127.0.0.1 and localhost, not a namespace's address.
+            raise RuntimeError("faults that shape links in network namespaces cannot run with --tls")
         with slots_reserved() as taken:
             for node in sorted(namespaced):
                 slot = free_slot((node % 200) + 1, taken)
@@ -345,7 +368,8 @@ class Simulation:
             proxies[node] = proxy
         return proxies, namespaces
 
-    def _start_dashboard(self, stack: ExitStack, url: str, admin: tuple[str, str] | None) -> None:
+    def _start_dashboard(self, stack: ExitStack, url: str, admin: tuple[str, str] | None,
+                         ca_file: str | None) -> None:
         if not self.dashboard:
             return
         try:
@@ -356,7 +380,8 @@ class Simulation:
             return
         token = secrets.token_urlsafe(12)
         settings = DashboardSettings(
-            broker_url=url, job=self.job, username=admin[0] if admin else None,
+            broker_url=url, job=self.job, ca_file=Path(ca_file) if ca_file else None,
+            username=admin[0] if admin else None,
             password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
             event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
             total_rounds=self.scenario.fleet.rounds)
@@ -370,7 +395,7 @@ class Simulation:
         _say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
 
     def _specs(self, url: str, creds_file: Path | None, proxies: dict[int, TcpProxy],
-               namespaces: dict[int, NetNamespace]) -> list[AgentSpec]:
+               namespaces: dict[int, NetNamespace], ca_file: str | None = None) -> list[AgentSpec]:
         from dashboard.settings import parse_broker_url
 
         fleet = self.scenario.fleet
@@ -378,15 +403,18 @@ class Simulation:
         options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds, **agent}
         if creds_file is not None:
             options["credentials"] = str(creds_file)
-        broker_port = parse_broker_url(url).port
+        if ca_file is not None:
+            options["tls_ca"] = ca_file
+        address = parse_broker_url(url)
+        scheme, broker_port = "mqtts" if address.tls else "mqtt", address.port
         specs = []
         for node in range(fleet.nodes):
             node_url = url
             if node in proxies:
                 proxy = proxies[node]
-                node_url = f"mqtt://{proxy.listen[0]}:{proxy.port}"
+                node_url = f"{scheme}://{proxy.listen[0]}:{proxy.port}"
             elif node in namespaces:  # the kernel forwards the host end's port to the broker
-                node_url = f"mqtt://{namespaces[node].host_ip}:{broker_port}"
+                node_url = f"{scheme}://{namespaces[node].host_ip}:{broker_port}"
             prefix = namespaces[node].prefix() if node in namespaces else ()
             specs.append(AgentSpec(node, node_url, {**options, **self.model.agent_options(node)},
                                    self.run_dir / "checkpoints" / str(node),
@@ -600,6 +628,7 @@ def run(args: argparse.Namespace) -> int:
         check_model_options(scenario, model)
         model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
         check_broker_choice(args.broker)
+        check_tls(args.tls, args.broker)
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())
     except (ScenarioError, UsageError) as exc:
@@ -610,7 +639,7 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
                      args.dashboard_port, args.dashboard_host, args.baseline == "auto",
                      args.ready_timeout, args.stall_timeout, job=job.job,
-                     persistence=not args.no_persistence, model=model)
+                     persistence=not args.no_persistence, model=model, tls=args.tls)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")

@@ -133,7 +133,7 @@ class Collector:
 
     def __init__(self, broker_url: str, topics: Topics, log: EventLog, watch: FleetWatch,
                  username: str | None = None, password: str | None = None,
-                 on_control: Callable[[Control], None] | None = None) -> None:
+                 on_control: Callable[[Control], None] | None = None, ca_file: str | None = None) -> None:
         self.address = parse_broker_url(broker_url)
         self.topics = topics
         self.log = log
@@ -150,7 +150,7 @@ class Collector:
         if username is not None:
             self.client.username_pw_set(username, password)
         if self.address.tls:
-            self.client.tls_set()
+            self.client.tls_set(ca_certs=ca_file)  # None: the system's CAs
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         # Back soon after a broker restart (paho's default back-off grows to 120 s).

@@ -29,6 +29,7 @@ import numpy as np
 
 from agent.core import (
     AgentCore,
+    AnnounceState,
     ApplyControl,
     ApplyUpdate,
     Channel,
@@ -254,6 +255,9 @@ class SimAgent:
         elif isinstance(action, SendState):
             for frame in self.core.state_frames(action, self.state):
                 fleet.publish(self, frame)
+        elif isinstance(action, AnnounceState):
+            if (announcement := self.core.announcement(action, self.state)) is not None:
+                fleet.publish(self, announcement)
         elif isinstance(action, ComputeGradient):
             delay = fleet.config.compute_time + fleet.config.compute_jitter * float(fleet.jitter.random())
             fleet.bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))

@@ -43,6 +43,10 @@ from agent.protocol.wire import Flag, Frame, Kind
 
 SILENCE_BACKOFF_CAP = 2.0  # RTOs of silence from a peer that showed life that make it silent
 MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it tries the next route
+# Resends of one unit one peer's NACKs get from us in a round: the losses of a lossy link,
+# a few times over; past that a NACK (a few bytes for a unit of up to a whole chunk) is
+# refused, counted, and the unit's own timers resend it.
+NACK_RESENDS_PER_UNIT = MAX_RETRIES
 
 UnitKey = tuple[bool, int, int | frozenset[int]]
 
@@ -123,6 +127,7 @@ class Courier:
         self.drain_from: dict[int, tuple[float, int]] = {}  # peer -> (start, bytes): see _drained
         self.held_for: set[int] = set()  # targets of floods held (see advance)
         self.send_seq = 0
+        self.nack_resends: dict[UnitKey, int] = {}  # unit -> resends its target's NACKs got
         self._ahead: dict[UnitKey, int] = {}  # see _ahead_bytes
         self._ahead_version = (-1, -1)
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
@@ -402,13 +407,22 @@ class Courier:
             if p.route == route and p.seq < acked_seq and p.retries < MAX_RETRIES:
                 self._retransmit(p, now)
 
-    def resend_asked(self, frame: Frame, now: float) -> None:
-        """A NACK: the units it lists that went through its sender, once more."""
+    def resend_asked(self, frame: Frame, now: float) -> bool:
+        """A NACK: the units it lists that went through its sender, once more, within the
+        sender's budget for each (NACK_RESENDS_PER_UNIT this round). False when the NACK
+        asked for a unit over budget: a NACK flood cost us a unit per NACK, unbounded."""
         wanted = set(frame.indices())
+        within = True
         for p in list(self.pending.values()):
             if p.broadcast == frame.is_broadcast and p.chunk in wanted and p.route.via == frame.sender:
+                spent = self.nack_resends.get(p.key, 0)
+                if spent >= NACK_RESENDS_PER_UNIT:
+                    within = False
+                    continue
+                self.nack_resends[p.key] = spent + 1
                 p.retransmitted = True
                 self._emit(p, now, fresh=False)
+        return within
 
     # ------------------------------------------------------------------ links and peers
 

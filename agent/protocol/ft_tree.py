@@ -524,7 +524,8 @@ class FtTreeRound:
 
     def _on_nack(self, frame: Frame, now: float) -> None:
         if not frame.flags & Flag.FINAL:
-            self.courier.resend_asked(frame, now)
+            if not self.courier.resend_asked(frame, now):
+                self.scope.stats.refused[RejectReason.NACK_BUDGET] += 1  # once per NACK
         elif self.pull.no_result_said(frame, running=self.result is None):
             self._finish(now, skip_missing=True)
 

@@ -203,6 +203,24 @@ class View(_JsonMessage):
 
 
 @dataclass(frozen=True)
+class StateDigest(_JsonMessage):
+    """Retained on ``state/<id>``: the full digest (state_transfer.state_digest, 32 hex) of
+    ``node``'s training state at the start of round ``round``. The coordinator announces it
+    every round, a member whenever it serves its state."""
+
+    node: int
+    round: int
+    digest: str
+
+    def validate(self) -> None:
+        _check_int("node", self.node, 0, 1023)
+        _check_int("round", self.round)
+        if not isinstance(self.digest, str) or len(self.digest) != 32 or any(
+                c not in "0123456789abcdef" for c in self.digest):
+            raise ValueError("digest must be 32 lowercase hex characters")
+
+
+@dataclass(frozen=True)
 class Telemetry(_JsonMessage):
     """One agent's report of one round, on ``telemetry/<id>``.
 

@@ -42,6 +42,7 @@ class NoteKind(enum.StrEnum):
     STATE_RECEIVED = "state_received"
     STATE_REJECTED = "state_rejected"
     STATE_UNASKED = "state_unasked"
+    STATE_UNVOUCHED = "state_unvouched"
     SUSPECTED = "suspected"
     TIMEOUT = "timeout"
     UNDELIVERABLE = "undeliverable"

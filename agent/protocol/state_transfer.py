@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -42,6 +43,47 @@ def state_hash(values: np.ndarray) -> int:
     changed one to the end of the state (docs/SECURITY.md)."""
     data = np.ascontiguousarray(values, dtype="<f4").data.cast("B")
     return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
+
+
+# Bytes of a state's full digest, announced per round (``StateDigest``) and checked by a
+# joiner before it installs a state: the header's 32 bits only stop a peer that cannot spend
+# ~2^32 hashes; a 128-bit digest stops any.
+STATE_DIGEST_BYTES = 16
+
+
+def state_digest(values: np.ndarray) -> str:
+    """The state's full digest: BLAKE2b-128 over its float32 bytes, as hex."""
+    data = np.ascontiguousarray(values, dtype="<f4").data.cast("B")
+    return hashlib.blake2b(data, digest_size=STATE_DIGEST_BYTES).hexdigest()
+
+
+class Vouch(enum.Enum):
+    """Whether the fleet announced a fetched state's digest for its round (``vouch``)."""
+
+    VOUCHED = "vouched"  # the coordinator, or a majority of the view, announced it: install
+    DISPUTED = "disputed"  # the coordinator (or a majority) announced another: refuse
+    UNANNOUNCED = "unannounced"  # nobody who decides announced that round yet: wait
+
+
+def vouch(digest: str, announced: Mapping[int, str], members: Collection[int],
+          coordinator: int | None) -> Vouch:
+    """Whether a state of digest ``digest`` is the fleet's, given the digests ``announced``
+    for its round (node -> digest), the view's ``members`` (the joiner left out) and the
+    ``coordinator`` (None: none that could have announced). The peers that sent a state
+    vouch for it in the header, which one device can fake for its stripe or, alone, for
+    all; only the coordinator or a majority of the view can make a state the fleet's."""
+    voters = set(members)
+    counts: dict[str, int] = {}
+    for node in voters:
+        if node in announced:
+            counts[announced[node]] = counts.get(announced[node], 0) + 1
+    if (coordinator is not None and announced.get(coordinator) == digest) or 2 * counts.get(digest, 0) > len(voters):
+        return Vouch.VOUCHED
+    if coordinator is not None and coordinator in announced:
+        return Vouch.DISPUTED
+    if any(2 * n > len(voters) for d, n in counts.items() if d != digest):
+        return Vouch.DISPUTED
+    return Vouch.UNANNOUNCED
 
 
 class StateLabel(enum.Enum):

@@ -76,6 +76,14 @@ class Topics:
     def all_views(self) -> str:
         return f"{self.prefix}/view/+"
 
+    def state(self, node: int) -> str:
+        """Where ``node`` announces the digest of its training state for a round (retained):
+        a joiner installs only a state the coordinator or a majority announced."""
+        return f"{self.prefix}/state/{node}"
+
+    def all_states(self) -> str:
+        return f"{self.prefix}/state/+"
+
     def telemetry(self, node: int) -> str:
         return f"{self.prefix}/telemetry/{node}"
 
@@ -110,6 +118,10 @@ class Topics:
 
     def parse_suspect(self, topic: str) -> int | None:
         ids = self._ints(topic, "suspect", 1)
+        return None if ids is None else ids[0]
+
+    def parse_state(self, topic: str) -> int | None:
+        ids = self._ints(topic, "state", 1)
         return None if ids is None else ids[0]
 
     def parse_telemetry(self, topic: str) -> int | None:

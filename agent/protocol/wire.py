@@ -117,6 +117,7 @@ class RejectReason(enum.StrEnum):
     RELAY_NOT_A_BACKUP = "relay_not_a_backup"  # a unit relayed by a node that is not its origin's backup
     RESULT_NOT_FROM_ABOVE = "result_not_from_above"  # a round's result from off our routes up
     PULL_BUDGET = "pull_budget"  # a result chunk asked for too often by one peer in a round
+    NACK_BUDGET = "nack_budget"  # a unit's resend asked for too often by one peer in a round
     # Decided where a unit is first merged (agent/protocol/influence.py): scaled down to its
     # influence bound, or counted with zero values far beyond it.
     NORM_CLIPPED = "norm_clipped"

@@ -25,11 +25,12 @@ def test_agent_cannot_publish_as_another_agent(
     dash = transport_factory(broker, "dashboard", [f"{TOPICS.prefix}/#"])
     a1 = transport_factory(broker, 1, [])
     forged = [TOPICS.link(2, 0), TOPICS.link(2, 1), TOPICS.status(2), TOPICS.telemetry(2),
-              TOPICS.control, TOPICS.view_of(2), TOPICS.view, TOPICS.suspect(2), TOPICS.fanout(2)]
+              TOPICS.control, TOPICS.view_of(2), TOPICS.view, TOPICS.suspect(2), TOPICS.fanout(2),
+              TOPICS.state(2)]
     for topic in forged:
         a1.publish(topic, b"forged")
     own = [TOPICS.link(1, 0), TOPICS.status(1), TOPICS.telemetry(1), TOPICS.suspect(1),
-           TOPICS.fanout(1), TOPICS.view_of(1)]
+           TOPICS.fanout(1), TOPICS.state(1), TOPICS.view_of(1)]
     for topic in own:
         a1.publish(topic, b"own")
     # One publisher's messages reach the dashboard in order: once the last allowed one is

@@ -19,8 +19,13 @@ from agent.config import AgentConfig
 from agent.model.backend import make_backend
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import chunk_bounds
-from agent.protocol.messages import Suspect, View
-from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_chunk_count, state_hash
+from agent.protocol.messages import StateDigest, Suspect, View
+from agent.protocol.state_transfer import (
+    STATE_CHUNK_VALUES,
+    state_chunk_count,
+    state_digest,
+    state_hash,
+)
 from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Frame, Kind, encode
 from agent.transport.mqtt import MqttTransport
@@ -255,7 +260,9 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
 
 def _forge_states(evil: MqttTransport, victim: int, rounds: range) -> None:
     """MODEL frames as node 3, to ``victim``, of a state with parameters 0 and Adam's second
-    moment 3e38, hashed consistently: one chunk of each stripe for each round."""
+    moment 3e38, hashed consistently: one chunk of each stripe for each round. Its full
+    digest is announced for each round on node 3's state topic, as node 3's and (refused:
+    the topic names 3) as the coordinator's."""
     topics, job = Topics(JOB), fleet_job_hash(JOB)
     size = make_backend("numpy", np.random.default_rng(0)).state_size
     count = state_chunk_count(size, STATE_CHUNK_VALUES)
@@ -263,6 +270,8 @@ def _forge_states(evil: MqttTransport, victim: int, rounds: range) -> None:
     forged[2 * size // 3:] = 3e38
     digest = state_hash(forged)
     for r in rounds:
+        for claimed in (3, 0):
+            evil.publish(topics.state(3), StateDigest(claimed, r, state_digest(forged)).encode(), retain=True)
         for j in (0, 1):
             values = forged[j * STATE_CHUNK_VALUES:(j + 1) * STATE_CHUNK_VALUES]
             frame = Frame(Kind.MODEL, job, r, 3, j, count, target=victim, model_hash=digest)
@@ -297,6 +306,38 @@ def test_a_forged_state_answer_is_never_installed(
         _assert_accuracy(listener, clean_restart_accuracy, rounds)
         rejected = listener.last(victim).rejected
         assert rejected.get("state_unasked", 0) + rejected.get("state_rejected", 0) >= 1, rejected
+        assert rejected.get("state_digest_forged", 0) >= 1, rejected
+    finally:
+        evil.close()
+        forced = fleet.stop_all(grace=10)
+        listener.close()
+        assert forced == [], agent_logs(tmp_path)
+
+
+def test_a_joiner_installs_only_the_state_the_coordinator_announced(broker: MosquittoBroker, tmp_path: Path) -> None:
+    """The forged-state attack over a short run (the accuracy is the long test's): node 2
+    rejoins without a checkpoint while node 3's credentials answer with a forged state and
+    announce its digest as node 3's and in the coordinator's name. Through the broker's
+    ACL the coordinator's announcements reach the joiner, which installs the fleet's state
+    (it rejoins, with the fleet's model) and refuses the announcement in another's name."""
+    victim, rounds = VICTIM, ROUNDS
+    creds = broker.dashboard_credentials
+    listener = FleetListener(broker.url, JOB, creds.username, creds.password)
+    fleet = start_fleet(broker, tmp_path, NODES, {"rounds": rounds, **FLEET})
+    evil = _attacker(broker)
+    try:
+        rejoined_at = _restart_without_checkpoint(fleet, listener, tmp_path, victim)
+        deadline = time.monotonic() + 120
+        while not (listener.last_rounds().get(victim, -1) > rejoined_at + 5):
+            assert time.monotonic() < deadline, f"node {victim} never rejoined\n{agent_logs(tmp_path)}"
+            fleet_round = listener.last(0).round
+            _forge_states(evil, victim, range(fleet_round, fleet_round + 3))
+            listener.pump(0.4)
+        listener.wait_for(lambda: listener.reached(list(range(NODES)), rounds - 1), 240, "the last round")
+        hashes = listener.hashes_at(rounds - 1)
+        assert len(set(hashes.values())) == 1 and len(hashes) == NODES, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
+        rejected = listener.last(victim).rejected
+        assert rejected.get("state_digest_forged", 0) >= 1, rejected
     finally:
         evil.close()
         forced = fleet.stop_all(grace=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.core_actions import Channel, Publish
-from agent.protocol.messages import Status, Suspect, Telemetry, View
+from agent.protocol.messages import StateDigest, Status, Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode
 
@@ -23,6 +23,7 @@ def test_every_kind_of_message_goes_to_its_topic_retained_and_reliable_as_the_ta
         (Publish.view_by(2, view), TOPICS.view_of(2), True, True),
         (Publish.suspect(Suspect(2, 3, 4)), TOPICS.suspect(2), False, False),
         (Publish.telemetry(Telemetry(node=2, round=3, epoch=1, algorithm="ft-tree", wall_time=0.0)), TOPICS.telemetry(2), False, True),
+        (Publish.state_digest(StateDigest(2, 3, "ab" * 16)), TOPICS.state(2), True, False),
     ]
     assert {p.channel for p, *_ in cases} == set(Channel)
     for publish, topic, retain, reliable in cases:

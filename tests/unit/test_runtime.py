@@ -27,8 +27,13 @@ from agent.core_events import (
     Tick,
 )
 from agent.protocol.membership import Membership
-from agent.protocol.messages import Status, Suspect, Telemetry, View
-from agent.protocol.state_transfer import STATE_CHUNK_VALUES, serve_model_pull, state_hash
+from agent.protocol.messages import StateDigest, Status, Suspect, Telemetry, View
+from agent.protocol.state_transfer import (
+    STATE_CHUNK_VALUES,
+    serve_model_pull,
+    state_digest,
+    state_hash,
+)
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode, encode, job_hash
 from agent.runtime import AgentRuntime, RoundReport, event_of, new_incarnation
@@ -84,7 +89,8 @@ class TinyBackend:
 
 @dataclass
 class Peer:
-    """A scripted member: records what reaches it, serves ``state`` labelled ``round``."""
+    """A scripted member: records what reaches it, serves ``state`` labelled ``round`` (and
+    announces its digest)."""
 
     bus: MemoryBus
     node: int
@@ -115,6 +121,9 @@ class Peer:
         frame = decode(payload, expected_sender=link[0], job=job_hash(JOB)) if link else None
         if isinstance(frame, Frame) and frame.kind == Kind.MODEL_PULL:
             self.pulls.append(frame)
+            # As a member does: the digest of the state it serves, then the state.
+            digest = StateDigest(self.node, self.round, state_digest(self.state))
+            self.publish(TOPICS.state(self.node), digest.encode(), retain=True)
             for send in serve_model_pull(frame, self.node, job_hash(JOB), self.state, self.round,
                                          STATE_CHUNK_VALUES):
                 self.publish(TOPICS.link(self.node, send.dst), encode(send.frame))

@@ -9,11 +9,11 @@ from agent.core_actions import Publish
 from agent.core_outbox import CoreOutbox
 from agent.core_report import Counters
 from agent.protocol.membership import Membership
-from agent.protocol.messages import Status, View
+from agent.protocol.messages import StateDigest, Status, View
 from agent.protocol.notes import NoteKind
-from agent.protocol.state_transfer import serve_model_pull
+from agent.protocol.state_transfer import serve_model_pull, state_digest
 from agent.protocol.wire import Frame, Kind
-from agent.state_fetch import REPLAY_ROUNDS, RETRY_BASE_S, RETRY_MAX_S, StateFetch
+from agent.state_fetch import ANNOUNCED_ROUNDS, REPLAY_ROUNDS, RETRY_BASE_S, RETRY_MAX_S, StateFetch
 from agent.suspicion import SuspicionBook
 
 
@@ -67,7 +67,7 @@ def test_a_retry_no_longer_needed_is_dropped() -> None:
     assert fetch.tick(fetch.retry[0], 10) == [] and fetch.retry is None and fetch.next_timer() is None
 
 
-def _answer(actions: list[object], states: dict[int, np.ndarray], round: int) -> list[Frame]:
+def _each_answers(actions: list[object], states: dict[int, np.ndarray], round: int) -> list[Frame]:
     """Each asked peer's MODEL frames of its own state."""
     frames: list[Frame] = []
     for a in actions:
@@ -88,10 +88,75 @@ def test_a_peer_whose_state_disagreed_with_the_coordinators_is_asked_last_in_the
     states = {0: fleets, 2: drifted, 4: fleets}
     asked = fetch.resync("drift", set(), 0.0, 10, 0.0)
     assert sorted(_pulls(asked)) == [0, 2]  # the usual pair
-    for frame in _answer(asked, states, 11):
+    for frame in _each_answers(asked, states, 11):
         fetch.on_frame(frame, 0.1, 10)
     assert fetch.disputed == {2: 10}
     fetch.transfer = None
     assert sorted(_pulls(fetch.resync("drift again", set(), 0.2, 11, 0.2))) == [0, 4]
     fetch.forget_before(10 + REPLAY_ROUNDS)
     assert fetch.disputed == {}
+
+
+def _joiner() -> tuple[StateFetch, CoreOutbox]:
+    """Node 3 fetching the state of round 12 from node 1 alone (whose word is all there is),
+    in a fleet coordinated by node 0."""
+    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
+    for n in range(4):
+        membership.on_status(Status(n, "online", 10), 0.0)
+    outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
+    return StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100), outbox
+
+
+def _answer(fetch: StateFetch, state: np.ndarray, now: float) -> list[object]:
+    """Node 1 answers the pull with ``state``, its header hash consistent with it."""
+    transfer = fetch.transfer
+    assert transfer is not None
+    request = Frame(Kind.MODEL_PULL, 1, 12, 3, 0, 1)
+    return [a for send in serve_model_pull(request, 1, 1, state, 12, 100)
+            for a in fetch.on_frame(send.frame, now, 10)]
+
+
+def test_a_state_whose_digest_the_coordinator_announced_is_installed_once_it_is_announced() -> None:
+    fetch, outbox = _joiner()
+    honest = np.arange(1000, dtype=np.float32)
+    fetch.fetch(12, [1], 0.0, 10)
+    _answer(fetch, honest, 0.1)
+    assert fetch.take(12) is None and fetch.held is not None  # nobody announced round 12 yet
+    fetch.announced(StateDigest(0, 12, state_digest(honest)), 0.2, 10)
+    got = fetch.take(12)
+    assert got is not None and got[0] == 12 and np.array_equal(got[1], honest)
+    assert outbox.counters.rejected[NoteKind.STATE_UNVOUCHED] == 0
+
+
+def test_a_self_consistent_forged_state_unlike_the_coordinators_digest_is_refused_and_counted() -> None:
+    fetch, outbox = _joiner()
+    honest = np.arange(1000, dtype=np.float32)
+    forged = honest.copy()
+    forged[500:] = 0.0
+    fetch.announced(StateDigest(0, 12, state_digest(honest)), 0.0, 10)  # the coordinator's, retained
+    fetch.announced(StateDigest(1, 12, state_digest(forged)), 0.0, 10)  # the forger's own word
+    fetch.fetch(12, [1], 0.0, 10)
+    actions = _answer(fetch, forged, 0.1)
+    assert fetch.take(12) is None and fetch.held is None
+    assert outbox.counters.rejected[NoteKind.STATE_UNVOUCHED] == 1
+    assert fetch.transfer is not None and fetch.transfer.result is None  # it goes on: asks again
+    assert _pulls(actions) or fetch.next_timer() is not None
+
+
+def test_a_state_nobody_announces_is_refused_after_the_timeout() -> None:
+    fetch, outbox = _joiner()
+    fetch.fetch(12, [1], 0.0, 10)
+    _answer(fetch, np.arange(1000, dtype=np.float32), 0.1)
+    assert fetch.next_timer() == 0.1 + 0.5
+    fetch.tick(0.59, 10)
+    assert fetch.held is not None  # not yet
+    fetch.tick(0.6, 10)
+    assert fetch.held is None and fetch.take(12) is None
+    assert outbox.counters.rejected[NoteKind.STATE_UNVOUCHED] == 1
+
+
+def test_announcements_kept_per_member_are_bounded() -> None:
+    fetch, _ = _joiner()
+    for r in range(1000):
+        fetch.announced(StateDigest(3, r, "0" * 32), 0.0, 10)
+    assert len(fetch.digests[3]) == ANNOUNCED_ROUNDS and max(fetch.digests[3]) == 999

@@ -68,6 +68,19 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path, capsys: pytest.Capture
     assert "cannot read the credentials file" in capsys.readouterr().err
     assert main(["dashboard", "--control-token", "short"]) == 2
     assert "8 characters" in capsys.readouterr().err
+    assert main(["dashboard", "--ca-file", str(tmp_path / "missing.crt"), "--broker", "mqtts://h:8883"]) == 2
+    assert "--ca-file" in capsys.readouterr().err
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not checked here")
+    assert main(["dashboard", "--ca-file", str(ca), "--broker", "mqtt://h:1883"]) == 2
+    assert "mqtts://" in capsys.readouterr().err
+
+
+def test_a_ca_file_goes_to_the_settings_of_an_mqtts_broker(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----")
+    settings = cli.settings_from_args(parse("--broker", "mqtts://h:8883", "--ca-file", str(ca)))
+    assert settings.ca_file == ca and settings.broker_url == "mqtts://h:8883"
 
 
 def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundContext, Send
+from agent.protocol.ft_courier import NACK_RESENDS_PER_UNIT
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -100,3 +101,25 @@ def test_a_pull_flood_gets_each_chunk_of_the_result_twice_a_round_and_is_counted
             if isinstance(a, Send) and a.frame.kind == Kind.DATA]
     assert len(sent) == 2 * 2  # two chunks, each twice (one answer may be lost)
     assert root.stats.refused["pull_budget"] == 48
+
+
+def test_a_nack_flood_gets_each_unit_resent_a_bounded_number_of_times_and_is_counted() -> None:
+    """A NACK is a few bytes asking for a unit of up to a whole chunk again: unbudgeted, a
+    flood of them from one peer was a PULL-like amplification."""
+    m = leaf(CFG.new_links())  # node 3: its two reduce units wait for parent 1's ACK
+    nack = Frame(Kind.NACK, CFG.job, 0, 1, 0, 2, Flag.NONE, origin=1, target=3).with_indices([0, 1])
+    resent = [a for _ in range(50) for a in m.on_frame(nack, 0.01)
+              if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert len(resent) == 2 * NACK_RESENDS_PER_UNIT and {a.dst for a in resent} == {1}
+    assert m.stats.refused["nack_budget"] == 50 - NACK_RESENDS_PER_UNIT
+    # Another peer's NACK asks for nothing we sent through it: nothing resent, nothing spent.
+    other = replace(nack, sender=4, origin=4)
+    assert [a for a in m.on_frame(other, 0.02) if isinstance(a, Send) and a.frame.kind == Kind.DATA] == []
+
+
+def test_an_honest_nack_of_a_lost_unit_is_answered() -> None:
+    m = leaf(CFG.new_links())
+    nack = Frame(Kind.NACK, CFG.job, 0, 1, 0, 2, Flag.NONE, origin=1, target=3).with_indices([1])
+    resent = [a for a in m.on_frame(nack, 0.01) if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert [(a.dst, a.frame.chunk_index) for a in resent] == [(1, 1)]
+    assert m.stats.refused["nack_budget"] == 0

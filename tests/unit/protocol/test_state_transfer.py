@@ -10,9 +10,12 @@ from agent.protocol.allreduce import Action, AllreduceConfig, Note, RoundResult,
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import (
     StateTransfer,
+    Vouch,
     resync_reason,
     serve_model_pull,
+    state_digest,
     state_hash,
+    vouch,
 )
 from agent.protocol.wire import DType, Frame, Kind
 
@@ -337,3 +340,41 @@ def test_a_state_labelled_far_past_the_fleets_round_is_refused_and_a_near_one_ta
     # A peer a few rounds on (it went on while we asked) is followed as before.
     out = feed(transfer, answer(asked[1], 1, round=14), 0.2)
     assert transfer.target == 14 and pulls(out)
+
+
+def colliding_states() -> tuple[np.ndarray, np.ndarray]:
+    """Two states with one 32-bit state hash, found as a forger would (a birthday search:
+    ~2^16 hashes of small states)."""
+    seen: dict[int, np.ndarray] = {}
+    for i in range(1, 1 << 22):
+        state = np.array([i, 1, 2, 3], dtype=np.float32)
+        h = state_hash(state)
+        if h in seen:
+            return seen[h], state
+        seen[h] = state
+    raise AssertionError("no 32-bit collision in 2^22 states")
+
+
+def test_the_full_digest_tells_apart_two_states_the_header_hash_cannot() -> None:
+    honest, forged = colliding_states()
+    assert state_hash(honest) == state_hash(forged) and not np.array_equal(honest, forged)
+    assert len(state_digest(honest)) == 32 and state_digest(honest) != state_digest(forged)
+    announced = {0: state_digest(honest)}  # the coordinator's, for the round
+    assert vouch(state_digest(honest), announced, [0, 1, 3], coordinator=0) is Vouch.VOUCHED
+    assert vouch(state_digest(forged), announced, [0, 1, 3], coordinator=0) is Vouch.DISPUTED
+
+
+def test_a_majority_of_the_view_vouches_one_device_never_does() -> None:
+    good, bad = state_digest(STATE), state_digest(STATE + 1)
+    members = [0, 1, 2, 3]  # the joiner left out
+    # No coordinator to ask (it is the joiner, or gone): three of four announced it.
+    assert vouch(good, {1: good, 2: good, 3: good}, members, coordinator=None) is Vouch.VOUCHED
+    # The forger announces its forgery on its own topic: alone it is no majority.
+    assert vouch(bad, {3: bad}, members, coordinator=None) is Vouch.UNANNOUNCED
+    assert vouch(bad, {3: bad, 2: bad}, members, coordinator=None) is Vouch.UNANNOUNCED  # half is not more
+    assert vouch(bad, {0: good, 1: good, 2: good, 3: bad}, members, coordinator=None) is Vouch.DISPUTED
+    # The coordinator's word decides against a lone forger, and waits for nobody else.
+    assert vouch(bad, {0: good, 3: bad}, members, coordinator=0) is Vouch.DISPUTED
+    assert vouch(good, {0: good, 3: bad}, members, coordinator=0) is Vouch.VOUCHED
+    # Announcements by nodes outside the view count for nothing.
+    assert vouch(bad, {7: bad, 8: bad, 9: bad}, members, coordinator=None) is Vouch.UNANNOUNCED

@@ -45,6 +45,8 @@ def test_broker_choice_is_checked() -> None:
     ["--scenario", "no-such-scenario"],
     ["--nodes", "2", "--scenario", "thesis-2-serial"],
     ["--agent-option", "algorithm=gossip"],
+    ["--tls", "--broker", "embedded"],
+    ["--tls", "--broker", "mqtt://10.0.0.2:1883"],
 ])
 def test_bad_input_exits_2_and_starts_nothing(argv: list[str], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
