@@ -376,6 +376,21 @@ class TransportStats:
     paced_seconds: float
 
 
+def unsent_bytes(client: paho.Client) -> int:
+    """Bytes published but not yet taken by the broker's side of the connection: the socket's
+    send queue (SIOCOUTQ, where the kernel has it) and what paho still holds."""
+    sock: Any = client.socket()
+    if sock is None:
+        return 0
+    queued = sum(int(p["to_process"]) for p in list(client._out_packet))
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        queued += struct.unpack("i", raw)[0]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return queued
+
+
 class MqttTransport:
     """``Transport`` over one MQTT connection. See the module docstring for the threading."""
 
@@ -779,19 +794,7 @@ class MqttTransport:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def backlog(self) -> int:
-        """Bytes published but not yet taken by the broker's side of the connection: the
-        socket's send queue (SIOCOUTQ, where the kernel has it) and what paho still holds."""
-        client = self._client
-        sock: Any = client.socket()
-        if sock is None:
-            return 0
-        queued = sum(int(p["to_process"]) for p in list(client._out_packet))
-        try:
-            raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
-            queued += struct.unpack("i", raw)[0]
-        except (OSError, ValueError, AttributeError):
-            pass
-        return queued
+        return unsent_bytes(self._client)
 
     def _check_backlog(self) -> None:
         """Queue a ``Notice.SENDING`` when a backlog of SENDING_BACKLOG bytes has lasted
