@@ -67,32 +67,29 @@ class Inbox:
             return None
         return LinkFrame(frame, fanned)
 
+    def _refused(self, forged: bool, reason: RejectReason) -> bool:
+        if forged:
+            self.counters.rejected[reason] += 1
+        return forged
+
     def _json(self, topic: str, payload: bytes) -> Read | None:
         topics = self.topics
+        # The ACL lets a device write only its own topics: a message there in another's name
+        # is a forgery. Retained, a forged status would speak for that node (say it offline
+        # with a higher incarnation: it exits as displaced) to everyone who subscribes later.
         if (owner := topics.parse_status(topic)) is not None:
             status = Status.decode(payload)
-            if status_source(status, owner) is StatusSource.FORGED:
-                # Retained, it would speak for that node (say it offline with a higher
-                # incarnation: it exits as displaced) to everyone who subscribes later.
-                self.counters.rejected[RejectReason.STATUS_FORGED] += 1
-                return None
-            return StatusSeen(status)
+            forged = status_source(status, owner) is StatusSource.FORGED
+            return None if self._refused(forged, RejectReason.STATUS_FORGED) else StatusSeen(status)
         if (publisher := topics.parse_view(topic)) is not None:
             return ViewSeen(View.decode(payload), publisher)
         if (reporter := topics.parse_suspect(topic)) is not None:
-            report = Suspect.decode(payload)
-            if report.node != reporter:
-                # The ACL lets a device write only its own topic: a report in another's
-                # name (or an absence claimed for another) is a forgery.
-                self.counters.rejected["suspect_forged"] += 1
-                return None
-            return SuspectSeen(report)
+            report = Suspect.decode(payload)  # also an absence claimed for another
+            return None if self._refused(report.node != reporter, RejectReason.SUSPECT_FORGED) else SuspectSeen(report)
         if (announcer := topics.parse_state(topic)) is not None:
             digest = StateDigest.decode(payload)
-            if digest.node != announcer:
-                self.counters.rejected["state_digest_forged"] += 1
-                return None
-            return DigestSeen(digest)
+            forged = digest.node != announcer
+            return None if self._refused(forged, RejectReason.STATE_DIGEST_FORGED) else DigestSeen(digest)
         if topic == topics.control:
             control = Control.decode(payload)
             return ControlSeen(control) if control.node == self.node else None

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -47,6 +48,8 @@ from simulate.model_choice import ModelChoice
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
     RESERVED_AGENT_OPTIONS,
+    BandwidthFault,
+    IsolateFault,
     Scenario,
     ScenarioError,
     builtin_names,
@@ -149,14 +152,18 @@ def check_broker_choice(choice: str) -> str:
     raise ScenarioError(f"--broker {choice!r}: use auto, mosquitto, embedded or mqtt://HOST:PORT")
 
 
-def check_tls(tls: bool, choice: str) -> None:
-    """--tls sets up the simulator's own mosquitto: not the embedded broker nor one the user runs."""
+def check_tls(tls: bool, choice: str, faults: Sequence[object]) -> None:
+    """--tls sets up the simulator's own mosquitto: not the embedded broker nor one the user
+    runs; and its certificate names 127.0.0.1 and localhost, not a network namespace's address."""
     if not tls:
         return
     from simulate import brokers
 
     if choice == "embedded" or choice.startswith(("mqtt://", "mqtts://")):
         raise ScenarioError(f"--tls is for the simulator's own mosquitto, not --broker {choice}")
+    if any(isinstance(f, IsolateFault) or (isinstance(f, BandwidthFault) and f.via == "kernel") for f in faults):
+        raise ScenarioError("--tls cannot run faults that put agents in network namespaces (isolate, "
+                            "bandwidth via kernel): run that scenario without --tls")
     if not brokers.mosquitto_available():
         raise ScenarioError("--tls needs mosquitto, which is not installed")
 
@@ -341,9 +348,6 @@ class Simulation:
         namespaces: dict[int, NetNamespace] = {}
         tag = secrets.token_hex(2)
         namespaced = namespaced_nodes(faults, plans)
-        if namespaced and address.tls:
-            # The broker's certificate names 127.0.0.1 and localhost, not a namespace's address.
-            raise RuntimeError("faults that shape links in network namespaces cannot run with --tls")
         with slots_reserved() as taken:
             for node in sorted(namespaced):
                 slot = free_slot((node % 200) + 1, taken)
@@ -628,7 +632,7 @@ def run(args: argparse.Namespace) -> int:
         check_model_options(scenario, model)
         model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
         check_broker_choice(args.broker)
-        check_tls(args.tls, args.broker)
+        check_tls(args.tls, args.broker, scenario.faults)
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())
     except (ScenarioError, UsageError) as exc:

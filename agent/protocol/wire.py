@@ -104,6 +104,8 @@ class RejectReason(enum.StrEnum):
     # Decided against what the receiver knows (one device's credentials must not be enough to
     # take over, stall or poison the fleet): counted in telemetry's ``rejected``.
     STATUS_FORGED = "status_forged"  # a status on status/<id> speaking for another node
+    SUSPECT_FORGED = "suspect_forged"  # a suspicion on suspect/<id> in another's name
+    STATE_DIGEST_FORGED = "state_digest_forged"  # a digest on state/<id> in another's name
     VIEW_NOT_ITS_PUBLISHERS = "view_not_its_publishers"  # names another coordinator than its topic
     VIEW_EPOCH_JUMP = "view_epoch_jump"  # more than MAX_EPOCH_STEP beyond the newest view
     VIEW_NOT_COORDINATOR = "view_not_coordinator"  # its publisher does not coordinate (held)

@@ -18,12 +18,9 @@ Every paho, ssl or socket error is turned into ``TransportError`` right where it
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import select
 import socket
 import ssl
-import struct
-import termios
 import threading
 import time
 from collections import deque
@@ -38,7 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
-from agent.transport.tcp_link import close_gently, unacked_for
+from agent.transport.tcp_link import close_gently, queued_in_socket, unacked_for
 
 ProtocolName = Literal["3.1.1", "5"]
 _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
@@ -382,13 +379,7 @@ def unsent_bytes(client: paho.Client) -> int:
     sock: Any = client.socket()
     if sock is None:
         return 0
-    queued = sum(int(p["to_process"]) for p in list(client._out_packet))
-    try:
-        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
-        queued += struct.unpack("i", raw)[0]
-    except (OSError, ValueError, AttributeError):
-        pass
-    return queued
+    return sum(int(p["to_process"]) for p in list(client._out_packet)) + queued_in_socket(sock)
 
 
 class MqttTransport:

@@ -48,10 +48,10 @@ def unacked_for(sock: Any) -> float | None:
         return None
     (unacked,) = struct.unpack_from("I", raw, _UNACKED_AT)
     (last_ack_ms,) = struct.unpack_from("I", raw, _LAST_ACK_RECV_AT)
-    return last_ack_ms / 1000.0 if unacked or _queued(sock) else None
+    return last_ack_ms / 1000.0 if unacked or queued_in_socket(sock) else None
 
 
-def _queued(sock: Any) -> int:
+def queued_in_socket(sock: Any) -> int:
     """Bytes in the socket's send queue (SIOCOUTQ), 0 when the kernel does not say."""
     try:
         raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")

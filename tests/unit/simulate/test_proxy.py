@@ -8,6 +8,7 @@ import threading
 
 from agent.transport.tcp_link import close_gently
 from simulate.proxy import TcpProxy
+from tests.unit.transport.test_tcp_link import read_to_the_end
 
 
 def _serve_one(server: socket.socket, seen: list[object]) -> None:
@@ -24,13 +25,7 @@ def _serve_one(server: socket.socket, seen: list[object]) -> None:
             except BlockingIOError:
                 break
         conn.setblocking(True)
-        data = b""
-        try:
-            while chunk := conn.recv(1 << 16):
-                data += chunk
-            seen += [data, "eof"]
-        except ConnectionResetError:
-            seen += [data, "reset"]
+        read_to_the_end(conn, seen)
 
 
 def test_a_clean_close_through_the_proxy_reaches_the_server_as_a_fin_not_a_reset() -> None:

@@ -72,7 +72,8 @@ def test_a_healthy_loopback_connection_has_nothing_waiting_for_an_ack() -> None:
         assert waited is None or waited < 1.0
 
 
-def _read_to_the_end(sock: socket.socket, seen: list[object]) -> None:
+def read_to_the_end(sock: socket.socket, seen: list[object]) -> None:
+    """Read ``sock`` until it ends; append its bytes and how it ended ("eof" or "reset")."""
     data = b""
     try:
         while chunk := sock.recv(1 << 16):
@@ -91,7 +92,7 @@ def test_closing_with_unread_bytes_resets_unless_closed_gently(gently: bool) -> 
     client, peer = loopback_pair()
     peer.sendall(b"f" * 256 * 1024)  # unread by the client
     seen: list[object] = []
-    reader = threading.Thread(target=_read_to_the_end, args=(peer, seen))
+    reader = threading.Thread(target=read_to_the_end, args=(peer, seen))
     client.sendall(b"bye")
     reader.start()
     if gently:
