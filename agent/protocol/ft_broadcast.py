@@ -204,11 +204,11 @@ class FanoutBroadcast:
         """Every child ACKs the root's fan-out to us (see take): it reached us, and reaches a
         live child about as soon, so one that has ACKed none of it within two round trips is
         asked for a word (a PROBE: a few bytes, cheap when it is only late) and, answering
-        nothing within an RTO, reported silent (see
-        on_timer): so a child frozen or cut off in this round is found silent in it. Without
-        that a frozen leaf was found only by the next round's wait for its contribution (0.64 s
-        against a 0.038 s round). A child that lives but ACKed nothing gets the result from
-        us, each chunk ACKed and routed around dead links, as relayed down the tree."""
+        nothing within an RTO, reported silent (see on_timer): so a child frozen or cut off in
+        this round is found silent in it. Without that a frozen leaf was found only by the next
+        round's wait for its contribution (0.64 s against a 0.038 s round). A child that lives
+        but ACKed nothing gets the result from us, each chunk ACKed and routed around dead
+        links, as relayed down the tree."""
         scope = self.scope
         self.completed_at = now
         for child in self.results.broadcast_peers():
@@ -329,11 +329,13 @@ class FanoutBroadcast:
         it); one silent for its RTO is reported."""
         watch = self.courier.watch
         for peer, at in list(self.probed.items()):
-            if self._shown_life(peer, at):
+            if peer in self.scope.down:
+                del self.probed[peer]  # the fleet knows already (its Will, the witnesses)
+            elif self._shown_life(peer, at):
                 del self.probed[peer]
                 if peer in self.scope.children and not self.fan_acked.get(peer):
                     self._copy_when_due(peer, now)
-            elif now >= self._verdict_at(peer, at) and peer not in self.scope.down:
+            elif now >= self._verdict_at(peer, at):
                 del self.probed[peer]
                 watch.report_silent(peer, "no ACK of the fan-out, no answer to a probe", now)
 
