@@ -11,4 +11,8 @@ SUBCOMMANDS: dict[str, Command] = {
         "simulate.fault_cost",
         "round time with 1 / 2 parallel / 2 serial link faults at a fixed timeout (thesis Table 1)",
     ),
+    "partition": Command(
+        "simulate.partition_cost",
+        "what isolating nodes cost in simulate runs: the cut round's time, rounds from the heal to all back",
+    ),
 }

@@ -189,6 +189,8 @@ class FanoutBroadcast:
         self.fan_acked: dict[int, set[int]] = {}  # child -> chunks of the result it ACKed
         self.fan_watch: dict[int, float] = {}  # child -> when its ACK of the whole result is due
         self.gaps_pulled: set[int] = set()  # chunks lost in the root's fan-out, asked for
+        self.completed_at: float | None = None  # when every chunk's result was set here
+        self.probed: dict[int, float] = {}  # peer -> when we asked it for a word (see on_timer)
 
     def peers(self) -> list[int]:
         return []  # every member reads the root's fan-out
@@ -199,16 +201,21 @@ class FanoutBroadcast:
             self.fanned_at[j] = now
 
     def completed(self, now: float) -> None:
-        """Every child ACKs the root's fan-out to us (see take). One that has ACKed none of it
-        within an RTO of our having the whole result gets the result from us, each chunk ACKed
-        and routed around dead links, as relayed down the tree (see on_timer): so a child frozen
-        in this round is found silent in it. Without that copy a frozen leaf was found only by
-        the next round's wait for its contribution (0.64 s against a 0.038 s round)."""
+        """Every child ACKs the root's fan-out to us (see take): it reached us, and reaches a
+        live child about as soon, so one that has ACKed none of it within two round trips is
+        asked for a word (a PROBE: a few bytes, cheap when it is only late) and, answering
+        nothing within an RTO, reported silent (see on_timer): so a child frozen or cut off in
+        this round is found silent in it. Without that a frozen leaf was found only by the next
+        round's wait for its contribution (0.64 s against a 0.038 s round). A child that lives
+        but ACKed nothing gets the result from us, each chunk ACKed and routed around dead
+        links, as relayed down the tree."""
         scope = self.scope
-        result_bytes = scope.n * scope.unit_bytes
+        self.completed_at = now
         for child in self.results.broadcast_peers():
             if len(self.fan_acked.get(child, ())) < scope.n:
-                self.fan_watch[child] = now + scope.rto(child) + scope.transmit(child, result_bytes)
+                rtt = scope.links.measured_rtt(child)
+                wait = scope.rto(child) if rtt is None else min(scope.rto(child), 2 * rtt)
+                self.fan_watch[child] = now + wait
 
     def fanned(self, frame: Frame) -> bool:
         """A result chunk from the root's fan-out topic (the core lets nothing else come from
@@ -274,17 +281,81 @@ class FanoutBroadcast:
         self.scope.links.observe(child, max(0.0, now - max(self.fanned_at[j] for j in indices)))
 
     def timers(self) -> list[float]:
-        return list(self.fan_watch.values())
+        return list(self.fan_watch.values()) + [self._verdict_at(p, at) for p, at in self.probed.items()]
 
     def on_timer(self, now: float) -> None:
         for child, due in list(self.fan_watch.items()):
             if due > now:
                 continue
             del self.fan_watch[child]
-            if child not in self.scope.down and not self.fan_acked.get(child):
-                # It ACKed none of it (one that ACKed a part lives, and pulls what it lacks).
-                for j in range(self.scope.n):
-                    self.results.send_down(j, child, now)
+            if child in self.scope.down or self.fan_acked.get(child):
+                continue  # (one that ACKed a part lives, and pulls what it lacks)
+            if self._shown_life(child, self.completed_at):
+                self._copy_when_due(child, now)
+            else:
+                self._probe(child, now)
+                self._probe_below(child, now)
+        self._judge_probed(now)
+
+    def _shown_life(self, peer: int, since: float | None) -> bool:
+        # Strictly after: the root completes the moment a child's last unit comes.
+        heard = self.courier.watch.heard_of.get(peer)
+        return heard is not None and since is not None and heard > since
+
+    def _copy_when_due(self, child: int, now: float) -> None:
+        """``child`` lives and ACKed none of the result: its downlink may still be busy with
+        the fan-out (its PROGRESS) for as long as the result takes on its link; then it gets
+        the result from us."""
+        scope, start = self.scope, self.completed_at if self.completed_at is not None else now
+        due = start + scope.rto(child) + scope.transmit(child, scope.n * scope.unit_bytes)
+        if due > now:
+            self.fan_watch[child] = due
+            return
+        for j in range(scope.n):
+            self.results.send_down(j, child, now)
+
+    def _probe(self, peer: int, now: float) -> None:
+        scope = self.scope
+        self.probed[peer] = now
+        scope.send(peer, scope.frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
+
+    def _verdict_at(self, peer: int, at: float) -> float:
+        due = at + self.scope.rto(peer)
+        drained = self.courier.watch.drain_end()  # our links busy: its answer may queue
+        return due if drained is None else max(due, drained)
+
+    def _judge_probed(self, now: float) -> None:
+        """A probed peer that answered lives (a child then gets the result if it still lacks
+        it); one silent for its RTO is reported."""
+        watch = self.courier.watch
+        for peer, at in list(self.probed.items()):
+            if peer in self.scope.down:
+                del self.probed[peer]  # the fleet knows already (its Will, the witnesses)
+            elif self._shown_life(peer, at):
+                del self.probed[peer]
+                if peer in self.scope.children and not self.fan_acked.get(peer):
+                    self._copy_when_due(peer, now)
+            elif now >= self._verdict_at(peer, at):
+                del self.probed[peer]
+                watch.report_silent(peer, "no ACK of the fan-out, no answer to a probe", now)
+
+    def _probe_below(self, lost: int, now: float) -> None:
+        """The nodes under ``lost`` (a child that ACKed none of the result) ACK the fan-out to
+        it, so if it is gone their silence shows nowhere in this round: each is probed with
+        it (a few bytes; one RTO sooner than after its verdict). A leaf cut off together with
+        its parent after it sent its data (the result counts it) is found silent in this
+        round, instead of by the next round's wait for its data (a silence span and a grace
+        more)."""
+        scope = self.scope
+        rtt = scope.links.measured_rtt(lost)
+        for node in sorted(scope.tree.subtree(lost) - {lost, scope.node}):
+            if node in scope.down or node in self.probed:
+                continue
+            if rtt is not None and not scope.links.is_measured(node):
+                # A link we never used: its round trip crosses the same broker as the one to
+                # ``lost`` did, not the initial guess (0.5 s).
+                scope.links.observe(node, rtt)
+            self._probe(node, now)
 
     def reconnected(self) -> None:
         if self.scope.parent is None:

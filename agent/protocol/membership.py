@@ -63,6 +63,9 @@ LEAD_ROUNDS = 2  # a new view applies this many rounds after the coordinator's c
 SUSPICION_ROUNDS = 2  # a report counts for the round it names and this many after
 SUSPICION_RTTS = 2.0  # a report stands at least this many of the links' round trips (refutation)
 STABLE_ROUNDS = 2  # a node that went offline is taken back once it stayed up this many rounds
+# ... unless the view had left it out before its Will came, and no Will of it came within this
+# many rounds before (a flapping connection's Wills come rounds apart at most): back at once.
+FLAP_WINDOW_ROUNDS = 8
 MAX_EPOCH_STEP = 4  # a view's epoch is at most this far beyond the newest one known
 # A first view's epoch at most (a fleet publishes a few views a round at most: 2^32 is
 # centuries of views), leaving the fleet room to count up to the messages' 2^53.
@@ -231,6 +234,10 @@ class Membership:
         self.evicted: set[int] = set()  # suspected; until the node itself speaks again
         self.evicted_in: dict[int, int] = {}  # node -> our round when it was last suspected
         self.went_down: dict[int, int] = {}  # node -> our round when it last went offline
+        # Nodes whose last Will came when the newest view had left them out already, with
+        # no Will of theirs for FLAP_WINDOW_ROUNDS before (see _coordinate): the end of a
+        # connection the fleet had given up on, not a flap.
+        self.will_when_out: set[int] = set()
         self.reported_in: dict[int, int] = {}  # node -> the latest round it was reported silent in
         # Order of what we heard (statuses and views), to tell "spoke after it was dropped".
         self.seen = 0
@@ -253,6 +260,12 @@ class Membership:
         self.incarnations[status.node] = status.incarnation
         self.said_round[status.node] = status.round
         if status.state == "offline":
+            last_will = self.went_down.get(status.node)
+            if (self.views and status.node not in self.newest.members
+                    and (last_will is None or self.round - last_will >= FLAP_WINDOW_ROUNDS)):
+                self.will_when_out.add(status.node)
+            else:
+                self.will_when_out.discard(status.node)
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
             if status.node == self.node:
@@ -610,8 +623,14 @@ class Membership:
                 and self.offline_at.get(n, -1e9) + self.offline_settle <= self.now}
         gone |= self.suspected() | self.foreign
         # A connection that flaps is taken back once it stayed up a while, not at every
-        # reconnect: a burst of flaps is one removal and one return.
-        settling = {n for n, r in self.went_down.items() if self.round - r < STABLE_ROUNDS}
+        # reconnect: a burst of flaps is one removal and one return. Not a node whose Will
+        # came while the view had left it out already (cut off, found silent by the
+        # witnesses): that Will is its old connection's end, published as the broker hands
+        # the session to its new one (or its keepalive ran out during the cut), and the node
+        # is back the moment it says so. Waiting cost two rounds after a heal, and the view
+        # it then got two more. If it flaps on, its next Will finds it in the view again.
+        settling = {n for n, r in self.went_down.items()
+                    if self.round - r < STABLE_ROUNDS and n not in self.will_when_out}
         # A node the fleet dropped comes back only by speaking after that: its status from
         # before (a hung node's, still retained; no Will comes) is no sign of life. A
         # coordinator that resumed from a hang took such a node back while it was frozen.

@@ -89,7 +89,7 @@ def test_a_member_takes_the_fanout_from_the_root_only_and_pulls_a_chunk_it_misse
     assert (pull.dst, pull.frame.kind, pull.frame.indices()) == (1, Kind.PULL, [0])
 
 
-def test_a_child_that_acks_none_of_the_fanout_gets_the_result_relayed() -> None:
+def test_a_child_that_acks_none_of_the_fanout_is_probed_and_gets_the_result_once_it_answers() -> None:
     rig = Rig(1)
     for j in range(2):
         rig.fanout.take(fanned(j), 0.01 * j, acking=True)
@@ -103,4 +103,22 @@ def test_a_child_that_acks_none_of_the_fanout_gets_the_result_relayed() -> None:
     assert due == pytest.approx(0.02 + RTO)
     rig.fanout.on_timer(due)
     sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
-    assert sorted((s.dst, s.frame.chunk_index) for s in sends) == [(4, 0), (4, 1)]
+    assert [(s.dst, s.frame.kind) for s in sends] == [(4, Kind.PROBE)]  # a few bytes, not the result
+    reply = Frame(Kind.PROBE, 0, 0, 4, 0, 2, Flag.REPLY, origin=4, target=1)
+    rig.courier.watch.heard(reply, due + 0.01, shows_link=True)
+    rig.fanout.on_timer(due + 0.01 + rig.scope.transmit(4, 8 * 4) + RTO)  # it lives: the result
+    sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
+    assert sorted((s.dst, s.frame.chunk_index) for s in sends if s.frame.kind == Kind.DATA) == [(4, 0), (4, 1)]
+
+
+def test_a_probed_peer_the_fleet_finds_down_meanwhile_leaves_no_timer_behind() -> None:
+    rig = Rig(1)
+    for j in range(2):
+        rig.fanout.take(fanned(j), 0.01 * j, acking=True)
+        rig.set(j, 0.01 * j, rig.fanout)
+    rig.fanout.completed(0.02)
+    rig.fanout.on_timer(0.02 + RTO)  # children 3 and 4 ACKed nothing: both probed
+    assert sorted(rig.fanout.probed) == [3, 4]
+    rig.scope.down.update({3, 4})  # their Wills came
+    rig.fanout.on_timer(0.03 + RTO)
+    assert rig.fanout.timers() == []

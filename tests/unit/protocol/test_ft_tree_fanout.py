@@ -194,9 +194,10 @@ def fanout_ack(child: int, parent: int, chunks: list[int]) -> Frame:
     return ack.with_indices(chunks)
 
 
-def test_a_child_that_acks_none_of_the_fanout_gets_it_relayed_and_is_found_silent() -> None:
-    """Relayed down the tree, the copy to a child frozen in the round goes unACKed and finds
-    it silent in that round; with the fan-out its parent sent it nothing, and a frozen leaf
+def test_a_child_that_acks_none_of_the_fanout_is_probed_and_found_silent_in_the_round() -> None:
+    """A child frozen or cut off in the round ACKs none of the fan-out: its parent asks it for
+    a word (a PROBE, not the 1.6 MB result: a copy's timers count its transmission at the
+    floor rate, 0.8 s twice) and reports it silent in this round. Without that a frozen leaf
     was found only by the next round's wait for its contribution (0.64 s, the agents'
     defaults, 7 agents)."""
     inner = machine(1)
@@ -205,13 +206,48 @@ def test_a_child_that_acks_none_of_the_fanout_gets_it_relayed_and_is_found_silen
     assert inner.result is not None
     inner.on_frame(fanout_ack(3, 1, [0, 1]), 0.025)  # leaf 3 ACKs the fan-out; leaf 4 is frozen
     out: list[object] = []
-    for now in (0.1, 0.3, 0.6, 1.0, 1.5, 2.0, 2.5):
+    for now in (0.1, 0.3, 0.6, 1.0, 1.5, 2.0):  # its RTO: the initial 0.5 s (never measured)
+        out += inner.on_timer(now)
+    assert [s.dst for s in sends(out, Kind.PROBE)] == [4]
+    assert not [s for s in sends(out, Kind.DATA) if s.frame.is_broadcast]
+    silent = [a for a in out if isinstance(a, Note) and a.kind == "silent"]
+    assert [n.peer for n in silent] == [4], silent
+
+
+def test_a_child_that_answers_the_probe_but_acked_nothing_gets_the_result() -> None:
+    """It lives, so the fan-out was lost to it (or still arrives on a slow downlink: then it
+    gets the copy only once the result's transmission time has passed)."""
+    inner = machine(1)
+    for j in range(2):
+        inner.on_frame(final(j), 0.02)
+    inner.on_frame(fanout_ack(3, 1, [0, 1]), 0.025)
+    out = inner.on_timer(0.1) + inner.on_timer(0.6)
+    assert [s.dst for s in sends(out, Kind.PROBE)] == [4]
+    reply = Frame(Kind.PROBE, CFG.job, 0, 4, 0, 2, Flag.REPLY, target=1)
+    out = inner.on_frame(reply, 0.61)
+    for now in (0.7, 1.0, 1.5, 2.0):
         out += inner.on_timer(now)
     copies = [s for s in sends(out, Kind.DATA) if s.frame.is_broadcast]
-    assert copies and {s.frame.target for s in copies} == {4}  # not to 3: it ACKed
-    notes = [a for a in out if isinstance(a, Note)]
-    assert any(n.kind == "silent" and n.peer == 4 for n in notes), notes
-    assert not any(n.peer == 3 for n in notes if n.kind in ("silent", "link_dead"))
+    assert copies and {s.frame.target for s in copies} == {4}
+
+
+def test_a_root_probes_the_nodes_under_a_child_that_acks_nothing() -> None:
+    """Leaves 3 and 4 ACK the fan-out to their parent 1: cut off together with it (after
+    their data was counted), nobody else would find them silent in this round."""
+    root = machine(0)
+    for child, j in ((1, 0), (1, 1), (2, 0), (2, 1)):
+        unit = Frame(Kind.DATA, CFG.job, 0, child, j, 2, Flag.NONE, target=0,
+                     contributors=frozenset(TREE.subtree(child)))
+        root.on_frame(unit.with_values(np.ones(4, np.float32), CFG.wire_dtype), 0.01)
+    assert root.result is not None
+    root.on_frame(fanout_ack(2, 0, [0, 1]), 0.015)
+    out: list[object] = []
+    for now in (0.1, 0.3, 0.6, 1.0, 1.5, 2.0):
+        out += root.on_timer(now)
+        if sends(out, Kind.PROBE):
+            out += root.on_frame(Frame(Kind.PROBE, CFG.job, 0, 3, 0, 2, Flag.REPLY, target=0), now + 0.01)
+    assert sorted(s.dst for s in sends(out, Kind.PROBE)) == [1, 3, 4]
+    assert sorted(a.peer for a in out if isinstance(a, Note) and a.kind == "silent") == [1, 4]
 
 
 def test_a_child_that_acked_part_of_the_fanout_is_left_to_pull_the_rest() -> None:

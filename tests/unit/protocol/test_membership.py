@@ -704,3 +704,36 @@ def test_nodes_back_from_a_cut_join_the_pending_view_or_the_one_right_after() ->
     next_round = m.on_status(Status(5, "joining"), 10.6)
     assert [(p.view.epoch, p.view.members, p.view.from_round) for p in next_round] == [(8, [0, 1, 2, 3, 4, 5, 6], 43)]
     assert m.members_for(42) == (0, 1, 2, 3, 4, 6) and m.members_for(43) == (0, 1, 2, 3, 4, 5, 6)
+
+
+def test_a_node_left_out_before_its_will_came_is_taken_back_at_once() -> None:
+    """Cut off, node 3 is found silent by the witnesses and left out; at the heal its new
+    connection takes the session over and the broker publishes the old one's Will. That Will
+    is no flap: node 3 is back in the next view as soon as it says so, not STABLE_ROUNDS
+    later (then two rounds of lead more: 9 rounds from the heal to all back on mosquitto)."""
+    m = Membership(0, 2, START, grace=0.3)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    m.on_suspect(Suspect(1, 20, 3), 0.1)
+    assert m.check(0.5)[0].view.members == [0, 1, 2]
+    m.round_started(50, 10.0)
+    assert m.on_status(Status(3, "offline"), 10.0) == []  # the takeover's Will
+    back = m.on_status(Status(3, "joining", 21), 10.01)
+    assert [(p.view.members, p.view.from_round) for p in back] == [([0, 1, 2, 3], 52)]
+
+
+def test_a_flapping_node_left_out_by_its_own_will_still_waits_to_stay_up() -> None:
+    """A Will while out of the view too, but the previous one (that took it out) came a
+    round before: a flapping connection, taken back only once it stayed up STABLE_ROUNDS."""
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    assert m.on_status(Status(3, "offline"), 0.0)[0].view.members == [0, 1, 2]
+    assert m.on_status(Status(3, "online", 20), 0.05) == []
+    m.round_started(21, 0.1)
+    assert m.on_status(Status(3, "offline"), 0.12) == []  # out of the view: its own Will did that
+    assert m.on_status(Status(3, "online", 21), 0.15) == [], "a flap within FLAP_WINDOW_ROUNDS waits"
+    m.round_started(22, 0.2)
+    assert [p.view.members for p in m.round_started(23, 0.3)] == [[0, 1, 2, 3]]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from agent.config import AgentConfig
+from agent.core_actions import Publish
 from agent.core_config import allreduce_config
-from simulate.virtual_fleet import FaultSpec, FleetConfig, RoundRecord, VirtualFleet
+from agent.protocol.messages import Suspect
+from simulate.virtual_fleet import FaultSpec, FleetConfig, RoundRecord, SimAgent, VirtualFleet
 
 AGENT_CONFIG = allreduce_config(AgentConfig(id=0))
 COMPUTE = 0.3  # s a step takes: the fleet must not finish its rounds while nodes are cut off
@@ -47,6 +49,37 @@ def test_a_minority_hung_together_is_found_by_the_witnesses_within_a_round(nodes
     assert survivors_time(silent, gone) <= FIRST_ROUND[nodes], survivors_time(silent, gone)
     assert survivors_time(records[FAULT_ROUND + 2], gone) <= 1.0
     assert not set(gone) & set(records[FAULT_ROUND + 3].members), "a view keeps them at most two rounds"
+
+
+def test_a_minority_cut_off_after_sending_its_data_is_found_in_that_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut off as the root sends the result (every unit sent: the phase of the cut on
+    mosquitto, 0.28 s into a 0.2 s round): the round's result counts all three, and the
+    survivors used to wait for leaves 4 and 5 in the next round from scratch (4 only after
+    its parent's excusal: 1.4 s). Each parent probes a child that ACKs none of the fan-out,
+    and the nodes under it, so all three are reported silent in the round of the cut."""
+    gone = SPLITS[7]
+    faults = tuple(FaultSpec("isolate", FAULT_ROUND, n, phase="broadcast") for n in gone)
+    faults += tuple(FaultSpec("restore", FAULT_ROUND, n, phase="broadcast", after=10.0) for n in gone)
+    fleet = VirtualFleet(FleetConfig(
+        nodes=7, rounds=12, length=20_000, allreduce=AGENT_CONFIG, faults=faults, will_delay=6.0,
+        offline_settle=1.0, compute_time=COMPUTE, latency=0.0005, max_time=600.0))
+    reports: list[tuple[int, int]] = []  # (suspect, round) as the survivors publish them
+    publish = fleet.publish
+
+    def publish_and_note(agent: SimAgent, action: Publish) -> None:
+        if isinstance(action.message, Suspect) and agent.node not in gone:
+            reports.append((action.message.peer, action.message.round))
+        publish(agent, action)
+
+    monkeypatch.setattr(fleet, "publish", publish_and_note)
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(12)), "the fleet halted"
+    cut = records[FAULT_ROUND]
+    assert set(gone) <= set().union(*cut.results[0].contributors), "cut after their data was counted"
+    assert survivors_time(cut, gone) <= FIRST_ROUND[7]
+    assert {p for p, r in reports if r == FAULT_ROUND} >= set(gone), reports
+    # The next round waits a grace for the reports, not a silence span and a grace each.
+    assert survivors_time(records[FAULT_ROUND + 1], gone) <= 0.7, survivors_time(records[FAULT_ROUND + 1], gone)
 
 
 @pytest.mark.parametrize("nodes", sorted(SPLITS))
