@@ -1,10 +1,9 @@
 """Periodic averaging on the real MNIST: one local step with plain averaging trains like
-today's every-step gradient averaging, in process (same arithmetic as the agents) and through
-`edgegrove simulate` (7 agents, real mosquitto)."""
+today's every-step gradient averaging. In process: the agents' backends and the trainer they
+run, the allreduce's mean taken directly (the simulate runs are in docs/EVALUATION.md)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ import pytest
 from agent.model.backend import Backend, make_backend
 from agent.model.data import BatchStream, Dataset, load_mnist
 from agent.model.periodic import OuterConfig, PeriodicTrainer
-from tests.integration.simulate_helpers import FAST, run_simulate
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,9 @@ def _digits_batches(seed: int, count: int = 8) -> list[tuple[np.ndarray, np.ndar
     return [(rng.random((16, 784), dtype=np.float32), rng.integers(0, 10, 16)) for _ in range(count)]
 
 
-def _trainer(optimizer: str = "sgd", outer: OuterConfig = OuterConfig(), lr: float = 0.05) -> PeriodicTrainer:
-    return PeriodicTrainer(make_backend("numpy", np.random.default_rng(0), optimizer, lr, momentum=0.0), outer)
+def _trainer(optimizer: str = "sgd", outer: OuterConfig | None = None, lr: float = 0.05) -> PeriodicTrainer:
+    return PeriodicTrainer(make_backend("numpy", np.random.default_rng(0), optimizer, lr, momentum=0.0),
+                           outer or OuterConfig())
 
 
 def test_the_delta_is_the_anchor_minus_the_parameters_after_the_local_steps() -> None:
