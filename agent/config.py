@@ -194,7 +194,7 @@ def parse_sync_every(value: object) -> int | str | None:
         return value
     text = str(value).strip()
     if isinstance(value, bool) or not (isinstance(value, int) or text.isdigit()) or int(text) < 1:
-        raise ValueError(f"sync-every must be a whole number of local steps, 1 or more, or auto; got {value!r}")
+        raise ValueError(f"sync-every must be a whole number of local steps, 1 or more; got {value!r}")
     return int(text)
 
 
