@@ -131,7 +131,7 @@ class AgentRuntime:
         self.refused: Refusal | None = None
         resumed = self._resume()
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(backend.state().size), model, labels), self.incarnation,
+        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport

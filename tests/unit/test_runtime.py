@@ -366,3 +366,5 @@ def test_with_sync_every_a_round_averages_the_delta_of_that_many_local_steps(out
     assert [(r.local_steps, r.samples) for r in reports] == [(3, 30), (3, 30)]
     assert agent.backend.params().tolist() == pytest.approx([expected] * SIZE)
     assert agent.backend.state().size == SIZE * (2 if outer == "nesterov" else 1)
+    # The state a joiner pulls is the trainer's (anchor + outer momentum), not the inner backend's.
+    assert agent.core.config.state_size == agent.backend.state().size
