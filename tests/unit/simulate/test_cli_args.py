@@ -93,6 +93,7 @@ def test_the_default_run_gives_the_agents_the_flags_of_before(tmp_path: Path) ->
     (["--sync-every", "0"], "1 or more"),
     (["--sync-every", "-2"], "1 or more"),
     (["--sync-every", "2.5"], "whole number"),
+    (["--sync-every", "auto"], "not available"),
     (["--sync-every", "4", "--outer-lr", "0"], "outer-lr"),
     (["--sync-every", "4", "--outer-lr", "-0.5"], "outer-lr"),
     (["--sync-every", "4", "--outer-optimizer", "adam"], "outer-optimizer"),
