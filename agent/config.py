@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent.model.datasets import DATASETS
 from agent.model.partition import parse_partition
+from agent.model.periodic import DEFAULT_OUTER_LR, OuterConfig, OuterName
 from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
@@ -88,6 +89,14 @@ class AgentConfig(BaseModel):
     wire_budget: float = Field(AUTO_WIRE_BUDGET, gt=0, description="wire-dtype auto: seconds the round's values "
                                "may take on one link (the default picks float32 from ~16 MB/s, int8 below ~8 MB/s "
                                "for the thesis model)")
+    sync_every: int | Literal["auto"] | None = Field(
+        None, description="periodic averaging: H local optimizer steps per agent, then the fleet averages the "
+        "model delta since the last sync and applies it with the outer optimizer (a round is then a sync "
+        "round); unset: average the gradient after every step")
+    outer_optimizer: OuterName = Field("avg", description="with sync-every: how the fleet's mean delta is "
+                                       "applied: avg (FedAvg / local SGD) or nesterov (DiLoCo)")
+    outer_lr: float | None = Field(None, gt=0, description="with sync-every: the outer learning rate "
+                                   "(default: 1 for avg, 0.7 for nesterov)")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")
     checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")
@@ -98,6 +107,11 @@ class AgentConfig(BaseModel):
     @classmethod
     def _job(cls, value: str) -> str:
         return validate_job(value)
+
+    @field_validator("sync_every", mode="before")
+    @classmethod
+    def _sync_every(cls, value: object) -> int | str | None:
+        return parse_sync_every(value)
 
     @field_validator("partition")
     @classmethod
@@ -155,9 +169,33 @@ class AgentConfig(BaseModel):
                              "use float32, float16 or int8")
         return self
 
+    @model_validator(mode="after")
+    def _outer_needs_sync_every(self) -> AgentConfig:
+        if self.sync_every is None and (self.outer_optimizer != "avg" or self.outer_lr is not None):
+            raise ValueError("outer_optimizer and outer_lr apply to periodic averaging: set sync_every too")
+        return self
+
+    @property
+    def outer_config(self) -> OuterConfig:
+        """The outer optimizer of periodic averaging, its learning rate defaulted by name."""
+        lr = DEFAULT_OUTER_LR[self.outer_optimizer] if self.outer_lr is None else self.outer_lr
+        return OuterConfig(self.outer_optimizer, lr)
+
     @property
     def expected_members(self) -> int:
         return self.min_members or self.fleet_size
+
+
+def parse_sync_every(value: object) -> int | str | None:
+    """``sync-every`` as given (a flag's text, a TOML integer): a whole number >= 1 or auto."""
+    if value == "auto":
+        raise ValueError("sync-every auto is not available in this version: give a whole number of local steps")
+    if value is None:
+        return value
+    text = str(value).strip()
+    if isinstance(value, bool) or not (isinstance(value, int) or text.isdigit()) or int(text) < 1:
+        raise ValueError(f"sync-every must be a whole number of local steps, 1 or more; got {value!r}")
+    return int(text)
 
 
 ENV_PREFIX = "EDGEGROVE_"

@@ -137,6 +137,9 @@ class CoreConfig:
     adapt_broadcast: bool = True
     model: ModelIdentity = field(default_factory=ModelIdentity)  # announced; the fleet's must match
     labels: tuple[int, ...] = ()  # training samples per label in our shard, announced too
+    # Periodic averaging: local optimizer steps per round, the round averaging their model
+    # delta (agent/model/periodic.py); None: the round averages one step's gradient.
+    sync_every: int | None = None
 
 
 # A frame this many rounds ahead of ours means the fleet went on without us.

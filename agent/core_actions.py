@@ -126,10 +126,13 @@ class Publish:
 
 @dataclass(frozen=True)
 class ComputeGradient:
-    """Compute round ``round``'s gradient on the current state; answer with ``GradientReady``."""
+    """Compute round ``round``'s gradient on the current state; answer with ``GradientReady``.
+    ``local_steps`` (periodic averaging): take that many local optimizer steps from the synced
+    state and answer with their model delta instead."""
 
     round: int
     members: tuple[int, ...]
+    local_steps: int | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class CoreOverrides(TypedDict, total=False):
     adapt_broadcast: bool
     model: ModelIdentity
     labels: tuple[int, ...]
+    sync_every: int | None
 
 
 def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceConfig:
@@ -79,5 +80,6 @@ def core_config(config: AgentConfig, state_size: int, model: ModelIdentity | Non
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,
         adapt_broadcast=config.adapt_broadcast,
+        sync_every=config.sync_every if isinstance(config.sync_every, int) else None,
         checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
     )

@@ -39,6 +39,8 @@ class RoundReport:
     # The core clock's time when the round's allreduce ended (0: not said); the runtime turns
     # it into the wall-clock ``Telemetry.reduced_at``.
     ended_at: float = 0.0
+    local_steps: int = 1  # optimizer steps whose result the round averaged (periodic: sync-every)
+    samples: int = 0  # training samples behind this agent's contribution (the driver knows the batch)
 
     @property
     def degraded(self) -> bool:
@@ -68,7 +70,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         links={str(k): v for k, v in result.link_states.items()} if result is not None else {},
         model_hash=f"{model_hash:08x}",
         events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
-        machine=machine, reduced_at=reduced_at,
+        machine=machine, reduced_at=reduced_at, local_steps=report.local_steps, samples=report.samples,
     )
 
 

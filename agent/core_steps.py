@@ -255,7 +255,8 @@ class RoundSteps:
         # The coordinator announces every round's state digest: what a joiner checks a
         # fetched state against (one peer's word, or its stripe's header, is not enough).
         announce = [AnnounceState(self.round)] if self.membership.coordinator() == self.node else []
-        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members))]
+        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members),
+                                                                      self.config.sync_every)]
 
 
     def _forget_old_rounds(self) -> None:
@@ -418,7 +419,9 @@ class RoundSteps:
         if result is not None and not result.degraded:
             self.steady_round = (self.round, current.view.epoch)
         self.current = None
-        return current.report(self.round, result, self.outbox.take_notes(), self.counters, now)
+        report = current.report(self.round, result, self.outbox.take_notes(), self.counters, now)
+        report.local_steps = self.config.sync_every or 1
+        return report
 
 
     def _start_linger(self, now: float) -> list[CoreAction]:

@@ -57,6 +57,7 @@ from agent.core_events import (
     Tick,
 )
 from agent.model.data import to_float_pixels
+from agent.model.periodic import PeriodicTrainer
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
@@ -115,7 +116,9 @@ class AgentRuntime:
         labels: tuple[int, ...] = (),
     ) -> None:
         self.config = config
-        self.backend = backend
+        # Periodic averaging: the round's vector is the local steps' model delta, and applying
+        # the fleet's mean is the outer optimizer's step (agent/model/periodic.py).
+        self.backend: Backend = backend if config.sync_every is None else PeriodicTrainer(backend, config.outer_config)
         self.batches = batches
         self.test_set = test_set
         self.transport = transport
@@ -128,7 +131,7 @@ class AgentRuntime:
         self.refused: Refusal | None = None
         resumed = self._resume()
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(backend.state().size), model, labels), self.incarnation,
+        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
@@ -215,8 +218,11 @@ class AgentRuntime:
 
     def _compute(self, action: ComputeGradient) -> list[CoreAction]:
         started = self.clock.now()
-        x, y = next(self.batches)
-        loss, grad = self.backend.gradients(x, y)
+        if action.local_steps is not None:
+            assert isinstance(self.backend, PeriodicTrainer), "local steps need periodic averaging"
+            loss, grad = self.backend.local_round(self.batches, action.local_steps)
+        else:
+            loss, grad = self.backend.gradients(*next(self.batches))
         now = self.clock.now()
         ready = GradientReady(action.round, float(loss), grad, self.backend.model_hash(),
                               compute_seconds=now - started)
@@ -271,6 +277,7 @@ class AgentRuntime:
         report.phase_seconds["apply"] = self.apply_seconds
         report.phase_seconds["total"] += self.apply_seconds
         self.apply_seconds = 0.0
+        report.samples = report.local_steps * self.config.batch if report.result is not None else 0
         if report.evaluate:
             report.accuracy = self._evaluate()
         if self.on_round is not None:

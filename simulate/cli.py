@@ -30,7 +30,7 @@ from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
 from agent.runtime import REFUSED_EXIT
 from agent.validate import UsageError, one_line
-from simulate import model_choice
+from simulate import model_choice, periodic_args
 from simulate.fleet import AgentSpec, Fleet
 from simulate.injector import (
     Injector,
@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds without any telemetry after which the run counts as halted")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
     model_choice.add_arguments(parser)
+    periodic_args.add_arguments(parser)
 
 
 def parse_agent_options(items: list[str]) -> dict[str, Any]:
@@ -621,7 +622,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_args(args)
         scenario = load_scenario(args.scenario).with_fleet(args.nodes, args.rounds)
-        extra = parse_agent_options(args.agent_option)
+        extra = {**parse_agent_options(args.agent_option), **periodic_args.agent_options(args)}
         if extra:
             from simulate.scenario import _check_agent_options
 

@@ -586,6 +586,13 @@ SECTIONS: tuple[Section, ...] = (
             "The kernel-limited grid at 15 agents, where the host allows: the same busiest link "
             "(an inner node of the binary tree), a deeper tree, twice the processes on the same cores.",
             render_links),
+    Section("periodic", "Periodic averaging: time to accuracy with --sync-every (issue 39)",
+            "edgegrove simulate --sync-every H ... per run, then python -m simulate.bench.tta "
+            "--out docs/results/periodic.json RUN_DIRS",
+            "7 agents, every agent's link limited in the kernel (tbf): wall time, bytes and samples "
+            "to a target test accuracy with the gradient averaged every step and with H local steps "
+            "per sync; each run's simulate command is in the JSON.",
+            None),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",

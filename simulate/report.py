@@ -48,7 +48,7 @@ ROUND_COLUMNS = (
     "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
     "round_s_max", "bytes_sent", "bytes_received", "reroutes", "timeouts", "nacks",
     "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active", "wire_frames",
-    "after_last_gradient_s",
+    "after_last_gradient_s", "local_steps", "samples", "compute_s_median", "bytes_per_sample",
 )
 
 
@@ -76,6 +76,13 @@ class RoundRow:
     # From the moment the last agent had its gradient to the moment the last agent had the
     # result (see after_last_gradient); None when an agent did not say when its round ended.
     after_last_gradient_s: float | None = None
+    # Periodic averaging: optimizer steps per agent behind the round (1: every-step averaging),
+    # training samples the reporters' contributions cover, the median compute phase (the local
+    # steps) and the bytes sent per sample trained (None: no agent said its samples).
+    local_steps: int = 1
+    samples: int = 0
+    compute_s_median: float = 0.0
+    bytes_per_sample: float | None = None
 
 
 @dataclass
@@ -135,8 +142,37 @@ def rounds_table(records: Iterable[Record], faults: Sequence[FaultOutcome] = ())
             after_last_gradient_s=after_last_gradient(
                 [(float(t.get("reduced_at", 0.0)), float(t.get("phase_seconds", {}).get("allreduce", 0.0)))
                  for t in tels]),
+            **_training_figures(tels),
         ))
     return rows
+
+
+def _training_figures(tels: Sequence[Record]) -> dict[str, Any]:
+    """A round's local steps, samples trained, compute time and bytes per sample."""
+    samples = sum(int(t.get("samples", 0)) for t in tels)
+    sent = sum(int(t.get("bytes_sent", 0)) for t in tels)
+    return {
+        "local_steps": max(int(t.get("local_steps", 1)) for t in tels),
+        "samples": samples,
+        "compute_s_median": _median([float(t.get("phase_seconds", {}).get("compute", 0.0)) for t in tels]) or 0.0,
+        "bytes_per_sample": round(sent / samples, 3) if samples else None,
+    }
+
+
+def sync_figures(rows: Sequence[RoundRow]) -> dict[str, Any]:
+    """Local steps per sync, sync (allreduce) time against compute time, bytes per sample."""
+    samples = sum(r.samples for r in rows)
+    sync = _median([r.allreduce_s_median for r in rows])
+    compute = _median([r.compute_s_median for r in rows])
+    return {
+        "local_steps_per_sync": max((r.local_steps for r in rows), default=1),
+        "samples_trained": samples,
+        "sync_s_median": sync,
+        "compute_s_median": compute,
+        "sync_share": (sync / (sync + compute)) if sync is not None and compute is not None and sync + compute > 0
+        else None,
+        "bytes_per_sample": (sum(r.bytes_sent for r in rows) / samples) if samples else None,
+    }
 
 
 def after_last_gradient(ends: Sequence[tuple[float, float]]) -> float | None:
@@ -451,6 +487,7 @@ def summarize(records: Sequence[Record], config: dict[str, Any] | None = None,
         "round_time_fault_window_median_s": _median(in_faults),
         "bytes_per_round_median": _median([float(r.bytes_sent) for r in rows]),
         "models_identical_at_end": bool(last and last.distinct_hashes == 1),
+        **sync_figures(rows),
         "last_round_reporters": last.reporters if last else 0,  # identical among these
         "halted": bool(end.get("halted", False)),
         "interrupted": bool(end.get("interrupted", False)),
@@ -494,6 +531,9 @@ def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
         f"- wall time: {_fmt(s['wall_time_s'], '.1f')} s; models identical at the end: "
         f"{s['models_identical_at_end']} (among the {s.get('last_round_reporters')} agents that "
         f"reported the last round); halted: {s['halted']}; interrupted: {s['interrupted']}",
+        f"- local steps per sync: {s.get('local_steps_per_sync', 1)}; sync (allreduce) vs compute per round, "
+        f"median: {_fmt(s.get('sync_s_median'))} s vs {_fmt(s.get('compute_s_median'))} s (sync share "
+        f"{_fmt(s.get('sync_share'), '.0%')}); bytes sent per sample trained: {_fmt(s.get('bytes_per_sample'), '.0f')}",
         "",
         "## Faults",
         "",

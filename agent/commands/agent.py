@@ -29,6 +29,8 @@ def _flag_type(annotation: Any) -> tuple[Any, list[str] | None]:
         return str, [str(a) for a in args]
     if args and all(str(get_origin(a)).endswith("Literal") for a in args):
         return str, [str(x) for a in args for x in get_args(a)]
+    if any(str(get_origin(a)).endswith("Literal") for a in args):
+        return str, None  # a number or a word (sync-every 8 | auto): the configuration checks it
     base = args[0] if args else annotation
     if base is bool:
         return bool, None

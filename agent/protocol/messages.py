@@ -260,13 +260,18 @@ class Telemetry(_JsonMessage):
     # Wall-clock time (seconds since the epoch) at which the round's allreduce ended, so that a
     # bench can line up the agents of one host; optional, 0 from an agent that does not say.
     reduced_at: float = 0.0
+    # Optimizer steps whose result the round averaged (periodic averaging: sync-every; 1: a
+    # gradient per step) and the training samples behind this agent's contribution (0: not said).
+    local_steps: int = 1
+    samples: int = 0
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
         _check_int("round", self.round)
         _check_int("epoch", self.epoch)
+        _check_int("local_steps", self.local_steps, 1, 1_000_000)
         for name in ("bytes_sent", "bytes_received", "contributors", "members", "reroutes",
-                     "timeouts", "nacks", "pulls", "retransmits", "missing_chunks"):
+                     "timeouts", "nacks", "pulls", "retransmits", "missing_chunks", "samples"):
             _check_int(name, getattr(self, name))
         if not isinstance(self.degraded, bool):
             raise ValueError("degraded must be a boolean")

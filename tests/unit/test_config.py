@@ -49,3 +49,26 @@ def test_the_agent_bounds_each_units_influence_by_default_and_0_turns_it_off() -
         AgentConfig(id=0, influence_bound=-1)
     core = AgentCore(core_config(AgentConfig(id=0), 8), incarnation=1)
     assert core.norms.factor == DEFAULT_INFLUENCE_FACTOR
+
+
+def test_sync_every_takes_a_whole_number_of_local_steps_and_reaches_the_core() -> None:
+    from agent.core_config import core_config
+
+    assert AgentConfig(id=0).sync_every is None  # every-step gradient averaging
+    assert core_config(AgentConfig(id=0), 10).sync_every is None
+    for given in (8, "8", " 8"):
+        config = AgentConfig(id=0, sync_every=given)  # type: ignore[arg-type]
+        assert config.sync_every == 8 and core_config(config, 10).sync_every == 8
+    assert AgentConfig(id=0, sync_every=1).outer_config.lr == 1.0
+    assert AgentConfig(id=0, sync_every=4, outer_optimizer="nesterov").outer_config.lr == 0.7
+    assert AgentConfig(id=0, sync_every=4, outer_lr=0.5).outer_config.lr == 0.5
+
+
+@pytest.mark.parametrize("bad", [{"sync_every": 0}, {"sync_every": -3}, {"sync_every": "2.5"}, {"sync_every": 2.5},
+                                 {"sync_every": "often"}, {"sync_every": True},
+                                 {"sync_every": 4, "outer_lr": 0}, {"sync_every": 4, "outer_lr": -1},
+                                 {"sync_every": 4, "outer_optimizer": "adam"}, {"outer_lr": 0.5},
+                                 {"outer_optimizer": "nesterov"}])
+def test_bad_periodic_averaging_options_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        AgentConfig(id=0, **bad)  # type: ignore[arg-type]

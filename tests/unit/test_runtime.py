@@ -335,3 +335,36 @@ def test_the_transports_notices_reach_the_core_as_typed_events() -> None:
     assert event_of(Message.of_notice(Notice.DISCONNECTED)) == Disconnected()
     assert event_of(Message.of_notice(Notice.ARRIVING, "t/2")) == Arriving("t/2")
     assert event_of(Message.of_notice(Notice.SENDING)) == Sending()
+
+
+class TinyModelBackend(TinyBackend):
+    """TinyBackend with the parameter access periodic averaging needs (its state is its values)."""
+
+    name = "tiny"
+
+    def params(self) -> np.ndarray:
+        return self.values.copy()
+
+    def set_params(self, flat: np.ndarray) -> None:
+        self.values = np.asarray(flat, np.float32).copy()
+
+
+@pytest.mark.parametrize(("outer", "expected"), [("avg", -6.0), ("nesterov", -0.7 * 3 * (1.9 + 2.71))])
+def test_with_sync_every_a_round_averages_the_delta_of_that_many_local_steps(outer: str, expected: float) -> None:
+    bus = MemoryBus(will_delay=1.0)
+    config = AgentConfig(id=0, job=JOB, telemetry=False, eval_every=0, timeout_mode="fixed", timeout=0.2,
+                         round_deadline=2.0, fleet_size=1, rounds=2, batch=10, sync_every=3,
+                         outer_optimizer=outer)  # type: ignore[arg-type]
+    batch = (np.zeros((1, 1), np.float32), np.zeros(1, np.int64))
+    agent = AgentRuntime(config, TinyModelBackend(), itertools.repeat(batch), batch,
+                         BusTransport(bus, "agent-0"), clock=bus.clock)
+    reports: list[RoundReport] = []
+    agent.on_round = reports.append
+    assert agent.run() == 0
+    # Alone, each round's mean is its own delta: 3 steps of the all-ones gradient.
+    assert [r.result.values.tolist() for r in reports if r.result] == [[3.0] * SIZE] * 2
+    assert [(r.local_steps, r.samples) for r in reports] == [(3, 30), (3, 30)]
+    assert agent.backend.params().tolist() == pytest.approx([expected] * SIZE)
+    assert agent.backend.state().size == SIZE * (2 if outer == "nesterov" else 1)
+    # The state a joiner pulls is the trainer's (anchor + outer momentum), not the inner backend's.
+    assert agent.core.config.state_size == agent.backend.state().size

@@ -88,3 +88,40 @@ def test_the_default_run_gives_the_agents_the_flags_of_before(tmp_path: Path) ->
     command = sim._specs("mqtt://127.0.0.1:1883", None, {}, {})[0].command()
     for flag in ("--model", "--backend", "--dataset", "--data", "--partition"):
         assert flag not in command
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--sync-every", "0"], "1 or more"),
+    (["--sync-every", "-2"], "1 or more"),
+    (["--sync-every", "2.5"], "whole number"),
+    (["--sync-every", "auto"], "not available"),
+    (["--sync-every", "4", "--outer-lr", "0"], "outer-lr"),
+    (["--sync-every", "4", "--outer-lr", "-0.5"], "outer-lr"),
+    (["--sync-every", "4", "--outer-optimizer", "adam"], "outer-optimizer"),
+])
+def test_bad_periodic_averaging_flags_exit_2_with_one_line(argv: list[str], said: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "edgegrove.cli", "simulate", *argv, "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
+
+
+def test_outer_flags_without_sync_every_exit_2_and_start_nothing(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert cli.run(_args("--outer-lr", "0.5", "--out", str(out))) == 2
+    assert "--sync-every" in capsys.readouterr().err and not out.exists()
+
+
+def test_periodic_averaging_flags_become_agent_options() -> None:
+    from simulate import periodic_args
+
+    args = _args("--sync-every", "8", "--outer-optimizer", "nesterov", "--outer-lr", "0.6")
+    assert periodic_args.agent_options(args) == {"sync_every": 8, "outer_optimizer": "nesterov", "outer_lr": 0.6}
+    assert periodic_args.agent_options(_args()) == {}
+    assert options_to_flags({"sync_every": 8}) == ["--sync-every", "8"]

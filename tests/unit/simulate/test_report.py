@@ -266,3 +266,23 @@ def test_a_run_without_labels_has_no_labels_plot(tmp_path: Path) -> None:
     summary = report.write_report(tmp_path, serial_faults_log(), {"scenario": {"name": "s"}})
     assert "labels.png" not in summary["plots"] and not (tmp_path / "labels.png").exists()
     assert summary["refused_members"] == [] and summary["model"] is None
+
+
+def test_the_rounds_and_the_summary_say_local_steps_sync_against_compute_and_bytes_per_sample() -> None:
+    periodic = []
+    for rnd in range(4):
+        for node in range(NODES):
+            tel = _telemetry(node, rnd, allreduce=0.3)
+            tel.update(local_steps=8, samples=800, phase_seconds={"compute": 0.1, "allreduce": 0.3, "total": 0.4})
+            periodic.append(tel)
+    rows = report.rounds_table(periodic)
+    assert [(r.local_steps, r.samples, r.compute_s_median) for r in rows] == [(8, 800 * NODES, 0.1)] * 4
+    assert rows[0].bytes_per_sample == pytest.approx(1_600_000 / 800)
+    summary = report.summarize(periodic)
+    assert summary["local_steps_per_sync"] == 8 and summary["samples_trained"] == 4 * NODES * 800
+    assert summary["sync_share"] == pytest.approx(0.75)
+    assert summary["bytes_per_sample"] == pytest.approx(2000)
+    assert "local steps per sync: 8" in report.render_markdown(summary, [])
+    # Telemetry of agents that do not say (every-step averaging before it was counted): one step.
+    old = report.summarize([_telemetry(n, 0) for n in range(NODES)])
+    assert old["local_steps_per_sync"] == 1 and old["bytes_per_sample"] is None

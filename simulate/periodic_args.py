@@ -1,0 +1,53 @@
+"""`edgegrove simulate`'s periodic-averaging flags: --sync-every, --outer-optimizer, --outer-lr.
+
+They become the agents' options sync_every, outer_optimizer and outer_lr (agent/config.py);
+a bad value is refused by argparse, one line and exit 2, before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from agent.config import parse_sync_every
+from agent.model.periodic import OUTER_OPTIMIZERS
+from agent.validate import UsageError, arg
+
+
+def sync_every(text: str) -> int:
+    try:
+        value = parse_sync_every(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    assert isinstance(value, int)
+    return value
+
+
+def outer_lr(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise UsageError(f"outer-lr {text!r} is not a number: give a learning rate > 0, e.g. 0.7") from None
+    if not 0 < value < math.inf:
+        raise UsageError(f"outer-lr {text} must be a finite number > 0, e.g. 0.7")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sync-every", type=arg(sync_every), default=None, metavar="H",
+                        help="periodic averaging: each agent takes H local optimizer steps, then the "
+                             "fleet averages the model delta (a round is then a sync round); default: "
+                             "average the gradient after every step")
+    parser.add_argument("--outer-optimizer", choices=OUTER_OPTIMIZERS, default=None,
+                        help="with --sync-every: avg (FedAvg / local SGD, the default) or nesterov (DiLoCo)")
+    parser.add_argument("--outer-lr", type=arg(outer_lr), default=None,
+                        help="with --sync-every: the outer learning rate (default 1 for avg, 0.7 for nesterov)")
+
+
+def agent_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The agent options the flags set (none when not given)."""
+    if args.sync_every is None and (args.outer_optimizer is not None or args.outer_lr is not None):
+        raise UsageError("--outer-optimizer and --outer-lr apply to periodic averaging: give --sync-every H too")
+    chosen = {"sync_every": args.sync_every, "outer_optimizer": args.outer_optimizer, "outer_lr": args.outer_lr}
+    return {k: v for k, v in chosen.items() if v is not None}
