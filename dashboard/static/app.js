@@ -22,11 +22,13 @@ const EVENT_BADGE = {
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
   nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
   fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
-  model_mismatch: "failed",
+  model_mismatch: "failed", fault_recovered: "ok",
 };
+// Who made an incident, in the operator's words.
+const SOURCE_TEXT = { injected: "injected by the scenario", operator: "made by the operator", detected: "seen by the fleet" };
 // Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
 const FILTERS = {
-  faults: new Set(["fault_injected", "fault_healed", "crash", "hung", "suspected", "recovered",
+  faults: new Set(["fault_injected", "fault_healed", "fault_recovered", "crash", "hung", "suspected", "recovered",
     "rejoin", "control", "control_applied", "link_failed", "run_end", "offline"]),
   membership: new Set(["join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"]),
   links: new Set(["link_failed", "link_rerouted", "link_suspected", "link_ok", "link_dead",
@@ -122,11 +124,13 @@ function renderConnection(open) {
     banner.hidden = false;
     banner.dataset.kind = "replay";
     banner.textContent = `Replay of the finished run ${run.replay_of}`;
-  } else if (run && run.phase !== "live" && !open) {
+  } else if (run && run.phase !== "live") {
+    // The page keeps the run's last live state; it says the run is over, not an outage.
     setPill("ws-pill", false, "run finished");
+    document.getElementById("ws-pill").dataset.ok = "finished";
     banner.hidden = false;
     banner.dataset.kind = "finished";
-    banner.textContent = "Run finished: this dashboard has stopped. "
+    banner.textContent = `Run finished: the last live state of the run is shown${open ? "" : "; this dashboard has stopped"}. `
       + (run.replay_hint ? `Open the run again with: ${run.replay_hint}` : "");
   } else {
     setPill("ws-pill", open, open ? "live" : "reconnecting…");
@@ -141,9 +145,12 @@ function render() {
   if (!fleet) return;
   document.getElementById("job").textContent = fleet.job;
   const replay = Boolean(fleet.run.replay_of);
+  const finished = fleet.run.phase !== "live";
   setPill("broker-pill", fleet.broker.connected || replay,
-    replay ? "recorded run" : fleet.broker.connected ? "broker connected"
+    replay ? "recorded run" : finished ? "run finished" : fleet.broker.connected ? "broker connected"
       : `broker: ${fleet.broker.last_error || "disconnected"}`);
+  // A finished run's broker is no evidence of anything: neutral, not green.
+  if (finished) document.getElementById("broker-pill").dataset.ok = "finished";
   const view = fleet.view;
   document.getElementById("view-pill").textContent = view
     ? `epoch ${view.epoch} · ${view.members.length} members` : "no view yet";
@@ -157,10 +164,31 @@ function render() {
   renderControls(fleet);
 }
 
+function recoveryText(i) {
+  if (i.recovered_round !== null) return `recovered at round ${i.recovered_round} (back in the view with the fleet's model hash)`;
+  const undone = i.healed_round !== null ? `undone at round ${i.healed_round}, ` : "";
+  return i.active ? `${undone}no recovery yet` : `${undone}no recovery seen before the run ended`;
+}
+
+function renderIncidentHistory(fleet) {
+  const box = document.getElementById("incident-history");
+  const rows = fleet.incidents.map((i) => {
+    const li = html("li", "", `r${i.start_round ?? "?"} ${i.kind} · ${targetsText(i.targets)} · `
+      + `${SOURCE_TEXT[i.source] || i.source} · ${recoveryText(i)}`);
+    Object.assign(li.dataset, { kind: i.kind, targets: i.targets.join("-"), source: i.source,
+      recovered: i.recovered_round ?? "" });
+    return li;
+  });
+  box.hidden = !rows.length;
+  box.querySelector("summary").textContent = `all ${rows.length} incidents of this run`;
+  box.querySelector("ol").replaceChildren(...rows);
+}
+
 function renderIncidents(fleet) {
   const active = fleet.incidents.filter((i) => i.active);
   document.getElementById("incident-count").textContent =
     `${active.length} active · ${fleet.incidents.length} in this run`;
+  renderIncidentHistory(fleet);
   const list = document.getElementById("incidents");
   if (!active.length) {
     list.replaceChildren(html("li", "none", "No active incidents."));
@@ -173,10 +201,12 @@ function renderIncidents(fleet) {
     li.style.borderLeftColor = FAULT_COLORS[i.kind] || COLORS.failed;
     const head = html("div", "head");
     head.append(html("strong", "", `${i.kind} · ${targetsText(i.targets)}`),
-      html("span", "muted", ` since round ${i.start_round ?? "?"} · ${i.source}`
-        + (i.detected_round !== null ? ` · seen by the fleet at round ${i.detected_round}`
+      html("span", "muted", ` since round ${i.start_round ?? "?"} · ${SOURCE_TEXT[i.source] || i.source}`
+        + (i.source === "detected" ? "" : i.detected_round !== null ? ` · the fleet saw it at round ${i.detected_round}`
           : " · not yet seen by the fleet")));
-    li.append(head, html("div", "title", i.title));
+    const recovery = html("div", "recovery", recoveryText(i));
+    recovery.dataset.recovered = i.recovered_round !== null ? "true" : "false";
+    li.append(head, html("div", "title", i.title), recovery);
     if (i.evidence.length) li.append(html("div", "evidence muted", i.evidence.slice(-2).join(" · ")));
     return li;
   }));
@@ -316,11 +346,11 @@ function drawNode(layer, id, node, p, radius, fleet) {
   const down = ["offline", "hung", "unknown"].includes(state) || !inView;
   if (node && node.at_fault) el("circle", { class: "fault-ring", r: radius + 5 }, g);
   el("circle", {
-    r: radius, fill: COLORS[state] || COLORS.unknown, opacity: down ? 0.55 : 1,
+    class: "body", r: radius, fill: COLORS[state] || COLORS.unknown, opacity: down ? 0.55 : 1,
     "stroke-dasharray": inView ? "" : "3 2",
   }, g);
   el("text", {}, g).textContent = id;
-  const sub = !inView && fleet.view ? "not in view" : state === "offline" ? "offline"
+  const sub = node && node.exited ? "done" : !inView && fleet.view ? "not in view" : state === "offline" ? "offline"
     : state === "hung" ? "hung" : node && node.last_round !== null && radius >= 14 ? `r${node.last_round}` : "";
   el("text", { class: `sub ${down ? "down" : ""}`, y: radius + 12 }, g).textContent = sub;
   el("title", {}, g).textContent = `node ${id}: ${state}${inView ? "" : ", not in the current view"}`
@@ -649,6 +679,9 @@ function renderControls(fleet) {
   const card = document.getElementById("controls");
   const enabled = fleet.controls_enabled && !fleet.run.replay_of;
   card.hidden = !enabled;
+  // A finished run takes no commands: the form stays readable, every field disabled.
+  const over = fleet.run.phase !== "live";
+  card.dataset.finished = over ? "true" : "false";
   card.parentElement.classList.toggle("single", !enabled);
   const ids = fleetIds(fleet);
   if (ids.length) {
@@ -684,7 +717,10 @@ function updateControlForm() {
   document.getElementById("control-value").disabled = !NEEDS_VALUE.has(action);
   const problem = controlProblem();
   // Send stays disabled without a token; other problems are explained and checked by the server.
-  document.getElementById("control-send").disabled = !document.getElementById("control-token").value;
+  const over = Boolean(model.fleet) && model.fleet.run.phase !== "live";
+  for (const id of ["control-token", "control-action", "control-node"]) document.getElementById(id).disabled = over;
+  if (over) for (const id of ["control-peer", "control-one-way", "control-value"]) document.getElementById(id).disabled = true;
+  document.getElementById("control-send").disabled = over || !document.getElementById("control-token").value;
   document.getElementById("control-hint").textContent = problem;
 }
 
