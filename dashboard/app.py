@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import secrets
 import time
 from collections import Counter
@@ -14,11 +15,12 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from agent.protocol.messages import Control, MessageError
 from dashboard.guards import check_control, origin_allowed
+from dashboard.hardening import HardeningMiddleware
 from dashboard.listener import BrokerUnavailable, MqttListener
 from dashboard.models import (
     BrokerModel,
@@ -166,7 +168,13 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
         description="The live state of one Edgegrove training job: fleet, tree, rounds, events.",
         version="0.1.0",
         lifespan=lifespan,
+        # FastAPI's own /docs and /redoc load their scripts from a CDN: blank offline.
+        docs_url=None,
+        redoc_url=None,
     )
+    app.add_middleware(HardeningMiddleware, bind_host=settings.host,
+                       allowed_hosts=settings.allowed_hosts,
+                       on_refused=lambda reason: dash.refused.update([reason]))
     app.state.dashboard = dash
     _add_api_routes(app, dash)
     _add_websocket(app, dash)
@@ -176,6 +184,10 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(str(STATIC_DIR / "index.html"))
+
+    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
+    async def docs() -> str:
+        return api_docs_page(app.openapi())
 
     return app
 
@@ -317,3 +329,22 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), HEARTBEAT_SECONDS)
     await socket.close(code=WS_GOING_AWAY)
+
+
+def api_docs_page(schema: Mapping[str, Any]) -> str:
+    """The API's routes as one plain page, from the OpenAPI schema (served, no CDN)."""
+    rows = []
+    for path, operations in schema.get("paths", {}).items():
+        for method, op in operations.items():
+            params = ", ".join(p.get("name", "") for p in op.get("parameters", []))
+            text = op.get("description") or op.get("summary", "")
+            rows.append(f"<tr><td><code>{html.escape(method.upper())}</code></td>"
+                        f"<td><code>{html.escape(path)}</code></td><td>{html.escape(params)}</td>"
+                        f"<td>{html.escape(text)}</td></tr>")
+    title = html.escape(str(schema.get("info", {}).get("title", "API")))
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+            "<link rel=stylesheet href=/static/style.css></head><body><main class=card>"
+            f"<h1>{title}</h1><p>The full schema: <a href=/openapi.json>/openapi.json</a> "
+            "(load it into any OpenAPI viewer).</p><table class=nodes><thead><tr><th>method</th>"
+            f"<th>path</th><th>parameters</th><th>what</th></tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table></main></body></html>")

@@ -28,24 +28,40 @@ class RecordedRun:
 
 
 def check_run_dir(directory: Path) -> Path:
-    """The events file of a run directory; ValueError says what is wrong."""
+    """The events file of a run directory; ValueError says what is wrong: no such directory,
+    no events file, an unreadable one, or one with no simulator record in it (garbage)."""
     if not directory.is_dir():
         raise ValueError(f"--replay {directory}: not a directory (give a simulator run directory)")
     events = directory / EVENTS_FILE
     if not events.is_file():
         raise ValueError(f"--replay {directory}: no {EVENTS_FILE} in it (not a simulator run?)")
+    try:
+        with events.open(encoding="utf-8", errors="replace") as lines:
+            if not any(_record(line) is not None for line in lines):
+                raise ValueError(f"--replay {directory}: {EVENTS_FILE} holds no simulator record "
+                                 f"(empty, or not the JSON lines `edgegrove simulate` writes)")
+    except OSError as exc:
+        raise ValueError(f"--replay {directory}: cannot read {EVENTS_FILE} ({exc.strerror})") from None
     return events
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """One line of events.jsonl as a record (a JSON object with its time), else None."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(record, dict) and isinstance(record.get("t"), (int, float)):
+        return record
+    return None
 
 
 def load_run(directory: Path) -> RecordedRun:
     """Reads a run directory. Lines that are not JSON objects (a run cut short) are skipped."""
     records: list[dict[str, Any]] = []
     for line in check_run_dir(directory).read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("t"), (int, float)):
+        record = _record(line)
+        if record is not None:
             records.append(record)
     config = _read_json(directory / "config.json")
     started = (directory / "config.json").stat().st_mtime if config else 0.0

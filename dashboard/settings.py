@@ -60,6 +60,9 @@ class DashboardSettings:
     # these origins (e.g. "https://fleet.example.org") may open /ws, so a foreign page in the
     # operator's browser cannot read the fleet. Sockets beyond the cap are refused.
     allowed_origins: tuple[str, ...] = ()
+    # Host names (besides the bind address, localhost and IP addresses) the dashboard answers
+    # to; "*" answers any. Other names are refused: a DNS-rebinding page cannot read the fleet.
+    allowed_hosts: tuple[str, ...] = ()
     max_websockets: int = 32
     # Serve a finished simulator run (its directory) instead of following a broker.
     replay: Path | None = None

@@ -64,7 +64,7 @@ def admin(mosquitto_broker: MosquittoBroker) -> Iterator[Client]:
 def dashboard(broker: MosquittoBroker, creds: Credentials, **extra: Any) -> TestClient:
     settings = DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
                                  password=creds.password, **extra)
-    return TestClient(create_app(settings))
+    return TestClient(create_app(settings), base_url="http://127.0.0.1")
 
 
 def fleet(client: TestClient) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def test_replay_serves_the_rounds_and_incidents_of_the_run(tmp_path: Path) -> No
     lines = [json.dumps(r) for r in run.records] + ["{truncated"]
     (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "config.json").write_text(json.dumps({"scenario": {"fleet": {"nodes": NODES}}}))
-    with TestClient(create_app(DashboardSettings(replay=tmp_path))) as client:
+    with TestClient(create_app(DashboardSettings(replay=tmp_path)), base_url="http://127.0.0.1") as client:
         rounds = client.get("/api/rounds").json()
         incidents = client.get("/api/incidents").json()
         fleet = client.get("/api/fleet").json()
