@@ -15,13 +15,15 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
 from dashboard.listener import BrokerUnavailable, MqttListener
+from dashboard.metrics import fleet_registry
 from dashboard.models import (
     BrokerModel,
     ConfigModel,
@@ -66,6 +68,8 @@ class Dashboard:
             run=RunInfo(fleet_size=fleet_size, total_rounds=total_rounds),
         )
         self.wall_offset = recorded.started_at if recorded else time.time() - time.monotonic()
+        # A replay is of its run's job, whatever --job says.
+        self.job = recorded.job if recorded is not None and recorded.job else settings.job
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
                                 self.wall_offset)
         self.replayed_until = _replay(self.store, recorded)
@@ -134,7 +138,7 @@ class Dashboard:
     def fleet(self) -> FleetModel:
         return fleet_model(
             self.store.state,
-            self.settings.job,
+            self.job,
             self.broker(),
             self.settings.controls_enabled,
             self.now(),
@@ -185,6 +189,14 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     async def index() -> FileResponse:
         return FileResponse(str(STATIC_DIR / "index.html"))
 
+    registry = fleet_registry(lambda: dash.store.state, dash.job)
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """The fleet and each node in Prometheus text format (rounds, round time, degraded
+        rounds, reroutes, suspicions, rejected frames, bytes, online)."""
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
     @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
     async def docs() -> str:
         return api_docs_page(app.openapi())
@@ -200,7 +212,7 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
 
     @app.get("/api/config", response_model=ConfigModel, tags=["fleet"])
     async def config() -> ConfigModel:
-        return ConfigModel(job=dash.settings.job, controls_enabled=dash.settings.controls_enabled,
+        return ConfigModel(job=dash.job, controls_enabled=dash.settings.controls_enabled,
                            push_interval=dash.settings.push_interval)
 
     @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"])

@@ -25,6 +25,7 @@ class RecordedRun:
     started_at: float  # Unix time of t = 0
     fleet_size: int | None
     total_rounds: int | None
+    job: str = ""  # the run's job, as its config.json says
 
 
 def check_run_dir(directory: Path) -> Path:
@@ -65,8 +66,9 @@ def load_run(directory: Path) -> RecordedRun:
             records.append(record)
     config = _read_json(directory / "config.json")
     started = (directory / "config.json").stat().st_mtime if config else 0.0
+    job = config.get("job")
     return RecordedRun(directory, records, started, _fleet_value(config, "nodes"),
-                       _fleet_value(config, "rounds"))
+                       _fleet_value(config, "rounds"), job if isinstance(job, str) else "")
 
 
 def replay_into(store: FleetStore, run: RecordedRun) -> None:

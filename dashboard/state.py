@@ -38,6 +38,7 @@ _LINK_EVENT: dict[str, str] = {
     "ok": "link_ok",
 }
 _MAX_TEXT = 200
+_SUSPICION_KINDS = frozenset({NoteKind.SUSPECTED, "suspected", "hung"})
 # An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
 # on the page that is a control the agent applied; injections are the simulator's to report.
 _AGENT_KIND_ALIASES: dict[str, str] = {NoteKind.FAULT_INJECTED: "control_applied"}
@@ -182,6 +183,7 @@ class Counters:
     timeouts: int = 0
     degraded_rounds: int = 0
     late_telemetry: int = 0  # telemetry for a round already dropped from the ring buffer
+    suspicions: int = 0  # events saying a node is suspected or hung (an agent's or ours)
 
 
 @dataclass(frozen=True)
@@ -485,6 +487,9 @@ def _finish(state: FleetState, drafts: Iterable[Draft], now: float, relink: bool
         for i, d in enumerate(all_drafts)
     )
     if events:
+        suspected = sum(e.kind in _SUSPICION_KINDS for e in events)
+        if suspected:
+            state = replace(state, counters=replace(state.counters, suspicions=state.counters.suspicions + suspected))
         kept = (*state.events, *events)[-state.max_events :]
         observed = [Observation(e.kind, e.node, e.peer, e.round, e.detail) for e in events]
         incidents = inc.observe(state.incidents, observed, state.fleet_round, now)

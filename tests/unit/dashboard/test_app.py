@@ -303,3 +303,25 @@ def test_api_docs_are_served_without_a_cdn(client: TestClient) -> None:
     assert docs.status_code == 200 and "/api/fleet" in docs.text and "/openapi.json" in docs.text
     assert "cdn" not in docs.text.lower() and "https://" not in docs.text
     assert client.get("/redoc").status_code == 404
+
+
+def test_metrics_in_prometheus_text_format(client: TestClient) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    feed_recording(store_of(client), "reroute.jsonl")
+    fleet = client.get("/api/fleet").json()
+    reply = client.get("/metrics")
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, s.labels.get("node", "")): s for f in text_string_to_metric_families(reply.text)
+               for s in f.samples}
+    assert samples[("edgegrove_rounds_total", "")].value == fleet["counters"]["rounds"] > 0
+    assert samples[("edgegrove_reroutes_total", "")].value == fleet["counters"]["reroutes"] == 3
+    assert samples[("edgegrove_bytes_sent_total", "")].value == fleet["counters"]["bytes_sent"]
+    assert samples[("edgegrove_nodes_online", "")].value == 7
+    assert samples[("edgegrove_latest_round", "")].value == fleet["counters"]["latest_round"]
+    assert samples[("edgegrove_rounds_total", "")].labels["job"] == "rec"
+    for node in fleet["nodes"]:
+        key = str(node["node"])
+        assert samples[("edgegrove_node_bytes_sent_total", key)].value == node["bytes_sent"]
+        assert samples[("edgegrove_node_last_round", key)].value == node["last_round"]
+        assert samples[("edgegrove_node_online", key)].value == 1
