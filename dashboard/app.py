@@ -42,10 +42,11 @@ from dashboard.models import (
 )
 from dashboard.replay import RecordedRun, load_run, replay_into
 from dashboard.settings import DashboardSettings
-from dashboard.state import FleetState, RunInfo, events_since, rounds_since
+from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
+FIRST_EVENTS = 5000  # events in a page's first snapshot; earlier ones by /api/events?before=
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
 WS_GOING_AWAY, WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1001, 1008, 1013
 
@@ -71,7 +72,7 @@ class Dashboard:
         # A replay is of its run's job, whatever --job says.
         self.job = recorded.job if recorded is not None and recorded.job else settings.job
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
-                                self.wall_offset)
+                                self.wall_offset, settings.max_history)
         self.replayed_until = _replay(self.store, recorded)
         self.listener: MqttListener | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -146,8 +147,9 @@ class Dashboard:
             self.refused,
         )
 
-    def events(self, since: int | None) -> list[EventModel]:
-        return [event_model(e, self.wall_offset) for e in events_since(self.store.state, since)]
+    def events(self, since: int | None, before: int | None = None, limit: int | None = None
+               ) -> list[EventModel]:
+        return [event_model(e, self.wall_offset) for e in self.store.events_page(since, before, limit)]
 
 
 def create_app(settings: DashboardSettings, publisher: Publisher | None = None) -> FastAPI:
@@ -228,8 +230,12 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/events", response_model=list[EventModel], tags=["fleet"])
     async def events(
         since: Annotated[int | None, Query(description="only events with seq above this")] = None,
+        before: Annotated[int | None, Query(description="only events with seq below this")] = None,
+        limit: Annotated[int | None, Query(ge=1, description="at most this many: the first after "
+                                           "`since`, or the last before `before`")] = None,
     ) -> list[EventModel]:
-        return dash.events(since)
+        """Every event of the run (the whole history; page it with since/before/limit)."""
+        return dash.events(since, before, limit)
 
     @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
     async def incidents() -> list[IncidentModel]:
@@ -332,7 +338,8 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
             full=sent_version is None,
             fleet=dash.fleet(),
             rounds=[round_model(r) for r in changed_rounds],
-            events=dash.events(sent_seq),
+            # A first snapshot carries the latest events; the page loads earlier ones by REST.
+            events=dash.events(sent_seq, limit=FIRST_EVENTS if sent_seq is None else None),
         )
         await socket.send_text(message.model_dump_json())
         sent_version, sent_seq = state.version, state.next_seq - 1

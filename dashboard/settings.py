@@ -50,6 +50,8 @@ class DashboardSettings:
     # Memory bounds: the last rounds and events kept for the page and the REST API.
     max_rounds: int = 2000
     max_events: int = 2000
+    # The whole history of events (served paged by /api/events) is kept up to this many.
+    max_history: int = 1_000_000
     # A node that stays silent this long while the fleet moves on is suspected, then hung.
     suspect_after: float = 5.0
     hung_after: float = 15.0

@@ -325,3 +325,22 @@ def test_metrics_in_prometheus_text_format(client: TestClient) -> None:
         assert samples[("edgegrove_node_bytes_sent_total", key)].value == node["bytes_sent"]
         assert samples[("edgegrove_node_last_round", key)].value == node["last_round"]
         assert samples[("edgegrove_node_online", key)].value == 1
+
+
+def test_every_event_is_kept_and_served_in_pages() -> None:
+    settings = DashboardSettings(job="rec", max_events=50)  # the state's ring buffer: small
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as many:
+        store = store_of(many)
+        for round_no in range(400):  # a degraded round is one event each
+            msg = Telemetry(1, round_no, 1, "ft", 0.1, degraded=True, missing_chunks=1)
+            store.ingest("edgegrove/rec/telemetry/1", msg.encode())
+        total = store.state.next_seq - 1
+        assert len(store.state.events) == 50 and total >= 400
+        everything = many.get("/api/events").json()
+        assert [e["seq"] for e in everything] == list(range(1, total + 1))
+        page = many.get("/api/events", params={"before": 101, "limit": 30}).json()
+        assert [e["seq"] for e in page] == list(range(71, 101))
+        forward = many.get("/api/events", params={"since": 10, "limit": 5}).json()
+        assert [e["seq"] for e in forward] == [11, 12, 13, 14, 15]
+        last = many.get("/api/events", params={"limit": 3}).json()
+        assert [e["seq"] for e in last] == [total - 2, total - 1, total]
