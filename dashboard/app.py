@@ -40,7 +40,7 @@ from dashboard.models import (
     incident_model,
     round_model,
 )
-from dashboard.replay import RecordedRun, load_run, replay_into
+from dashboard.replay import RecordedRun, RoundSnapshot, load_run, replay_into, snapshot_at
 from dashboard.settings import DashboardSettings
 from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
@@ -73,7 +73,8 @@ class Dashboard:
         self.job = recorded.job if recorded is not None and recorded.job else settings.job
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
                                 self.wall_offset, settings.max_history)
-        self.replayed_until = _replay(self.store, recorded)
+        self.snapshots: dict[int, RoundSnapshot] = {}
+        self.replayed_until = self._replay(recorded)
         self.listener: MqttListener | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.websockets = 0
@@ -83,6 +84,12 @@ class Dashboard:
         self._fed = self._ingested = 0  # simulator records handed over / reduced
         self.closing = False
         self._publisher = publisher
+
+    def _replay(self, recorded: RecordedRun | None) -> float | None:
+        if recorded is None:
+            return None
+        self.snapshots = replay_into(self.store, recorded)
+        return float(recorded.records[-1]["t"]) if recorded.records else 0.0
 
     def now(self) -> float:
         """The dashboard's clock; a replay stands still at the run's last record."""
@@ -136,16 +143,17 @@ class Dashboard:
             connects=0 if listener is None else listener.connects,
         )
 
-    def fleet(self) -> FleetModel:
-        return fleet_model(
-            self.store.state,
-            self.job,
-            self.broker(),
-            self.settings.controls_enabled,
-            self.now(),
-            self.wall_offset,
-            self.refused,
-        )
+    def fleet(self, at_round: int | None = None) -> FleetModel:
+        """The fleet now, or (a replay) as it was when ``at_round`` was the latest round."""
+        state, now = self.store.state, self.now()
+        if at_round is not None:
+            snapshot = snapshot_at(self.snapshots, at_round)
+            if snapshot is None:
+                raise LookupError(f"no state at round {at_round}: the slider is for replays, "
+                                  f"from round {min(self.snapshots, default=0)}")
+            state, now = snapshot.state, snapshot.time
+        return fleet_model(state, self.job, self.broker(), self.settings.controls_enabled, now,
+                           self.wall_offset, self.refused)
 
     def events(self, since: int | None, before: int | None = None, limit: int | None = None
                ) -> list[EventModel]:
@@ -217,9 +225,16 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
         return ConfigModel(job=dash.job, controls_enabled=dash.settings.controls_enabled,
                            push_interval=dash.settings.push_interval)
 
-    @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"])
-    async def fleet() -> FleetModel:
-        return dash.fleet()
+    @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"],
+             responses={404: {"description": "no state at that round (not a replay, or before its first)"}})
+    async def fleet(
+        at_round: Annotated[int | None, Query(
+            alias="round", description="a replay: the fleet as it was at this round")] = None,
+    ) -> FleetModel:
+        try:
+            return dash.fleet(at_round)
+        except LookupError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
 
     @app.get("/api/rounds", response_model=list[RoundModel], tags=["fleet"])
     async def rounds(
@@ -316,13 +331,6 @@ def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
             dash.store.unsubscribe(changed)
             dash.sent_versions.pop(id(socket), None)
             dash.websockets -= 1
-
-
-def _replay(store: FleetStore, recorded: RecordedRun | None) -> float | None:
-    if recorded is None:
-        return None
-    replay_into(store, recorded)
-    return float(recorded.records[-1]["t"]) if recorded.records else 0.0
 
 
 async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.Event) -> None:

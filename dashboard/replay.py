@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboard.listener import TICK_SECONDS
+from dashboard.state import FleetState
 from dashboard.store import FleetStore
 
 EVENTS_FILE = "events.jsonl"
@@ -71,7 +72,18 @@ def load_run(directory: Path) -> RecordedRun:
                        _fleet_value(config, "rounds"), job if isinstance(job, str) else "")
 
 
-def replay_into(store: FleetStore, run: RecordedRun) -> None:
+@dataclass(frozen=True)
+class RoundSnapshot:
+    """The fleet as the live page had it when ``round`` was the highest round finished."""
+
+    state: FleetState
+    time: float  # the run's clock then
+
+
+def replay_into(store: FleetStore, run: RecordedRun) -> dict[int, RoundSnapshot]:
+    """Feed the run; returns, per round, the last state before the fleet finished the next
+    one (the replay's round slider shows these)."""
+    snapshots: dict[int, RoundSnapshot] = {}
     next_tick = TICK_SECONDS
     for record in run.records:
         t = float(record["t"])
@@ -79,9 +91,19 @@ def replay_into(store: FleetStore, run: RecordedRun) -> None:
             store.tick_at(next_tick)
             next_tick += TICK_SECONDS
         store.ingest_record(record, now=t)
+        latest = store.state.latest_round
+        if latest is not None:
+            snapshots[latest] = RoundSnapshot(store.state, t)
     state = store.state
     store.state = replace(state, run=replace(state.run, phase="finished",
                                              replay_of=str(run.directory)))
+    return snapshots
+
+
+def snapshot_at(snapshots: dict[int, RoundSnapshot], round_no: int) -> RoundSnapshot | None:
+    """The snapshot of ``round_no``, or of the last round before it the run has one for."""
+    known = [r for r in snapshots if r <= round_no]
+    return snapshots[max(known)] if known else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -169,6 +169,16 @@ def test_replay_serves_the_rounds_and_incidents_of_the_run(tmp_path: Path) -> No
         rounds = client.get("/api/rounds").json()
         incidents = client.get("/api/incidents").json()
         fleet = client.get("/api/fleet").json()
+        # The round slider: node 5 out at round 65, back at 91.
+        at_65 = client.get("/api/fleet", params={"round": 65}).json()
+        at_91 = client.get("/api/fleet", params={"round": 91}).json()
+        before = client.get("/api/fleet", params={"round": -1})
+    node5 = lambda f: next(n for n in f["nodes"] if n["node"] == 5)  # noqa: E731
+    assert node5(at_65)["state"] == "offline" and 5 not in at_65["view"]["members"]
+    assert [i["active"] for i in at_65["incidents"] if i["kind"] == "crash"] == [True]
+    assert node5(at_91)["state"] in ("online", "rejoining") and 5 in at_91["view"]["members"]
+    assert at_65["counters"]["latest_round"] == 65
+    assert before.status_code == 404
     assert [r["round"] for r in rounds] == sorted(run.state.rounds)
     assert [(i["kind"], i["start_round"], i["end_round"]) for i in incidents] == [
         (i.kind, i.start_round, i.end_round) for i in run.state.incidents]
