@@ -35,15 +35,17 @@ const FILTERS = {
     "link_healed", "reroute", "timeout"]),
 };
 const CHATTY = new Set(["pull", "relay", "nack", "degraded", "timeout", "reroute", "resync"]);
-const MAX_EVENTS_KEPT = 1200;
+const MAX_EVENTS_KEPT = 200000; // the whole history of a long run; earlier pages load on request
+const EARLIER_PAGE = 5000;
 const MAX_ROWS_SHOWN = 300;
 const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate"]);
 const NEEDS_PEER = new Set(["cut", "heal"]);
 const NEEDS_VALUE = new Set(["loss", "latency"]);
 const OUTCOME_WAIT_MS = 8000;
 
-const model = { fleet: null, rounds: new Map(), events: [] };
-const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {} };
+const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
+// atRound: the replay slider's round (null: the end of the run, or live).
+const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -140,9 +142,13 @@ function renderConnection(open) {
 
 // ------------------------------------------------------------------ rendering
 
+// The fleet the page shows: a replay's state at the slider's round, else the latest.
+function shownFleet() { return ui.atRound !== null && model.atFleet ? model.atFleet : model.fleet; }
+
 function render() {
-  const fleet = model.fleet;
+  const fleet = shownFleet();
   if (!fleet) return;
+  renderReplayBar(model.fleet);
   document.getElementById("job").textContent = fleet.job;
   const replay = Boolean(fleet.run.replay_of);
   const finished = fleet.run.phase !== "live";
@@ -405,11 +411,69 @@ function eventRow(g) {
   return li;
 }
 
+function replayRounds() {
+  const rounds = [...model.rounds.keys()];
+  return rounds.length ? [Math.min(...rounds), Math.max(...rounds)] : [0, 0];
+}
+
+function renderReplayBar(fleet) {
+  const bar = document.getElementById("replay-bar");
+  bar.hidden = !fleet.run.replay_of;
+  if (bar.hidden) return;
+  const slider = document.getElementById("replay-round");
+  const [first, last] = replayRounds();
+  slider.min = String(first);
+  slider.max = String(last);
+  if (ui.atRound === null) slider.value = String(last);
+  document.getElementById("replay-round-value").textContent = ui.atRound === null
+    ? `round ${last} (end of the run)` : `round ${ui.atRound}`;
+  bar.dataset.round = ui.atRound === null ? "end" : String(ui.atRound);
+  bar.dataset.loaded = ui.atRound === null || (model.atFleet && model.atFleet.counters.latest_round !== null)
+    ? "true" : "false";
+}
+
+async function showRound(round) {
+  // Ask the server for the fleet at that round; a later request wins over an earlier one.
+  const [, last] = replayRounds();
+  const asked = ++ui.atAsked;
+  if (round >= last) { ui.atRound = null; model.atFleet = null; scheduleRender(); return; }
+  ui.atRound = round;
+  document.getElementById("replay-bar").dataset.loaded = "false";
+  const reply = await fetch(`/api/fleet?round=${round}`);
+  if (asked !== ui.atAsked) return;
+  if (reply.ok) model.atFleet = await reply.json();
+  scheduleRender();
+}
+
+function stepRound(delta) {
+  const slider = document.getElementById("replay-round");
+  const value = Math.min(Number(slider.max), Math.max(Number(slider.min), Number(slider.value) + delta));
+  slider.value = String(value);
+  showRound(value);
+}
+
+async function loadEarlierEvents() {
+  const first = model.events.length ? model.events[0].seq : null;
+  if (first === null || first <= 1) return;
+  const reply = await fetch(`/api/events?before=${first}&limit=${EARLIER_PAGE}`);
+  if (!reply.ok) return;
+  const older = await reply.json();
+  model.events = older.concat(model.events.filter((e) => e.seq >= first));
+  scheduleRender();
+}
+
 function renderEvents() {
   const list = document.getElementById("events");
-  const groups = groupEvents(filteredEvents()).slice(-MAX_ROWS_SHOWN).reverse();
-  document.getElementById("event-count").textContent =
-    model.fleet ? `${model.fleet.counters.events} events` : "";
+  const shown = ui.atRound === null ? filteredEvents()
+    : filteredEvents().filter((e) => e.round === null || e.round <= ui.atRound);
+  const groups = groupEvents(shown).slice(-MAX_ROWS_SHOWN).reverse();
+  const first = model.events.length ? model.events[0].seq : 1;
+  const total = model.fleet ? model.fleet.counters.events : 0;
+  document.getElementById("event-count").textContent = model.fleet
+    ? (first > 1 ? `${model.events.length} of ${total} events loaded` : `${total} events`) : "";
+  const earlier = document.getElementById("events-earlier");
+  earlier.hidden = first <= 1;
+  earlier.textContent = `load earlier events (${first - 1} more)`;
   list.replaceChildren(...(groups.length ? groups.map(eventRow)
     : [html("li", "none", "Nothing of this kind yet.")]));
 }
@@ -802,6 +866,16 @@ document.getElementById("control-form").addEventListener("input", updateControlF
 document.getElementById("control-token").value = sessionStorage.getItem("edgegrove-token") || "";
 document.getElementById("event-filters").addEventListener("click", (e) => {
   if (e.target.dataset && e.target.dataset.filter) setFilter(e.target.dataset.filter);
+});
+document.getElementById("events-earlier").addEventListener("click", loadEarlierEvents);
+document.getElementById("replay-round").addEventListener("input", (e) => showRound(Number(e.target.value)));
+document.getElementById("replay-end").addEventListener("click", () => { ui.atAsked += 1; ui.atRound = null; model.atFleet = null; scheduleRender(); });
+document.addEventListener("keydown", (e) => {
+  // Keyboard steps through a replay: [ and ] (or arrows on the slider itself) by one round.
+  if (document.getElementById("replay-bar").hidden || e.target.matches("input:not([type=range]), select, textarea")) return;
+  if (e.target.id === "replay-round") return; // the slider steps itself on arrows
+  if (e.key === "[" || e.key === "ArrowLeft") { stepRound(-1); e.preventDefault(); }
+  if (e.key === "]" || e.key === "ArrowRight") { stepRound(1); e.preventDefault(); }
 });
 document.getElementById("time-agent").addEventListener("change", (e) => {
   ui.timeAgent = e.target.value;

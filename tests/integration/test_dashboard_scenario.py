@@ -16,7 +16,9 @@ What it checks on the page, against the simulator's own event log:
   - no horizontal overflow at 390 px, no page errors; after the run the page says it finished,
     shows the last live state (no link failed, no node offline because the run ended) and its
     controls are disabled;
-  - `--replay` of the run serves the same rounds and incidents as the live page had.
+  - `--replay` of the run serves the same rounds and incidents as the live page had, under the
+    run's job; its round slider shows node 5 offline at round 65 and back at round 95, and
+    the arrow keys step it.
 Screenshots at 1440 and 390 px (during the crash) go to the artifacts directory; the README's
 copies in docs/img/ come from there.
 """
@@ -383,6 +385,31 @@ def check_replay(browser: Browser, run_dir: Path, live_rounds: list[int],
         assert incidents == live_incidents
         for chart in CHARTS:
             assert band_starts(page, chart, "link"), chart
+        assert page.inner_text("#job") == json.loads((run_dir / "config.json").read_text())["job"]
+        check_replay_slider(page)
         shutil.copy(save_screenshot(page, "replay"), run_dir / "replay.png")
         print(f"replay: {len(rounds)} rounds, {len(incidents)} incidents, same as live")
         page.close()
+
+
+def slide_to(page: Page, round_no: int) -> None:
+    page.evaluate(f"""() => {{ const s = document.querySelector('#replay-round');
+        s.value = '{round_no}'; s.dispatchEvent(new Event('input')); }}""")
+    page.wait_for_function(f"""() => document.querySelector('#replay-bar').dataset.round === '{round_no}'
+        && document.querySelector('#replay-bar').dataset.loaded === 'true'
+        && model.atFleet && model.atFleet.counters.latest_round === {round_no}""", timeout=30_000)
+
+
+def check_replay_slider(page: Page) -> None:
+    slide_to(page, 65)
+    page.wait_for_selector('#tree .node[data-node="5"][data-state="offline"]', timeout=10_000)
+    assert page.locator(incident_selector("crash", "5")).count() == 1  # active then
+    slide_to(page, 95)
+    page.wait_for_selector('#tree .node[data-node="5"][data-state="online"]', timeout=10_000)
+    page.focus("#replay-round")
+    page.keyboard.press("ArrowLeft")  # the slider steps one round
+    page.wait_for_function("() => document.querySelector('#replay-bar').dataset.round === '94'",
+                           timeout=10_000)
+    page.click("#replay-end")
+    page.wait_for_function("() => document.querySelector('#replay-bar').dataset.round === 'end'",
+                           timeout=10_000)
