@@ -46,7 +46,7 @@ class FleetCollector(Collector):
         for reason, count in sorted(rejected_frames(s).items()):
             rejected.add_metric([self.job, reason], count)
         yield rejected
-        for name, doc, value in (
+        gauges: tuple[tuple[str, str, float], ...] = (
             ("latest_round", "Highest round any node finished", s.latest_round if s.latest_round is not None else -1),
             ("round_seconds", "The slowest agent's time in the latest round",
              latest.round_seconds if latest else 0.0),
@@ -57,8 +57,9 @@ class FleetCollector(Collector):
             ("view_members", "Members of the current view", len(s.view.members) if s.view else 0),
             ("active_incidents", "Incidents not yet recovered", sum(i.active for i in s.incidents)),
             ("finished", "1 once the run is over (being stopped, or ended)", int(s.run.phase != "live")),
-        ):
-            yield _one(GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["job"]), job, value)
+        )
+        for name, doc, reading in gauges:
+            yield _one(GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["job"]), job, reading)
 
     def _nodes(self, s: FleetState) -> Iterable[Metric]:
         labels = ["job", "node"]
