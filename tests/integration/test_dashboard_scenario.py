@@ -129,12 +129,18 @@ def open_page(browser: Browser, url: str, width: int, errors: list[str]) -> Page
     return page
 
 
-# What the tree drew, redraw by redraw: the round shown and the links drawn rerouted.
+# What the tree drew, redraw by redraw: the round shown, the links drawn rerouted, and the
+# colours of the at-fault rings.
 RECORD_LINKS = """
 window.drawnLinks = [];
+window.ringStrokes = [];
 new MutationObserver(() => {
   const tree = document.querySelector('#tree');
   if (!tree) return;
+  for (const ring of tree.querySelectorAll('.node circle.fault-ring')) {
+    const stroke = getComputedStyle(ring).stroke;
+    if (!window.ringStrokes.includes(stroke)) window.ringStrokes.push(stroke);
+  }
   const round = Number(document.querySelector('[data-counter="round"] .value')?.textContent || 0);
   const rerouted = [...tree.querySelectorAll('.link[data-state="rerouted"]')].map(e => `${e.dataset.a}-${e.dataset.b}`);
   const last = window.drawnLinks[window.drawnLinks.length - 1];
@@ -315,14 +321,13 @@ def check_hang_and_loss(page: Page, run: SimRun) -> None:
         model.fleet.incidents.some(i => i.kind === 'loss' && i.targets.join('-') === '4' && i.active),
         document.querySelector('#tree .node[data-node="4"]').dataset.atFault]""")
     assert not active or at_fault == "true", (active, at_fault)
-    # The ring of the node at fault is drawn in a colour, not the card's white.
-    page.wait_for_selector('#tree .node[data-node="4"] circle.fault-ring', state="attached",
-                           timeout=PHASE_TIMEOUT_MS)
-    ring, card = page.evaluate("""() => {
-        const ring = document.querySelector('#tree .node[data-node="4"] circle.fault-ring');
-        return [getComputedStyle(ring).stroke, getComputedStyle(ring.closest('.card')).backgroundColor];
-    }""")
-    assert ring not in (card, "none", "rgb(255, 255, 255)"), f"ring stroke {ring} on a card of {card}"
+    # The ring of a node at fault (the crashed, hung or lossy node), as drawn redraw by
+    # redraw: in a colour, not the card's white.
+    rings = page.evaluate("window.ringStrokes")
+    card = page.evaluate("getComputedStyle(document.querySelector('#tree').closest('.card')).backgroundColor")
+    print(f"at-fault rings drawn: {rings} on a card of {card}")
+    assert rings, "no at-fault ring drawn during the crash, the hang or the loss"
+    assert not set(rings) & {card, "none", "rgb(255, 255, 255)"}, f"ring strokes {rings} on a card of {card}"
     assert run.fault("loss", "heal")["round"] <= wait_recovered(page, "loss", "4")
     assert page.locator(loss).count() == 0, "the loss is still listed after its recovery"
 
