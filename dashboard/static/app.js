@@ -148,13 +148,14 @@ function shownFleet() { return ui.atRound !== null && model.atFleet ? model.atFl
 function render() {
   const fleet = shownFleet();
   if (!fleet) return;
-  renderReplayBar(model.fleet);
-  document.getElementById("job").textContent = fleet.job;
-  const replay = Boolean(fleet.run.replay_of);
-  const finished = fleet.run.phase !== "live";
-  setPill("broker-pill", fleet.broker.connected || replay,
-    replay ? "recorded run" : finished ? "run finished" : fleet.broker.connected ? "broker connected"
-      : `broker: ${fleet.broker.last_error || "disconnected"}`);
+  const latest = model.fleet; // the run as a whole: its phase, its broker, its controls
+  renderReplayBar(latest);
+  document.getElementById("job").textContent = latest.job;
+  const replay = Boolean(latest.run.replay_of);
+  const finished = latest.run.phase !== "live";
+  setPill("broker-pill", latest.broker.connected || replay,
+    replay ? "recorded run" : finished ? "run finished" : latest.broker.connected ? "broker connected"
+      : `broker: ${latest.broker.last_error || "disconnected"}`);
   // A finished run's broker is no evidence of anything: neutral, not green.
   if (finished) document.getElementById("broker-pill").dataset.ok = "finished";
   const view = fleet.view;
@@ -167,7 +168,7 @@ function render() {
   renderEvents();
   renderCharts();
   renderNodes(fleet);
-  renderControls(fleet);
+  renderControls(latest);
 }
 
 function recoveryText(i) {
