@@ -231,10 +231,11 @@ def wait_recovered(page: Page, kind: str, targets: str) -> int:
 
 
 def check_link_cut(page: Page, run: SimRun) -> None:
-    link = incident_selector("link", "1-3")
-    page.wait_for_selector(f'{link}[data-source="injected"]', timeout=PHASE_TIMEOUT_MS)
+    wait_known_and_listed_while_active(page, "link", "1-3", PHASE_TIMEOUT_MS)
     cut = run.fault("link", "inject")
-    assert page.get_attribute(link, "data-start") == str(cut["round"])
+    source, start = page.evaluate("""() => { const i = model.fleet.incidents.find(i =>
+        i.kind === 'link' && i.targets.join('-') === '1-3'); return [i.source, i.start_round]; }""")
+    assert (source, start) == ("injected", cut["round"])
     for chart in CHARTS:
         page.wait_for_selector(f'#{chart} rect.incident-band[data-kind="link"]', timeout=10_000)
     heal = run.fault("link", "heal")["round"]
