@@ -297,6 +297,10 @@ def check_rejoin(page: Page, run: SimRun) -> None:
     recovered = wait_recovered(page, "crash", "5")
     back = readmitted_round(run, heal["t"])
     assert abs(recovered - back) <= 1, f"crash recovered at r{recovered}, node 5 readmitted at r{back}"
+    # Active from the kill to the readmission: the restart undid the fault but did not end it.
+    healed, ended = page.evaluate("""() => { const i = model.fleet.incidents.find(i =>
+        i.kind === 'crash' && i.targets.join('-') === '5'); return [i.healed_round, i.end_round]; }""")
+    assert (healed, ended) == (heal["round"], recovered), (healed, ended)
     after_restart = [(r, listed) for r, listed in seen if heal["round"] + 1 <= r < back - 1]
     print(f"crash: restarted r{heal['round']}, readmitted r{back}, recovered r{recovered}; "
           f"{len(after_restart)} looks in between")
