@@ -237,7 +237,9 @@ def check_link_cut(page: Page, run: SimRun) -> None:
         i.kind === 'link' && i.targets.join('-') === '1-3'); return [i.source, i.start_round]; }""")
     assert (source, start) == ("injected", cut["round"])
     for chart in CHARTS:
-        page.wait_for_selector(f'#{chart} rect.incident-band[data-kind="link"]', timeout=10_000)
+        # attached: the band is zero wide while the page shows the cut's first round
+        page.wait_for_selector(f'#{chart} rect.incident-band[data-kind="link"]', state="attached",
+                               timeout=30_000)
     heal = run.fault("link", "heal")["round"]
     assert heal == cut["round"] + 10
     recovered = wait_recovered(page, "link", "1-3")
