@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import secrets
 import time
 from collections import Counter
@@ -14,12 +15,15 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
 from dashboard.guards import check_control, origin_allowed
+from dashboard.hardening import HardeningMiddleware
 from dashboard.listener import BrokerUnavailable, MqttListener
+from dashboard.metrics import fleet_registry
 from dashboard.models import (
     BrokerModel,
     ConfigModel,
@@ -36,12 +40,13 @@ from dashboard.models import (
     incident_model,
     round_model,
 )
-from dashboard.replay import RecordedRun, load_run, replay_into
+from dashboard.replay import RecordedRun, RoundSnapshot, load_run, replay_into, snapshot_at
 from dashboard.settings import DashboardSettings
-from dashboard.state import FleetState, RunInfo, events_since, rounds_since
+from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
+FIRST_EVENTS = 5000  # events in a page's first snapshot; earlier ones by /api/events?before=
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
 WS_GOING_AWAY, WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1001, 1008, 1013
 
@@ -64,9 +69,12 @@ class Dashboard:
             run=RunInfo(fleet_size=fleet_size, total_rounds=total_rounds),
         )
         self.wall_offset = recorded.started_at if recorded else time.time() - time.monotonic()
+        # A replay is of its run's job, whatever --job says.
+        self.job = recorded.job if recorded is not None and recorded.job else settings.job
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
-                                self.wall_offset)
-        self.replayed_until = _replay(self.store, recorded)
+                                self.wall_offset, settings.max_history)
+        self.snapshots: dict[int, RoundSnapshot] = {}
+        self.replayed_until = self._replay(recorded)
         self.listener: MqttListener | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.websockets = 0
@@ -76,6 +84,12 @@ class Dashboard:
         self._fed = self._ingested = 0  # simulator records handed over / reduced
         self.closing = False
         self._publisher = publisher
+
+    def _replay(self, recorded: RecordedRun | None) -> float | None:
+        if recorded is None:
+            return None
+        self.snapshots = replay_into(self.store, recorded)
+        return float(recorded.records[-1]["t"]) if recorded.records else 0.0
 
     def now(self) -> float:
         """The dashboard's clock; a replay stands still at the run's last record."""
@@ -129,19 +143,21 @@ class Dashboard:
             connects=0 if listener is None else listener.connects,
         )
 
-    def fleet(self) -> FleetModel:
-        return fleet_model(
-            self.store.state,
-            self.settings.job,
-            self.broker(),
-            self.settings.controls_enabled,
-            self.now(),
-            self.wall_offset,
-            self.refused,
-        )
+    def fleet(self, at_round: int | None = None) -> FleetModel:
+        """The fleet now, or (a replay) as it was when ``at_round`` was the latest round."""
+        state, now = self.store.state, self.now()
+        if at_round is not None:
+            snapshot = snapshot_at(self.snapshots, at_round)
+            if snapshot is None:
+                raise LookupError(f"no state at round {at_round}: the slider is for replays, "
+                                  f"from round {min(self.snapshots, default=0)}")
+            state, now = snapshot.state, snapshot.time
+        return fleet_model(state, self.job, self.broker(), self.settings.controls_enabled, now,
+                           self.wall_offset, self.refused)
 
-    def events(self, since: int | None) -> list[EventModel]:
-        return [event_model(e, self.wall_offset) for e in events_since(self.store.state, since)]
+    def events(self, since: int | None, before: int | None = None, limit: int | None = None
+               ) -> list[EventModel]:
+        return [event_model(e, self.wall_offset) for e in self.store.events_page(since, before, limit)]
 
 
 def create_app(settings: DashboardSettings, publisher: Publisher | None = None) -> FastAPI:
@@ -166,7 +182,13 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
         description="The live state of one Edgegrove training job: fleet, tree, rounds, events.",
         version="0.1.0",
         lifespan=lifespan,
+        # FastAPI's own /docs and /redoc load their scripts from a CDN: blank offline.
+        docs_url=None,
+        redoc_url=None,
     )
+    app.add_middleware(HardeningMiddleware, bind_host=settings.host,
+                       allowed_hosts=settings.allowed_hosts,
+                       on_refused=lambda reason: dash.refused.update([reason]))
     app.state.dashboard = dash
     _add_api_routes(app, dash)
     _add_websocket(app, dash)
@@ -176,6 +198,18 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(str(STATIC_DIR / "index.html"))
+
+    registry = fleet_registry(lambda: dash.store.state, dash.job)
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """The fleet and each node in Prometheus text format (rounds, round time, degraded
+        rounds, reroutes, suspicions, rejected frames, bytes, online)."""
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
+    async def docs() -> str:
+        return api_docs_page(app.openapi())
 
     return app
 
@@ -188,12 +222,19 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
 
     @app.get("/api/config", response_model=ConfigModel, tags=["fleet"])
     async def config() -> ConfigModel:
-        return ConfigModel(job=dash.settings.job, controls_enabled=dash.settings.controls_enabled,
+        return ConfigModel(job=dash.job, controls_enabled=dash.settings.controls_enabled,
                            push_interval=dash.settings.push_interval)
 
-    @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"])
-    async def fleet() -> FleetModel:
-        return dash.fleet()
+    @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"],
+             responses={404: {"description": "no state at that round (not a replay, or before its first)"}})
+    async def fleet(
+        at_round: Annotated[int | None, Query(
+            alias="round", description="a replay: the fleet as it was at this round")] = None,
+    ) -> FleetModel:
+        try:
+            return dash.fleet(at_round)
+        except LookupError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
 
     @app.get("/api/rounds", response_model=list[RoundModel], tags=["fleet"])
     async def rounds(
@@ -204,8 +245,12 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/events", response_model=list[EventModel], tags=["fleet"])
     async def events(
         since: Annotated[int | None, Query(description="only events with seq above this")] = None,
+        before: Annotated[int | None, Query(description="only events with seq below this")] = None,
+        limit: Annotated[int | None, Query(ge=1, description="at most this many: the first after "
+                                           "`since`, or the last before `before`")] = None,
     ) -> list[EventModel]:
-        return dash.events(since)
+        """Every event of the run (the whole history; page it with since/before/limit)."""
+        return dash.events(since, before, limit)
 
     @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
     async def incidents() -> list[IncidentModel]:
@@ -288,13 +333,6 @@ def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
             dash.websockets -= 1
 
 
-def _replay(store: FleetStore, recorded: RecordedRun | None) -> float | None:
-    if recorded is None:
-        return None
-    replay_into(store, recorded)
-    return float(recorded.records[-1]["t"]) if recorded.records else 0.0
-
-
 async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.Event) -> None:
     """Full history first, then deltas: at most one message per push_interval."""
     sent_version: int | None = None
@@ -308,7 +346,8 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
             full=sent_version is None,
             fleet=dash.fleet(),
             rounds=[round_model(r) for r in changed_rounds],
-            events=dash.events(sent_seq),
+            # A first snapshot carries the latest events; the page loads earlier ones by REST.
+            events=dash.events(sent_seq, limit=FIRST_EVENTS if sent_seq is None else None),
         )
         await socket.send_text(message.model_dump_json())
         sent_version, sent_seq = state.version, state.next_seq - 1
@@ -317,3 +356,22 @@ async def _push_snapshots(socket: WebSocket, dash: Dashboard, changed: asyncio.E
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), HEARTBEAT_SECONDS)
     await socket.close(code=WS_GOING_AWAY)
+
+
+def api_docs_page(schema: Mapping[str, Any]) -> str:
+    """The API's routes as one plain page, from the OpenAPI schema (served, no CDN)."""
+    rows = []
+    for path, operations in schema.get("paths", {}).items():
+        for method, op in operations.items():
+            params = ", ".join(p.get("name", "") for p in op.get("parameters", []))
+            text = op.get("description") or op.get("summary", "")
+            rows.append(f"<tr><td><code>{html.escape(method.upper())}</code></td>"
+                        f"<td><code>{html.escape(path)}</code></td><td>{html.escape(params)}</td>"
+                        f"<td>{html.escape(text)}</td></tr>")
+    title = html.escape(str(schema.get("info", {}).get("title", "API")))
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+            "<link rel=stylesheet href=/static/style.css></head><body><main class=card>"
+            f"<h1>{title}</h1><p>The full schema: <a href=/openapi.json>/openapi.json</a> "
+            "(load it into any OpenAPI viewer).</p><table class=nodes><thead><tr><th>method</th>"
+            f"<th>path</th><th>parameters</th><th>what</th></tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table></main></body></html>")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "Serve the live dashboard of one Edgegrove job: it subscribes to the job's status, view "
     "and telemetry topics on the broker and serves the page, a REST API (/api/fleet, "
-    "/api/rounds, /api/events, /api/incidents, docs at /docs) and a WebSocket. Fault controls "
+    "/api/rounds, /api/events, /api/incidents, /metrics for Prometheus, docs at /docs) and a WebSocket. Fault controls "
     "are enabled only with --control-token. With --replay RUN_DIR it serves a finished "
     "simulator run instead, with the same page, charts, incidents and timeline."
 )
@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
                              "WebSocket; the dashboard's own host is always allowed (repeatable)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="also answer requests whose Host is NAME (a DNS name the dashboard is "
+                             "reached by); the bind address, localhost and IP addresses always "
+                             "work; '*' answers any name (repeatable)")
     parser.add_argument("--max-websockets", type=int, default=32,
                         help="WebSocket connections served at once; more are refused")
 
@@ -125,6 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         suspect_after=args.hung_after / 3,
         replay=args.replay,
         allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(args.allow_host),
         max_websockets=args.max_websockets,
     )
 
@@ -143,15 +148,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgegrove dashboard: {exc}", file=sys.stderr)
         return 2
     url = url_of(settings.host, sock.getsockname()[1])
-    if settings.replay is not None:
-        print(f"dashboard: {url}  (replay of {settings.replay})", flush=True)
-    else:
-        print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
-              f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
-    if args.url_file is not None:
-        args.url_file.write_text(url + "\n", encoding="utf-8")
+
+    def announce() -> None:
+        """Once the server accepts requests (a replay is loaded by then): the URL works."""
+        if settings.replay is not None:
+            print(f"dashboard: {url}  (replay of {settings.replay})", flush=True)
+        else:
+            print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
+                  f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
+        if args.url_file is not None:
+            args.url_file.write_text(url + "\n", encoding="utf-8")
+
     try:
-        make_server(settings).run(sockets=[sock])
+        make_server(settings, on_started=announce).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
         return 130
     return 0

@@ -1,10 +1,12 @@
-"""Fault windows and incidents: inject -> detect -> heal, with the evidence. PURE, like state.py.
+"""Fault windows and incidents: inject -> detect -> recovered, with the evidence. PURE, like state.py.
 
-An incident opens when the simulator says it injected a fault (source "injected") or when the
-fleet's own signals show one nobody announced (source "detected": a crash, a hung node, a
-failed link). Later events of the same kind and targets are its evidence; it closes on the
-simulator's heal, or, for a detected one, when the fleet shows it recovered. Incidents are
-kept apart from the event ring buffer so that a long run never loses its early fault windows.
+An incident opens when the simulator says it injected a fault (source "injected"), when the
+operator made one with the dashboard's controls (source "operator"), or when the fleet's own
+signals show one nobody announced (source "detected": a crash, a hung node, a failed link).
+Later events of the same kind and targets are its evidence. Undoing the fault (a heal, a
+restart) does not end it: it ends when the fleet's own evidence shows its targets recovered,
+back in the view and reporting the fleet's model hash (``settle``). Incidents are kept apart
+from the event ring buffer so that a long run never loses its early fault windows.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Literal
 
 from agent.protocol.notes import NoteKind
 
-IncidentSource = Literal["injected", "detected"]
+IncidentSource = Literal["injected", "detected", "operator"]
 Key = tuple[str, tuple[int, ...]]
 
 MAX_INCIDENTS = 500
@@ -31,9 +33,11 @@ _DETECTS: dict[str, tuple[str, bool]] = {
     # A rerouted link may be the backup route in use, working as designed: evidence only.
     "link_rerouted": ("link", False),
 }
-# Fleet events that show a fault is over: they close a detected incident of that kind.
-_RECOVERS: dict[str, str] = {NoteKind.REJOIN: "crash", "recovered": "hang", "link_ok": "link",
-                             "offline": "model"}  # the refused node left
+# Fleet events that show a fault is over: they close a detected incident of that kind. A node
+# that crashed or hung is recovered only once back in the view with the fleet's hash (settle).
+_RECOVERS: dict[str, str] = {"link_ok": "link", "offline": "model"}  # the refused node left
+# Kinds that end on the fleet's evidence (settle), not on an event.
+SETTLED_KINDS = frozenset({"crash", "hang", "isolate", "loss", "latency", "bandwidth", "link"})
 # Titles of detected incidents whose kind alone does not say it ("crash node 3 ...").
 _TITLES = {"model": "model mismatch: node {}"}
 # Events that count as evidence for any active incident touching the event's node or peer:
@@ -55,7 +59,8 @@ class Incident:
     end_round: int | None = None
     end_time: float | None = None
     detected_round: int | None = None
-    recovered_round: int | None = None  # a crashed node's rejoin, a hung node's first report
+    recovered_round: int | None = None  # its targets back in the view with the fleet's hash
+    healed_round: int | None = None  # the fault undone (heal, restart, resume) by who made it
     evidence: tuple[str, ...] = ()
 
     @property
@@ -85,23 +90,49 @@ def targets_of(kind: str, nodes: Iterable[int]) -> tuple[int, ...]:
 
 
 def inject(incidents: tuple[Incident, ...], kind: str, nodes: Iterable[int], title: str,
-           round_no: int | None, now: float) -> tuple[Incident, ...]:
-    """The simulator injected a fault. A detected incident it explains becomes this one."""
+           round_no: int | None, now: float, source: IncidentSource = "injected"
+           ) -> tuple[Incident, ...]:
+    """The simulator (or the operator) made a fault. A detected incident it explains becomes
+    this one."""
     targets = targets_of(kind, nodes)
     found = _find_active(incidents, (kind, targets))
     if found is not None:
-        merged = replace(found, source="injected", title=title, start_round=round_no)
+        start = round_no if found.start_round is None else min(found.start_round, round_no or found.start_round)
+        merged = replace(found, source=source, title=title, start_round=start)
         return _replace(incidents, merged)
-    new = Incident(_next_id(incidents), kind, targets, title, "injected", round_no, now)
+    new = Incident(_next_id(incidents), kind, targets, title, source, round_no, now)
     return (*incidents, new)[-MAX_INCIDENTS:]
 
 
 def heal(incidents: tuple[Incident, ...], kind: str, nodes: Iterable[int], round_no: int | None,
          now: float) -> tuple[Incident, ...]:
+    """The fault was undone. A kind the fleet must show recovered stays active until it does."""
     found = _find_active(incidents, (kind, targets_of(kind, nodes)))
     if found is None:
         return incidents
-    return _replace(incidents, replace(found, end_round=round_no, end_time=now))
+    if kind in SETTLED_KINDS:
+        return _replace(incidents, replace(found, healed_round=round_no))
+    return _replace(incidents, replace(found, healed_round=round_no, end_round=round_no, end_time=now))
+
+
+def awaiting_recovery(incidents: tuple[Incident, ...]) -> list[Incident]:
+    """Active incidents that end on the fleet's evidence: undone faults, and detected ones."""
+    return [i for i in incidents if i.active and i.kind in SETTLED_KINDS
+            and (i.healed_round is not None or i.source == "detected")]
+
+
+def evidence_from(incident: Incident) -> int:
+    """The first round whose reports can show the incident over."""
+    if incident.healed_round is not None:
+        return incident.healed_round
+    return (incident.start_round or 0) + 1
+
+
+def settle(incidents: tuple[Incident, ...], recovered: dict[int, int], now: float
+           ) -> tuple[Incident, ...]:
+    """Close the incidents (by id) the fleet showed recovered, at the given rounds."""
+    return tuple(replace(i, recovered_round=recovered[i.id], end_round=recovered[i.id], end_time=now)
+                 if i.id in recovered and i.active else i for i in incidents)
 
 
 def close_all(incidents: tuple[Incident, ...], round_no: int | None, now: float
@@ -143,14 +174,14 @@ def _event_key(kind: str, e: Observation) -> Key:
 
 def _recover(incidents: tuple[Incident, ...], key: Key, round_no: int | None, now: float
              ) -> tuple[Incident, ...]:
-    """The fleet shows recovery: a detected incident closes; an injected one notes the round."""
+    """The fleet shows recovery: a detected incident closes; another one notes the round."""
     for incident in reversed(incidents):
         if incident.key != key or incident.recovered_round is not None:
             continue
         if incident.source == "detected" and incident.active:
             return _replace(incidents, replace(incident, recovered_round=round_no,
                                                end_round=round_no, end_time=now))
-        if incident.source == "injected":
+        if incident.kind not in SETTLED_KINDS:
             return _replace(incidents, replace(incident, recovered_round=round_no))
     return incidents
 

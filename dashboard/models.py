@@ -69,6 +69,9 @@ class NodeModel(BaseModel):
     model: str = Field("", description="its model's name")
     params: int = Field(0, description="its model's parameter count")
     model_mismatch: bool = Field(False, description="it runs another model than the fleet's view names (refused)")
+    exited: bool = Field(False, description="it left because the run is over; shown in its last live state")
+    relaying: list[int] = Field(default_factory=list,
+                                description="peers whose frames it relayed in its latest round")
     labels: list[int] = Field(default_factory=list,
                               description="training samples per label in its shard (index = label)")
 
@@ -87,12 +90,17 @@ class IncidentModel(BaseModel):
     kind: str
     targets: list[int]
     title: str
-    source: Literal["injected", "detected"]
+    source: Literal["injected", "detected", "operator"] = Field(
+        description="injected: by the simulator's scenario; operator: with the dashboard's "
+                    "controls; detected: seen by the fleet, announced by nobody")
     active: bool
     start_round: int | None
     end_round: int | None
     detected_round: int | None
-    recovered_round: int | None
+    recovered_round: int | None = Field(
+        description="the round its targets were back in the view with the fleet's model hash "
+                    "(None: no recovery seen yet)")
+    healed_round: int | None = Field(None, description="the round the fault was undone (heal, restart, resume)")
     start_time: float = Field(description="Unix time it opened")
     end_time: float | None
     evidence: list[str]
@@ -267,6 +275,8 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[
         params=info.params,
         model_mismatch=model_mismatch(view, info),
         labels=list(info.labels),
+        exited=info.exited,
+        relaying=sorted(info.relaying),
     )
 
 
@@ -284,7 +294,8 @@ def blamed_nodes(state: FleetState) -> frozenset[int]:
     blamed = {t for i in state.incidents if i.active and i.kind in _NODE_FAULTS for t in i.targets}
     degree: dict[int, int] = {}
     for link in state.links.values():
-        if link.state in _BAD_LINK:
+        # a backup route in use is the detour working, not a symptom of either end
+        if link.state in _BAD_LINK and not (link.state == "rerouted" and link.kind == "backup"):
             for end in (link.a, link.b):
                 degree[end] = degree.get(end, 0) + 1
     ranked = sorted(degree.values(), reverse=True)
@@ -298,7 +309,7 @@ def incident_model(i: Incident, wall_offset: float) -> IncidentModel:
         id=i.id, kind=i.kind, targets=list(i.targets), title=i.title, source=i.source,
         active=i.active, start_round=i.start_round, end_round=i.end_round,
         detected_round=i.detected_round, recovered_round=i.recovered_round,
-        start_time=round(i.start_time + wall_offset, 3),
+        healed_round=i.healed_round, start_time=round(i.start_time + wall_offset, 3),
         end_time=None if i.end_time is None else round(i.end_time + wall_offset, 3),
         evidence=list(i.evidence),
     )

@@ -101,10 +101,32 @@ def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
     entry = ControlOutcome(seq, now, str(record["action"])[:16], int(record["node"]),
                            peer if isinstance(peer, int) else None, applied, outcome)
     state = replace(state, controls=(*state.controls, entry)[-MAX_CONTROLS:])
+    if applied:
+        state = _operator_fault(state, entry, now)
     target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
     detail = f"{entry.action} {target}: {outcome}"
     draft = Draft("control", entry.node, entry.peer, state.fleet_round, detail)
     return with_events(state, [draft], now)
+
+
+# Commands the simulator carries out for the dashboard's operator: the fault each makes, and
+# the fault each undoes.
+_OPERATOR_MAKES = {"crash": "crash", "hang": "hang", "isolate": "isolate"}
+_OPERATOR_UNDOES = {"restart": "crash", "resume": "hang", "rejoin": "isolate"}
+
+
+def _operator_fault(state: FleetState, entry: ControlOutcome, now: float) -> FleetState:
+    """An applied command is the operator's fault (or its undoing), labelled as theirs."""
+    round_no = state.fleet_round
+    if entry.action in _OPERATOR_MAKES:
+        kind = _OPERATOR_MAKES[entry.action]
+        title = f"{kind} node {entry.node} (made by the operator from the dashboard)"
+        incidents = inc.inject(state.incidents, kind, (entry.node,), title, round_no, now, "operator")
+    elif entry.action in _OPERATOR_UNDOES:
+        incidents = inc.heal(state.incidents, _OPERATOR_UNDOES[entry.action], (entry.node,), round_no, now)
+    else:
+        return state
+    return replace(state, incidents=incidents)
 
 
 def _run(state: FleetState, record: Record, now: float) -> Result:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,21 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
-def make_server(settings: DashboardSettings) -> uvicorn.Server:
+class AnnouncingServer(uvicorn.Server):
+    """A uvicorn server that calls ``on_started`` once it listens and its app started."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None] | None = None) -> None:
+        super().__init__(config)
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.on_started is not None and not self.should_exit:
+            self.on_started()
+
+
+def make_server(settings: DashboardSettings, on_started: Callable[[], None] | None = None
+                ) -> uvicorn.Server:
     config = uvicorn.Config(
         create_app(settings),
         log_level="warning",
@@ -47,7 +61,7 @@ def make_server(settings: DashboardSettings) -> uvicorn.Server:
         ws_ping_interval=10,
         lifespan="on",
     )
-    return uvicorn.Server(config)
+    return AnnouncingServer(config, on_started)
 
 
 @dataclass

@@ -50,6 +50,8 @@ class DashboardSettings:
     # Memory bounds: the last rounds and events kept for the page and the REST API.
     max_rounds: int = 2000
     max_events: int = 2000
+    # The whole history of events (served paged by /api/events) is kept up to this many.
+    max_history: int = 1_000_000
     # A node that stays silent this long while the fleet moves on is suspected, then hung.
     suspect_after: float = 5.0
     hung_after: float = 15.0
@@ -60,6 +62,9 @@ class DashboardSettings:
     # these origins (e.g. "https://fleet.example.org") may open /ws, so a foreign page in the
     # operator's browser cannot read the fleet. Sockets beyond the cap are refused.
     allowed_origins: tuple[str, ...] = ()
+    # Host names (besides the bind address, localhost and IP addresses) the dashboard answers
+    # to; "*" answers any. Other names are refused: a DNS-rebinding page cannot read the fleet.
+    allowed_hosts: tuple[str, ...] = ()
     max_websockets: int = 32
     # Serve a finished simulator run (its directory) instead of following a broker.
     replay: Path | None = None

@@ -38,6 +38,7 @@ _LINK_EVENT: dict[str, str] = {
     "ok": "link_ok",
 }
 _MAX_TEXT = 200
+_SUSPICION_KINDS = frozenset({NoteKind.SUSPECTED, "suspected", "hung"})
 # An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
 # on the page that is a control the agent applied; injections are the simulator's to report.
 _AGENT_KIND_ALIASES: dict[str, str] = {NoteKind.FAULT_INJECTED: "control_applied"}
@@ -82,6 +83,12 @@ class NodeInfo:
     # The agent's rejected-frame counters are totals since it started: keep its latest.
     rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     links: Mapping[int, str] = field(default_factory=lambda: _frozen({}))
+    # Peers whose frames it relayed in its latest round: the backup link to each is in use.
+    relaying: frozenset[int] = frozenset()
+    returned_at: float | None = None  # `now` of the status that brought it back after a crash
+    # It left because the run is over (or it trained every round): the page keeps showing its
+    # last live state, and its links are not failed for it.
+    exited: bool = False
     # What its status says it trains: the model's fingerprint, name, parameter count, and its
     # shard's training samples per label.
     fingerprint: str = ""
@@ -136,6 +143,17 @@ class RoundSummary:
     missing_chunks: int = 0
     contributors: int = 0
     event_kinds: tuple[str, ...] = ()
+    model_hashes: tuple[str, ...] = ()  # every report's model hash: the fleet's is the common one
+
+    @property
+    def fleet_hash(self) -> str:
+        """The model hash at least two reports of the round agree on (the most common)."""
+        counts: dict[str, int] = {}
+        for h in self.model_hashes:
+            if h:
+                counts[h] = counts.get(h, 0) + 1
+        best = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
+        return best[0] if best[1] >= 2 or (best[1] == 1 and self.members == 1) else ""
 
     @property
     def loss(self) -> float | None:
@@ -165,6 +183,7 @@ class Counters:
     timeouts: int = 0
     degraded_rounds: int = 0
     late_telemetry: int = 0  # telemetry for a round already dropped from the ring buffer
+    suspicions: int = 0  # events saying a node is suspected or hung (an agent's or ours)
 
 
 @dataclass(frozen=True)
@@ -245,8 +264,13 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
         (old.status == "offline" and msg.state != "offline") or msg.incarnation > old.incarnation
     )
     at = state.fleet_round
+    exiting = False
+    if msg.state == "offline" and old is not None and old.exited:
+        return state, ()  # its exit is known: a repeated offline status says nothing new
     if msg.state == "offline" and old is not None and old.status in ("online", "joining"):
-        drafts.append(Draft(_offline_kind(state, msg.node), msg.node, None, at,
+        kind = _offline_kind(state, msg.node)
+        exiting = kind == "exit"
+        drafts.append(Draft(kind, msg.node, None, at,
                              f"status offline (Last Will or exit) at fleet round {at}"))
     elif returning:
         detail = f"{msg.state}, restart {node.restarts + 1}, resumes from round {msg.round}"
@@ -257,11 +281,14 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
     restarted = old is not None and old.incarnation != 0 and msg.incarnation > old.incarnation
     node = replace(
         node,
-        status=msg.state,
+        # An exit keeps the node's last live state on the page; the run is over for it.
+        status=node.status if exiting else msg.state,
+        exited=exiting,
         incarnation=msg.incarnation,
         pid=msg.pid,
         rejoining=rejoining,
         silence="" if returning else node.silence,
+        returned_at=now if returning else node.returned_at,
         restarts=node.restarts + restarted,
     )
     if msg.state != "offline":  # a Will says nothing about the model
@@ -335,10 +362,52 @@ def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
     updated = _node_with_telemetry(node, msg, now)
     state = _with_node(state, updated)
     state = _merge_round(state, msg, now, [d.kind for d in drafts])
+    state, recovered = _settle(state, now)
+    drafts += recovered
     state = _count(state, "telemetry")
     # Re-deriving every link per message is the reducer's main cost on a big fleet; a report
     # that repeats the node's previous link states cannot change any link.
-    return _finish(state, drafts, now, relink=dict(updated.links) != dict(node.links))
+    changed = dict(updated.links) != dict(node.links) or updated.relaying != node.relaying
+    return _finish(state, drafts, now, relink=changed)
+
+
+def _settle(state: FleetState, now: float) -> tuple[FleetState, list[Draft]]:
+    """Close the incidents whose targets the fleet's own reports show recovered."""
+    recovered: dict[int, int] = {}
+    drafts: list[Draft] = []
+    for incident in inc.awaiting_recovery(state.incidents):
+        rounds = [_back_in_fleet(state, n, inc.evidence_from(incident)) for n in incident.targets]
+        if incident.kind == "link" and len(incident.targets) == 2 and not _link_reported_ok(state, *incident.targets):
+            continue
+        if rounds and all(r is not None for r in rounds):
+            at = max(r for r in rounds if r is not None)
+            recovered[incident.id] = at
+            what = f"{incident.kind} {'-'.join(map(str, incident.targets))}"
+            drafts.append(Draft("fault_recovered", incident.targets[0],
+                                incident.targets[1] if len(incident.targets) == 2 else None, at,
+                                f"{what}: back in the view with the fleet's model hash"))
+    if not recovered:
+        return state, []
+    return replace(state, incidents=inc.settle(state.incidents, recovered, now)), drafts
+
+
+def _back_in_fleet(state: FleetState, node: int, since: int) -> int | None:
+    """The round at which ``node`` reported, from ``since`` on, as a member of the current
+    view with the model hash the fleet agrees on; None if it has not (yet)."""
+    info, view = state.nodes.get(node), state.view
+    if info is None or view is None or info.last_round is None or node not in view.members:
+        return None
+    if info.last_round < max(since, view.from_round) or info.status == "offline":
+        return None
+    summary = state.rounds.get(info.last_round)
+    fleet_hash = summary.fleet_hash if summary is not None else ""
+    return info.last_round if fleet_hash and info.model_hash == fleet_hash else None
+
+
+def _link_reported_ok(state: FleetState, a: int, b: int) -> bool:
+    """Both ends' latest reports say the link between them works (or do not name it)."""
+    ends = [(state.nodes.get(a), b), (state.nodes.get(b), a)]
+    return all(info is not None and info.links.get(peer, "ok") == "ok" for info, peer in ends)
 
 
 def apply_malformed(state: FleetState, reason: str, now: float) -> Result:
@@ -418,6 +487,9 @@ def _finish(state: FleetState, drafts: Iterable[Draft], now: float, relink: bool
         for i, d in enumerate(all_drafts)
     )
     if events:
+        suspected = sum(e.kind in _SUSPICION_KINDS for e in events)
+        if suspected:
+            state = replace(state, counters=replace(state.counters, suspicions=state.counters.suspicions + suspected))
         kept = (*state.events, *events)[-state.max_events :]
         observed = [Observation(e.kind, e.node, e.peer, e.round, e.detail) for e in events]
         incidents = inc.observe(state.incidents, observed, state.fleet_round, now)
@@ -492,7 +564,19 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         model_hash=msg.model_hash[:64],
         rejected=_frozen({str(k)[:32]: max(0, v) for k, v in list(msg.rejected.items())[:32]}),
         links=_frozen(_parse_links(msg.links)),
+        relaying=_relayed_for(msg),
     )
+
+
+def _relayed_for(msg: Telemetry) -> frozenset[int]:
+    """Peers whose frames this node relayed in the round: its link to each carried a detour."""
+    peers = set()
+    for raw in msg.events:
+        if isinstance(raw, dict) and raw.get("kind") == NoteKind.RELAY:
+            peer = raw.get("peer")
+            if isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer <= 1023 and peer != msg.node:
+                peers.add(peer)
+    return frozenset(peers)
 
 
 def _round_degraded_count(state: FleetState, round_no: int) -> int:
@@ -542,6 +626,7 @@ def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: in
         missing_chunks=s.missing_chunks + msg.missing_chunks,
         contributors=max(s.contributors, msg.contributors),
         event_kinds=(*s.event_kinds, *new_kinds)[:16],
+        model_hashes=(*s.model_hashes, msg.model_hash[:64])[-1024:],
     )
 
 
@@ -558,9 +643,12 @@ def _add_totals(c: Counters, msg: Telemetry, new_degraded: bool) -> Counters:
 def _silence(state: FleetState, node: NodeInfo, latest: int | None, now: float) -> Silence:
     if node.status == "offline" or node.last_seen is None or node.last_round is None:
         return ""
-    if latest is None or latest <= node.last_round:
+    if latest is None or latest <= node.last_round or node.exited:
         return ""  # nobody moved on: a finished or paused job is not a hung fleet
-    quiet = now - node.last_seen
+    came_back = node.returned_at is not None and node.returned_at > node.last_seen
+    if came_back and (state.view is None or node.node not in state.view.members):
+        return ""  # back after a crash, not yet readmitted: nothing to report yet
+    quiet = now - max(node.last_seen, node.returned_at or node.last_seen)
     if quiet > state.hung_after:
         return "hung"
     if quiet > state.suspect_after:
@@ -582,6 +670,11 @@ def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
             key = (min(node.node, peer), max(node.node, peer))
             if _LINK_SEVERITY.get(seen, 0) > _LINK_SEVERITY.get(reports.get(key, "unknown"), 0):
                 reports[key] = seen
+    for node in state.nodes.values():
+        for peer in node.relaying:  # a detour through this link: the backup route in use
+            key = (min(node.node, peer), max(node.node, peer))
+            if _LINK_SEVERITY.get(reports.get(key, "unknown"), 0) < _LINK_SEVERITY["rerouted"]:
+                reports[key] = "rerouted"
     for key, seen in reports.items():
         if key not in kinds and seen != "ok":
             kinds[key] = "extra"

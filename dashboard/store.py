@@ -7,6 +7,7 @@ the server's event loop, so no lock is needed; ``changed`` wakes WebSocket pushe
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class FleetStore:
         clock: Callable[[], float],
         event_log: Path | None = None,
         wall_offset: float = 0.0,
+        max_history: int = 1_000_000,
     ) -> None:
         self.topics = topics
         self.state = initial
@@ -47,6 +49,12 @@ class FleetStore:
         self._wall_offset = wall_offset  # event log lines carry Unix time, like the API
         self._log_file: IO[str] | None = None
         self._waiters: set[asyncio.Event] = set()
+        # Every event of the run, oldest first (the state keeps only its last max_events):
+        # the timeline and the charts' marks page through it. Past max_history the oldest
+        # go, and ``history_dropped`` says how many.
+        self.history: list[FleetEvent] = []
+        self.history_dropped = 0
+        self._max_history = max_history
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
@@ -71,6 +79,16 @@ class FleetStore:
     def ingest_record(self, record: Record, now: float | None = None) -> tuple[FleetEvent, ...]:
         """One simulator record (live from the simulator, or a replayed line)."""
         return self._commit(apply_record(self.state, record, self._clock() if now is None else now))
+
+    def events_page(self, since: int | None = None, before: int | None = None,
+                    limit: int | None = None) -> list[FleetEvent]:
+        """Events with since < seq < before: the first ``limit`` of them after ``since``, or
+        without ``since`` the last ``limit`` (before ``before``: paging back)."""
+        lo = 0 if since is None else bisect.bisect_right(self.history, since, key=_seq)
+        hi = len(self.history) if before is None else bisect.bisect_left(self.history, before, key=_seq)
+        if limit is None or hi - lo <= limit:
+            return self.history[lo:hi]
+        return self.history[hi - limit:hi] if since is None else self.history[lo:lo + limit]
 
     def subscribe(self) -> asyncio.Event:
         """An Event set on every change; the caller clears it after reading the state."""
@@ -110,6 +128,11 @@ class FleetStore:
         self.state, events = result
         if events:
             self._append_log(events)
+            self.history.extend(events)
+            excess = len(self.history) - self._max_history
+            if excess > 0:
+                del self.history[:excess]
+                self.history_dropped += excess
         if self.state.version != previous:
             for waiter in self._waiters:
                 waiter.set()
@@ -134,3 +157,7 @@ class FleetStore:
 def _check_sender(topic_node: int, message_node: int) -> None:
     if topic_node != message_node:
         raise MessageError("node_mismatch", f"topic says {topic_node}, message {message_node}")
+
+
+def _seq(event: FleetEvent) -> int:
+    return event.seq

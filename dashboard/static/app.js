@@ -22,26 +22,30 @@ const EVENT_BADGE = {
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
   nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
   fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
-  model_mismatch: "failed",
+  model_mismatch: "failed", fault_recovered: "ok",
 };
+// Who made an incident, in the operator's words.
+const SOURCE_TEXT = { injected: "injected by the scenario", operator: "made by the operator", detected: "seen by the fleet" };
 // Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
 const FILTERS = {
-  faults: new Set(["fault_injected", "fault_healed", "crash", "hung", "suspected", "recovered",
+  faults: new Set(["fault_injected", "fault_healed", "fault_recovered", "crash", "hung", "suspected", "recovered",
     "rejoin", "control", "control_applied", "link_failed", "run_end", "offline"]),
   membership: new Set(["join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"]),
   links: new Set(["link_failed", "link_rerouted", "link_suspected", "link_ok", "link_dead",
     "link_healed", "reroute", "timeout"]),
 };
 const CHATTY = new Set(["pull", "relay", "nack", "degraded", "timeout", "reroute", "resync"]);
-const MAX_EVENTS_KEPT = 1200;
+const MAX_EVENTS_KEPT = 200000; // the whole history of a long run; earlier pages load on request
+const EARLIER_PAGE = 5000;
 const MAX_ROWS_SHOWN = 300;
 const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate"]);
 const NEEDS_PEER = new Set(["cut", "heal"]);
 const NEEDS_VALUE = new Set(["loss", "latency"]);
 const OUTCOME_WAIT_MS = 8000;
 
-const model = { fleet: null, rounds: new Map(), events: [] };
-const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {} };
+const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
+// atRound: the replay slider's round (null: the end of the run, or live).
+const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -122,11 +126,13 @@ function renderConnection(open) {
     banner.hidden = false;
     banner.dataset.kind = "replay";
     banner.textContent = `Replay of the finished run ${run.replay_of}`;
-  } else if (run && run.phase !== "live" && !open) {
+  } else if (run && run.phase !== "live") {
+    // The page keeps the run's last live state; it says the run is over, not an outage.
     setPill("ws-pill", false, "run finished");
+    document.getElementById("ws-pill").dataset.ok = "finished";
     banner.hidden = false;
     banner.dataset.kind = "finished";
-    banner.textContent = "Run finished: this dashboard has stopped. "
+    banner.textContent = `Run finished: the last live state of the run is shown${open ? "" : "; this dashboard has stopped"}. `
       + (run.replay_hint ? `Open the run again with: ${run.replay_hint}` : "");
   } else {
     setPill("ws-pill", open, open ? "live" : "reconnecting…");
@@ -136,14 +142,22 @@ function renderConnection(open) {
 
 // ------------------------------------------------------------------ rendering
 
+// The fleet the page shows: a replay's state at the slider's round, else the latest.
+function shownFleet() { return ui.atRound !== null && model.atFleet ? model.atFleet : model.fleet; }
+
 function render() {
-  const fleet = model.fleet;
+  const fleet = shownFleet();
   if (!fleet) return;
-  document.getElementById("job").textContent = fleet.job;
-  const replay = Boolean(fleet.run.replay_of);
-  setPill("broker-pill", fleet.broker.connected || replay,
-    replay ? "recorded run" : fleet.broker.connected ? "broker connected"
-      : `broker: ${fleet.broker.last_error || "disconnected"}`);
+  const latest = model.fleet; // the run as a whole: its phase, its broker, its controls
+  renderReplayBar(latest);
+  document.getElementById("job").textContent = latest.job;
+  const replay = Boolean(latest.run.replay_of);
+  const finished = latest.run.phase !== "live";
+  setPill("broker-pill", latest.broker.connected || replay,
+    replay ? "recorded run" : finished ? "run finished" : latest.broker.connected ? "broker connected"
+      : `broker: ${latest.broker.last_error || "disconnected"}`);
+  // A finished run's broker is no evidence of anything: neutral, not green.
+  if (finished) document.getElementById("broker-pill").dataset.ok = "finished";
   const view = fleet.view;
   document.getElementById("view-pill").textContent = view
     ? `epoch ${view.epoch} · ${view.members.length} members` : "no view yet";
@@ -154,13 +168,34 @@ function render() {
   renderEvents();
   renderCharts();
   renderNodes(fleet);
-  renderControls(fleet);
+  renderControls(latest);
+}
+
+function recoveryText(i) {
+  if (i.recovered_round !== null) return `recovered at round ${i.recovered_round} (back in the view with the fleet's model hash)`;
+  const undone = i.healed_round !== null ? `undone at round ${i.healed_round}, ` : "";
+  return i.active ? `${undone}no recovery yet` : `${undone}no recovery seen before the run ended`;
+}
+
+function renderIncidentHistory(fleet) {
+  const box = document.getElementById("incident-history");
+  const rows = fleet.incidents.map((i) => {
+    const li = html("li", "", `r${i.start_round ?? "?"} ${i.kind} · ${targetsText(i.targets)} · `
+      + `${SOURCE_TEXT[i.source] || i.source} · ${recoveryText(i)}`);
+    Object.assign(li.dataset, { kind: i.kind, targets: i.targets.join("-"), source: i.source,
+      recovered: i.recovered_round ?? "" });
+    return li;
+  });
+  box.hidden = !rows.length;
+  box.querySelector("summary").textContent = `all ${rows.length} incidents of this run`;
+  box.querySelector("ol").replaceChildren(...rows);
 }
 
 function renderIncidents(fleet) {
   const active = fleet.incidents.filter((i) => i.active);
   document.getElementById("incident-count").textContent =
     `${active.length} active · ${fleet.incidents.length} in this run`;
+  renderIncidentHistory(fleet);
   const list = document.getElementById("incidents");
   if (!active.length) {
     list.replaceChildren(html("li", "none", "No active incidents."));
@@ -173,10 +208,12 @@ function renderIncidents(fleet) {
     li.style.borderLeftColor = FAULT_COLORS[i.kind] || COLORS.failed;
     const head = html("div", "head");
     head.append(html("strong", "", `${i.kind} · ${targetsText(i.targets)}`),
-      html("span", "muted", ` since round ${i.start_round ?? "?"} · ${i.source}`
-        + (i.detected_round !== null ? ` · seen by the fleet at round ${i.detected_round}`
+      html("span", "muted", ` since round ${i.start_round ?? "?"} · ${SOURCE_TEXT[i.source] || i.source}`
+        + (i.source === "detected" ? "" : i.detected_round !== null ? ` · the fleet saw it at round ${i.detected_round}`
           : " · not yet seen by the fleet")));
-    li.append(head, html("div", "title", i.title));
+    const recovery = html("div", "recovery", recoveryText(i));
+    recovery.dataset.recovered = i.recovered_round !== null ? "true" : "false";
+    li.append(head, html("div", "title", i.title), recovery);
     if (i.evidence.length) li.append(html("div", "evidence muted", i.evidence.slice(-2).join(" · ")));
     return li;
   }));
@@ -316,11 +353,11 @@ function drawNode(layer, id, node, p, radius, fleet) {
   const down = ["offline", "hung", "unknown"].includes(state) || !inView;
   if (node && node.at_fault) el("circle", { class: "fault-ring", r: radius + 5 }, g);
   el("circle", {
-    r: radius, fill: COLORS[state] || COLORS.unknown, opacity: down ? 0.55 : 1,
+    class: "body", r: radius, fill: COLORS[state] || COLORS.unknown, opacity: down ? 0.55 : 1,
     "stroke-dasharray": inView ? "" : "3 2",
   }, g);
   el("text", {}, g).textContent = id;
-  const sub = !inView && fleet.view ? "not in view" : state === "offline" ? "offline"
+  const sub = node && node.exited ? "done" : !inView && fleet.view ? "not in view" : state === "offline" ? "offline"
     : state === "hung" ? "hung" : node && node.last_round !== null && radius >= 14 ? `r${node.last_round}` : "";
   el("text", { class: `sub ${down ? "down" : ""}`, y: radius + 12 }, g).textContent = sub;
   el("title", {}, g).textContent = `node ${id}: ${state}${inView ? "" : ", not in the current view"}`
@@ -375,11 +412,69 @@ function eventRow(g) {
   return li;
 }
 
+function replayRounds() {
+  const rounds = [...model.rounds.keys()];
+  return rounds.length ? [Math.min(...rounds), Math.max(...rounds)] : [0, 0];
+}
+
+function renderReplayBar(fleet) {
+  const bar = document.getElementById("replay-bar");
+  bar.hidden = !fleet.run.replay_of;
+  if (bar.hidden) return;
+  const slider = document.getElementById("replay-round");
+  const [first, last] = replayRounds();
+  slider.min = String(first);
+  slider.max = String(last);
+  if (ui.atRound === null) slider.value = String(last);
+  document.getElementById("replay-round-value").textContent = ui.atRound === null
+    ? `round ${last} (end of the run)` : `round ${ui.atRound}`;
+  bar.dataset.round = ui.atRound === null ? "end" : String(ui.atRound);
+  bar.dataset.loaded = ui.atRound === null || (model.atFleet && model.atFleet.counters.latest_round !== null)
+    ? "true" : "false";
+}
+
+async function showRound(round) {
+  // Ask the server for the fleet at that round; a later request wins over an earlier one.
+  const [, last] = replayRounds();
+  const asked = ++ui.atAsked;
+  if (round >= last) { ui.atRound = null; model.atFleet = null; scheduleRender(); return; }
+  ui.atRound = round;
+  document.getElementById("replay-bar").dataset.loaded = "false";
+  const reply = await fetch(`/api/fleet?round=${round}`);
+  if (asked !== ui.atAsked) return;
+  if (reply.ok) model.atFleet = await reply.json();
+  scheduleRender();
+}
+
+function stepRound(delta) {
+  const slider = document.getElementById("replay-round");
+  const value = Math.min(Number(slider.max), Math.max(Number(slider.min), Number(slider.value) + delta));
+  slider.value = String(value);
+  showRound(value);
+}
+
+async function loadEarlierEvents() {
+  const first = model.events.length ? model.events[0].seq : null;
+  if (first === null || first <= 1) return;
+  const reply = await fetch(`/api/events?before=${first}&limit=${EARLIER_PAGE}`);
+  if (!reply.ok) return;
+  const older = await reply.json();
+  model.events = older.concat(model.events.filter((e) => e.seq >= first));
+  scheduleRender();
+}
+
 function renderEvents() {
   const list = document.getElementById("events");
-  const groups = groupEvents(filteredEvents()).slice(-MAX_ROWS_SHOWN).reverse();
-  document.getElementById("event-count").textContent =
-    model.fleet ? `${model.fleet.counters.events} events` : "";
+  const shown = ui.atRound === null ? filteredEvents()
+    : filteredEvents().filter((e) => e.round === null || e.round <= ui.atRound);
+  const groups = groupEvents(shown).slice(-MAX_ROWS_SHOWN).reverse();
+  const first = model.events.length ? model.events[0].seq : 1;
+  const total = model.fleet ? model.fleet.counters.events : 0;
+  document.getElementById("event-count").textContent = model.fleet
+    ? (first > 1 ? `${model.events.length} of ${total} events loaded` : `${total} events`) : "";
+  const earlier = document.getElementById("events-earlier");
+  earlier.hidden = first <= 1;
+  earlier.textContent = `load earlier events (${first - 1} more)`;
   list.replaceChildren(...(groups.length ? groups.map(eventRow)
     : [html("li", "none", "Nothing of this kind yet.")]));
 }
@@ -649,6 +744,9 @@ function renderControls(fleet) {
   const card = document.getElementById("controls");
   const enabled = fleet.controls_enabled && !fleet.run.replay_of;
   card.hidden = !enabled;
+  // A finished run takes no commands: the form stays readable, every field disabled.
+  const over = fleet.run.phase !== "live";
+  card.dataset.finished = over ? "true" : "false";
   card.parentElement.classList.toggle("single", !enabled);
   const ids = fleetIds(fleet);
   if (ids.length) {
@@ -684,7 +782,10 @@ function updateControlForm() {
   document.getElementById("control-value").disabled = !NEEDS_VALUE.has(action);
   const problem = controlProblem();
   // Send stays disabled without a token; other problems are explained and checked by the server.
-  document.getElementById("control-send").disabled = !document.getElementById("control-token").value;
+  const over = Boolean(model.fleet) && model.fleet.run.phase !== "live";
+  for (const id of ["control-token", "control-action", "control-node"]) document.getElementById(id).disabled = over;
+  if (over) for (const id of ["control-peer", "control-one-way", "control-value"]) document.getElementById(id).disabled = true;
+  document.getElementById("control-send").disabled = over || !document.getElementById("control-token").value;
   document.getElementById("control-hint").textContent = problem;
 }
 
@@ -766,6 +867,16 @@ document.getElementById("control-form").addEventListener("input", updateControlF
 document.getElementById("control-token").value = sessionStorage.getItem("edgegrove-token") || "";
 document.getElementById("event-filters").addEventListener("click", (e) => {
   if (e.target.dataset && e.target.dataset.filter) setFilter(e.target.dataset.filter);
+});
+document.getElementById("events-earlier").addEventListener("click", loadEarlierEvents);
+document.getElementById("replay-round").addEventListener("input", (e) => showRound(Number(e.target.value)));
+document.getElementById("replay-end").addEventListener("click", () => { ui.atAsked += 1; ui.atRound = null; model.atFleet = null; scheduleRender(); });
+document.addEventListener("keydown", (e) => {
+  // Keyboard steps through a replay: [ and ] (or arrows on the slider itself) by one round.
+  if (document.getElementById("replay-bar").hidden || e.target.matches("input:not([type=range]), select, textarea")) return;
+  if (e.target.id === "replay-round") return; // the slider steps itself on arrows
+  if (e.key === "[" || e.key === "ArrowLeft") { stepRound(-1); e.preventDefault(); }
+  if (e.key === "]" || e.key === "ArrowRight") { stepRound(1); e.preventDefault(); }
 });
 document.getElementById("time-agent").addEventListener("change", (e) => {
   ui.timeAgent = e.target.value;

@@ -64,7 +64,7 @@ def admin(mosquitto_broker: MosquittoBroker) -> Iterator[Client]:
 def dashboard(broker: MosquittoBroker, creds: Credentials, **extra: Any) -> TestClient:
     settings = DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
                                  password=creds.password, **extra)
-    return TestClient(create_app(settings))
+    return TestClient(create_app(settings), base_url="http://127.0.0.1")
 
 
 def fleet(client: TestClient) -> dict[str, Any]:
@@ -151,10 +151,12 @@ def test_cli_serves_and_prints_its_url(mosquitto_broker: MosquittoBroker, tmp_pa
                "--port", "0", "--url-file", str(url_file)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: url_file.exists() or proc.poll() is not None, 30, "the URL file")
+        wait_until(lambda: url_file.exists() or proc.poll() is not None, 90, "the URL file")
         assert proc.poll() is None, proc.communicate()[1]
         url = url_file.read_text().strip()
         assert url.startswith("http://127.0.0.1:")
+        # Written once the server listens: the URL answers at once, no retry.
+        assert httpx.get(url + "healthz", timeout=10).status_code == 200
 
         def healthy() -> bool:
             try:

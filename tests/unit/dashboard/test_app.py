@@ -16,6 +16,7 @@ from dashboard.settings import DashboardSettings
 from dashboard.store import FleetStore
 
 TOKEN = "s3cret-token"
+WS_URL = "ws://127.0.0.1/ws"  # TestClient would send Host "testserver", a name not allowed
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 
 
@@ -34,7 +35,7 @@ def published() -> list[tuple[str, bytes]]:
 def client(published: list[tuple[str, bytes]]) -> Iterator[TestClient]:
     settings = DashboardSettings(job="rec", control_token=TOKEN)
     app = create_app(settings, publisher=lambda topic, payload: published.append((topic, payload)))
-    with TestClient(app) as test_client:
+    with TestClient(app, base_url="http://127.0.0.1") as test_client:
         yield test_client
 
 
@@ -144,7 +145,7 @@ def test_control_with_token_publishes_a_control_message(client: TestClient, publ
 def test_control_disabled_without_a_server_token() -> None:
     sent: list[tuple[str, bytes]] = []
     app = create_app(DashboardSettings(job="rec"), publisher=lambda t, p: sent.append((t, p)))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         response = client.post("/api/control", json={"action": "crash", "node": 2},
                                headers={"Authorization": "Bearer anything-at-all"})
         assert response.status_code == 403 and "--control-token" in response.json()["detail"]
@@ -156,7 +157,7 @@ def test_control_disabled_without_a_server_token() -> None:
 
 def test_control_without_broker_is_503() -> None:
     app = create_app(DashboardSettings(job="rec", control_token=TOKEN))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         response = client.post("/api/control", json={"action": "crash", "node": 2},
                                headers={"Authorization": f"Bearer {TOKEN}"})
         assert response.status_code == 503
@@ -167,7 +168,7 @@ def test_websocket_sends_full_snapshot_then_deltas(client: TestClient) -> None:
     store.ingest("edgegrove/rec/view", View(1, [0, 1, 2], 2, 0, 0).encode())
     store.ingest("edgegrove/rec/status/0", Status(0, "online").encode())
     store.ingest("edgegrove/rec/telemetry/0", Telemetry(0, 1, 1, "ft", 0.1, loss=2.0).encode())
-    with client.websocket_connect("/ws") as socket:
+    with client.websocket_connect(WS_URL) as socket:
         first = socket.receive_json()
         assert first["full"] is True and first["type"] == "snapshot"
         assert [r["round"] for r in first["rounds"]] == [1]
@@ -183,7 +184,7 @@ def test_websocket_sends_full_snapshot_then_deltas(client: TestClient) -> None:
 def test_event_log_file_gets_every_event(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "events.jsonl"
     app = create_app(DashboardSettings(job="rec", event_log=log))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         feed_recording(store_of(client), "crash.jsonl")
         total = client.get("/api/fleet").json()["counters"]["events"]
         api_events = client.get("/api/events").json()
@@ -207,12 +208,12 @@ def test_settings_reject_bad_input() -> None:
 
 
 def test_websocket_refuses_a_foreign_origin_and_takes_its_own(client: TestClient) -> None:
-    # TestClient's requests go to host "testserver"; a page served from there may connect.
-    with client.websocket_connect("/ws", headers={"Origin": "http://testserver"}) as socket:
+    # The requests go to host 127.0.0.1; a page served from there may connect.
+    with client.websocket_connect(WS_URL, headers={"Origin": "http://127.0.0.1"}) as socket:
         assert socket.receive_json()["type"] == "snapshot"
-    for foreign in ("http://evil.example", "http://testserver.evil.example", "null"):
+    for foreign in ("http://evil.example", "http://127.0.0.1.evil.example", "null"):
         with pytest.raises(WebSocketDisconnect) as refused, \
-                client.websocket_connect("/ws", headers={"Origin": foreign}):
+                client.websocket_connect(WS_URL, headers={"Origin": foreign}):
             pass
         assert refused.value.code == 1008
     assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"websocket_origin": 3}
@@ -221,18 +222,18 @@ def test_websocket_refuses_a_foreign_origin_and_takes_its_own(client: TestClient
 def test_websocket_allows_configured_origins_and_caps_connections() -> None:
     settings = DashboardSettings(job="rec", allowed_origins=("https://fleet.example.org",),
                                  max_websockets=2)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
         headers = {"Origin": "https://fleet.example.org"}
-        with client.websocket_connect("/ws", headers=headers) as one, \
-                client.websocket_connect("/ws") as two:
+        with client.websocket_connect(WS_URL, headers=headers) as one, \
+                client.websocket_connect(WS_URL) as two:
             one.receive_json()
             two.receive_json()
-            with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/ws"):
+            with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect(WS_URL):
                 pass
             assert refused.value.code == 1013
         assert client.get("/api/fleet").json()["counters"]["refused_requests"] == {"websocket_full": 1}
         # closed sockets free their places
-        with client.websocket_connect("/ws") as again:
+        with client.websocket_connect(WS_URL) as again:
             assert again.receive_json()["type"] == "snapshot"
 
 
@@ -272,3 +273,74 @@ def test_control_outcome_from_the_simulator_reaches_the_fleet(client: TestClient
     controls = client.get("/api/fleet").json()["controls"]
     assert [(c["seq"] > sent["after"], c["applied"], c["outcome"]) for c in controls] == [
         (True, False, "ignored: node 2 is not hung")]
+
+
+def test_a_foreign_host_is_refused_and_pages_may_not_be_framed(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:80", "10.1.2.3:8080"):
+        assert client.get("/api/fleet", headers={"Host": host}).status_code == 200, host
+    refused = client.get("/api/fleet", headers={"Host": "rebind.evil.example:8080"})
+    assert refused.status_code == 400 and "--allow-host" in refused.text
+    assert refused.headers["x-frame-options"] == "DENY"
+    with pytest.raises(WebSocketDisconnect), client.websocket_connect("ws://rebind.evil.example/ws"):
+        pass
+    assert client.get("/api/fleet").json()["counters"]["refused_requests"]["host_not_allowed"] == 2
+
+
+def test_an_allowed_host_name_is_served() -> None:
+    settings = DashboardSettings(job="rec", allowed_hosts=("fleet.example.org",))
+    with TestClient(create_app(settings), base_url="http://fleet.example.org") as named:
+        assert named.get("/healthz").status_code == 200
+        assert named.get("/healthz", headers={"Host": "other.example.org"}).status_code == 400
+    with TestClient(create_app(DashboardSettings(allowed_hosts=("*",))), base_url="http://any.example") as anyhost:
+        assert anyhost.get("/healthz").status_code == 200
+
+
+def test_api_docs_are_served_without_a_cdn(client: TestClient) -> None:
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/api/fleet" in docs.text and "/openapi.json" in docs.text
+    assert "cdn" not in docs.text.lower() and "https://" not in docs.text
+    assert client.get("/redoc").status_code == 404
+
+
+def test_metrics_in_prometheus_text_format(client: TestClient) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    feed_recording(store_of(client), "reroute.jsonl")
+    fleet = client.get("/api/fleet").json()
+    reply = client.get("/metrics")
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, s.labels.get("node", "")): s for f in text_string_to_metric_families(reply.text)
+               for s in f.samples}
+    assert samples[("edgegrove_rounds_total", "")].value == fleet["counters"]["rounds"] > 0
+    assert samples[("edgegrove_reroutes_total", "")].value == fleet["counters"]["reroutes"] == 3
+    assert samples[("edgegrove_bytes_sent_total", "")].value == fleet["counters"]["bytes_sent"]
+    assert samples[("edgegrove_nodes_online", "")].value == 7
+    assert samples[("edgegrove_latest_round", "")].value == fleet["counters"]["latest_round"]
+    assert samples[("edgegrove_rounds_total", "")].labels["job"] == "rec"
+    for node in fleet["nodes"]:
+        key = str(node["node"])
+        assert samples[("edgegrove_node_bytes_sent_total", key)].value == node["bytes_sent"]
+        assert samples[("edgegrove_node_last_round", key)].value == node["last_round"]
+        assert samples[("edgegrove_node_online", key)].value == 1
+
+
+def test_every_event_is_kept_and_served_in_pages() -> None:
+    settings = DashboardSettings(job="rec", max_events=50)  # the state's ring buffer: small
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as many:
+        store = store_of(many)
+        for round_no in range(400):  # a degraded round is one event each
+            msg = Telemetry(1, round_no, 1, "ft", 0.1, degraded=True, missing_chunks=1)
+            store.ingest("edgegrove/rec/telemetry/1", msg.encode())
+        total = store.state.next_seq - 1
+        assert len(store.state.events) == 50 and total >= 400
+        everything = many.get("/api/events").json()
+        assert [e["seq"] for e in everything] == list(range(1, total + 1))
+        page = many.get("/api/events", params={"before": 101, "limit": 30}).json()
+        assert [e["seq"] for e in page] == list(range(71, 101))
+        forward = many.get("/api/events", params={"since": 10, "limit": 5}).json()
+        assert [e["seq"] for e in forward] == [11, 12, 13, 14, 15]
+        last = many.get("/api/events", params={"limit": 3}).json()
+        assert [e["seq"] for e in last] == [total - 2, total - 1, total]

@@ -96,7 +96,7 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
 def test_replay_and_websocket_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "events.jsonl").write_text("")
+    (run_dir / "events.jsonl").write_text('{"t": 0.0, "type": "run", "phase": "start"}\n')
     settings = cli.settings_from_args(parse("--replay", str(run_dir), "--control-token", "t" * 12,
                                             "--allow-origin", "https://ops.example.org",
                                             "--max-websockets", "4"))
@@ -123,3 +123,47 @@ def test_a_port_out_of_range_is_one_line_and_exit_2(port: str, capsys: pytest.Ca
 def test_the_port_range_admits_0_and_65535() -> None:
     assert cli.settings_from_args(parse("--port", "0")).port == 0
     assert cli.settings_from_args(parse("--port", "65535")).port == 65535
+
+
+@pytest.mark.parametrize("content", ["", "garbage\n\x00\x01 not json\n", '[1, 2]\n{"no": "time"}\n'])
+def test_a_run_whose_events_are_garbage_is_one_line_and_exit_2(
+        tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "events.jsonl").write_text(content)
+    assert main(["dashboard", "--replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no simulator record" in err and "Traceback" not in err
+
+
+def test_an_unreadable_events_file_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "events.jsonl").mkdir()  # there, but not a file that can be read
+    assert main(["dashboard", "--replay", str(tmp_path)]) == 2
+    assert "events.jsonl" in capsys.readouterr().err
+
+
+def test_allow_host_is_repeatable() -> None:
+    settings = cli.settings_from_args(parse("--allow-host", "fleet.example.org", "--allow-host", "ops"))
+    assert settings.allowed_hosts == ("fleet.example.org", "ops")
+
+
+def test_the_url_is_announced_only_once_the_server_answers(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    from dashboard.server import bind_socket, make_server
+    from dashboard.settings import DashboardSettings
+
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    answered: list[int] = []
+
+    def announce() -> None:  # the URL must work at the moment it is printed (on the server's loop)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            answered.append(int(server.started))
+        server.should_exit = True
+
+    server = make_server(DashboardSettings(port=port), on_started=announce)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert answered == [1]

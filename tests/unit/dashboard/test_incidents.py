@@ -40,17 +40,23 @@ class Run:
         self._take(apply_status(self.state, msg, self.now), {"type": "status", **asdict(msg)})
 
     def rounds(self, first: int, last: int, nodes: range | list[int] = range(NODES),
-               links: dict[int, dict[str, str]] | None = None) -> None:
+               links: dict[int, dict[str, str]] | None = None,
+               notes: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> None:
         for round_no in range(first, last + 1):
             self.now += 0.2
             for node in nodes:
                 msg = Telemetry(node, round_no, 1, "ft", 0.1, loss=1.0, accuracy=0.9,
                                 phase_seconds={"total": 0.2 + 0.01 * node},
-                                links=(links or {}).get(node, {}))
+                                links=(links or {}).get(node, {}), model_hash=f"h{round_no}",
+                                events=(notes or {}).get((node, round_no), []))
                 self._take(apply_telemetry(self.state, msg, self.now),
                            {"type": "telemetry", **asdict(msg)})
             self.state, events = tick(self.state, self.now)
             self.events.extend(events)
+
+    def view(self, epoch: int, members: list[int], from_round: int) -> None:
+        msg = View(epoch, members, 2, 0, from_round)
+        self._take(apply_view(self.state, msg, self.now), {"type": "view", **asdict(msg)})
 
     def record(self, **record: Any) -> None:
         self._take(apply_record(self.state, record, self.now), record)
@@ -64,9 +70,21 @@ def crash_and_restart(run: Run) -> None:
     run.record(type="fault", action="inject", index=1, kind="crash", round=60,
                description="crash node 5", mechanism="sigkill", targets=[5])
     run.status(Status(5, "offline", 0, 105, incarnation=1000))  # the Will: round 0
-    run.rounds(60, 74, [n for n in range(NODES) if n != 5])
+    run.rounds(60, 63, SURVIVORS)
+    run.view(2, SURVIVORS, 64)
+    run.rounds(64, 74, SURVIVORS)
     run.record(type="fault", action="heal", index=1, kind="crash", round=75)
     run.status(Status(5, "joining", 50, 205, incarnation=2000))  # resumes from its checkpoint
+
+
+SURVIVORS = [n for n in range(NODES) if n != 5]
+
+
+def rejoin_at_90(run: Run) -> None:
+    """Node 5 pulls the model while the fleet goes on, and is readmitted from round 90."""
+    run.rounds(75, 89, SURVIVORS)
+    run.view(3, list(range(NODES)), 90)
+    run.rounds(90, 92)
 
 
 def test_crash_and_rejoin_are_dated_with_the_fleets_round() -> None:
@@ -80,8 +98,13 @@ def test_crash_and_rejoin_are_dated_with_the_fleets_round() -> None:
     assert (injected.node, injected.round) == (5, 60)
     [incident] = run.state.incidents
     assert (incident.kind, incident.targets, incident.source) == ("crash", (5,), "injected")
-    assert (incident.start_round, incident.end_round, incident.recovered_round) == (60, 75, 75)
+    # restarted at 75, but not yet back in the fleet: the incident stays active
+    assert incident.active and incident.healed_round == 75 and incident.recovered_round is None
+    rejoin_at_90(run)
+    [incident] = run.state.incidents
+    assert (incident.start_round, incident.end_round, incident.recovered_round) == (60, 90, 90)
     assert not incident.active
+    assert [e.round for e in run.of_kind("fault_recovered")] == [90]
     assert any("crash node 5" in e for e in incident.evidence)
     assert run.state.nodes[5].restarts == 1
 
@@ -111,7 +134,7 @@ def test_a_silent_node_opens_a_detected_incident_that_closes_when_it_reports_aga
     assert (hang.kind, hang.targets, hang.source, hang.active) == ("hang", (6,), "detected", True)
     run.rounds(121, 122)
     [hang] = run.state.incidents
-    assert not hang.active and hang.recovered_round == 122
+    assert not hang.active and hang.recovered_round == 121  # its first report with the fleet's hash
 
 
 def test_the_fleet_stopped_at_the_end_of_a_run_is_no_crash() -> None:
@@ -136,16 +159,26 @@ def test_records_that_make_no_sense_change_nothing() -> None:
 def test_replay_serves_the_rounds_and_incidents_of_the_run(tmp_path: Path) -> None:
     run = Run()
     crash_and_restart(run)
-    run.rounds(75, 80)
+    rejoin_at_90(run)
     run.record(type="run", phase="stopping", replay=f"edgegrove dashboard --replay {tmp_path}")
     run.record(type="run", phase="end")
     lines = [json.dumps(r) for r in run.records] + ["{truncated"]
     (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "config.json").write_text(json.dumps({"scenario": {"fleet": {"nodes": NODES}}}))
-    with TestClient(create_app(DashboardSettings(replay=tmp_path))) as client:
+    with TestClient(create_app(DashboardSettings(replay=tmp_path)), base_url="http://127.0.0.1") as client:
         rounds = client.get("/api/rounds").json()
         incidents = client.get("/api/incidents").json()
         fleet = client.get("/api/fleet").json()
+        # The round slider: node 5 out at round 65, back at 91.
+        at_65 = client.get("/api/fleet", params={"round": 65}).json()
+        at_91 = client.get("/api/fleet", params={"round": 91}).json()
+        before = client.get("/api/fleet", params={"round": -1})
+    node5 = lambda f: next(n for n in f["nodes"] if n["node"] == 5)  # noqa: E731
+    assert node5(at_65)["state"] == "offline" and 5 not in at_65["view"]["members"]
+    assert [i["active"] for i in at_65["incidents"] if i["kind"] == "crash"] == [True]
+    assert node5(at_91)["state"] in ("online", "rejoining") and 5 in at_91["view"]["members"]
+    assert at_65["counters"]["latest_round"] == 65
+    assert before.status_code == 404
     assert [r["round"] for r in rounds] == sorted(run.state.rounds)
     assert [(i["kind"], i["start_round"], i["end_round"]) for i in incidents] == [
         (i.kind, i.start_round, i.end_round) for i in run.state.incidents]
@@ -201,3 +234,90 @@ def test_the_page_gets_each_nodes_model_and_labels() -> None:
     assert nodes[0].labels == [5, 0, 2] and not nodes[0].model_mismatch and nodes[0].model == "m"
     assert nodes[1].model_mismatch and nodes[1].labels == []
     assert fleet.view is not None and (fleet.view.fingerprint, fleet.view.params) == (FLEET_FP, 7)
+
+
+def test_a_node_back_with_another_hash_is_not_recovered() -> None:
+    run = Run()
+    crash_and_restart(run)
+    run.rounds(75, 89, SURVIVORS)
+    run.view(3, list(range(NODES)), 90)
+    run.now += 0.2
+    for node in range(NODES):  # node 5 reports a model the others do not have
+        msg = Telemetry(node, 90, 1, "ft", 0.1, model_hash="drift" if node == 5 else "h90")
+        run.state, _ = apply_telemetry(run.state, msg, run.now)
+    [incident] = run.state.incidents
+    assert incident.active and incident.recovered_round is None
+    run.rounds(91, 91)
+    [incident] = run.state.incidents
+    assert not incident.active and incident.recovered_round == 91
+
+
+def test_a_hang_records_its_recovery_round_at_its_rejoin() -> None:
+    run = Run()
+    run.rounds(1, 99)
+    run.record(type="fault", action="inject", index=2, kind="hang", round=100,
+               description="node 6 hung", mechanism="sigstop", targets=[6])
+    others = [n for n in range(NODES) if n != 6]
+    run.rounds(100, 101, others)
+    run.view(4, others, 102)
+    run.rounds(102, 105, others)
+    run.record(type="fault", action="heal", index=2, kind="hang", round=106)
+    run.rounds(106, 107, others)
+    [hang] = [i for i in run.state.incidents if i.kind == "hang"]
+    assert hang.active and hang.healed_round == 106
+    run.view(5, list(range(NODES)), 108)
+    run.rounds(108, 109)
+    [hang] = [i for i in run.state.incidents if i.kind == "hang"]
+    assert not hang.active and hang.recovered_round == 108
+
+
+def test_no_suspicion_of_a_restarted_node_before_it_is_readmitted() -> None:
+    run = Run()
+    crash_and_restart(run)
+    run.rounds(75, 89, SURVIVORS)  # 3 s after the restart, 6 s of silence since round 58
+    kinds = [e.kind for e in run.events if e.node == 5]
+    assert "suspected" not in kinds and "hung" not in kinds
+
+
+def test_an_operator_crash_is_the_operators_until_the_node_is_back() -> None:
+    run = Run()
+    run.rounds(1, 59)
+    run.record(type="dashboard_control", action="crash", node=5, peer=None, applied=True,
+               outcome="applied: node 5 killed")
+    run.status(Status(5, "offline", 0, 105, incarnation=1000))
+    run.rounds(60, 63, SURVIVORS)
+    run.view(2, SURVIVORS, 64)
+    run.rounds(64, 74, SURVIVORS)
+    run.record(type="dashboard_control", action="restart", node=5, peer=None, applied=True,
+               outcome="applied: node 5 restarted")
+    run.status(Status(5, "joining", 50, 205, incarnation=2000))
+    [crash] = run.state.incidents
+    assert crash.source == "operator" and "operator" in crash.title and crash.active
+    assert "seen by the fleet" not in crash.title
+    rejoin_at_90(run)
+    [crash] = run.state.incidents
+    assert not crash.active and crash.recovered_round == 90 and crash.healed_round == 75
+
+
+def test_a_relayed_frame_draws_the_backup_link_in_use() -> None:
+    run = Run()
+    run.rounds(1, 29)
+    relay = [{"kind": "relay", "peer": 3, "detail": "to 1"}]
+    cut = {3: {"1": "failed", "4": "ok"}, 1: {"3": "rerouted"}}
+    run.rounds(30, 31, links=cut, notes={(4, 30): relay, (4, 31): relay})
+    assert run.state.links[(3, 4)].state == "rerouted" and run.state.links[(3, 4)].kind == "backup"
+    assert run.state.links[(1, 3)].state == "failed"
+    run.rounds(32, 32, links=cut)  # no relay reported: the detour is no longer in use
+    assert run.state.links[(3, 4)].state == "ok"
+
+
+def test_the_end_of_the_run_leaves_the_last_live_state() -> None:
+    run = Run()
+    run.rounds(1, 5)
+    run.record(type="run", phase="stopping", replay="x")
+    for node in range(NODES):
+        run.status(Status(node, "offline", 5, 100 + node, incarnation=1000))
+        run.status(Status(node, "offline", 0, 100 + node, incarnation=1000))  # sent twice
+    assert len(run.of_kind("exit")) == NODES
+    assert all(n.status == "online" and n.exited for n in run.state.nodes.values())
+    assert [link for link in run.state.links.values() if link.state == "failed"] == []

@@ -1,0 +1,60 @@
+"""The metrics collector, and the deploy/ examples that use its names (Grafana, alerts)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.protocol.messages import Status, Telemetry, View
+from dashboard.metrics import fleet_registry
+from dashboard.state import FleetState, apply_status, apply_telemetry, apply_view
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+
+
+def a_fleet() -> FleetState:
+    state, _ = apply_view(FleetState(), View(1, [0, 1], 2, 0, 0), 0.0)
+    for node in (0, 1):
+        state, _ = apply_status(state, Status(node, "online"), 0.0)
+    for round_no in range(3):
+        for node in (0, 1):
+            msg = Telemetry(node, round_no, 1, "ft", 0.1, loss=0.5, bytes_sent=100 * (node + 1),
+                            reroutes=node, degraded=round_no == 2 and node == 1,
+                            rejected={"crc": 2} if node == 1 else {},
+                            phase_seconds={"total": 0.2 + node}, model_hash="h")
+            state, _ = apply_telemetry(state, msg, 0.1 * round_no)
+    return state
+
+
+def sample_names(state: FleetState) -> set[str]:
+    text = generate_latest(fleet_registry(lambda: state, "j")).decode()
+    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_values_follow_the_state() -> None:
+    state = a_fleet()
+    text = generate_latest(fleet_registry(lambda: state, "j")).decode()
+    samples = {(s.name, s.labels.get("node", ""), s.labels.get("reason", "")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("edgegrove_rounds_total", "", "")] == 3
+    assert samples[("edgegrove_bytes_sent_total", "", "")] == 3 * 300
+    assert samples[("edgegrove_reroutes_total", "", "")] == 3
+    assert samples[("edgegrove_degraded_rounds_total", "", "")] == 1
+    assert samples[("edgegrove_round_seconds", "", "")] == 1.2
+    assert samples[("edgegrove_node_bytes_sent_total", "1", "")] == 600
+    assert samples[("edgegrove_node_rejected_frames_total", "1", "crc")] == 2
+    assert samples[("edgegrove_rejected_frames_total", "", "crc")] == 2
+    assert samples[("edgegrove_nodes_online", "", "")] == 2
+
+
+def test_the_deploy_examples_name_only_metrics_that_exist() -> None:
+    names = sample_names(a_fleet())
+    grafana = (DEPLOY / "grafana" / "edgegrove-fleet.json").read_text()
+    json.loads(grafana)  # a valid dashboard file
+    rules = (DEPLOY / "prometheus" / "edgegrove-alerts.yml").read_text()
+    used = set(re.findall(r"edgegrove_[a-z_]+", grafana + rules))
+    assert used and used <= names, sorted(used - names)
