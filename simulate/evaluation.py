@@ -333,7 +333,21 @@ def render_accuracy(doc: dict[str, Any], ctx: Context) -> str:
     if any(r.get("curve") for r in doc["results"]):
         parts.append(ctx.image("accuracy.png", lambda p: _plot_accuracy(doc, p),
                                "test accuracy vs round and vs wall time"))
+    parts += _figure13(doc, ctx)
     return "\n\n".join(parts)
+
+
+def _figure13(doc: dict[str, Any], ctx: Context) -> list[str]:
+    """The thesis's Figure 13 reproduced: its five algorithms against wall time, a sentence each."""
+    from simulate import figure13
+
+    if not any(r["algorithm"] in figure13.FIVE[:3] for r in doc["results"]):
+        return []  # a run from before the parameter servers and the ring
+    return ["### Figure 13: the five algorithms against wall time\n\n" + figure13.__doc__.split("\n\n")[1]
+            .replace("\n", " "),
+            ctx.image("figure13.png", lambda p: figure13.plot(doc, p, _pyplot()),
+                      "test accuracy vs wall time: ps-sync, ps-async, ring, tree, ft-tree"),
+            "\n".join(figure13.sentences(doc))]
 
 
 def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
@@ -557,7 +571,8 @@ SECTIONS: tuple[Section, ...] = (
             render_allreduce),
     Section("accuracy", "Accuracy and time to accuracy (thesis Figure 13)",
             "edgegrove bench accuracy --out docs/results/accuracy.json",
-            "MNIST test accuracy for tree, ft-tree and rps and the single-machine baseline.",
+            "MNIST test accuracy for tree, ft-tree, rps, the thesis's Figure 13 baselines (ps-sync, "
+            "ps-async, ring) and the single-machine baseline.",
             render_accuracy),
     Section("loss", "Accuracy under chunk loss (the RPS paper's claim)",
             "edgegrove bench loss --out docs/results/loss.json",
