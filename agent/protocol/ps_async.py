@@ -7,8 +7,9 @@ round plus what it owed the worker from earlier rounds (``ServerLedger``). A wor
 the answer and goes on without waiting for the others: its next gradient is computed on a
 model that lacks the updates the server applied after its answer (stale), which it gets with
 its next answer. The server ends its own round once every expected worker's chunks arrived, or
-at ``reduce_fraction`` of the deadline (a silent worker is left out); a worker's chunk that
-comes after that is answered with the round's whole update, its own gradient not applied.
+at ``reduce_fraction`` of the deadline (a silent worker is left out: it is owed the round's
+whole update); a worker's chunk that comes after that is answered with what it is owed, the
+round's whole update in it, its own gradient not applied.
 
 The agent core is round-based: a worker runs at most one round ahead of the server (its next
 round's frames wait for the server's next round), so the staleness is at most one round. The
@@ -145,10 +146,11 @@ class PsAsyncRound(Outbox):
             self.stats.dropped += 1
             return
         self.arrived[j].add(worker)
+        answer = self.ledger.take(worker, lo, hi, len(self.grad))  # after the close: the round's update in it
         if self.result is None:
             self.applied[lo:hi] += frame.values() / len(self.members)
             self.answered[(worker, j)] = self.applied[lo:hi].copy()
-        answer = self.applied[lo:hi] + self.ledger.take(worker, lo, hi, len(self.grad))
+            answer += self.applied[lo:hi]
         out = self._frame(j, Flag.BROADCAST | Flag.FINAL, frozenset(self.arrived[j]))
         out = out.with_values(answer.astype(np.float32), self.cfg.wire_dtype)
         self.ledger.owe(worker, lo, answer - out.values(), len(self.grad))  # the wire's rounding
@@ -157,12 +159,15 @@ class PsAsyncRound(Outbox):
             self._close(now, force=False)
 
     def _close(self, now: float, force: bool) -> None:
-        """The server's round ends: every worker owes what was applied after its answer."""
+        """The server's round ends: each worker is owed what was applied after its answer (all
+        of the round's update if it got none: it comes late, or with its next answer)."""
         if self.result is not None or not (force or all(self.expected <= a for a in self.arrived)):
             return
-        for (worker, j), then in self.answered.items():
-            lo, hi = self.bounds[j]
-            self.ledger.owe(worker, lo, self.applied[lo:hi] - then, len(self.grad))
+        for worker in self.members:
+            for j, (lo, hi) in enumerate(self.bounds):
+                then = self.answered.get((worker, j))
+                if worker != self.node:
+                    self.ledger.owe(worker, lo, self.applied[lo:hi] - (0.0 if then is None else then), len(self.grad))
         everyone = frozenset(self.members)
         contributors = tuple(frozenset(a) for a in self.arrived)
         self.result = RoundResult(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
 from agent.protocol.ps_async import PsAsyncRound
+from agent.protocol.rounds import new_round
 from tests.unit.protocol.baseline_bus import Bus
 
 CFG = AllreduceConfig(algorithm="ps-async", chunk_size=5, round_deadline=2.0, reduce_fraction=0.5)
@@ -58,6 +59,8 @@ def test_a_silent_worker_is_left_out_after_the_gather_timeout_the_others_answere
     server = machines[0].result
     assert server is not None and server.degraded
     assert np.allclose(server.values, (g[0] + g[1] + g[3]) / 4, atol=1e-6)
+    # The silent worker is owed the whole round's update, to come with its next answer.
+    assert np.allclose(bus.ledgers[0].owed[2], server.values, atol=1e-6)
 
 
 def test_a_worker_whose_server_is_down_skips_the_round_at_once() -> None:
@@ -67,3 +70,18 @@ def test_a_worker_whose_server_is_down_skips_the_round_at_once() -> None:
     assert worker.result is None
     worker.peer_down(0, bus.now)
     assert worker.result is not None and worker.result.degraded and not worker.result.values.any()
+
+
+def test_a_late_worker_is_answered_with_the_rounds_update_without_its_own() -> None:
+    bus = Bus(CFG, MEMBERS, silent=frozenset({2}))
+    g = grads(5)
+    machines = bus.run_round(0, g)
+    server = machines[0]
+    assert server.result is not None
+    worker = new_round(RoundContext(CFG, bus.tree, 2, 0, g[2], 0, CFG.new_links(), 1.5))
+    frames = [a.frame for a in worker.start(1.5) if isinstance(a, Send)]  # sent late
+    answers = [a for f in frames for a in server.on_frame(f, 2.0) if isinstance(a, Send)]
+    assert len(answers) == 3  # one per chunk
+    values = np.concatenate([a.frame.values() for a in answers])
+    assert np.allclose(values, server.result.values, atol=1e-6)
+    assert np.allclose(bus.ledgers[0].owed[2], 0.0, atol=1e-6)  # paid, but for the wire's rounding
