@@ -346,10 +346,12 @@ def render_figure13(doc: dict[str, Any], ctx: Context) -> str:
              f"{doc['eval_every']} rounds, each algorithm one run, one after the other in one sitting. "
              f"Extra agent options: {_agent_options(doc)}. {doc.get('method', '')}. Target "
              f"{doc['target']:.0%}. {figure13.METHOD}",
+             *([str(doc["note"])] if doc.get("note") else []),  # what the sitting's JSON alone does not say
              markdown_table(TABLE_HEADERS, table_rows(doc)),
              ctx.image("figure13.png", lambda p: figure13.plot(doc, p, _pyplot()),
                        "test accuracy vs wall time: ps-sync, ps-async, ring, tree, ft-tree"),
              "\n".join(figure13.sentences(doc)),
+             figure13.reading(doc),
              ctx.image("figure13-rounds.png", lambda p: _plot_accuracy(doc, p),
                        "the same runs: test accuracy vs round and vs wall time")]
     return "\n\n".join(parts)

@@ -77,6 +77,28 @@ def sentences(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def reading(doc: dict[str, Any]) -> str:
+    """Why ours may rank otherwise than the thesis's, from what our five do (and this run's spread)."""
+    m = measures(doc)
+    if set(m) != set(FIVE):
+        return ""
+    synchronous = [m[a][0] for a in FIVE if a != "ps-async"]
+    spread = 100 * (max(synchronous) - min(synchronous))
+    lag = 100 * (m["ps-sync"][0] - m["ps-async"][0])
+    return (
+        "Reading it: the four synchronous ones (ps-sync, ring, tree, ft-tree) apply the same mean of "
+        "the same gradients every round (same seeds, same shards), so their accuracies differ by "
+        f"float rounding only ({spread:.2f} pp apart here): their accuracy ranks are ties, where the "
+        "thesis compared different frameworks' implementations. Only ps-async computes on stale "
+        f"models ({lag:.2f} pp below ps-sync here). ps-async's workers still wait for their own "
+        "answer, which comes once their gradient reached the server, and the server writes each "
+        "worker an answer of its own (ps-sync: one mean for all): with every agent on the same "
+        "cores at the same pace nothing waits on a straggler, so nothing is won back; the thesis's "
+        "asynchronous gain is the slow workers not waited for. ft-tree's result goes out as the "
+        "root's one fan-out publish, the tree's is relayed down level by level (docs/PROFILE.md), "
+        "which can make ft-tree the faster of the two here. Times are of one run each.")
+
+
 def plot(doc: dict[str, Any], path: Path, pyplot: Any) -> None:
     """Accuracy against seconds since the fleet was ready: the five algorithms, one machine."""
     fig, ax = pyplot.subplots(figsize=(7, 4.5))

@@ -34,6 +34,12 @@ def test_a_parameter_server_faster_than_the_trees_differs() -> None:
     assert lines["ring"].startswith("- [agrees]")
 
 
+def test_the_reading_gives_this_runs_spread_and_the_async_lag() -> None:
+    text = figure13.reading(_doc(THESIS_LIKE))
+    assert "(0.20 pp apart here)" in text and "(0.60 pp below ps-sync here)" in text
+    assert figure13.reading(_doc(THESIS_LIKE[:2])) == ""
+
+
 def test_a_run_without_all_five_says_what_it_lacks() -> None:
     (line,) = figure13.sentences(_doc(THESIS_LIKE[:2]))
     assert "ps-async, ps-sync" in line and "needs all five" in line
