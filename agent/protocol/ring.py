@@ -13,8 +13,9 @@ ends at once when the fleet declares the member down or excuses it (or at the de
 is skipped where it has no mean: nothing is applied there, on every member alike, so the models
 stay identical; the round is reported degraded, and the next view's ring leaves the member
 out. A member whose model differs anyway (a member that went down mid all-gather left some
-with a mean the others lack) learns it from its predecessor's model hash, carried by every
-frame, and fetches the fleet's state.
+with a mean the others lack; a rejoiner) learns it from the root's (the lowest id's) model hash,
+which the all-gather of the segment the root completes carries to every member unchanged, and
+fetches the fleet's state; only the members unlike the root do.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class RingRound(Outbox):
         self.bounds = ring_segments(len(ctx.gradient), size)
         self.n = size
         self.final: list[tuple[frozenset[int], np.ndarray] | None] = [None] * self.n
-        self.predecessor_hash: int | None = ctx.model_hash if size == 1 else None
+        self.root_hash: int | None = ctx.model_hash if ctx.node == ctx.tree.root else None
         self.deadline = ctx.now + ctx.config.round_deadline
         self.stats = RoundStats()
         self.result: RoundResult | None = None
@@ -83,15 +84,16 @@ class RingRound(Outbox):
                 or self.final[k] is not None or self.result is not None):
             self.stats.dropped += 1
             return []
-        if self.predecessor_hash is None:
-            self.predecessor_hash = frame.model_hash
         if frame.is_broadcast:
             if frame.contributors != frozenset(self.members):
                 self.stats.dropped += 1
                 return []
-            self._set_final(k, frame.contributors, frame.values(), now)
+            if self.completer(k) == self.tree.root:
+                self.root_hash = frame.model_hash  # the root's model, as the root stamped it
             if self.successor != self.completer(k):
-                self._pass(k, Flag.BROADCAST | Flag.FINAL, frame.contributors, frame.values())
+                # passed on as stamped by its completer, before the round may finish here
+                self._pass(k, Flag.BROADCAST | Flag.FINAL, frame.contributors, frame.values(), frame.model_hash)
+            self._set_final(k, frame.contributors, frame.values(), now)
         elif self.node in frame.contributors or not frame.contributors <= set(self.members):
             self.stats.dropped += 1
         else:
@@ -146,20 +148,22 @@ class RingRound(Outbox):
             self._send(self.successor, out)
         self._set_final(k, merged_ids, out.values(), now)  # as the others decode it
 
-    def _pass(self, k: int, flags: Flag, ids: frozenset[int], values: np.ndarray) -> None:
-        self._send(self.successor, self._frame(k, flags, ids).with_values(values, self.cfg.wire_dtype))
+    def _pass(self, k: int, flags: Flag, ids: frozenset[int], values: np.ndarray,
+              model_hash: int | None = None) -> None:
+        frame = self._frame(k, flags, ids, model_hash)
+        self._send(self.successor, frame.with_values(values, self.cfg.wire_dtype))
 
     def _set_final(self, k: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
         self.final[k] = (ids, values)
         if all(f is not None for f in self.final):
             self._finish(now)
 
-    def _frame(self, k: int, flags: Flag, ids: frozenset[int]) -> Frame:
+    def _frame(self, k: int, flags: Flag, ids: frozenset[int], model_hash: int | None = None) -> Frame:
         return Frame(Kind.DATA, self.cfg.job, self.round, self.node, k, self.n, flags,
-                     model_hash=self.model_hash, contributors=ids)
+                     model_hash=self.model_hash if model_hash is None else model_hash, contributors=ids)
 
     def _finish(self, now: float) -> None:
         self.result = finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
-                                     self.final, self.predecessor_hash, self.stats, now)
+                                     self.final, self.root_hash, self.stats, now)
         if self.result.degraded:
             self._note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members))

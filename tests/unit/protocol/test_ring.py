@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import AllreduceConfig, RoundContext
 from agent.protocol.ring import RingRound, ring_segments
+from agent.protocol.rounds import new_round
 from tests.unit.protocol.baseline_bus import Bus
 
 CFG = AllreduceConfig(algorithm="ring", round_deadline=2.0)
@@ -72,3 +73,17 @@ def test_a_member_declared_down_ends_the_round_at_once() -> None:
         m.peer_down(3, bus.now)
         assert m.result is not None and m.result.degraded and m.result.finished_at == bus.now
         assert not m.result.values.any()
+
+
+def test_every_member_takes_the_roots_model_hash_for_the_drift_check() -> None:
+    bus = Bus(CFG, MEMBERS)
+    hashes = {n: 100 + n for n in MEMBERS}  # every member on a model of its own
+    g = grads()
+    bus.machines = {n: new_round(RoundContext(CFG, bus.tree, n, 1, g[n], hashes[n], CFG.new_links(), 0.0))
+                    for n in MEMBERS}
+    for n, m in bus.machines.items():
+        bus._post(n, m.start(bus.now))
+    while any(m.result is None for m in bus.machines.values()):
+        bus._step(bus.now + 5)
+    # Only members unlike the root (the lowest id) then fetch the fleet's state.
+    assert {m.result.root_model_hash for m in bus.machines.values() if m.result is not None} == {hashes[0]}
