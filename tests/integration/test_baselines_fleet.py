@@ -53,7 +53,15 @@ def test_the_fleet_trains_without_a_degraded_round(bench: dict[str, Any], algori
         assert result["models_identical_at_end"] is True
 
 
-@pytest.mark.parametrize("algorithm", ["ps-sync", "ring"])
+# Known broken (strict: it fails loudly once it passes): on mosquitto, with node 2 of 4 killed
+# at round 6 under ring, rounds 6-29 were all skipped (nodes 1 and 3 kept a view with node 2,
+# node 0 one without), and after node 2's return the fleet split 2-2 ({0, 2} on a 2-member
+# ring, {1, 3} on the 4-member one) to the end. The virtual fleet's crash test passes.
+RING_CRASH = pytest.param("ring", marks=pytest.mark.xfail(
+    strict=True, reason="ring on mosquitto: views diverge after a crash (see the comment above)"))
+
+
+@pytest.mark.parametrize("algorithm", ["ps-sync", RING_CRASH])
 def test_a_crashed_member_costs_rounds_not_the_fleet(tmp_path: Path, algorithm: str) -> None:
     scenario = tmp_path / "crash.toml"
     scenario.write_text(f'''name = "baseline-crash"
