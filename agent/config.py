@@ -58,7 +58,7 @@ class AgentConfig(BaseModel):
     min_members: int = Field(0, ge=0, le=1024, description="members to wait for before round 0 (0 = fleet size)")
     join_grace: float = Field(30.0, gt=0, description="seconds the coordinator waits for min-members before starting anyway")
     non_iid: bool = Field(False, description="shard by label instead of uniformly (experiments)")
-    algorithm: Literal["ft-tree", "tree", "rps"] = Field("ft-tree", description="allreduce algorithm")
+    algorithm: Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"] = Field("ft-tree", description="allreduce algorithm")
     arity: int = Field(2, ge=2, le=16, description="tree arity k")
     rounds: int = Field(0, ge=0, description="rounds to train; 0 = train until stopped (Ctrl-C or SIGTERM)")
     batch: int = Field(100, ge=1, le=60000, description="batch size per agent per step")

@@ -94,6 +94,7 @@ from agent.protocol.membership import (
 )
 from agent.protocol.messages import StateDigest, Status, Suspect, View
 from agent.protocol.notes import NoteKind
+from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_digest
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
@@ -165,6 +166,7 @@ class AgentCore(RoundSteps):
         self.job = config.allreduce.job
         self.links = config.allreduce.new_links()
         self.norms = NormHistory(factor=config.allreduce.influence_factor)
+        self.ledger = ServerLedger()  # ps-async: what this node, as the server, owes each worker
         self.downlink = DownlinkRate()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,

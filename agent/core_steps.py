@@ -34,6 +34,7 @@ from agent.protocol.influence import NormHistory
 from agent.protocol.membership import SUSPICION_RTTS, Membership, view_tree
 from agent.protocol.messages import NodeState, Status, View
 from agent.protocol.notes import NoteKind
+from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rounds import new_round
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.schedule import scheduled_lr
@@ -66,6 +67,7 @@ class RoundSteps:
     steady_round: tuple[int, int] | None
     links: LinkEstimators
     norms: NormHistory
+    ledger: ServerLedger
     downlink: DownlinkRate
     membership: Membership
     counters: Counters
@@ -103,7 +105,8 @@ class RoundSteps:
         machine = new_round(RoundContext(config, tree, self.node, self.round,
                                          current.gradient, current.own_hash, self.links, now,
                                          irregular_start=self._irregular_start(current.view),
-                                         own_link_rate=self.downlink.rate(), influence=influence))
+                                         own_link_rate=self.downlink.rate(), influence=influence,
+                                         ledger=self.ledger))
         self._go(trigger)
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
         # (a loaded gateway, the embedded one) give the suspect twice the round trip our

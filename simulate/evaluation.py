@@ -336,6 +336,27 @@ def render_accuracy(doc: dict[str, Any], ctx: Context) -> str:
     return "\n\n".join(parts)
 
 
+def render_figure13(doc: dict[str, Any], ctx: Context) -> str:
+    """The thesis's Figure 13 reproduced: its five algorithms, accuracy against wall time."""
+    from simulate import figure13
+    from simulate.bench.accuracy import TABLE_HEADERS, table_rows
+
+    parts = [f"{doc['nodes']} agents x batch {doc['batch']} = {doc['samples_per_step']} samples per "
+             f"round, Adam lr {doc['lr']}{_decay(doc)}, {doc['rounds']} rounds, test set evaluated every "
+             f"{doc['eval_every']} rounds, each algorithm one run, one after the other in one sitting. "
+             f"Extra agent options: {_agent_options(doc)}. {doc.get('method', '')}. Target "
+             f"{doc['target']:.0%}. {figure13.METHOD}",
+             *([str(doc["note"])] if doc.get("note") else []),  # what the sitting's JSON alone does not say
+             markdown_table(TABLE_HEADERS, table_rows(doc)),
+             ctx.image("figure13.png", lambda p: figure13.plot(doc, p, _pyplot()),
+                       "test accuracy vs wall time: ps-sync, ps-async, ring, tree, ft-tree"),
+             "\n".join(figure13.sentences(doc)),
+             figure13.reading(doc),
+             ctx.image("figure13-rounds.png", lambda p: _plot_accuracy(doc, p),
+                       "the same runs: test accuracy vs round and vs wall time")]
+    return "\n\n".join(parts)
+
+
 def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(11, 4))
@@ -559,6 +580,13 @@ SECTIONS: tuple[Section, ...] = (
             "edgegrove bench accuracy --out docs/results/accuracy.json",
             "MNIST test accuracy for tree, ft-tree and rps and the single-machine baseline.",
             render_accuracy),
+    Section("figure13", "Figure 13 reproduced: parameter servers, ring, tree and FT-tree (issue 42)",
+            "edgegrove bench accuracy --nodes 7 --rounds 300 --eval-every 25 --algorithms ps-sync "
+            "ps-async ring tree ft-tree --loss 0 --target 0.97 --out docs/results/figure13.json",
+            "The thesis compares FT-tree with a synchronous and an asynchronous parameter server and "
+            "Keras's ring allreduce (its Figure 13); here all five run on our transport (MQTT, one "
+            "agent process per node), accuracy against rounds and against wall time.",
+            render_figure13),
     Section("loss", "Accuracy under chunk loss (the RPS paper's claim)",
             "edgegrove bench loss --out docs/results/loss.json",
             "Accuracy after a fixed number of rounds for chunk loss p in {0, 0.05, 0.1, 0.2, 0.3}.",

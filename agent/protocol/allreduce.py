@@ -1,4 +1,5 @@
-"""The allreduce of one round, as pure state machines: ``ft-tree``, plain ``tree`` and ``rps``.
+"""The allreduce of one round, as pure state machines: ``ft-tree``, plain ``tree`` and ``rps``,
+and the thesis's Figure 13 baselines ``ps-sync``, ``ps-async`` and ``ring``.
 
 The agent core creates one machine per round with ``rounds.new_round`` and feeds
 it frames and timer ticks; the machine answers with actions (``Send`` a frame, ``Note`` a
@@ -20,6 +21,7 @@ import numpy as np
 
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
+from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Frame, Kind
@@ -30,9 +32,9 @@ from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 # round-profile` at 7, 15 and 31 agents, 262,144 beat 16,384, 65,536, 131,072 and one chunk
 # (docs/PROFILE.md).
 DEFAULT_CHUNK_VALUES = 262_144
-Algorithm = Literal["ft-tree", "tree", "rps"]
+Algorithm = Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"]
 TimeoutMode = Literal["adaptive", "fixed"]
-ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps")
+ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring")
 # How ft-tree's root hands the result down: "tree" (every inner node relays it to its children,
 # each unit ACKed, routed around dead links) or "fanout" (the root publishes each chunk once on
 # its fan-out topic, which every member reads; a member that misses one pulls it from its
@@ -220,6 +222,9 @@ class RoundContext:
     own_link_rate: float | None = None
     # The bound on each unit's norm where it is first merged (None: no bound).
     influence: InfluenceBound | None = None
+    # ps-async: what the parameter server owes each worker across rounds (kept by the core;
+    # None: a ledger of this round only).
+    ledger: ServerLedger | None = None
 
 
 class RoundMachine(Protocol):

@@ -9,6 +9,9 @@ import numpy as np
 
 from agent.protocol.allreduce import RoundContext, RoundMachine
 from agent.protocol.ft_tree import FtTreeRound
+from agent.protocol.ps_async import PsAsyncRound
+from agent.protocol.ps_sync import PsSyncRound
+from agent.protocol.ring import RingRound
 from agent.protocol.rps import RpsRound
 from agent.protocol.tree import PlainTreeRound
 
@@ -23,4 +26,10 @@ def new_round(ctx: RoundContext) -> RoundMachine:
         return FtTreeRound(ctx)
     if algorithm == "tree":
         return PlainTreeRound(ctx)
+    if algorithm == "ps-sync":
+        return PsSyncRound(ctx)
+    if algorithm == "ps-async":
+        return PsAsyncRound(ctx)
+    if algorithm == "ring":
+        return RingRound(ctx)
     return RpsRound(ctx)

@@ -1,8 +1,9 @@
 """`edgegrove bench accuracy`: MNIST test accuracy and time to accuracy of real fleets.
 
 Each variant is one real run (mosquitto, one agent process per node, `edgegrove simulate`):
-``tree``, ``ft-tree`` and ``rps`` without faults, and ``ft-tree`` with chunk loss p
-(default 10 %) on every link frame. Every agent trains the thesis MLP on its shard with batch
+``tree``, ``ft-tree``, ``rps`` and the thesis's Figure 13 baselines ``ps-sync``, ``ps-async``
+and ``ring`` without faults, and ``ft-tree`` with chunk loss p (default 10 %) on every link
+frame. Every agent trains the thesis MLP on its shard with batch
 ``--batch``; the fleet evaluates the full test set every ``--eval-every`` rounds. The
 single-machine baseline is `edgegrove train-local` with the same samples per step (nodes x
 batch) and the same optimizer and learning rate, evaluated once per epoch.
@@ -30,7 +31,10 @@ from simulate.bench.common import add_output_arguments, document, emit, format_t
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
 
 DESCRIPTION = __doc__
-ALGORITHMS = ("ft-tree", "tree", "rps")
+ALGORITHMS = ("ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring")
+# The five of the thesis's Figure 13 (sync and async parameter server, Keras's ring, tree,
+# FT-tree), in its order: the figure of accuracy against wall time plots these.
+FIGURE_13 = ("ps-sync", "ps-async", "ring", "tree", "ft-tree")
 TARGET = 0.98
 MAX_DROP_PP = 0.5  # must-show: 10 % loss costs at most 0.5 percentage points
 
@@ -124,6 +128,7 @@ def run_result(label: str, algorithm: str, loss: float, run: FleetRun, target: f
         "missing_chunks": sum(int(r.get("missing_chunks") or 0) for r in rows),
         "nacks": sum(int(r.get("nacks") or 0) for r in rows),
         "round_seconds_median": _median([float(r["round_s_max"]) for r in rows[2:]]),
+        "models_identical_at_end": run.summary.get("models_identical_at_end"),
         "curve": points,
     }
 

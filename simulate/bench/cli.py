@@ -11,7 +11,7 @@ SUBCOMMANDS: dict[str, Command] = {
     "isolation": Command("simulate.bench.isolation", "failed links until a node is isolated, vs tree height (thesis Figure 11)"),
     "gloo": Command("simulate.bench.gloo", "torch.distributed gloo allreduce of the same vector among local processes"),
     "allreduce": Command("simulate.bench.allreduce", "allreduce step time on real mosquitto: no/1/2 faults, fixed and adaptive timeouts, vs the thesis and the broker bound"),
-    "accuracy": Command("simulate.bench.accuracy", "MNIST accuracy and time to accuracy of tree, ft-tree, rps fleets vs one machine"),
+    "accuracy": Command("simulate.bench.accuracy", "MNIST accuracy and time to accuracy of tree, ft-tree, rps, ps-sync, ps-async, ring fleets vs one machine"),
     "loss": Command("simulate.bench.loss", "accuracy after a fixed number of rounds under chunk loss p (the RPS claim)"),
     "silent": Command("simulate.bench.silent", "what a frozen (SIGSTOP) or crashed root/inner/leaf costs a real fleet, and how fast it is back"),
     "compare": Command("simulate.bench.compare", "gloo and edgegrove interleaved in one run: medians, ratio, broker bound, agents' CPU per round"),

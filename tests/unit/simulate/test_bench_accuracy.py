@@ -28,8 +28,9 @@ def _run(accs: dict[int, float], loss: float = 0.0, rounds: int = 10) -> FleetRu
 
 def test_variants_put_the_lossy_ft_tree_right_after_the_clean_one() -> None:
     labels = [v[0] for v in accuracy.variants(_args("--loss", "0.1"))]
-    assert labels == ["ft-tree", "ft-tree, loss 0.1", "tree", "rps"]
-    assert [v[0] for v in accuracy.variants(_args("--loss", "0"))] == ["ft-tree", "tree", "rps"]
+    assert labels == ["ft-tree", "ft-tree, loss 0.1", "tree", "rps", "ps-sync", "ps-async", "ring"]
+    assert [v[0] for v in accuracy.variants(_args("--loss", "0"))] == [
+        "ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"]
 
 
 def test_scenario_carries_algorithm_lr_and_extra_agent_options() -> None:

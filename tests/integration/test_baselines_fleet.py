@@ -1,0 +1,104 @@
+"""The Figure 13 baselines (ps-sync, ps-async, ring) on real mosquitto with real MNIST, through
+`edgegrove bench accuracy` (CI's smoke test of the three: a missing mosquitto or a run that
+errs fails it, nothing here skips), and a crashed member under each synchronous one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.protocol.allreduce import ALGORITHMS
+from tests.integration.simulate_helpers import FAST, read_events, run_simulate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BASELINES = ("ps-sync", "ps-async", "ring")
+NODES, ROUNDS = 3, 40
+# Evaluated on 1,000 test images after 40 rounds of 3 x 100 samples: a trained fleet is at
+# 0.85-0.93 here; an untrained MLP guesses (about 0.10).
+TRAINED = 0.75
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "accuracy.json"
+    command = [sys.executable, "-m", "edgegrove.cli", "bench", "accuracy", "--nodes", str(NODES),
+               "--rounds", str(ROUNDS), "--eval-every", "20", "--algorithms", *BASELINES,
+               "--loss", "0", "--no-baseline", "--agent-option", "eval_samples=1000",
+               "--budget", "300", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return {r["algorithm"]: r for r in doc["results"]}
+
+
+def test_every_baseline_is_an_algorithm_the_bench_runs() -> None:
+    assert set(BASELINES) <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", BASELINES)
+def test_the_fleet_trains_without_a_degraded_round(bench: dict[str, Any], algorithm: str) -> None:
+    result = bench[algorithm]
+    assert result["finished"] and result["error"] is None, result
+    assert result["rounds"] == ROUNDS and result["final_round"] == ROUNDS - 1
+    assert result["final_accuracy"] > TRAINED, result["curve"]
+    assert result["degraded_rounds"] == 0
+    if algorithm != "ps-async":  # asynchronous: each worker lags the server by its own updates
+        assert result["models_identical_at_end"] is True
+
+
+# Known broken (strict: it fails loudly once it passes): on mosquitto, with node 2 of 4 killed
+# at round 6 under ring, rounds 6-29 were all skipped (nodes 1 and 3 kept a view with node 2,
+# node 0 one without), and after node 2's return the fleet split 2-2 ({0, 2} on a 2-member
+# ring, {1, 3} on the 4-member one) to the end. The virtual fleet's crash test passes.
+RING_CRASH = pytest.param("ring", marks=pytest.mark.xfail(
+    strict=True, reason="ring on mosquitto: views diverge after a crash (see the comment above)"))
+
+
+@pytest.mark.parametrize("algorithm", ["ps-sync", RING_CRASH])
+def test_a_crashed_member_costs_rounds_not_the_fleet(tmp_path: Path, algorithm: str) -> None:
+    scenario = tmp_path / "crash.toml"
+    scenario.write_text(f'''name = "baseline-crash"
+description = "a member killed mid-run and restarted under {algorithm}"
+
+[fleet]
+nodes = 4
+rounds = 80  # slack: the restarted process takes seconds to start while the fleet goes on
+
+[agent]
+algorithm = "{algorithm}"
+eval_every = 79
+checkpoint_every = 2
+
+[[faults]]
+kind = "crash"
+node = 2
+at_round = 6
+restart_round = 12
+''')
+    run_dir = tmp_path / "run"
+    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out", str(run_dir),
+                        "--json", *FAST)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["halted"] is False and summary["error"] is None and summary["rounds"] == 80
+    assert summary["faults"][0]["detected"], summary["faults"]  # the broker's Last Will
+    hashes: dict[int, dict[int, str]] = defaultdict(dict)
+    for e in read_events(run_dir):
+        if e["type"] == "telemetry":
+            hashes[e["round"]][e["node"]] = e["model_hash"]
+    # The round it died in is degraded or skipped, never waited out: the others go on.
+    survivors = [r for r in range(6, 12) if set(hashes[r]) >= {0, 1, 3}]
+    assert len(survivors) >= 5, {r: sorted(hashes[r]) for r in range(6, 12)}
+    returned = [r for r in sorted(hashes) if r >= 12 and 2 in hashes[r]]
+    assert returned, "node 2 never reported again after its restart"
+    agree = [r for r in returned if len(hashes[r]) == 4 and len(set(hashes[r].values())) == 1]
+    assert agree and agree[0] <= returned[0] + 3, {r: hashes[r] for r in returned[:5]}
+    assert summary["models_identical_at_end"] is True
+    assert summary["final_test_accuracy"] > TRAINED
