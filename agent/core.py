@@ -136,7 +136,8 @@ class CoreConfig:
     adapt_chunks: bool = True
     adapt_broadcast: bool = True
     model: ModelIdentity = field(default_factory=ModelIdentity)  # announced; the fleet's must match
-    labels: tuple[int, ...] = ()  # training samples per label in our shard, announced too
+    labels: tuple[int, ...] = ()
+    site: str = ""  # our site, announced in our status: the coordinator's views place us by it  # training samples per label in our shard, announced too
 
 
 # A frame this many rounds ahead of ours means the fleet went on without us.

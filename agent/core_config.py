@@ -37,6 +37,7 @@ class CoreOverrides(TypedDict, total=False):
     adapt_broadcast: bool
     model: ModelIdentity
     labels: tuple[int, ...]
+    site: str
 
 
 def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceConfig:
@@ -74,7 +75,7 @@ def core_config(config: AgentConfig, state_size: int, model: ModelIdentity | Non
     model = model or ModelIdentity()
     return build_core_config(
         config.id, allreduce_config(config, model.fingerprint), job=config.job, arity=config.arity,
-        rounds=config.rounds, state_size=state_size, model=model, labels=labels,
+        rounds=config.rounds, state_size=state_size, model=model, labels=labels, site=config.site,
         expected_members=config.expected_members, join_grace=config.join_grace,
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,

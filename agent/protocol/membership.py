@@ -89,7 +89,14 @@ def view_root(view: View) -> int:
 
 
 def view_tree(view: View) -> Tree:
-    return Tree.of(view.members, view.arity, root=view_root(view))
+    sites = dict(zip(view.members, view.sites, strict=True)) if view.sites else None
+    return Tree.of(view.members, view.arity, root=view_root(view), sites=sites)
+
+
+def sites_of(sites: dict[int, str], members: list[int]) -> list[str]:
+    """Each member's site by its statuses; [] when none has one (a site-blind tree)."""
+    named = [sites.get(m, "") for m in members]
+    return named if any(named) else []
 
 
 class StatusSource(enum.Enum):
@@ -216,6 +223,7 @@ class Membership:
         self.unconfirmed: View | None = None  # a view of another model, its coordinator unheard
         self.gate = gate or StartupGate()
         self.states: dict[int, str] = {}
+        self.sites: dict[int, str] = {}  # node -> the site its latest live status names
         self.incarnations: dict[int, int] = {}
         self.said_round: dict[int, int] = {}  # node -> the round its latest status names
         self.views: list[View] = [initial] if initial is not None else []
@@ -261,7 +269,7 @@ class Membership:
         if status.state == "offline":
             self.models.pop(status.node, None)
         else:
-            self.models[status.node] = status.fingerprint
+            self.models[status.node], self.sites[status.node] = status.fingerprint, status.site
         if status.state == "offline" or admits(self.identity, status):
             self.foreign.discard(status.node)  # a new life may run another model
         else:
@@ -693,6 +701,7 @@ class Membership:
         own = self.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
                     from_round=from_round, chunk_values=chunk_values, broadcast=broadcast,
-                    fingerprint=own.fingerprint, model=own.name, params=own.params)
+                    fingerprint=own.fingerprint, model=own.name, params=own.params,
+                    sites=sites_of(self.sites, members))
         self.on_view(view)
         return [PublishView(view)]
