@@ -182,10 +182,10 @@ def fleet_overrides(config: FleetConfig) -> CoreOverrides:
 
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
+    overrides = fleet_overrides(config)
+    overrides["site"] = config.site_of(node) if config.site_aware else ""
     return build_core_config(node, config.allreduce, job=JOB, arity=config.arity, rounds=config.rounds,
-                             state_size=2 * config.length,
-                             site=config.site_of(node) if config.site_aware else "",
-                             **fleet_overrides(config))
+                             state_size=2 * config.length, **overrides)
 
 
 class SimAgent:
