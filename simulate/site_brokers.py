@@ -137,6 +137,9 @@ class SiteBrokers:
     def restart_site(self, site: str) -> None:
         self.sites[site].restart()
 
+    def site_broker(self, site: str) -> MosquittoBroker:
+        return self.sites[site]
+
     def stop(self) -> None:
         for broker in self.sites.values():
             broker.stop()

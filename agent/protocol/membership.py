@@ -99,6 +99,14 @@ def sites_of(sites: dict[int, str], members: list[int]) -> list[str]:
     return named if any(named) else []
 
 
+def cut_off(sites: dict[int, str], own: str, bridge: str) -> list[int]:
+    """The nodes a down bridge of site ``bridge`` cuts us (at site ``own``) off from: every
+    other site's when it is ours, else that site's."""
+    if bridge == own:
+        return sorted(n for n, s in sites.items() if s != own)
+    return sorted(n for n, s in sites.items() if s == bridge)
+
+
 class StatusSource(enum.Enum):
     """Whom a status speaks for, against the topic it came on (the ACL lets each agent write
     only its own ``status/<id>``, and its Last Will goes there too)."""
@@ -572,6 +580,11 @@ class Membership:
         ``rounds`` (a clean exit's offline status, or a lingering member's online one)."""
         others = [m for m in members if m != self.node]
         return rounds > 0 and bool(others) and all(self.said_round.get(m, -1) >= rounds for m in others)
+
+    def will_of(self, node: int) -> Status:
+        """The offline status the node's Will would publish, for its current life."""
+        return Status(node, "offline", round=self.said_round.get(node, 0),
+                      incarnation=self.incarnations.get(node, 0))
 
     def is_online(self, node: int) -> bool:
         return self.states.get(node) == "online"

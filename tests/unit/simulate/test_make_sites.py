@@ -19,14 +19,17 @@ def test_split_sites_makes_contiguous_blocks_of_nearly_equal_size() -> None:
 
 def test_a_bridge_carries_only_link_frames_that_cross_sites() -> None:
     ms = _load_make_sites()
-    lines = ms.bridge_topics("edgegrove/j", [0, 1, 2], range(6))
+    lines = ms.bridge_topics("edgegrove/j", [0, 1, 2], range(6), ["s1"])
     links = [line for line in lines if "/link/" in line]
     assert sorted(links) == sorted(
         [f"topic edgegrove/j/link/+/{j} out 0" for j in (3, 4, 5)]
         + [f"topic edgegrove/j/link/+/{j} in 0" for j in (0, 1, 2)])
-    for shared in ("status/+", "view/+", "suspect/+", "state/+", "control"):
-        assert f"topic edgegrove/j/{shared} both 1" in lines
-    assert "topic edgegrove/j/telemetry/+ out 0" in lines
+    for kind in ("status", "view", "suspect", "state"):  # never both ways: no stale echo
+        assert f"topic edgegrove/j/{kind}/0 out 1" in lines and f"topic edgegrove/j/{kind}/3 in 1" in lines
+        assert f"topic edgegrove/j/{kind}/3 out 1" not in lines
+    assert not [line for line in lines if " both " in line]
+    assert "topic edgegrove/j/telemetry/2 out 0" in lines and "topic edgegrove/j/control in 1" in lines
+    assert "topic edgegrove/j/bridge/s1 in 1" in lines
 
 
 def test_make_sites_writes_core_and_site_configs_with_bridge_users(tmp_path: Path) -> None:
