@@ -66,19 +66,25 @@ def test_a_site_cut_off_the_core_waits_and_comes_back_with_the_fleets_model(tmp_
     # The rest trained on during the cut: node 0 finished rounds in it.
     during = [r for r in rounds if 0 in rounds[r] and cut < rounds[r][0]["t"] < healed]
     assert len(during) >= 3, sorted(during)
-    # The cut-off site trained nothing of its own: every model it reports is one the rest of
-    # the fleet had (a member that rejoins may report a round on the previous round's model).
+    # The cut-off site formed no fleet of its own: a model its members report that the rest
+    # never had comes from a round cut short (each member's own gradient: contributors <= 1),
+    # never from cut-off members averaging among themselves.
     fleet_models = {x["model_hash"] for by_node in rounds.values() for n, x in by_node.items()
                     if n not in CUT_SITE}
     for r, by_node in rounds.items():
         for n in CUT_SITE & set(by_node):
-            assert by_node[n]["model_hash"] in fleet_models, (r, n)
+            if by_node[n]["model_hash"] not in fleet_models:
+                assert by_node[n]["contributors"] <= 1, (r, n, by_node[n])
     after = [r for r in sorted(rounds) if min(x["t"] for x in rounds[r].values()) >= healed]
     whole = [r for r in after if set(rounds[r]) == set(range(6))
              and len({x["model_hash"] for x in rounds[r].values()}) == 1]
     assert whole, "the cut-off site never came back"
+    back = min(x["t"] for x in rounds[whole[0]].values()) - healed
     print(f"cut for {healed - cut:.1f} s, node 0 ran {len(during)} rounds meanwhile; healed before "
-          f"round {after[0]}, all 6 with one hash from round {whole[0]}")
-    assert whole[0] - after[0] <= 5
+          f"round {after[0]}, all 6 with one hash from round {whole[0]}, {back:.1f} s after the heal")
+    # Rounds here take ~0.4 s, so the bound is in seconds: the bridge redials (<= 5 s), the
+    # view change waits out Membership's mass-down hold (half the view went at once), the
+    # site rejoins with the fleet's state.
+    assert back <= 25.0
     last = max(rounds)
     assert set(rounds[last]) == set(range(6)) and len({x["model_hash"] for x in rounds[last].values()}) == 1
