@@ -328,7 +328,9 @@ class VirtualFleet:
                                  coordinator=0, from_round=0,
                                  sites=[config.site_of(n) for n in range(config.nodes)]
                                  if config.sites and config.site_aware else [])
-        self.cross_site_bytes = 0  # link frames between agents of two sites (their uplinks)
+        # Bytes of link frames between agents of two sites, by (from site, to site): what
+        # crosses the sites' uplinks.
+        self.cross_site: dict[tuple[str, str], int] = {}
         init = np.random.default_rng([config.seed, 1]).standard_normal(config.length, dtype=np.float32)
         self.initial_state = np.concatenate([init, np.zeros(config.length, dtype=np.float32)])
         self.agents: dict[int, SimAgent] = {}
@@ -347,6 +349,10 @@ class VirtualFleet:
             agent.connect()
         self.bus.run_until(self.config.max_time, stop=self.finished)
         return [self.records[r] for r in sorted(self.records)]
+
+    @property
+    def cross_site_bytes(self) -> int:
+        return sum(self.cross_site.values())
 
     def finished(self) -> bool:
         if self.pending_faults:
@@ -387,9 +393,10 @@ class VirtualFleet:
         self._put(agent, Publish.fanout(agent.node, frame))
 
     def _put(self, agent: SimAgent, action: Publish) -> None:
+        here = self.config.site_of(agent.node)
         if action.channel is Channel.LINK and action.dst is not None and \
-                self.config.site_of(agent.node) != self.config.site_of(action.dst):
-            self.cross_site_bytes += len(action.payload())
+                here != (there := self.config.site_of(action.dst)):
+            self.cross_site[here, there] = self.cross_site.get((here, there), 0) + len(action.payload())
         self.bus.publish(agent.name, action.topic(TOPICS), action.payload(), retain=action.retain)
 
     def record_start(self, agent: SimAgent, action: ComputeGradient, grad: np.ndarray,
