@@ -43,3 +43,28 @@ def test_a_view_with_malformed_sites_is_refused(sites: list[str]) -> None:
     bad = View(1, [0, 1], 2, 0, 0, sites=sites)
     with pytest.raises(MessageError):
         View.decode(bad.encode())
+
+
+def test_a_down_bridge_cuts_off_the_far_side_only() -> None:
+    from agent.protocol.membership import cut_off
+
+    sites = {0: "barn", 1: "barn", 2: "hall", 3: "hall", 4: "shop"}
+    assert cut_off(sites, "barn", "hall") == [2, 3]  # another site's bridge: that site
+    assert cut_off(sites, "hall", "hall") == [0, 1, 4]  # our own bridge: everyone elsewhere
+    assert cut_off(sites, "barn", "yard") == []
+
+
+def test_the_will_of_a_node_names_its_current_life() -> None:
+    m = Membership(0, 2, START)
+    m.on_status(Status(3, "online", round=7, incarnation=2, site="hall"), 0.0)
+    will = m.will_of(3)
+    assert (will.node, will.state, will.round, will.incarnation) == (3, "offline", 7, 2)
+
+
+def test_bridge_topics_parse_only_site_names() -> None:
+    from agent.protocol.topics import Topics
+
+    topics = Topics("j")
+    assert topics.parse_bridge(topics.bridge("s1")) == "s1"
+    assert topics.parse_bridge("edgegrove/j/bridge/a/b") is None
+    assert topics.parse_bridge("edgegrove/j/status/1") is None
