@@ -301,6 +301,8 @@ class Simulation:
             sites = self.site_brokers = sites_sim.start(self.run_dir, self.job, self.scenario.fleet.nodes,
                                                         self.sites, self.persistence)
             stack.callback(sites.stop)
+            log = self.log
+            stack.callback(lambda: log.add("uplinks", bytes=sites.uplink_bytes()))  # before the stop
             creds = sites.admin_credentials
             self.log.add("broker", kind="mosquitto-sites", url=sites.core.url, pid=sites.core.pid,
                          sites={n: b.url for n, b in sites.sites.items()})
