@@ -60,6 +60,9 @@ class AgentConfig(BaseModel):
     non_iid: bool = Field(False, description="shard by label instead of uniformly (experiments)")
     algorithm: Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"] = Field("ft-tree", description="allreduce algorithm")
     arity: int = Field(2, ge=2, le=16, description="tree arity k")
+    site: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,32}$",
+                      description="the site (barn, hall, shop) this agent runs at: each site "
+                                  "reduces inside itself first; '' = no site")
     rounds: int = Field(0, ge=0, description="rounds to train; 0 = train until stopped (Ctrl-C or SIGTERM)")
     batch: int = Field(100, ge=1, le=60000, description="batch size per agent per step")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="optimizer")

@@ -52,6 +52,7 @@ from agent.core_actions import (
 from agent.core_chunks import ChunkPolicy
 from agent.core_events import (
     Arriving,
+    BridgeSeen,
     ControlSeen,
     CoreEvent,
     DigestSeen,
@@ -87,10 +88,12 @@ from agent.protocol.allreduce import (
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.influence import NormHistory
 from agent.protocol.membership import (
+    LIVE_STATES,
     Membership,
     ModelIdentity,
     PublishView,
     StartupGate,
+    cut_off,
 )
 from agent.protocol.messages import StateDigest, Status, Suspect, View
 from agent.protocol.notes import NoteKind
@@ -141,6 +144,7 @@ class CoreConfig:
     # Periodic averaging: local optimizer steps per round, the round averaging their model
     # delta (agent/model/periodic.py); None: the round averages one step's gradient.
     sync_every: int | None = None
+    site: str = ""  # our site, announced in our status: the coordinator's views place us by it
 
 
 # A frame this many rounds ahead of ours means the fleet went on without us.
@@ -203,8 +207,10 @@ class AgentCore(RoundSteps):
 
     def subscriptions(self) -> list[str]:
         fanout = [self.topics.all_fanout()] if self.chunks.listens_to_fanout() else []
+        bridges = [self.topics.all_bridges()] if self.config.site else []
         return [self.topics.links_to(self.node), self.topics.all_status(), self.topics.all_views(),
-                self.topics.control, self.topics.all_suspect(), self.topics.all_states(), *fanout]
+                self.topics.control, self.topics.all_suspect(), self.topics.all_states(), *fanout,
+                *bridges]
 
     def next_deadline(self) -> float | None:
         times = self.rounds.deadlines()
@@ -245,6 +251,8 @@ class AgentCore(RoundSteps):
                 return self._on_frame(frame, now)
             case StatusSeen(status):
                 return self._on_status(status, now)
+            case BridgeSeen(site, up):
+                return [] if up else self._cut_off(site, now)
             case ViewSeen(view, publisher):
                 return self._on_view(view, now, publisher)
             case SuspectSeen(report):
@@ -326,6 +334,15 @@ class AgentCore(RoundSteps):
         broadcast may still drain."""
         self.membership.links_busy(now)
         return self.rounds.each(lambda m: m.arriving(sender, now))
+
+    def _cut_off(self, site: str, now: float) -> list[CoreAction]:
+        """A bridge went down: the nodes on its far side are gone for us, as if their Wills
+        came (their own come back when it heals: the brokers resend the retained statuses)."""
+        out: list[CoreAction] = []
+        for peer in cut_off(self.membership.sites, self.config.site, site):
+            if peer != self.node and self.membership.states.get(peer) in LIVE_STATES:
+                out += self._on_status(self.membership.will_of(peer), now)
+        return out
 
     def _on_status(self, status: Status, now: float) -> list[CoreAction]:
         # A newer life of this node (even its Will: mosquitto publishes it when our own

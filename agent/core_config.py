@@ -38,6 +38,7 @@ class CoreOverrides(TypedDict, total=False):
     model: ModelIdentity
     labels: tuple[int, ...]
     sync_every: int | None
+    site: str
 
 
 def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceConfig:
@@ -75,7 +76,7 @@ def core_config(config: AgentConfig, state_size: int, model: ModelIdentity | Non
     model = model or ModelIdentity()
     return build_core_config(
         config.id, allreduce_config(config, model.fingerprint), job=config.job, arity=config.arity,
-        rounds=config.rounds, state_size=state_size, model=model, labels=labels,
+        rounds=config.rounds, state_size=state_size, model=model, labels=labels, site=config.site,
         expected_members=config.expected_members, join_grace=config.join_grace,
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,

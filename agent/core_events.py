@@ -41,6 +41,14 @@ class StatusSeen:
 
 
 @dataclass(frozen=True)
+class BridgeSeen:
+    """A site's bridge to the core went up or down (its broker's notification)."""
+
+    site: str
+    up: bool
+
+
+@dataclass(frozen=True)
 class ViewSeen:
     """A view; ``publisher`` is the id its topic names (None: given locally, trusted)."""
 
@@ -122,6 +130,6 @@ class PublishFailed:
     """The driver could not publish (the broker is away): counted as rejected output."""
 
 
-CoreEvent = (MessageArrived | FrameArrived | StatusSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
+CoreEvent = (MessageArrived | FrameArrived | StatusSeen | BridgeSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
              | GradientReady | Tick | Disconnected | Reconnected | Arriving | Sending
              | FaultInjected | PublishFailed)

@@ -39,9 +39,12 @@ class RoundGate:
 
     def mostly_down(self, view: View) -> bool:
         """Most of the view down at once (a broker that went away published every Will):
-        alone we would race through rounds nobody else runs. Wait for the view to change."""
+        alone we would race through rounds nobody else runs. Wait for the view to change.
+        Exactly half with the view's lowest member is the side that goes on (the tie rule of
+        ``Membership.has_quorum``: a site cut off a fleet of two sites)."""
         up = [m for m in view.members if m == self.node or not self.membership.is_down(m)]
-        return len(view.members) > 2 and len(up) * 2 <= len(view.members)
+        half_with_lowest = len(up) * 2 == len(view.members) and min(view.members) in up
+        return len(view.members) > 2 and len(up) * 2 <= len(view.members) and not half_with_lowest
 
     def hold(self, round: int, now: float) -> None:
         """Round ``round`` cannot start now."""

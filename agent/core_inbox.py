@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.core_events import ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
+from agent.core_events import BridgeSeen, ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
 from agent.core_report import Counters
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.membership import StatusSource, status_source
@@ -26,7 +26,7 @@ class LinkFrame:
     fanned: bool
 
 
-Read = LinkFrame | StatusSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
+Read = LinkFrame | StatusSeen | BridgeSeen | ViewSeen | SuspectSeen | DigestSeen | ControlSeen
 
 
 @dataclass
@@ -90,6 +90,8 @@ class Inbox:
             digest = StateDigest.decode(payload)
             forged = digest.node != announcer
             return None if self._refused(forged, RejectReason.STATE_DIGEST_FORGED) else DigestSeen(digest)
+        if (site := topics.parse_bridge(topic)) is not None:
+            return BridgeSeen(site, payload == b"1")
         if topic == topics.control:
             control = Control.decode(payload)
             return ControlSeen(control) if control.node == self.node else None

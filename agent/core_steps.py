@@ -87,7 +87,8 @@ class RoundSteps:
         model = self.config.model
         return Status(node=self.node, state=state, round=self.round, pid=self.pid,
                       incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
-                      params=model.params, labels=list(self.config.labels))
+                      params=model.params, labels=list(self.config.labels),
+                      site=self.config.site)
 
     # -- what next --------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from simulate.brokers import (
     start_embedded,
     start_mosquitto,
 )
+from simulate.site_brokers import SiteBrokers, start_sites
 
 DESCRIPTION = (
     "Run an MQTT broker for a job until Ctrl-C / SIGTERM: mosquitto from broker-config/ with "
@@ -60,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls", action="store_true",
                         help="mosquitto: TLS listener with a throw-away CA (with dynamic security "
                              "unless --no-dynsec)")
+    parser.add_argument("--sites", type=arg(whole(1, 64, "a number of sites")), default=None,
+                        help="mosquitto: one broker per site plus a core broker, joined by "
+                             "bridges (broker-config/make-sites); agents split by id")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (url, kind, credentials path) on stdout")
 
@@ -83,18 +87,41 @@ def check_kind(args: argparse.Namespace) -> str:
         flag = "--tls" if args.tls else "--no-dynsec"
         raise UsageError(f"{flag} is for mosquitto; the embedded broker has no TLS and no "
                          "authentication: install mosquitto or drop the flag")
+    if args.sites is not None:
+        _check_sites(args, kind)
     return kind
 
 
-def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker:
+def _check_sites(args: argparse.Namespace, kind: str) -> None:
+    if kind != "mosquitto":
+        raise UsageError("--sites needs mosquitto (its bridges): install it (apt-get install "
+                         "mosquitto)")
+    if args.tls or args.port or args.bind != "127.0.0.1":
+        raise UsageError("--sites runs every broker on free ports of 127.0.0.1 without TLS, for "
+                         "tests and trials: drop --tls, --port and --bind (broker-config/make-sites "
+                         "writes a real deployment)")
+    if args.sites > args.nodes:
+        raise UsageError(f"--sites {args.sites} is more than --nodes {args.nodes}: every site "
+                         "needs an agent")
+
+
+def _start(args: argparse.Namespace) -> MosquittoBroker | EmbeddedBroker | SiteBrokers:
     if check_kind(args) == "embedded":
         return start_embedded(port=args.port or None, host=args.bind)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgegrove-broker-"))
+    if args.sites is not None:
+        return start_sites(workdir, job=args.job, nodes=args.nodes, sites=args.sites)
     return start_mosquitto(workdir, job=args.job, nodes=args.nodes, port=args.port or None,
                            dynsec=not args.no_dynsec, tls=args.tls, bind=args.bind)
 
 
-def describe(broker: MosquittoBroker | EmbeddedBroker) -> dict[str, Any]:
+def describe(broker: MosquittoBroker | EmbeddedBroker | SiteBrokers) -> dict[str, Any]:
+    if isinstance(broker, SiteBrokers):
+        return {"kind": "mosquitto-sites", "url": broker.core.url,
+                "credentials": str(broker.credentials_path), "job": broker.job,
+                "pid": broker.core.pid,
+                "sites": {name: {"url": b.url, "ids": broker.plan[name], "pid": b.pid}
+                          for name, b in broker.sites.items()}}
     if isinstance(broker, EmbeddedBroker):
         return {"kind": "embedded", "url": broker.url, "credentials": None, "pid": broker.pid}
     return {"kind": "mosquitto", "url": broker.url, "credentials": str(broker.credentials_path),
@@ -126,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(info), flush=True)
         else:
             print(f"broker ({info['kind']}) listening at {info['url']}", flush=True)
+            for name, site in info.get("sites", {}).items():
+                print(f"site {name} (agents {site['ids'][0]}-{site['ids'][-1]}) at {site['url']}, "
+                      "bridged to the core", flush=True)
             if info["credentials"]:
                 print(f"credentials (agents, dashboard, admin): {info['credentials']}", flush=True)
             else:

@@ -30,7 +30,7 @@ from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
 from agent.runtime import REFUSED_EXIT
 from agent.validate import UsageError, one_line
-from simulate import model_choice, periodic_args
+from simulate import model_choice, periodic_args, sites_sim
 from simulate.fleet import AgentSpec, Fleet
 from simulate.injector import (
     Injector,
@@ -60,6 +60,7 @@ from simulate.validate import check_args, check_credentials, choose_job
 
 if TYPE_CHECKING:
     from dashboard.server import DashboardHandle
+    from simulate.site_brokers import SiteBrokers
 
 DESCRIPTION = __doc__
 EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -109,6 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
     model_choice.add_arguments(parser)
     periodic_args.add_arguments(parser)
+    sites_sim.add_arguments(parser)
 
 
 def parse_agent_options(items: list[str]) -> dict[str, Any]:
@@ -211,6 +213,7 @@ class Simulation:
     persistence: bool = True
     model: ModelChoice = field(default_factory=ModelChoice)
     tls: bool = False  # the own mosquitto with TLS (and dynamic security)
+    sites: sites_sim.SitesOptions | None = None  # bridged site brokers (simulate --sites)
 
     def __post_init__(self) -> None:
         self.job = self.job or fresh_job_name()
@@ -224,6 +227,7 @@ class Simulation:
         self.dashboard_handle: DashboardHandle | None = None
         self.halted = False
         self.refused: set[int] = set()  # agents the fleet refused (another model)
+        self.site_brokers: SiteBrokers | None = None
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -264,7 +268,7 @@ class Simulation:
         broker = self._start_broker(stack)
         url, creds_file, admin = broker.url, broker.credentials, broker.admin
         plans = plan_mechanisms(scenario.faults, broker.revoker is not None,
-                                broker.restartable is not None)
+                                broker.restartable is not None, self.site_brokers)
         self.slots = [FaultSlot(i, f, p) for i, (f, p) in enumerate(zip(scenario.faults, plans, strict=True))]
         for slot in self.slots:
             self.log.add("fault", action="plan", index=slot.index, kind=slot.fault.kind,
@@ -285,7 +289,8 @@ class Simulation:
         self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces, broker.ca_file),
                            on_event=lambda kind, data: log.add("process", event=kind, **data))
         self.injector = Injector(self.fleet, self.collector.publish_control, self.log.add,
-                                 broker.revoker, proxies, namespaces, broker.restartable)
+                                 broker.revoker, proxies, namespaces, broker.restartable,
+                                 self.site_brokers)
         stack.callback(self.injector.close)  # before the broker stops: no start after its stop
         self.fleet.start_all()
         self._await_ready()
@@ -300,6 +305,16 @@ class Simulation:
                 _say("simulate: mosquitto is not installed: using the embedded broker (rumqttd); "
                      "link cuts become agent-side drops")
         assert self.log is not None
+        if self.sites is not None:
+            sites = self.site_brokers = sites_sim.start(self.run_dir, self.job, self.scenario.fleet.nodes,
+                                                        self.sites, self.persistence)
+            stack.callback(sites.stop)
+            log = self.log
+            stack.callback(lambda: log.add("uplinks", bytes=sites.uplink_bytes()))  # before the stop
+            creds = sites.admin_credentials
+            self.log.add("broker", kind="mosquitto-sites", url=sites.core.url, pid=sites.core.pid,
+                         sites={n: b.url for n, b in sites.sites.items()})
+            return BrokerSetup(sites.core.url, sites.credentials_path, (creds.username, creds.password))
         if choice == "mosquitto":
             mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
                                            nodes=self.scenario.fleet.nodes, dynsec=True,
@@ -415,6 +430,9 @@ class Simulation:
         specs = []
         for node in range(fleet.nodes):
             node_url = url
+            if self.site_brokers is not None:
+                node_url = self.site_brokers.url_for(node)
+                options = {**options, "site": self.site_brokers.site_of(node)}
             if node in proxies:
                 proxy = proxies[node]
                 node_url = f"{scheme}://{proxy.listen[0]}:{proxy.port}"
@@ -636,6 +654,7 @@ def run(args: argparse.Namespace) -> int:
         check_tls(args.tls, args.broker, scenario.faults)
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())
+        sites = sites_sim.check_sites(args, scenario)
     except (ScenarioError, UsageError) as exc:
         print(f"edgegrove simulate: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -644,7 +663,7 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
                      args.dashboard_port, args.dashboard_host, args.baseline == "auto",
                      args.ready_timeout, args.stall_timeout, job=job.job,
-                     persistence=not args.no_persistence, model=model, tls=args.tls)
+                     persistence=not args.no_persistence, model=model, tls=args.tls, sites=sites)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")

@@ -38,6 +38,7 @@ from simulate.fleet import Fleet
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
     BandwidthFault,
+    BridgeCutFault,
     BrokerRestartFault,
     CrashFault,
     FlapFault,
@@ -46,12 +47,31 @@ from simulate.scenario import (
     LatencyFault,
     LinkFault,
     LossFault,
+    SiteBrokerRestartFault,
 )
 
 
 class LinkRevoker(Protocol):
     def revoke_link(self, src: int, dst: int) -> None: ...
     def restore_link(self, src: int, dst: int) -> None: ...
+
+
+class SiteControl(Protocol):
+    """The simulator's bridged site brokers (simulate.site_brokers.SiteBrokers)."""
+
+    plan: dict[str, list[int]]
+    def cut_bridge(self, site: str) -> None: ...
+    def heal_bridge(self, site: str) -> None: ...
+    def site_broker(self, site: str) -> Restartable: ...
+
+
+def site_problem(site: str, sites: SiteControl | None) -> str:
+    """'' when ``site`` is one of the simulator's sites, else why the fault cannot run."""
+    if sites is None:
+        return "site faults need the simulator's own bridged brokers (simulate --sites N)"
+    if site not in sites.plan:
+        return f"no site {site!r} in this run (sites {', '.join(sites.plan)})"
+    return ""
 
 
 class Restartable(Protocol):
@@ -93,7 +113,7 @@ def kernel_shaping_supported() -> str:
 
 
 def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,
-                    broker_restartable: bool = False) -> list[Plan]:
+                    broker_restartable: bool = False, sites: SiteControl | None = None) -> list[Plan]:
     plans = []
     netns_problem = netns_supported()
     for fault in faults:
@@ -123,6 +143,9 @@ def plan_mechanisms(faults: Sequence[Any], broker_can_revoke: bool,
             plans.append(Plan("stop-start", "" if broker_restartable else
                               "only the simulator's own mosquitto can be restarted (--broker "
                               "auto or mosquitto, with mosquitto installed)"))
+        elif isinstance(fault, BridgeCutFault | SiteBrokerRestartFault):
+            plans.append(Plan("site-uplink" if isinstance(fault, BridgeCutFault) else "stop-start",
+                              site_problem(fault.site, sites)))
         else:
             plans.append(Plan("unknown", f"no injector for {type(fault).__name__}"))
     return plans
@@ -284,7 +307,7 @@ class Injector:
                  record: Callable[..., Any], broker: LinkRevoker | None = None,
                  proxies: dict[int, TcpProxy] | None = None,
                  namespaces: dict[int, NetNamespace] | None = None,
-                 restartable: Restartable | None = None) -> None:
+                 restartable: Restartable | None = None, sites: SiteControl | None = None) -> None:
         self.fleet = fleet
         self.publish_control = publish_control
         self.record = record
@@ -292,6 +315,7 @@ class Injector:
         self.proxies = proxies or {}
         self.namespaces = namespaces or {}
         self.restartable = restartable
+        self.sites = sites
         self._closing = threading.Event()
         self._background: dict[int, tuple[threading.Thread, threading.Event]] = {}
 
@@ -343,7 +367,9 @@ class Injector:
                     self._heal_later(fault, ns)
         elif isinstance(fault, BrokerRestartFault):
             if not undo:
-                self._restart_broker(fault)
+                self._restart_broker(fault, self.restartable)
+        elif isinstance(fault, BridgeCutFault | SiteBrokerRestartFault):
+            self._site_fault(fault, undo)
         else:
             raise ValueError(f"no injector for {type(fault).__name__}")
 
@@ -380,10 +406,43 @@ class Injector:
         self._background[id(fault)] = (thread, done)
         thread.start()
 
-    def _restart_broker(self, fault: BrokerRestartFault) -> None:
+    def _site_fault(self, fault: BridgeCutFault | SiteBrokerRestartFault, undo: bool) -> None:
+        assert self.sites is not None
+        sites = self.sites
+        if isinstance(fault, SiteBrokerRestartFault):
+            if not undo:
+                self._restart_broker(fault, sites.site_broker(fault.site))
+        elif undo:
+            sites.heal_bridge(fault.site)
+        else:
+            sites.cut_bridge(fault.site)
+            if fault.seconds is not None:
+                self._later(id(fault), fault.seconds, lambda: sites.heal_bridge(fault.site),
+                            f"bridge-{fault.site}")
+
+    def _later(self, key: int, seconds: float, action: Callable[[], None], name: str) -> None:
+        """``action`` in ``seconds``, in the background (``finished`` tells when it ran;
+        ``close`` runs it at once)."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._closing.wait(seconds)
+                action()
+                self.record("site", event="healed", what=name, after_s=seconds)
+            except (OSError, RuntimeError) as exc:
+                self.record("site", event="heal_failed", what=name, error=str(exc))
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        self._background[key] = (thread, done)
+        thread.start()
+
+    def _restart_broker(self, fault: BrokerRestartFault | SiteBrokerRestartFault,
+                        broker: Restartable | None) -> None:
         """Stop the broker now; start it again on the same port after the outage, in the
         background (``finished`` tells when it is back; ``close`` cancels a pending start)."""
-        broker = self.restartable
         if broker is None:
             raise RuntimeError("no broker of the simulator's own to restart")
         pid = broker.pid

@@ -232,13 +232,54 @@ class BrokerRestartFault(_Fault):
         return f"broker restarted ({self.outage:g} s outage)"
 
 
+class _SiteFault(_Fault):
+    site: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="the site, as --sites names them: s0, s1, ...")
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return ()
+
+
+class BridgeCutFault(_SiteFault):
+    """Cut the site's uplink to the core broker (``simulate --sites``): its bridge drops and
+    cannot redial, the site's own broker and agents run on; until ``heal_round`` or for
+    ``seconds``."""
+
+    kind: Literal["bridge-cut"]
+    heal_round: int | None = None
+    seconds: float | None = Field(None, gt=0.0, le=3600.0, description="heal after this many seconds")
+
+    @model_validator(mode="after")
+    def _one_end(self) -> BridgeCutFault:
+        if self.seconds is not None and self.heal_round is not None:
+            raise ValueError("give heal_round or seconds, not both")
+        return self
+
+    def describe(self) -> str:
+        return f"site {self.site} cut off the core (bridge down)"
+
+
+class SiteBrokerRestartFault(_SiteFault):
+    """Stop the site's broker and start it again ``outage`` seconds later (``simulate --sites``)."""
+
+    kind: Literal["site-broker-restart"]
+    outage: float = Field(5.0, gt=0.0, le=600.0, description="seconds the site's broker stays down")
+
+    @property
+    def end_round(self) -> int | None:
+        return None
+
+    def describe(self) -> str:
+        return f"site {self.site}'s broker restarted ({self.outage:g} s outage)"
+
+
 Fault = Annotated[
     LinkFault | LossFault | LatencyFault | BandwidthFault | FlapFault | CrashFault | HangFault
-    | IsolateFault | BrokerRestartFault,
+    | IsolateFault | BrokerRestartFault | BridgeCutFault | SiteBrokerRestartFault,
     Field(discriminator="kind"),
 ]
 FAULT_KINDS = ("link", "loss", "latency", "bandwidth", "flap", "crash", "hang", "isolate",
-               "broker-restart")
+               "broker-restart", "bridge-cut", "site-broker-restart")
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 

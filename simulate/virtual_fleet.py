@@ -117,6 +117,17 @@ class FleetConfig:
     # An agent whose core is done exits as the runtime does: its offline status (naming its
     # round) is published, its connection closed. Off: done agents stay connected, silent.
     exit_when_done: bool = False
+    # Sites in contiguous blocks of ids (as broker-config/make-sites splits them), each agent
+    # announcing its own: the views then hold a site-aware tree. 0: no sites.
+    sites: int = 0
+    site_aware: bool = True  # off: the agents keep their sites to themselves (a site-blind tree)
+
+    def site_of(self, node: int) -> str:
+        if not self.sites:
+            return ""
+        base, extra = divmod(self.nodes, self.sites)
+        big = extra * (base + 1)  # the first `extra` sites hold one agent more
+        return f"s{node // (base + 1) if node < big else extra + (node - big) // base}"
 
 
 @dataclass
@@ -171,8 +182,10 @@ def fleet_overrides(config: FleetConfig) -> CoreOverrides:
 
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
+    overrides = fleet_overrides(config)
+    overrides["site"] = config.site_of(node) if config.site_aware else ""
     return build_core_config(node, config.allreduce, job=JOB, arity=config.arity, rounds=config.rounds,
-                             state_size=2 * config.length, **fleet_overrides(config))
+                             state_size=2 * config.length, **overrides)
 
 
 class SimAgent:
@@ -312,7 +325,12 @@ class VirtualFleet:
         self.gradient: GradientFn = config.gradient_fn or default_gradient(config.seed, config.length)
         self.jitter = np.random.default_rng([config.seed, 11])
         self.initial_view = View(epoch=0, members=list(range(config.nodes)), arity=config.arity,
-                                 coordinator=0, from_round=0)
+                                 coordinator=0, from_round=0,
+                                 sites=[config.site_of(n) for n in range(config.nodes)]
+                                 if config.sites and config.site_aware else [])
+        # Bytes of link frames between agents of two sites, by (from site, to site): what
+        # crosses the sites' uplinks.
+        self.cross_site: dict[tuple[str, str], int] = {}
         init = np.random.default_rng([config.seed, 1]).standard_normal(config.length, dtype=np.float32)
         self.initial_state = np.concatenate([init, np.zeros(config.length, dtype=np.float32)])
         self.agents: dict[int, SimAgent] = {}
@@ -331,6 +349,10 @@ class VirtualFleet:
             agent.connect()
         self.bus.run_until(self.config.max_time, stop=self.finished)
         return [self.records[r] for r in sorted(self.records)]
+
+    @property
+    def cross_site_bytes(self) -> int:
+        return sum(self.cross_site.values())
 
     def finished(self) -> bool:
         if self.pending_faults:
@@ -371,6 +393,10 @@ class VirtualFleet:
         self._put(agent, Publish.fanout(agent.node, frame))
 
     def _put(self, agent: SimAgent, action: Publish) -> None:
+        here = self.config.site_of(agent.node)
+        if action.channel is Channel.LINK and action.dst is not None and \
+                here != (there := self.config.site_of(action.dst)):
+            self.cross_site[here, there] = self.cross_site.get((here, there), 0) + len(action.payload())
         self.bus.publish(agent.name, action.topic(TOPICS), action.payload(), retain=action.retain)
 
     def record_start(self, agent: SimAgent, action: ComputeGradient, grad: np.ndarray,

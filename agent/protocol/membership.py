@@ -92,7 +92,22 @@ def view_root(view: View) -> int:
 
 
 def view_tree(view: View) -> Tree:
-    return Tree.of(view.members, view.arity, root=view_root(view))
+    sites = dict(zip(view.members, view.sites, strict=True)) if view.sites else None
+    return Tree.of(view.members, view.arity, root=view_root(view), sites=sites)
+
+
+def sites_of(sites: dict[int, str], members: list[int]) -> list[str]:
+    """Each member's site by its statuses; [] when none has one (a site-blind tree)."""
+    named = [sites.get(m, "") for m in members]
+    return named if any(named) else []
+
+
+def cut_off(sites: dict[int, str], own: str, bridge: str) -> list[int]:
+    """The nodes a down bridge of site ``bridge`` cuts us (at site ``own``) off from: every
+    other site's when it is ours, else that site's."""
+    if bridge == own:
+        return sorted(n for n, s in sites.items() if s != own)
+    return sorted(n for n, s in sites.items() if s == bridge)
 
 
 class StatusSource(enum.Enum):
@@ -219,6 +234,7 @@ class Membership:
         self.unconfirmed: View | None = None  # a view of another model, its coordinator unheard
         self.gate = gate or StartupGate()
         self.states: dict[int, str] = {}
+        self.sites: dict[int, str] = {}  # node -> the site its latest live status names
         self.incarnations: dict[int, int] = {}
         self.said_round: dict[int, int] = {}  # node -> the round its latest status names
         self.views: list[View] = [initial] if initial is not None else []
@@ -274,7 +290,7 @@ class Membership:
         if status.state == "offline":
             self.models.pop(status.node, None)
         else:
-            self.models[status.node] = status.fingerprint
+            self.models[status.node], self.sites[status.node] = status.fingerprint, status.site
         if status.state == "offline" or admits(self.identity, status):
             self.foreign.discard(status.node)  # a new life may run another model
         else:
@@ -578,6 +594,11 @@ class Membership:
         others = [m for m in members if m != self.node]
         return rounds > 0 and bool(others) and all(self.said_round.get(m, -1) >= rounds for m in others)
 
+    def will_of(self, node: int) -> Status:
+        """The offline status the node's Will would publish, for its current life."""
+        return Status(node, "offline", round=self.said_round.get(node, 0),
+                      incarnation=self.incarnations.get(node, 0))
+
     def is_online(self, node: int) -> bool:
         return self.states.get(node) == "online"
 
@@ -712,6 +733,7 @@ class Membership:
         own = self.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
                     from_round=from_round, chunk_values=chunk_values, broadcast=broadcast,
-                    fingerprint=own.fingerprint, model=own.name, params=own.params)
+                    fingerprint=own.fingerprint, model=own.name, params=own.params,
+                    sites=sites_of(self.sites, members))
         self.on_view(view)
         return [PublishView(view)]

@@ -85,6 +85,14 @@ def _check_number(name: str, value: Any, optional: bool = False) -> None:
 
 
 MAX_LABELS = 1024  # classes a label histogram may count
+MAX_SITE_CHARS = 32  # a site name (agent/config.py: letters, digits, '.', '_' or '-')
+
+
+def _check_site(name: str, site: Any) -> None:
+    if not isinstance(site, str) or len(site) > MAX_SITE_CHARS or not all(
+            c.isascii() and (c.isalnum() or c in "._-") for c in site):
+        raise ValueError(f"{name} must be a site name of at most {MAX_SITE_CHARS} letters, digits, "
+                         f"'.', '_' or '-', got {site!r}"[:200])
 MAX_MODEL_NAME = 64
 
 
@@ -121,9 +129,11 @@ class Status(_JsonMessage):
     params: int = 0
     # Training samples per label in this agent's shard (index = label); [] when not said.
     labels: list[int] = field(default_factory=list)
+    site: str = ""  # the agent's site (--site); "" when it has none
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
+        _check_site("site", self.site)
         if self.state not in get_args(NodeState):
             raise ValueError(f"unknown state {self.state!r}")
         _check_int("round", self.round)
@@ -186,9 +196,16 @@ class View(_JsonMessage):
     fingerprint: str = ""
     model: str = ""
     params: int = 0
+    # Each member's site, in the order of ``members`` (their statuses'); [] when no member has
+    # one: the tree then ignores sites (agent/protocol/topology.py).
+    sites: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        if not isinstance(self.sites, list) or (self.sites and len(self.sites) != len(self.members)):
+            raise ValueError("sites must be empty or name one site per member")
+        for site in self.sites:
+            _check_site("sites[]", site)
         _check_model(self.fingerprint, self.model, self.params)
         if self.broadcast not in ("", *BROADCASTS):
             raise ValueError(f"broadcast must be one of {BROADCASTS} or empty, got {self.broadcast!r}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_NODE_ID = 1023
+_SITE_RE = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 _ID_RE = re.compile(r"0|[1-9][0-9]{0,3}")  # ASCII digits, canonical (no leading zeros)
 
 
@@ -89,6 +90,19 @@ class Topics:
 
     def all_telemetry(self) -> str:
         return f"{self.prefix}/telemetry/+"
+
+    def bridge(self, site: str) -> str:
+        """Where a site's broker and the core broker say whether that site's bridge is up
+        ("1") or down ("0"): mosquitto's bridge notifications (broker-config/make-sites)."""
+        return f"{self.prefix}/bridge/{site}"
+
+    def all_bridges(self) -> str:
+        return f"{self.prefix}/bridge/+"
+
+    def parse_bridge(self, topic: str) -> str | None:
+        head = f"{self.prefix}/bridge/"
+        site = topic[len(head):] if topic.startswith(head) else ""
+        return site if _SITE_RE.fullmatch(site) else None
 
     @property
     def control(self) -> str:

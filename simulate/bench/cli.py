@@ -18,5 +18,6 @@ SUBCOMMANDS: dict[str, Command] = {
     "round-profile": Command("simulate.bench.round_profile", "where a fault-free round's time goes: per-agent compute/allreduce, CPU of agents and mosquitto, vs the bound"),
     "links": Command("simulate.bench.links", "every agent's link limited (2-50 MB/s) x wire format: allreduce vs the busiest link's bound, degraded rounds, bytes, accuracy"),
     "flower": Command("simulate.bench.flower", "Flower 1.42 (deployment engine, FedAvg) vs an Edgegrove fleet: round time, time/bytes to accuracy, memory per client, faults"),
+    "sites": Command("simulate.bench.sites", "a fleet over sites: bytes across the uplinks per round vs the minimum, site-aware vs site-blind tree"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

@@ -73,6 +73,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "broker-bind-not-an-address": (["broker", "--bind", "not a url"], "not an address"),
     "broker-bad-job": (["broker", "--job", "a b"], "job name"),
     "broker-embedded-tls": (["broker", "--kind", "embedded", "--tls"], "--tls is for mosquitto"),
+    "broker-sites-0": (["broker", "--sites", "0"], "1..64"),
+    "broker-sites-embedded": (["broker", "--sites", "2", "--kind", "embedded"], "--sites needs mosquitto"),
+    "broker-sites-tls": (["broker", "--sites", "2", "--tls"], "drop --tls"),
+    "broker-sites-more-than-nodes": (["broker", "--sites", "5", "--nodes", "3"], "every site"),
     # edgegrove bench ...
     "bench-broker-out-dir": (["bench", "broker", "--out", "{tmp}"], "is a directory"),
     "bench-agent-nodes-0": (["bench", "agent", "--nodes", "0"], "1..256"),

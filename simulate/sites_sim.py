@@ -1,0 +1,81 @@
+"""``edgegrove simulate --sites N``: the fleet on bridged site brokers (simulate.site_brokers).
+
+Each agent connects to its site's broker and announces its site (``--site sK``); the
+simulator's collector, dashboard and admin talk to the core broker. The uplinks (each site's
+bridge to the core) run through a proxy each, shaped with ``--uplink-rate`` and
+``--uplink-rtt``; scenario faults ``bridge-cut`` and ``site-broker-restart`` act on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.validate import UsageError
+from simulate.scenario import BridgeCutFault, Scenario, SiteBrokerRestartFault
+from simulate.site_brokers import SiteBrokers, split_sites, start_sites
+
+# Faults that need the agent's own proxy or network namespace in front of the one broker.
+_PER_AGENT_NETWORK = ("latency", "bandwidth", "flap", "isolate")
+
+
+@dataclass(frozen=True)
+class SitesOptions:
+    count: int
+    uplink_rate: float | None = None  # bytes/s each way of every uplink; None: unlimited
+    uplink_rtt: float = 0.0  # s
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sites", type=int, default=0,
+                        help="bridged sites: one mosquitto per site plus a core broker, the agents "
+                             "split by id into sites s0, s1, ... (0: one broker)")
+    parser.add_argument("--uplink-rate", type=float, default=None, metavar="MB/S",
+                        help="with --sites: each site's uplink to the core, MB/s each way")
+    parser.add_argument("--uplink-rtt", type=float, default=0.0, metavar="MS",
+                        help="with --sites: each uplink's round-trip time in ms")
+
+
+def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | None:
+    """The sites to run, or UsageError (before anything starts)."""
+    count = int(args.sites)
+    if count == 0:
+        if args.uplink_rate is not None or args.uplink_rtt:
+            raise UsageError("--uplink-rate and --uplink-rtt shape the uplinks of --sites: add --sites N")
+        _no_site_faults(scenario, "")
+        return None
+    if not 1 <= count <= scenario.fleet.nodes:
+        raise UsageError(f"--sites {count}: use 1..{scenario.fleet.nodes} (every site needs an agent)")
+    if args.broker not in ("auto", "mosquitto") or args.tls:
+        raise UsageError("--sites runs the simulator's own mosquittos (bridges): drop --broker "
+                         "and --tls")
+    if args.uplink_rate is not None and not args.uplink_rate > 0:
+        raise UsageError(f"--uplink-rate {args.uplink_rate}: MB/s > 0")
+    if not 0 <= args.uplink_rtt <= 10_000:
+        raise UsageError(f"--uplink-rtt {args.uplink_rtt}: ms in 0..10000")
+    network = [f.kind for f in scenario.faults if f.kind in _PER_AGENT_NETWORK]
+    if network:
+        raise UsageError(f"--sites: the fault {network[0]!r} shapes one agent's own link, which "
+                         "runs to the single broker only; use bridge-cut or site-broker-restart")
+    _no_site_faults(scenario, ", ".join(split_sites(list(range(scenario.fleet.nodes)), count)))
+    rate = None if args.uplink_rate is None else args.uplink_rate * 1e6
+    return SitesOptions(count, rate, args.uplink_rtt / 1000)
+
+
+def _no_site_faults(scenario: Scenario, names: str) -> None:
+    """Every site fault names a site of this run (none at all without --sites)."""
+    for index, fault in enumerate(scenario.faults):
+        if isinstance(fault, BridgeCutFault | SiteBrokerRestartFault):
+            if not names:
+                raise UsageError(f"faults[{index}] ({fault.kind}) needs bridged sites: add --sites N")
+            if fault.site not in names.split(", "):
+                raise UsageError(f"faults[{index}] ({fault.kind}): no site {fault.site!r} in this "
+                                 f"run (sites {names})")
+
+
+def start(run_dir: Path, job: str, nodes: int, options: SitesOptions, persistence: bool) -> SiteBrokers:
+    brokers = start_sites(run_dir / "brokers", job=job, nodes=nodes, sites=options.count,
+                          persistence=persistence)
+    brokers.shape_uplinks(options.uplink_rate, options.uplink_rtt)
+    return brokers

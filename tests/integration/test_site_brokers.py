@@ -1,0 +1,120 @@
+"""A bridged set of real mosquittos (broker-config/make-sites): what crosses the bridges and
+what stays in a site, a bridge cut and its heal, and `edgegrove broker --sites`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.transport.mqtt import MqttTransport
+from simulate.site_brokers import SiteBrokers, start_sites
+from tests.integration.conftest import TOPICS, collect, publish_until_received
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def sites(tmp_path: Path) -> Iterator[SiteBrokers]:
+    with start_sites(tmp_path / "brokers", job=TOPICS.job, nodes=6, sites=2) as brokers:
+        yield brokers
+
+
+def _agent(sites: SiteBrokers, node: int, subscribe: list[str]) -> MqttTransport:
+    creds = sites.credentials_for(node)
+    t = MqttTransport(creds.client_id or f"a{node}", sites.url_for(node),
+                      username=creds.username, password=creds.password)
+    t.connect(subscribe)
+    return t
+
+
+def _core_watcher(sites: SiteBrokers) -> MqttTransport:
+    creds = sites.admin_credentials
+    t = MqttTransport("core-watch", sites.core.url, username=creds.username, password=creds.password)
+    t.connect([f"{TOPICS.prefix}/#"])
+    return t
+
+
+def test_cross_site_frames_pass_and_site_local_frames_stay(sites: SiteBrokers) -> None:
+    assert sites.plan == {"s0": [0, 1, 2], "s1": [3, 4, 5]}
+    core = _core_watcher(sites)
+    a0 = _agent(sites, 0, [TOPICS.links_to(0)])
+    a1 = _agent(sites, 1, [TOPICS.links_to(1)])
+    a4 = _agent(sites, 4, [TOPICS.links_to(4), TOPICS.all_status(), TOPICS.all_views()])
+    try:
+        publish_until_received(a0, TOPICS.link(0, 4), b"cross", a4)
+        a0.publish(TOPICS.link(0, 1), b"local")
+        a0.publish(TOPICS.status(0), b"online", retain=True)
+        a0.publish(TOPICS.view_of(0), b"view")
+        assert collect(a1, lambda ms: any(m.payload == b"local" for m in ms))
+        got = collect(a4, lambda ms: {m.topic for m in ms} >= {TOPICS.status(0), TOPICS.view_of(0)})
+        assert len([m for m in got if m.topic == TOPICS.status(0)]) == 1  # no bridge loop
+        time.sleep(0.5)
+        at_core = [m.topic for m in core.receive(0.5)]
+        assert TOPICS.link(0, 4) in at_core and TOPICS.status(0) in at_core
+        assert TOPICS.link(0, 1) not in at_core  # the site-local frame never left site s0
+        up, down = sites.uplink_bytes()["s0"]
+        assert up > len(b"cross") and down > 0
+    finally:
+        for t in (core, a0, a1, a4):
+            t.close()
+
+
+def test_a_cut_bridge_stops_cross_site_frames_until_healed(sites: SiteBrokers) -> None:
+    a0 = _agent(sites, 0, [TOPICS.links_to(0)])
+    a1 = _agent(sites, 1, [TOPICS.links_to(1)])
+    a4 = _agent(sites, 4, [TOPICS.links_to(4)])
+    try:
+        publish_until_received(a0, TOPICS.link(0, 4), b"before", a4)
+        before = {n: sites.bridge_connections(n) for n in sites.sites}
+        sites.cut_bridge("s0")
+        time.sleep(0.5)
+        a0.publish(TOPICS.link(0, 4), b"during")
+        a0.publish(TOPICS.link(0, 1), b"inside")
+        assert collect(a1, lambda ms: any(m.payload == b"inside" for m in ms))  # the site goes on
+        time.sleep(1.0)
+        assert all(m.payload != b"during" for m in a4.receive(0.5))
+        sites.heal_bridge("s0")
+        sites.wait_bridged(after={"s0": before["s0"]})
+        publish_until_received(a0, TOPICS.link(0, 4), b"after", a4)
+    finally:
+        for t in (a0, a1, a4):
+            t.close()
+
+
+def test_broker_command_starts_bridged_sites(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgegrove.cli", "broker", "--sites", "2", "--nodes", "4", "--json",
+         "--job", TOPICS.job, "--workdir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        assert info["kind"] == "mosquitto-sites"
+        assert [s["ids"] for s in info["sites"].values()] == [[0, 1], [2, 3]]
+        creds = json.loads(Path(info["credentials"]).read_text())["agents"]
+        clients = []
+        for node, site in ((0, "s0"), (3, "s1")):
+            entry = creds[str(node)]
+            t = MqttTransport(entry["client_id"], info["sites"][site]["url"],
+                              username=entry["username"], password=entry["password"])
+            t.connect([TOPICS.links_to(node)])
+            clients.append(t)
+        publish_until_received(clients[0], TOPICS.link(0, 3), b"hi", clients[1])
+        for t in clients:
+            t.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -1,0 +1,54 @@
+"""The in-memory fleet with sites: the site-aware tree crosses sites with one vector per site
+and direction, and the fault-tolerant rules hold inside a site and across sites."""
+
+from __future__ import annotations
+
+from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.membership import view_tree
+from simulate.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet, count_problems
+
+LENGTH = 400
+FAST = AllreduceConfig(chunk_size=100, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0,
+                       broadcast="tree")
+
+
+def _fleet(**kw: object) -> VirtualFleet:
+    options: dict[str, object] = dict(nodes=21, rounds=3, length=LENGTH, allreduce=FAST, sites=3,
+                                      keep_gradients=True, adapt_broadcast=False, adapt_chunks=False)
+    return VirtualFleet(FleetConfig(**{**options, **kw}))  # type: ignore[arg-type]
+
+
+def test_site_blocks_match_make_sites() -> None:
+    config = FleetConfig(nodes=7, sites=3)
+    assert [config.site_of(n) for n in range(7)] == ["s0"] * 3 + ["s1"] * 2 + ["s2"] * 2
+
+
+def test_site_aware_rounds_cross_sites_with_one_vector_per_site_and_direction() -> None:
+    aware, blind = _fleet(), _fleet(site_aware=False)
+    records, blind_records = aware.run(), blind.run()
+    for rec in records:
+        assert not rec.degraded and count_problems(rec, 100) == []
+    vector = LENGTH * 4  # float32 values
+    # 2 non-root sites x (their mean up + the result down), plus frame headers and ACKs
+    minimum = 3 * 2 * 2 * vector
+    assert minimum <= aware.cross_site_bytes <= 1.3 * minimum
+    assert blind.cross_site_bytes > 2 * aware.cross_site_bytes
+    for rec, other in zip(records, blind_records, strict=True):  # the same mean, summed otherwise
+        assert abs(rec.results[0].values - other.results[0].values).max() < 1e-5
+
+
+def test_a_crashed_site_root_is_replaced_from_its_site_and_the_fleet_goes_on() -> None:
+    fleet = _fleet(rounds=6, faults=(FaultSpec("crash", 1, 7),))
+    records = fleet.run()
+    last = records[-1]
+    assert 7 not in last.members and not last.degraded and count_problems(last, 100) == []
+    tree = view_tree(fleet.agents[0].core.membership.newest)
+    assert tree.site_root(8) == 8 and tree.parent(8) == 0
+    assert len({r.values.tobytes() for r in last.results.values()}) == 1
+
+
+def test_a_silent_node_inside_a_site_is_detected_and_routed_around() -> None:
+    records = _fleet(rounds=6, faults=(FaultSpec("hang", 1, 10),)).run()
+    last = records[-1]
+    assert 10 not in last.members and not last.degraded
+    assert len({r.values.tobytes() for r in last.results.values()}) == 1
