@@ -38,7 +38,7 @@ _LINK_EVENT: dict[str, str] = {
     "ok": "link_ok",
 }
 _MAX_TEXT = 200
-_SUSPICION_KINDS = frozenset({NoteKind.SUSPECTED, "suspected", "hung"})
+_SUSPICION_KINDS = frozenset({NoteKind.SUSPECTED, "hung"})
 # An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
 # on the page that is a control the agent applied; injections are the simulator's to report.
 _AGENT_KIND_ALIASES: dict[str, str] = {NoteKind.FAULT_INJECTED: "control_applied"}

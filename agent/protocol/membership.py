@@ -221,6 +221,27 @@ class StartupGate:
         return live >= self.expected_members or now - self.started_at >= self.join_grace
 
 
+class MassDownHold:
+    """Half the view gone at once: a broker shutting down publishes every client's Will, and
+    the statuses come back when it does. The view is held for ``MASS_DOWN_HOLD`` s."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def holds(self, members: tuple[int, ...] | list[int], gone: set[int], now: float) -> bool:
+        down = len(set(members) & gone)
+        if down < 2 or down * 2 < len(members):
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since < MASS_DOWN_HOLD
+
+    def ends(self, now: float) -> float | None:
+        """When the hold running at ``now`` ends; None without one."""
+        return self.since + MASS_DOWN_HOLD if self.since is not None and self.since + MASS_DOWN_HOLD > now else None
+
+
 class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
                  gate: StartupGate | None = None, grace: float = 0.0,
@@ -262,7 +283,7 @@ class Membership:
         self.offline_at: dict[int, float] = {}  # node -> when its offline status came
         self.hold_until = 0.0  # no view and no eviction before this (the picture is partial)
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
-        self.mass_down_since: float | None = None
+        self.mass_down = MassDownHold()
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
         self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
         self.view_taken_at = -1  # `seen` when we took the newest view
@@ -564,8 +585,8 @@ class Membership:
         # (now - t >= settle could round below settle, and nothing woke the coordinator again).
         times += [t + self.offline_settle for n, t in self.offline_at.items()
                   if self.states.get(n) == "offline" and t + self.offline_settle > self.now]
-        if self.mass_down_since is not None and self.mass_down_since + MASS_DOWN_HOLD > self.now:
-            times.append(self.mass_down_since + MASS_DOWN_HOLD)
+        if (hold_ends := self.mass_down.ends(self.now)) is not None:
+            times.append(hold_ends)
         return min(times) if times else None
 
     def _witnessed(self, now: float) -> set[int]:
@@ -646,10 +667,8 @@ class Membership:
         # A connection that flaps is taken back once it stayed up a while, not at every
         # reconnect: a burst of flaps is one removal and one return. Not a node whose Will
         # came while the view had left it out already (cut off, found silent by the
-        # witnesses): that Will is its old connection's end, published as the broker hands
-        # the session to its new one (or its keepalive ran out during the cut), and the node
-        # is back the moment it says so. Waiting cost two rounds after a heal, and the view
-        # it then got two more. If it flaps on, its next Will finds it in the view again.
+        # witnesses): that Will is its old connection's end, and the node is back the moment
+        # it says so. If it flaps on, its next Will finds it in the view again.
         settling = {n for n, r in self.went_down.items()
                     if self.round - r < STABLE_ROUNDS and n not in self.will_when_out}
         # A node the fleet dropped comes back only by speaking after that: its status from
@@ -659,7 +678,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        if list(self.newest.members) == live or self._mass_down(gone) or not self.has_quorum(live):
+        if list(self.newest.members) == live or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             return self._amend_pending(live)
@@ -670,11 +689,8 @@ class Membership:
 
     def _amend_pending(self, live: list[int]) -> list[PublishView]:
         """The last change has not taken effect yet. While nobody can have reached its first
-        round, the pending view itself is replaced (same ``from_round``) by one of ``live``:
-        nodes found down are out, nodes back in (a group healed together reconnects within a
-        moment: one view for all, where each used to wait for the previous one's two rounds).
-        Else the change is a view of its own right after it (waiting for the pending one kept
-        a frozen node in the view for three rounds and more)."""
+        round, the pending view is replaced (same ``from_round``) by one of ``live``: a group
+        healed together gets one view. Else the change is a view of its own right after it."""
         amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
         return self._publish(live, self.newest.epoch + 1,
                              self.newest.from_round if amend else self.round + LEAD_ROUNDS)
@@ -688,17 +704,6 @@ class Membership:
         # one just published (not yet in effect) kept a majority of it, down to a minority.
         in_effect = self.view_for(self.round)
         return all(_keeps_quorum(view.members, live) for view in (self.newest, in_effect) if view is not None)
-
-    def _mass_down(self, gone: set[int]) -> bool:
-        """Half the view gone at once: a broker shutting down publishes every client's Will,
-        and the statuses come back when it does. Hold the view for ``MASS_DOWN_HOLD`` s."""
-        members, down = set(self.newest.members), len(set(self.newest.members) & gone)
-        if down < 2 or down * 2 < len(members):
-            self.mass_down_since = None
-            return False
-        if self.mass_down_since is None:
-            self.mass_down_since = self.now
-        return self.now - self.mass_down_since < MASS_DOWN_HOLD
 
     def _first_view(self) -> list[PublishView]:
         live = self.live()

@@ -139,7 +139,7 @@ def test_acks_feed_the_link_estimators() -> None:
 
 
 def test_config_rejects_nonsense() -> None:
-    for bad in (dict(algorithm="ring"), dict(chunk_size=0), dict(timeout_mode="sometimes"),
+    for bad in (dict(algorithm="mesh"), dict(chunk_size=0), dict(timeout_mode="sometimes"),
                 dict(min_timeout=2.0, max_timeout=1.0), dict(round_deadline=0)):
         with pytest.raises(ValueError):
             AllreduceConfig(**bad)  # type: ignore[arg-type]
