@@ -15,11 +15,13 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
+from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
 from dashboard.listener import BrokerUnavailable, MqttListener
@@ -33,6 +35,7 @@ from dashboard.models import (
     FleetModel,
     HealthModel,
     IncidentModel,
+    LogTailModel,
     RoundModel,
     SnapshotMessage,
     event_model,
@@ -153,7 +156,8 @@ class Dashboard:
                                   f"from round {min(self.snapshots, default=0)}")
             state, now = snapshot.state, snapshot.time
         return fleet_model(state, self.job, self.broker(), self.settings.controls_enabled, now,
-                           self.wall_offset, self.refused)
+                           self.wall_offset, self.refused, self.store.first_round,
+                           self.store.history_dropped)
 
     def events(self, since: int | None, before: int | None = None, limit: int | None = None
                ) -> list[EventModel]:
@@ -239,8 +243,13 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/rounds", response_model=list[RoundModel], tags=["fleet"])
     async def rounds(
         since: Annotated[int | None, Query(description="only rounds numbered above this")] = None,
+        before: Annotated[int | None, Query(description="only rounds numbered below this")] = None,
+        limit: Annotated[int | None, Query(ge=1, description="at most this many: the first after "
+                                           "`since`, or the last before `before`")] = None,
     ) -> list[RoundModel]:
-        return [round_model(r) for r in rounds_since(dash.store.state, since)]
+        """Every round of the run, oldest first (the whole history; page it with
+        since/before/limit)."""
+        return [round_model(r) for r in dash.store.rounds_page(since, before, limit)]
 
     @app.get("/api/events", response_model=list[EventModel], tags=["fleet"])
     async def events(
@@ -251,6 +260,20 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     ) -> list[EventModel]:
         """Every event of the run (the whole history; page it with since/before/limit)."""
         return dash.events(since, before, limit)
+
+    @app.get("/api/nodes/{node}/log", response_model=LogTailModel, tags=["fleet"],
+             responses={404: {"description": "no run directory, or no log for that node in it"}})
+    async def node_log(
+        node: Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")],
+        lines: Annotated[int, Query(ge=1, le=5000, description="how many last lines")] = 200,
+    ) -> LogTailModel:
+        """The tail of the node's agent log in the run directory (agents/agent-N.log)."""
+        try:
+            tail = await asyncio.to_thread(tail_log, dash.settings.logs_run_dir, node, lines)
+        except LogUnavailable as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+        return LogTailModel(node=tail.node, path=tail.path, size=tail.size,
+                            lines=list(tail.lines), truncated=tail.truncated)
 
     @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
     async def incidents() -> list[IncidentModel]:

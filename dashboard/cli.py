@@ -48,9 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--event-log", type=Path, metavar="PATH",
                         help="append every event of the timeline to this JSON-lines file")
     parser.add_argument("--max-rounds", type=int, default=2000,
-                        help="rounds kept in memory for the charts and /api/rounds")
+                        help="latest rounds pushed live to the page (the server keeps every round; "
+                             "the page loads earlier ones from /api/rounds)")
     parser.add_argument("--max-events", type=int, default=2000,
-                        help="events kept in memory for the timeline and /api/events")
+                        help="latest events kept in the fleet state (/api/events serves the "
+                             "whole history, paged)")
     parser.add_argument("--hung-after", type=float, default=15.0,
                         help="seconds without telemetry, while the fleet moves on, before a node "
                              "is shown as hung (suspected after a third of it)")
@@ -59,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
                         help="serve a finished `edgegrove simulate` run (its directory, with "
                              "events.jsonl) instead of following a broker")
+    parser.add_argument("--run-dir", type=Path, metavar="RUN_DIR",
+                        help="the live run's directory: the page shows the tail of its "
+                             "agents/agent-N.log (a --replay reads its own run's)")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
                              "WebSocket; the dashboard's own host is always allowed (repeatable)")
@@ -110,6 +115,8 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         from dashboard.replay import check_run_dir
 
         check_run_dir(args.replay)
+    if args.run_dir is not None and not args.run_dir.is_dir():
+        raise ValueError(f"--run-dir {args.run_dir}: no such directory")
     if args.ca_file is not None and not args.ca_file.is_file():
         raise ValueError(f"--ca-file {args.ca_file}: no such file")
     return DashboardSettings(
@@ -128,6 +135,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         hung_after=args.hung_after,
         suspect_after=args.hung_after / 3,
         replay=args.replay,
+        run_dir=args.run_dir,
         allowed_origins=tuple(args.allow_origin),
         allowed_hosts=tuple(args.allow_host),
         max_websockets=args.max_websockets,

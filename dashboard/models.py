@@ -136,12 +136,18 @@ class CountersModel(BaseModel):
     refused_requests_total: int = 0
     rounds: int
     latest_round: int | None
+    first_round: int | None = Field(
+        default=None, description="the run's first round the server holds: /api/rounds serves "
+        "every round from it (the page is pushed only the latest rounds and loads earlier ones)")
     bytes_sent: int
     reroutes: int
     timeouts: int
     degraded_rounds: int
     late_telemetry: int
     events: int
+    events_dropped: int = Field(
+        default=0, description="the run's earliest events the server no longer holds "
+        "(past --max-history); 0 when /api/events serves every event")
 
 
 class BrokerModel(BaseModel):
@@ -197,6 +203,14 @@ class EventModel(BaseModel):
     peer: int | None
     round: int | None
     detail: str
+
+
+class LogTailModel(BaseModel):
+    node: int
+    path: str = Field(description="the log file, relative to the run directory")
+    size: int = Field(description="the whole file's size in bytes")
+    lines: list[str] = Field(description="its last lines, oldest first")
+    truncated: bool = Field(description="earlier lines exist that are not shown")
 
 
 class HealthModel(BaseModel):
@@ -346,6 +360,7 @@ def counters_model(state: FleetState, refused: Mapping[str, int] | None = None) 
 def fleet_model(
     state: FleetState, job: str, broker: BrokerModel, controls: bool, now: float,
     wall_offset: float = 0.0, refused: Mapping[str, int] | None = None,
+    first_round: int | None = None, events_dropped: int = 0,
 ) -> FleetModel:
     tree = state.tree
     view = state.view
@@ -364,7 +379,8 @@ def fleet_model(
         nodes=[node_model(state.nodes[n], tree, now, blamed,
                           [i.kind for i in active if n in i.targets], view) for n in sorted(state.nodes)],
         links=[link_model(link, blamed) for link in state.links.values()],
-        counters=counters_model(state, refused),
+        counters=counters_model(state, refused).model_copy(
+            update={"first_round": first_round, "events_dropped": events_dropped}),
         fleet_round=state.fleet_round,
         incidents=[incident_model(i, wall_offset) for i in state.incidents],
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],

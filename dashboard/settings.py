@@ -47,10 +47,12 @@ class DashboardSettings:
     control_token: str | None = None
     event_log: Path | None = None
     topic_prefix: str = ""
-    # Memory bounds: the last rounds and events kept for the page and the REST API.
+    # The last rounds and events the page is pushed live; the server keeps every round of the
+    # run (served paged by /api/rounds) and loads earlier ones on request.
     max_rounds: int = 2000
     max_events: int = 2000
-    # The whole history of events (served paged by /api/events) is kept up to this many.
+    # The whole history of events (served paged by /api/events) is kept up to this many; the
+    # counters say how many earlier ones went (events_dropped).
     max_history: int = 1_000_000
     # A node that stays silent this long while the fleet moves on is suspected, then hung.
     suspect_after: float = 5.0
@@ -68,6 +70,8 @@ class DashboardSettings:
     max_websockets: int = 32
     # Serve a finished simulator run (its directory) instead of following a broker.
     replay: Path | None = None
+    # The live run's directory, whose agents/agent-N.log the page can tail (a replay's own).
+    run_dir: Path | None = None
     fleet_size: int | None = None  # the simulator's fleet size: control node ids are checked
     total_rounds: int | None = None  # the simulator's rounds: an agent done with them exits
 
@@ -89,6 +93,11 @@ class DashboardSettings:
     @property
     def topics(self) -> Topics:
         return Topics(self.job, self.topic_prefix)
+
+    @property
+    def logs_run_dir(self) -> Path | None:
+        """The run directory agent logs are read from: the replayed run's, else run_dir."""
+        return self.replay if self.replay is not None else self.run_dir
 
     @property
     def controls_enabled(self) -> bool:

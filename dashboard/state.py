@@ -3,8 +3,9 @@
 Every ``apply_*`` function takes the current ``FleetState``, one decoded message and the
 time ``now`` (injected: seconds on any monotonic scale) and returns ``(new_state, events)``.
 Nothing here does IO or reads a clock, so recorded message sequences replay exactly in
-tests. Memory is bounded: rounds and events are ring buffers (``max_rounds``,
-``max_events``); node ids are bounded by the message validation (0..1023).
+tests. The state's memory is bounded: its rounds and events are ring buffers (``max_rounds``,
+``max_events``: what the page is pushed); the store keeps the run's whole history beside it.
+Node ids are bounded by the message validation (0..1023).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class Counters:
     reroutes: int = 0
     timeouts: int = 0
     degraded_rounds: int = 0
-    late_telemetry: int = 0  # telemetry for a round already dropped from the ring buffer
+    late_telemetry: int = 0  # telemetry for a round already moved out of the ring buffer
     suspicions: int = 0  # events saying a node is suspected or hung (an agent's or ours)
 
 

@@ -10,7 +10,7 @@ import asyncio
 import bisect
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO
@@ -22,6 +22,7 @@ from dashboard.state import (
     FleetEvent,
     FleetState,
     Result,
+    RoundSummary,
     apply_malformed,
     apply_status,
     apply_telemetry,
@@ -55,6 +56,9 @@ class FleetStore:
         self.history: list[FleetEvent] = []
         self.history_dropped = 0
         self._max_history = max_history
+        # Every round of the run: the state keeps its last max_rounds (what the page gets
+        # pushed); rounds it lets go are kept here, served paged by /api/rounds.
+        self.round_archive: dict[int, RoundSummary] = {}
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
@@ -90,6 +94,24 @@ class FleetStore:
             return self.history[lo:hi]
         return self.history[hi - limit:hi] if since is None else self.history[lo:lo + limit]
 
+    def rounds_page(self, since: int | None = None, before: int | None = None,
+                    limit: int | None = None) -> list[RoundSummary]:
+        """Rounds with since < round < before, oldest first, from the whole run: the first
+        ``limit`` after ``since``, or without ``since`` the last ``limit`` (paging back)."""
+        merged = {**self.round_archive, **self.state.rounds}
+        keys = sorted(r for r in merged
+                      if (since is None or r > since) and (before is None or r < before))
+        if limit is not None and len(keys) > limit:
+            keys = keys[-limit:] if since is None else keys[:limit]
+        return [merged[r] for r in keys]
+
+    @property
+    def first_round(self) -> int | None:
+        """The run's first round the server holds (the archive's, else the state's)."""
+        if self.round_archive:
+            return min(self.round_archive)
+        return min(self.state.rounds) if self.state.rounds else None
+
     def subscribe(self) -> asyncio.Event:
         """An Event set on every change; the caller clears it after reading the state."""
         event = asyncio.Event()
@@ -124,8 +146,10 @@ class FleetStore:
         raise MessageError("unknown_topic", topic[:100])
 
     def _commit(self, result: Result) -> tuple[FleetEvent, ...]:
-        previous = self.state.version
+        previous, before = self.state.version, self.state.rounds
         self.state, events = result
+        if self.state.rounds is not before and len(before) >= self.state.max_rounds:
+            self._archive_dropped(before)
         if events:
             self._append_log(events)
             self.history.extend(events)
@@ -137,6 +161,11 @@ class FleetStore:
             for waiter in self._waiters:
                 waiter.set()
         return events
+
+    def _archive_dropped(self, before: Mapping[int, RoundSummary]) -> None:
+        """Keep the rounds the state's ring buffer let go (its oldest)."""
+        for round_no in before.keys() - self.state.rounds.keys():
+            self.round_archive[round_no] = before[round_no]
 
     def _append_log(self, events: tuple[FleetEvent, ...]) -> None:
         if self._log_path is None:

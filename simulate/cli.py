@@ -404,7 +404,7 @@ class Simulation:
             username=admin[0] if admin else None,
             password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
             event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
-            total_rounds=self.scenario.fleet.rounds)
+            total_rounds=self.scenario.fleet.rounds, run_dir=self.run_dir)
         handle = run_in_thread(settings)
         self.dashboard_handle = handle  # its last state stays readable after the run (tests)
         stack.callback(handle.stop)

@@ -37,15 +37,17 @@ const FILTERS = {
 const CHATTY = new Set(["pull", "relay", "nack", "degraded", "timeout", "reroute", "resync"]);
 const MAX_EVENTS_KEPT = 200000; // the whole history of a long run; earlier pages load on request
 const EARLIER_PAGE = 5000;
+const EARLIER_ROUNDS_PAGE = 5000;
 const MAX_ROWS_SHOWN = 300;
 const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate"]);
 const NEEDS_PEER = new Set(["cut", "heal"]);
 const NEEDS_VALUE = new Set(["loss", "latency"]);
 const OUTCOME_WAIT_MS = 8000;
+const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
+const ui = { loadingRounds: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -103,6 +105,8 @@ function ingest(msg) {
   for (const r of msg.rounds) model.rounds.set(r.round, r);
   if (msg.events.length) model.events = model.events.concat(msg.events).slice(-MAX_EVENTS_KEPT);
   model.fleet = msg.fleet;
+  // A replay's charts show the whole run at once: its earlier rounds come by REST.
+  if (msg.full && msg.fleet.run.replay_of) loadEarlierRounds(true);
   scheduleRender();
 }
 
@@ -167,7 +171,9 @@ function render() {
   renderTree(fleet);
   renderEvents();
   renderCharts();
+  renderRoundsNote();
   renderNodes(fleet);
+  renderLogPicker(latest);
   renderControls(latest);
 }
 
@@ -463,6 +469,53 @@ async function loadEarlierEvents() {
   scheduleRender();
 }
 
+function firstRoundLoaded() {
+  let first = null;
+  for (const r of model.rounds.keys()) if (first === null || r < first) first = r;
+  return first;
+}
+
+async function loadEarlierRounds(all = false) {
+  // The server keeps every round; the socket pushes only the latest. Page back from the
+  // first round the page holds, one page per click (every page when `all`).
+  if (ui.loadingRounds) return;
+  ui.loadingRounds = true;
+  try {
+    for (;;) {
+      const first = firstRoundLoaded();
+      const serverFirst = model.fleet ? model.fleet.counters.first_round : null;
+      if (first === null || serverFirst === null || first <= serverFirst) break;
+      const reply = await fetch(`/api/rounds?before=${first}&limit=${EARLIER_ROUNDS_PAGE}`);
+      if (!reply.ok) break;
+      const older = await reply.json();
+      if (!older.length) break;
+      for (const r of older) if (!model.rounds.has(r.round)) model.rounds.set(r.round, r);
+      scheduleRender();
+      if (!all) break;
+    }
+  } finally {
+    ui.loadingRounds = false;
+    scheduleRender();
+  }
+}
+
+function renderRoundsNote() {
+  // Say when the charts do not start at the run's first round, and how many rounds are not loaded.
+  const note = document.getElementById("rounds-note");
+  const first = firstRoundLoaded();
+  const serverFirst = model.fleet ? model.fleet.counters.first_round : null;
+  const missing = first !== null && serverFirst !== null && first > serverFirst;
+  note.hidden = !missing;
+  if (!missing) return;
+  document.getElementById("rounds-note-text").textContent = ui.loadingRounds
+    ? `loading rounds ${serverFirst}–${first - 1}…`
+    : `The charts show rounds ${first}–${model.fleet.counters.latest_round}; the server holds `
+      + `every round of the run from round ${serverFirst}.`;
+  const button = document.getElementById("rounds-earlier");
+  button.disabled = ui.loadingRounds;
+  button.textContent = `load earlier rounds (${first - serverFirst} more)`;
+}
+
 function renderEvents() {
   const list = document.getElementById("events");
   const shown = ui.atRound === null ? filteredEvents()
@@ -470,11 +523,14 @@ function renderEvents() {
   const groups = groupEvents(shown).slice(-MAX_ROWS_SHOWN).reverse();
   const first = model.events.length ? model.events[0].seq : 1;
   const total = model.fleet ? model.fleet.counters.events : 0;
+  // Events the server no longer holds (past its --max-history) are said, not hidden.
+  const dropped = model.fleet ? model.fleet.counters.events_dropped : 0;
+  const gone = dropped ? ` (the first ${dropped} no longer kept by the server)` : "";
   document.getElementById("event-count").textContent = model.fleet
-    ? (first > 1 ? `${model.events.length} of ${total} events loaded` : `${total} events`) : "";
+    ? (first > 1 ? `${model.events.length} of ${total} events loaded${gone}` : `${total} events`) : "";
   const earlier = document.getElementById("events-earlier");
-  earlier.hidden = first <= 1;
-  earlier.textContent = `load earlier events (${first - 1} more)`;
+  earlier.hidden = first <= dropped + 1;
+  earlier.textContent = `load earlier events (${first - 1 - dropped} more)`;
   list.replaceChildren(...(groups.length ? groups.map(eventRow)
     : [html("li", "none", "Nothing of this kind yet.")]));
 }
@@ -706,6 +762,13 @@ function renderNodes(fleet) {
         const badge = html("span", "badge", n.at_fault ? `${n.state} · at fault` : n.state);
         badge.style.background = COLORS[n.state] || COLORS.unknown;
         td.append(badge);
+      } else if (i === 0) {
+        td.textContent = value;
+        const open = html("button", "log-open", "log");
+        open.type = "button";
+        open.dataset.logNode = String(n.node);
+        open.title = `show the tail of node ${n.node}'s agent log`;
+        td.append(" ", open);
       } else {
         td.textContent = value;
       }
@@ -713,6 +776,50 @@ function renderNodes(fleet) {
     });
     return tr;
   }));
+}
+
+// ------------------------------------------------------------------ agent logs
+
+function renderLogPicker(fleet) {
+  // One option per node the fleet knows; the chosen one stays chosen across redraws.
+  const select = document.getElementById("log-node");
+  const ids = fleet.nodes.map((n) => String(n.node));
+  const have = [...select.options].map((o) => o.value);
+  if (ids.join(",") === have.join(",")) return;
+  const chosen = select.value;
+  select.replaceChildren(...ids.map((id) => { const o = html("option", "", id); o.value = id; return o; }));
+  if (ids.includes(chosen)) select.value = chosen;
+}
+
+async function showLog(node) {
+  const meta = document.getElementById("log-meta");
+  const pre = document.getElementById("log-tail");
+  const select = document.getElementById("log-node");
+  if (node !== undefined) select.value = String(node);
+  const id = select.value;
+  if (id === "") return;
+  meta.textContent = `loading node ${id}'s log…`;
+  pre.dataset.node = id;
+  try {
+    const reply = await fetch(`/api/nodes/${encodeURIComponent(id)}/log?lines=${LOG_LINES}`);
+    const data = await reply.json();
+    if (pre.dataset.node !== id) return; // another node was asked for meanwhile
+    if (!reply.ok) {
+      pre.hidden = true;
+      meta.dataset.state = "missing";
+      meta.textContent = typeof data.detail === "string" ? data.detail : `no log for node ${id}`;
+      return;
+    }
+    meta.dataset.state = "shown";
+    meta.textContent = `${data.path} · ${fmtBytes(data.size)} · `
+      + (data.truncated ? `last ${data.lines.length} lines` : `all ${data.lines.length} lines`);
+    pre.textContent = data.lines.join("\n");
+    pre.hidden = false;
+    pre.scrollTop = pre.scrollHeight;
+  } catch (err) {
+    meta.dataset.state = "missing";
+    meta.textContent = `could not load the log: ${err}`;
+  }
 }
 
 // A node's shard: one stacked bar, a segment per label, its counts on hover.
@@ -869,6 +976,12 @@ document.getElementById("event-filters").addEventListener("click", (e) => {
   if (e.target.dataset && e.target.dataset.filter) setFilter(e.target.dataset.filter);
 });
 document.getElementById("events-earlier").addEventListener("click", loadEarlierEvents);
+document.getElementById("log-show").addEventListener("click", () => showLog());
+document.getElementById("nodes").addEventListener("click", (e) => {
+  const node = e.target.dataset ? e.target.dataset.logNode : undefined;
+  if (node !== undefined) { showLog(node); document.getElementById("log-card").scrollIntoView({ block: "nearest" }); }
+});
+document.getElementById("rounds-earlier").addEventListener("click", () => loadEarlierRounds(false));
 document.getElementById("replay-round").addEventListener("input", (e) => showRound(Number(e.target.value)));
 document.getElementById("replay-end").addEventListener("click", () => { ui.atAsked += 1; ui.atRound = null; model.atFleet = null; scheduleRender(); });
 document.addEventListener("keydown", (e) => {

@@ -344,3 +344,26 @@ def test_every_event_is_kept_and_served_in_pages() -> None:
         assert [e["seq"] for e in forward] == [11, 12, 13, 14, 15]
         last = many.get("/api/events", params={"limit": 3}).json()
         assert [e["seq"] for e in last] == [total - 2, total - 1, total]
+
+
+def test_every_round_is_kept_and_served_in_pages() -> None:
+    settings = DashboardSettings(job="rec", max_rounds=40)  # the state's ring buffer: small
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as many:
+        store = store_of(many)
+        for round_no in range(300):
+            for node in (1, 2):  # two reports per round: a round leaves the ring once, whole
+                msg = Telemetry(node, round_no, 1, "ft", 0.1 * (node + 1), loss=1.0 / (round_no + 1))
+                store.ingest(f"edgegrove/rec/telemetry/{node}", msg.encode())
+        assert len(store.state.rounds) == 40
+        everything = many.get("/api/rounds").json()
+        assert [r["round"] for r in everything] == list(range(300))
+        assert all(r["reports"] == 2 for r in everything)
+        assert everything[5]["loss"] == pytest.approx(1 / 6)
+        page = many.get("/api/rounds", params={"before": 100, "limit": 30}).json()
+        assert [r["round"] for r in page] == list(range(70, 100))
+        forward = many.get("/api/rounds", params={"since": 10, "limit": 5}).json()
+        assert [r["round"] for r in forward] == [11, 12, 13, 14, 15]
+        counters = many.get("/api/fleet").json()["counters"]
+        # The page is told where the run's rounds begin, and that nothing was dropped.
+        assert counters["first_round"] == 0 and counters["latest_round"] == 299
+        assert counters["rounds"] == 300 and counters["events_dropped"] == 0
