@@ -3,7 +3,9 @@ of its frames NACKs and times out every round, and five link cuts over 450 round
 `--replay` to real headless Chromium. Every fault is on the timeline and shaded on the charts
 (none cut by a ring buffer), the header counts every event and the page has them all; the
 page loads, and one redraw takes, as the numbers printed say (asserted under generous bounds
-for a loaded host, and the issue's 2 s / 100 ms printed beside them)."""
+for a loaded host, and the issue's 2 s / 100 ms printed beside them). Past the rounds the
+server pushes live (--max-rounds), the page loads the rest of the run's rounds: a replay all at
+once, a live run on request; and a node's agent log is shown from the page."""
 
 from __future__ import annotations
 
@@ -113,4 +115,68 @@ def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Pa
         # Generous bounds for a host shared by several fleets: the numbers above are the measure.
         assert load_s < 10 and redraw_ms < 1000
         assert errors == []
+        page.close()
+
+
+def write_agent_logs(run: Path, nodes: range) -> None:
+    for node in nodes:
+        lines = "".join(f"agent {node}: round {r} done\n" for r in range(ROUNDS))
+        (run / "agents").mkdir(exist_ok=True)
+        (run / "agents" / f"agent-{node}.log").write_text(lines + f"agent {node}: <b>bye</b>\n")
+
+
+def test_a_replay_shows_every_round_and_an_agents_log(browser: Browser, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    busy_run(run)
+    write_agent_logs(run, range(NODES - 1))  # the last node has no log
+    settings = DashboardSettings(replay=run, port=0, max_rounds=100)  # 100 pushed, 450 in the run
+    with run_in_thread(settings) as served:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(served.url)
+        page.wait_for_function(f"() => model.rounds.size === {ROUNDS}", timeout=60_000)
+        assert page.evaluate("() => Math.min(...model.rounds.keys())") == 0
+        page.wait_for_selector("#rounds-note", state="hidden", timeout=30_000)
+        # The loss chart plots from round 0: its first point is at the left edge of the plot.
+        first_x = page.evaluate("() => Math.min(...[...document.querySelectorAll("
+                                "'#chart-loss circle.point')].map(c => Number(c.getAttribute('cx'))))")
+        assert first_x < page.evaluate("() => document.querySelector('#chart-loss').clientWidth") * 0.2
+
+        page.click('#nodes tr[data-node="4"] button.log-open')
+        page.wait_for_function("() => document.querySelector('#log-meta').dataset.state === 'shown'"
+                               " && document.querySelector('#log-tail').dataset.node === '4'",
+                               timeout=30_000)
+        text = page.inner_text("#log-tail")
+        assert text.splitlines()[-1] == "agent 4: <b>bye</b>"  # shown as text, not markup
+        assert "agent 4: round 449 done" in text and "agent 4: round 0 done" not in text
+        assert "agents/agent-4.log" in page.inner_text("#log-meta")
+        assert page.locator("#log-tail b").count() == 0
+        page.select_option("#log-node", str(NODES - 1))
+        page.click("#log-show")
+        page.wait_for_function("() => document.querySelector('#log-meta').dataset.state === 'missing'",
+                               timeout=30_000)
+        assert "no log" in page.inner_text("#log-meta") and page.locator("#log-tail").is_hidden()
+        assert errors == []
+        page.close()
+
+
+def test_a_live_page_loads_earlier_rounds_on_request(browser: Browser, tmp_path: Path) -> None:
+    rounds, pushed = 300, 50
+    with run_in_thread(DashboardSettings(port=0, max_rounds=pushed)) as served:
+        for round_no in range(rounds):
+            served.dashboard.feed({"type": "telemetry", "node": 0, "round": round_no, "epoch": 1,
+                                   "algorithm": "ft-tree", "wall_time": 0.1, "loss": 1 / (1 + round_no),
+                                   "phase_seconds": {"total": 0.1}})
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(served.url)
+        page.wait_for_function(f"() => model.fleet && model.fleet.counters.latest_round === {rounds - 1}"
+                               f" && model.rounds.size === {pushed}", timeout=60_000)
+        note = page.locator("#rounds-note")
+        note.wait_for(state="visible", timeout=30_000)
+        assert f"rounds {rounds - pushed}–{rounds - 1}" in note.inner_text()
+        assert f"({rounds - pushed} more)" in page.inner_text("#rounds-earlier")
+        page.click("#rounds-earlier")
+        page.wait_for_function(f"() => model.rounds.size === {rounds}", timeout=30_000)
+        note.wait_for(state="hidden", timeout=30_000)
         page.close()
