@@ -182,7 +182,7 @@ def test_page_shows_fleet_link_cut_and_accuracy(
         # Every node's shard as a bar of its labels, with the counts on hover (the statuses
         # carry them; an agent's shard of MNIST holds every one of the ten digits).
         page.wait_for_function(f"() => document.querySelectorAll('#nodes [data-testid=label-bar]').length "
-                               f"=== {NODES}", timeout=30_000)
+                               f"=== {NODES}", timeout=60_000)
         bar = page.locator('#nodes tr[data-node="0"] [data-testid=label-bar]')
         assert bar.locator(".label-seg").count() >= 2
         assert "samples: 0:" in (bar.get_attribute("title") or "")
@@ -249,20 +249,20 @@ def test_page_reconnects_when_the_dashboard_restarts(
     page = browser.new_page()
     try:
         page.goto(served.url)
-        page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=20_000)
+        page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=60_000)
         page.wait_for_function(f"document.querySelectorAll('#tree .node').length === {NODES}",
-                               timeout=30_000)
+                               timeout=60_000)
         served.stop()
-        page.wait_for_selector('#ws-pill[data-ok="false"]', timeout=20_000)
+        page.wait_for_selector('#ws-pill[data-ok="false"]', timeout=60_000)
         creds = broker.dashboard_credentials
         settings = DashboardSettings(broker_url=broker.url, job=JOB, username=creds.username,
                                      password=creds.password, port=served.port)
         with run_in_thread(settings):
-            page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=20_000)
+            page.wait_for_selector('#ws-pill[data-ok="true"]', timeout=60_000)
             # a fresh server learns the fleet again from retained status/view and telemetry
             page.wait_for_function(
                 f"document.querySelectorAll('#tree .node[data-state=\"online\"]').length "
-                f"=== {NODES}", timeout=30_000)
+                f"=== {NODES}", timeout=60_000)
     finally:
         page.close()
         fleet.stop()
@@ -292,7 +292,7 @@ def test_page_hover_timeline_filters_and_round_time_switch(
         page.select_option("#time-agent", "slowest")
         page.wait_for_function(
             "document.querySelector('#chart-time').textContent.includes('slowest agent (s)')",
-            timeout=30_000)  # the page's own redraw: a loaded host may take seconds
+            timeout=60_000)  # the page's own redraw: a loaded host may take seconds
         # Timeline filters: membership shows only membership events; all shows more rows.
         page.click('#event-filters button[data-filter="membership"]')
         kinds = page.eval_on_selector_all("#events li[data-kind]", "els => els.map(e => e.dataset.kind)")

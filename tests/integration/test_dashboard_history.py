@@ -113,7 +113,7 @@ def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Pa
             assert sorted(bands) == [at for at, _ in CUTS], (chart, bands)
         assert len(page.evaluate("model.fleet.incidents")) == injected
         # Generous bounds for a host shared by several fleets: the numbers above are the measure.
-        assert load_s < 10 and redraw_ms < 1000
+        assert load_s < 30 and redraw_ms < 1000
         assert errors == []
         page.close()
 
@@ -137,7 +137,7 @@ def test_a_replay_shows_every_round_and_an_agents_log(browser: Browser, tmp_path
         page.goto(served.url)
         page.wait_for_function(f"() => model.rounds.size === {ROUNDS}", timeout=60_000)
         assert page.evaluate("() => Math.min(...model.rounds.keys())") == 0
-        page.wait_for_selector("#rounds-note", state="hidden", timeout=30_000)
+        page.wait_for_selector("#rounds-note", state="hidden", timeout=60_000)
         # The loss chart plots from round 0: its first point is at the left edge of the plot.
         first_x = page.evaluate("() => Math.min(...[...document.querySelectorAll("
                                 "'#chart-loss circle.point')].map(c => Number(c.getAttribute('cx'))))")
@@ -146,7 +146,7 @@ def test_a_replay_shows_every_round_and_an_agents_log(browser: Browser, tmp_path
         page.click('#nodes tr[data-node="4"] button.log-open')
         page.wait_for_function("() => document.querySelector('#log-meta').dataset.state === 'shown'"
                                " && document.querySelector('#log-tail').dataset.node === '4'",
-                               timeout=30_000)
+                               timeout=60_000)
         text = page.inner_text("#log-tail")
         assert text.splitlines()[-1] == "agent 4: <b>bye</b>"  # shown as text, not markup
         assert "agent 4: round 449 done" in text and "agent 4: round 0 done" not in text
@@ -155,7 +155,7 @@ def test_a_replay_shows_every_round_and_an_agents_log(browser: Browser, tmp_path
         page.select_option("#log-node", str(NODES - 1))
         page.click("#log-show")
         page.wait_for_function("() => document.querySelector('#log-meta').dataset.state === 'missing'",
-                               timeout=30_000)
+                               timeout=60_000)
         assert "no log" in page.inner_text("#log-meta") and page.locator("#log-tail").is_hidden()
         assert errors == []
         page.close()
@@ -173,10 +173,10 @@ def test_a_live_page_loads_earlier_rounds_on_request(browser: Browser, tmp_path:
         page.wait_for_function(f"() => model.fleet && model.fleet.counters.latest_round === {rounds - 1}"
                                f" && model.rounds.size === {pushed}", timeout=60_000)
         note = page.locator("#rounds-note")
-        note.wait_for(state="visible", timeout=30_000)
+        note.wait_for(state="visible", timeout=60_000)
         assert f"rounds {rounds - pushed}–{rounds - 1}" in note.inner_text()
         assert f"({rounds - pushed} more)" in page.inner_text("#rounds-earlier")
         page.click("#rounds-earlier")
-        page.wait_for_function(f"() => model.rounds.size === {rounds}", timeout=30_000)
-        note.wait_for(state="hidden", timeout=30_000)
+        page.wait_for_function(f"() => model.rounds.size === {rounds}", timeout=60_000)
+        note.wait_for(state="hidden", timeout=60_000)
         page.close()

@@ -224,7 +224,7 @@ def send_control(page: Page, token: str, action: str, node: int) -> str:
     page.wait_for_function(
         "() => ['refused', 'applied', 'ignored', 'unanswered', 'failed']"
         ".includes(document.querySelector('#control-result').dataset.state)",
-        timeout=30_000)
+        timeout=60_000)
     return page.inner_text("#control-result")
 
 
@@ -254,7 +254,7 @@ def check_link_cut(page: Page, run: SimRun) -> None:
     for chart in CHARTS:
         # attached: the band is zero wide while the page shows the cut's first round
         page.wait_for_selector(f'#{chart} rect.incident-band[data-kind="link"]', state="attached",
-                               timeout=30_000)
+                               timeout=60_000)
     heal = run.fault("link", "heal")["round"]
     assert heal == cut["round"] + 10
     recovered = wait_recovered(page, "link", "1-3")
@@ -327,7 +327,7 @@ def check_rejoin(page: Page, run: SimRun) -> None:
           f"{len(after_restart)} looks in between")
     assert all(listed for _, listed in after_restart), f"crash not listed while node 5 was out: {after_restart}"
     # attached, not visible: a vertical line has an empty bounding box
-    page.wait_for_selector('#chart-loss line.mark[data-kind="rejoin"]', state="attached", timeout=30_000)
+    page.wait_for_selector('#chart-loss line.mark[data-kind="rejoin"]', state="attached", timeout=60_000)
     for chart in CHARTS:
         marks = mark_rounds(page, chart, "rejoin")
         assert len(marks) == 1 and abs(marks[0] - back) <= 1, f"{chart}: rejoin marks {marks}, back at r{back}"
@@ -410,8 +410,8 @@ def check_replay(browser: Browser, run_dir: Path, live_rounds: list[int],
                  live_incidents: list[tuple[Any, ...]], errors: list[str]) -> None:
     with run_in_thread(DashboardSettings(replay=run_dir, port=0)) as served:
         page = open_page(browser, served.url, 1440, errors)
-        page.wait_for_selector('#ws-pill:has-text("replay")', timeout=30_000)
-        page.wait_for_selector("#chart-loss circle.point", timeout=30_000)
+        page.wait_for_selector('#ws-pill:has-text("replay")', timeout=60_000)
+        page.wait_for_selector("#chart-loss circle.point", timeout=60_000)
         rounds, incidents = page_rounds_and_incidents(page)
         assert rounds == live_rounds
         assert incidents == live_incidents
@@ -429,19 +429,19 @@ def slide_to(page: Page, round_no: int) -> None:
         s.value = '{round_no}'; s.dispatchEvent(new Event('input')); }}""")
     page.wait_for_function(f"""() => document.querySelector('#replay-bar').dataset.round === '{round_no}'
         && document.querySelector('#replay-bar').dataset.loaded === 'true'
-        && model.atFleet && model.atFleet.counters.latest_round === {round_no}""", timeout=30_000)
+        && model.atFleet && model.atFleet.counters.latest_round === {round_no}""", timeout=60_000)
 
 
 def check_replay_slider(page: Page) -> None:
     slide_to(page, 65)
-    page.wait_for_selector('#tree .node[data-node="5"][data-state="offline"]', timeout=10_000)
+    page.wait_for_selector('#tree .node[data-node="5"][data-state="offline"]', timeout=60_000)
     assert page.locator(incident_selector("crash", "5")).count() == 1  # active then
     slide_to(page, 95)
-    page.wait_for_selector('#tree .node[data-node="5"][data-state="online"]', timeout=10_000)
+    page.wait_for_selector('#tree .node[data-node="5"][data-state="online"]', timeout=60_000)
     page.focus("#replay-round")
     page.keyboard.press("ArrowLeft")  # the slider steps one round
     page.wait_for_function("() => document.querySelector('#replay-bar').dataset.round === '94'",
-                           timeout=10_000)
+                           timeout=60_000)
     page.click("#replay-end")
     page.wait_for_function("() => document.querySelector('#replay-bar').dataset.round === 'end'",
-                           timeout=10_000)
+                           timeout=60_000)
