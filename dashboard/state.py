@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal
 
+from agent.protocol.membership import view_root, view_tree
 from agent.protocol.messages import Status, Telemetry, View
 from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
@@ -248,7 +248,7 @@ class FleetState:
     def tree(self) -> Tree | None:
         if self.view is None or not self.view.members:
             return None
-        return _tree(tuple(self.view.members), self.view.arity)
+        return _view_tree(self.view)
 
 
 Result = tuple[FleetState, tuple[FleetEvent, ...]]
@@ -664,7 +664,7 @@ def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
     a link to an offline node is failed, whatever was last reported.
     """
     view = state.view
-    kinds = dict(_link_kinds(tuple(view.members), view.arity)) if view and view.members else {}
+    kinds = dict(_link_kinds(view)) if view and view.members else {}
     reports: dict[tuple[int, int], str] = {}
     for node in state.nodes.values():
         for peer, seen in node.links.items():
@@ -688,16 +688,32 @@ def derive_links(state: FleetState) -> dict[tuple[int, int], LinkInfo]:
     return links
 
 
-@lru_cache(maxsize=16)
-def _tree(members: tuple[int, ...], arity: int) -> Tree:
-    return Tree.of(members, arity)
+# A view's tree, by what shapes it: members, arity, root and sites (views are not hashable).
+_TreeKey = tuple[tuple[int, ...], int, int, tuple[str, ...]]
+_TREES: dict[_TreeKey, tuple[Tree, Mapping[tuple[int, int], LinkKind]]] = {}
+_MAX_TREES = 16
 
 
-@lru_cache(maxsize=16)
-def _link_kinds(members: tuple[int, ...], arity: int) -> Mapping[tuple[int, int], LinkKind]:
-    tree = _tree(members, arity)
-    kinds: dict[tuple[int, int], LinkKind] = dict.fromkeys(tree.backup_links(), "backup")
-    kinds.update(dict.fromkeys(tree.tree_links(), "tree"))
+def _view_tree(view: View) -> Tree:
+    """The tree the agents build from this view: rooted at its coordinator, site-aware."""
+    return _tree_and_kinds(view)[0]
+
+
+def _link_kinds(view: View) -> Mapping[tuple[int, int], LinkKind]:
+    return _tree_and_kinds(view)[1]
+
+
+def _tree_and_kinds(view: View) -> tuple[Tree, Mapping[tuple[int, int], LinkKind]]:
+    key = (tuple(view.members), view.arity, view_root(view), tuple(view.sites))
+    cached = _TREES.get(key)
+    if cached is None:
+        tree = view_tree(view)
+        kinds: dict[tuple[int, int], LinkKind] = dict.fromkeys(tree.backup_links(), "backup")
+        kinds.update(dict.fromkeys(tree.tree_links(), "tree"))
+        if len(_TREES) >= _MAX_TREES:
+            _TREES.clear()
+        cached = _TREES[key] = (tree, _frozen(kinds))
+    return cached
     return _frozen(kinds)
 
 

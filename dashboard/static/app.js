@@ -1,4 +1,4 @@
-// Edgegrove dashboard page: one WebSocket, hand-written SVG, no dependencies.
+// Edgegrove dashboard page: one WebSocket; the tree in SVG, the charts on uPlot (charts.js).
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -47,7 +47,7 @@ const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { loadingRounds: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
+const ui = { loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -331,7 +331,13 @@ function renderTree(fleet) {
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   clear(svg);
   const ids = homeIds(fleet);
-  const pos = treeLayout(ids, fleet.view ? fleet.view.arity : 2, width, height);
+  // The agents' tree is rooted at the view's coordinator (the lowest established member), not
+  // always the lowest id: it takes the top place, the others keep theirs in id order.
+  const view = fleet.view;
+  const root = view && view.members.length
+    ? (view.members.includes(view.coordinator) ? view.coordinator : view.members[0]) : null;
+  const order = root === null ? ids : [root, ...ids.filter((id) => id !== root)];
+  const pos = treeLayout(order, view ? view.arity : 2, width, height);
   const radius = Math.max(10, Math.min(18, (width / Math.max(1, ids.length)) * 0.3));
   const linkLayer = el("g", { class: "links" }, svg);
   for (const link of fleet.links) {
@@ -535,202 +541,7 @@ function renderEvents() {
     : [html("li", "none", "Nothing of this kind yet.")]));
 }
 
-// ------------------------------------------------------------------ charts
-
-function chartMarks(fleet) {
-  // From the server's incidents (kept for the whole run), not from the event ring buffer.
-  const marks = [];
-  for (const i of fleet.incidents) {
-    if (i.start_round !== null) marks.push({ round: i.start_round, kind: i.kind, text: `${i.kind} ${targetsText(i.targets)}` });
-    if (i.recovered_round !== null && i.kind === "crash") {
-      marks.push({ round: i.recovered_round, kind: "rejoin", text: `node ${i.targets[0]} rejoined` });
-    }
-  }
-  for (const e of model.events) {
-    if (e.kind === "view_change" && e.round !== null) marks.push({ round: e.round, kind: "view_change", text: e.detail });
-  }
-  // One mark per kind and round: four links failing in one round are one mark.
-  const seen = new Map();
-  for (const mark of marks) {
-    const key = `${mark.kind}@${mark.round}`;
-    if (seen.has(key)) seen.get(key).text += `; ${mark.text}`;
-    else seen.set(key, mark);
-  }
-  return [...seen.values()];
-}
-
-function timeOf(r) {
-  const v = ui.timeAgent === "slowest" ? r.round_seconds : r.round_seconds_median;
-  return v > 0 ? v : null;
-}
-
-function renderCharts() {
-  const fleet = model.fleet;
-  const rounds = [...model.rounds.values()].sort((a, b) => a.round - b.round);
-  const context = { rounds, marks: chartMarks(fleet), incidents: fleet.incidents,
-    now: fleet.fleet_round };
-  const series = [
-    ["chart-loss", "loss-last", (r) => r.loss, (v) => v.toFixed(3), "loss (cross-entropy)", false],
-    ["chart-accuracy", "accuracy-last", (r) => r.accuracy, fmtPct, "accuracy (%)", false],
-    ["chart-time", "time-last", timeOf, fmtSeconds, `${ui.timeAgent} agent (s)`, true],
-  ];
-  for (const [id, lastId, pick, fmt, yTitle, robust] of series) {
-    const points = rounds.filter((r) => pick(r) !== null).map((r) => [r.round, pick(r)]);
-    const svg = document.getElementById(id);
-    ui.charts[id] = drawChart(svg, points, context, { yTitle, robust, percent: id === "chart-accuracy" });
-    const last = points.length ? points[points.length - 1] : null;
-    document.getElementById(lastId).textContent = last ? `round ${last[0]}: ${fmt(last[1])}` : "";
-  }
-}
-
-function niceTicks(lo, hi, count) {
-  const span = hi - lo || 1;
-  const step0 = span / count;
-  const mag = 10 ** Math.floor(Math.log10(step0));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
-  const ticks = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) ticks.push(t);
-  return ticks;
-}
-
-function yRange(values, robust) {
-  // Round times: one frozen node's 13 s round must not squash every 0.2 s round to the axis,
-  // so the scale stops at a few times the 90th percentile and taller points are clipped.
-  const sorted = [...values].sort((a, b) => a - b);
-  let lo = sorted[0];
-  let hi = sorted[sorted.length - 1];
-  if (robust && sorted.length >= 10) {
-    const p90 = sorted[Math.floor(sorted.length * 0.9)];
-    hi = Math.min(hi, Math.max(p90 * 3, sorted[Math.floor(sorted.length / 2)] * 4));
-    lo = Math.min(lo, 0);
-  }
-  if (hi - lo < 1e-9) { lo -= 0.5 * (Math.abs(lo) || 1); hi += 0.5 * (Math.abs(hi) || 1); }
-  const pad = (hi - lo) * 0.08;
-  return [robust ? Math.max(0, lo - pad) : lo - pad, hi + pad];
-}
-
-function drawChart(svg, points, context, opts) {
-  const width = svg.clientWidth || 360;
-  const height = svg.clientHeight || 200;
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  clear(svg);
-  const m = { l: 52, r: 10, t: 10, b: 36 };
-  if (!points.length) {
-    el("text", { class: "empty", x: width / 2, y: height / 2 }, svg).textContent = "no data yet";
-    return null;
-  }
-  const xs = context.rounds.map((r) => r.round);
-  const x0 = Math.min(...xs);
-  const x1 = Math.max(x0 + 1, ...xs, context.now ?? 0);
-  const [y0, y1] = yRange(points.map((p) => p[1]), opts.robust);
-  const sx = (x) => m.l + ((x - x0) / (x1 - x0)) * (width - m.l - m.r);
-  const sy = (y) => height - m.b - ((Math.min(y, y1) - y0) / (y1 - y0)) * (height - m.t - m.b);
-  const chart = { sx, x0, x1, m, width, height };
-  drawBands(svg, context, chart);
-  drawAxes(svg, chart, sy, y0, y1, opts);
-  drawMarks(svg, context.marks, chart);
-  el("polyline", { class: "series", points: points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" ") }, svg);
-  const dense = points.length > 80;
-  for (const [x, y] of points) {
-    const clipped = y > y1;
-    el("circle", { class: clipped ? "point clipped" : "point", cx: sx(x), cy: sy(y),
-      r: clipped ? 3.5 : dense ? 1.6 : 2.8, "data-round": x }, svg);
-  }
-  el("line", { class: "hover-line", x1: 0, x2: 0, y1: m.t, y2: height - m.b, visibility: "hidden" }, svg);
-  return chart;
-}
-
-function drawBands(svg, context, c) {
-  for (const i of context.incidents) {
-    if (i.start_round === null) continue;
-    const end = i.end_round ?? context.now ?? c.x1;
-    const a = Math.max(c.x0, i.start_round);
-    const b = Math.min(c.x1, Math.max(end, i.start_round + 0.5));
-    if (b < c.x0 || a > c.x1) continue;
-    const band = el("rect", {
-      class: "incident-band", "data-incident": i.id, "data-kind": i.kind,
-      "data-start": i.start_round, "data-end": i.end_round ?? "", "data-active": i.active,
-      "data-source": i.source,
-      x: c.sx(a), y: c.m.t, width: Math.max(2, c.sx(b) - c.sx(a)), height: c.height - c.m.t - c.m.b,
-      fill: FAULT_COLORS[i.kind] || COLORS.failed,
-    }, svg);
-    el("title", {}, band).textContent = `${i.title}: rounds ${i.start_round}–${i.end_round ?? "now"}`;
-  }
-}
-
-function drawAxes(svg, c, sy, y0, y1, opts) {
-  for (const t of niceTicks(y0, y1, 4)) {
-    el("line", { class: "grid", x1: c.m.l, x2: c.width - c.m.r, y1: sy(t), y2: sy(t) }, svg);
-    const label = el("text", { class: "tick", x: c.m.l - 6, y: sy(t) + 3, "text-anchor": "end" }, svg);
-    label.textContent = opts.percent ? `${+(t * 100).toPrecision(3)}` : Math.abs(t) >= 100 ? t.toFixed(0) : +t.toPrecision(3);
-  }
-  for (const t of niceTicks(c.x0, c.x1, 6).filter((v) => Number.isInteger(v))) {
-    el("text", { class: "tick", x: c.sx(t), y: c.height - 20, "text-anchor": "middle" }, svg).textContent = t;
-  }
-  el("line", { class: "axis", x1: c.m.l, x2: c.width - c.m.r, y1: c.height - c.m.b, y2: c.height - c.m.b }, svg);
-  el("text", { class: "axis-title", x: c.m.l + (c.width - c.m.l - c.m.r) / 2, y: c.height - 4,
-    "text-anchor": "middle" }, svg).textContent = "round";
-  el("text", { class: "axis-title", x: 0, y: 0, "text-anchor": "middle",
-    transform: `translate(11 ${c.m.t + (c.height - c.m.t - c.m.b) / 2}) rotate(-90)` }, svg).textContent = opts.yTitle;
-}
-
-function drawMarks(svg, marks, c) {
-  for (const mark of marks) {
-    if (mark.round < c.x0 || mark.round > c.x1) continue;
-    const color = MARK_COLORS[mark.kind] || COLORS.unknown;
-    const x = c.sx(mark.round);
-    const line = el("line", {
-      class: "mark", "data-kind": mark.kind, "data-round": mark.round, x1: x, x2: x, y1: c.m.t,
-      y2: c.height - c.m.b, stroke: color, "stroke-width": 1.5, "stroke-dasharray": "3 3",
-    }, svg);
-    el("title", {}, line).textContent = `round ${mark.round}: ${mark.text}`;
-    el("path", { d: `M ${x - 4} ${c.m.t} L ${x + 4} ${c.m.t} L ${x} ${c.m.t + 6} Z`, fill: color }, svg);
-  }
-}
-
-function showTip(event) {
-  // Hover: the round under the pointer, with that round's numbers.
-  const svg = event.currentTarget;
-  const chart = ui.charts[svg.id];
-  const tip = document.getElementById("chart-tip");
-  if (!chart) return;
-  const box = svg.getBoundingClientRect();
-  const x = ((event.clientX - box.left) / box.width) * chart.width;
-  const pointed = chart.x0 + ((x - chart.m.l) / (chart.width - chart.m.l - chart.m.r)) * (chart.x1 - chart.x0);
-  const round = nearestRound(pointed);
-  const r = model.rounds.get(round);
-  const line = svg.querySelector(".hover-line");
-  if (!r) { tip.hidden = true; if (line) line.setAttribute("visibility", "hidden"); return; }
-  if (line) {
-    line.setAttribute("x1", chart.sx(round));
-    line.setAttribute("x2", chart.sx(round));
-    line.setAttribute("visibility", "visible");
-  }
-  const active = model.fleet.incidents.filter((i) => i.start_round !== null && i.start_round <= round
-    && (i.end_round === null || round < i.end_round)).map((i) => `${i.kind} ${targetsText(i.targets)}`);
-  tip.textContent = `round ${round} · loss ${fmtNum(r.loss)} · accuracy ${fmtPct(r.accuracy)} · `
-    + `time median ${fmtSeconds(r.round_seconds_median)}, slowest ${fmtSeconds(r.round_seconds)}`
-    + ` · ${r.reports} reports${r.degraded ? ` · degraded (${r.missing_chunks} chunks missing)` : ""}`
-    + (active.length ? ` · faults: ${active.join(", ")}` : "");
-  tip.hidden = false;
-  const left = Math.min(event.clientX + 12, window.innerWidth - tip.offsetWidth - 8);
-  tip.style.left = `${Math.max(4, left) + window.scrollX}px`;
-  tip.style.top = `${event.clientY + 14 + window.scrollY}px`;
-}
-
-function nearestRound(pointed) {
-  let best = null;
-  for (const round of model.rounds.keys()) {
-    if (best === null || Math.abs(round - pointed) < Math.abs(best - pointed)) best = round;
-  }
-  return best;
-}
-
-function hideTip(event) {
-  document.getElementById("chart-tip").hidden = true;
-  const line = event.currentTarget.querySelector(".hover-line");
-  if (line) line.setAttribute("visibility", "hidden");
-}
+// ------------------------------------------------------------------ charts: in charts.js
 
 // ------------------------------------------------------------------ nodes
 
@@ -995,11 +806,8 @@ document.getElementById("time-agent").addEventListener("change", (e) => {
   ui.timeAgent = e.target.value;
   scheduleRender();
 });
-for (const id of ["chart-loss", "chart-accuracy", "chart-time"]) {
-  const svg = document.getElementById(id);
-  svg.addEventListener("mousemove", showTip);
-  svg.addEventListener("mouseleave", hideTip);
-}
+document.getElementById("zoom-reset").addEventListener("click", resetZoom);
+document.getElementById("export-csv").addEventListener("click", exportCsv);
 renderLegend();
 updateControlForm();
 connect();

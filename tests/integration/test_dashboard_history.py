@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from dashboard.server import run_in_thread
 from dashboard.settings import DashboardSettings
@@ -90,14 +90,17 @@ def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Pa
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(served.url)  # a first load warms the browser's caches, as an operator's has
-        page.wait_for_selector("#chart-loss circle.point", timeout=60_000)
+        page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 0",
+                               timeout=60_000)
         began = time.monotonic()
         page.reload()
         page.wait_for_function(f"() => model.events.length === {total} && "
-                               "document.querySelectorAll('#chart-loss rect.incident-band').length > 0",
+                               "document.querySelectorAll('#chart-loss .incident-band').length > 0",
                                timeout=60_000)
         load_s = time.monotonic() - began
-        redraw_ms = min(page.evaluate("() => { const t = performance.now(); render(); "
+        # uPlot draws in a microtask after setData: the timer's callback runs after it.
+        redraw_ms = min(page.evaluate("async () => { const t = performance.now(); render(); "
+                                      "await new Promise(r => setTimeout(r, 0)); "
                                       "return performance.now() - t; }") for _ in range(5))
         print(f"\n{total} events: page loaded in {load_s:.2f} s (issue: < 2 s), one redraw "
               f"{redraw_ms:.0f} ms (issue: < 100 ms)")
@@ -108,7 +111,7 @@ def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Pa
                                                "els => els.map(e => Number(e.dataset.round))")
         assert sorted(injections) == [at for at, _ in CUTS], injections
         for chart in ("chart-loss", "chart-time"):
-            bands = page.eval_on_selector_all(f'#{chart} rect.incident-band[data-kind="link"]',
+            bands = page.eval_on_selector_all(f'#{chart} .incident-band[data-kind="link"]',
                                               "els => els.map(e => Number(e.dataset.start))")
             assert sorted(bands) == [at for at, _ in CUTS], (chart, bands)
         assert len(page.evaluate("model.fleet.incidents")) == injected
@@ -138,10 +141,11 @@ def test_a_replay_shows_every_round_and_an_agents_log(browser: Browser, tmp_path
         page.wait_for_function(f"() => model.rounds.size === {ROUNDS}", timeout=60_000)
         assert page.evaluate("() => Math.min(...model.rounds.keys())") == 0
         page.wait_for_selector("#rounds-note", state="hidden", timeout=60_000)
-        # The loss chart plots from round 0: its first point is at the left edge of the plot.
-        first_x = page.evaluate("() => Math.min(...[...document.querySelectorAll("
-                                "'#chart-loss circle.point')].map(c => Number(c.getAttribute('cx'))))")
-        assert first_x < page.evaluate("() => document.querySelector('#chart-loss').clientWidth") * 0.2
+        # The charts plot from round 0, every round of the run.
+        for chart in ("chart-loss", "chart-time"):
+            page.wait_for_function(f"() => document.querySelector('#{chart}').dataset.xMin === '0'"
+                                   f" && document.querySelector('#{chart}').dataset.points === '{ROUNDS}'",
+                                   timeout=60_000)
 
         page.click('#nodes tr[data-node="4"] button.log-open')
         page.wait_for_function("() => document.querySelector('#log-meta').dataset.state === 'shown'"
@@ -179,4 +183,80 @@ def test_a_live_page_loads_earlier_rounds_on_request(browser: Browser, tmp_path:
         page.click("#rounds-earlier")
         page.wait_for_function(f"() => model.rounds.size === {rounds}", timeout=60_000)
         note.wait_for(state="hidden", timeout=60_000)
+        page.close()
+
+
+def chart_range(page: Page, chart: str) -> tuple[int, int]:
+    lo, hi = page.evaluate(f"() => [document.querySelector('#{chart}').dataset.xMin, "
+                           f"document.querySelector('#{chart}').dataset.xMax]")
+    return int(lo), int(hi)
+
+
+def test_charts_zoom_together_share_a_cursor_and_export_csv(browser: Browser, tmp_path: Path) -> None:
+    busy_run(tmp_path / "run")
+    with run_in_thread(DashboardSettings(replay=tmp_path / "run", port=0)) as served:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        foreign: list[str] = []
+        page.on("request", lambda r: None if r.url.startswith(served.url) else foreign.append(r.url))
+        page.goto(served.url)
+        page.wait_for_function(f"() => document.querySelector('#chart-time').dataset.points === '{ROUNDS}'",
+                               timeout=60_000)
+        assert page.evaluate("() => typeof uPlot") == "function"  # the vendored library, no CDN
+        assert foreign == []
+        whole = chart_range(page, "chart-loss")
+        assert whole == (0, ROUNDS)
+        # Drag across the middle of the loss chart: every chart shows that range of rounds.
+        over = page.locator("#chart-loss .u-over").bounding_box()
+        assert over is not None
+        y = over["y"] + over["height"] / 2
+        page.mouse.move(over["x"] + over["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.45, y, steps=5)
+        page.mouse.move(over["x"] + over["width"] * 0.6, y, steps=5)
+        page.mouse.up()
+        page.wait_for_function("() => document.querySelector('#chart-zoom').dataset.zoomed === 'true'",
+                               timeout=60_000)
+        lo, hi = chart_range(page, "chart-loss")
+        assert 0 < lo < hi < ROUNDS and hi - lo < ROUNDS * 0.5, (lo, hi)
+        page.wait_for_function(f"() => ['chart-accuracy', 'chart-time'].every(c => "
+                               f"document.querySelector('#' + c).dataset.xMin === '{lo}' && "
+                               f"document.querySelector('#' + c).dataset.xMax === '{hi}')", timeout=60_000)
+        # Only the fault windows in that range are drawn.
+        bands = page.eval_on_selector_all('#chart-time .incident-band', "els => els.map(e => Number(e.dataset.start))")
+        assert sorted(bands) == [at for at, _ in CUTS if at <= hi and at + 10 >= lo], (bands, lo, hi)
+        # One cursor on every chart: pointing at the loss chart moves the others' to that round.
+        page.mouse.move(over["x"] + over["width"] * 0.5, y)
+        page.mouse.move(over["x"] + over["width"] * 0.5 + 2, y)
+        page.wait_for_function("() => { const r = document.querySelector('#chart-loss').dataset.cursorRound;"
+                               " return r !== '' && r !== undefined && ['chart-accuracy', 'chart-time'].every("
+                               "c => document.querySelector('#' + c).dataset.cursorRound === r); }",
+                               timeout=60_000)
+        pointed = int(page.get_attribute("#chart-loss", "data-cursor-round") or -1)
+        assert lo <= pointed <= hi
+        assert f"round {pointed} " in page.inner_text("#chart-tip")
+        # CSV of the rounds in the range: a header and one row per round.
+        with page.expect_download() as download:
+            page.click("#export-csv")
+        rows = Path(download.value.path()).read_text().splitlines()
+        assert rows[0].startswith("round,epoch,loss,accuracy,round_seconds_median")
+        assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(lo, hi + 1))
+        assert download.value.suggested_filename == f"{JOB}-rounds-{lo}-{hi}.csv"
+        first = rows[1].split(",")
+        assert float(first[2]) == pytest.approx(2.0 / (1 + lo))  # the round's loss, as recorded
+        page.dblclick("#chart-time .u-over")  # uPlot's zoom-out, on any chart, for all of them
+        page.wait_for_function("() => document.querySelector('#chart-zoom').dataset.zoomed === 'false'",
+                               timeout=60_000)
+        page.mouse.move(over["x"] + over["width"] * 0.2, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.4, y, steps=5)
+        page.mouse.up()
+        page.wait_for_function("() => document.querySelector('#chart-zoom').dataset.zoomed === 'true'",
+                               timeout=60_000)
+        page.click("#zoom-reset")
+        page.wait_for_function(f"() => ['chart-loss', 'chart-accuracy', 'chart-time'].every(c => "
+                               f"document.querySelector('#' + c).dataset.xMax === '{ROUNDS}' && "
+                               f"document.querySelector('#' + c).dataset.xMin === '0')", timeout=60_000)
+        assert errors == [] and foreign == []
         page.close()

@@ -79,8 +79,14 @@ def test_page_and_static_files_are_served(client: TestClient) -> None:
     page = client.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert "cdn" not in page.text.lower() and "https://" not in page.text
-    for name in ("app.js", "style.css"):
+    for name in ("app.js", "charts.js", "style.css"):
         assert client.get(f"/static/{name}").status_code == 200
+    # The chart library is vendored from npm with its licence, served from the package.
+    for name in ("uPlot.iife.min.js", "uPlot.min.css"):
+        assert f"/static/vendor/uplot/{name}" in page.text
+        assert client.get(f"/static/vendor/uplot/{name}").status_code == 200
+    licence = client.get("/static/vendor/uplot/LICENSE")
+    assert licence.status_code == 200 and "MIT License" in licence.text and "Leon Sorokin" in licence.text
 
 
 MALFORMED = [

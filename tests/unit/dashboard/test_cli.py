@@ -167,3 +167,15 @@ def test_the_url_is_announced_only_once_the_server_answers(tmp_path: Path) -> No
     thread.start()
     thread.join(30)
     assert answered == [1]
+
+
+def test_run_dir_for_agent_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = cli.settings_from_args(parse("--run-dir", str(tmp_path)))
+    assert settings.run_dir == tmp_path and settings.logs_run_dir == tmp_path
+    replay = tmp_path / "run"
+    replay.mkdir()
+    (replay / "events.jsonl").write_text('{"t": 0.0, "type": "run", "phase": "start"}\n')
+    assert cli.settings_from_args(parse("--replay", str(replay))).logs_run_dir == replay
+    assert main(["dashboard", "--run-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "--run-dir" in err and "no such directory" in err and len(err.strip().splitlines()) == 1

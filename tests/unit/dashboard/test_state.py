@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.protocol.membership import view_tree
 from agent.protocol.messages import Status, Telemetry, View
 from agent.protocol.topics import Topics
 from dashboard.state import (
@@ -273,3 +274,18 @@ def test_a_view_that_changes_only_the_chunk_size_is_on_the_timeline() -> None:
     assert [e.detail for e in events] == ["epoch 3: 3 members, arity 2, fanout broadcast"]
     _, events = apply_view(state, View(4, [0, 1, 2], 2, 0, 12, chunk_values=32768), 3.0)
     assert [e.detail for e in events] == ["epoch 4: 3 members, arity 2, broadcast as configured"]
+
+
+def test_the_tree_is_the_agents_tree_rooted_at_the_views_coordinator() -> None:
+    # A loaded host: node 0 joined late, node 1 coordinates and stays the root (as the agents'
+    # view_tree has it); the page must not draw 0 as the root nor 1-3 as a tree link.
+    view = View(epoch=3, members=[0, 1, 2, 3, 4, 5, 6], arity=2, coordinator=1, from_round=5)
+    state, _ = apply_view(FleetState(), view, 1.0)
+    tree = state.tree
+    assert tree is not None and tree.root == 1 and tree.parent(3) == 0
+    kinds = {(link.a, link.b): link.kind for link in state.links.values()}
+    assert {k for k, kind in kinds.items() if kind == "tree"} == set(view_tree(view).tree_links())
+    assert kinds[(0, 1)] == "tree" and kinds.get((1, 3)) != "tree"
+    lowest, _ = apply_view(state, View(epoch=4, members=[0, 1, 2, 3, 4, 5, 6], arity=2,
+                                       coordinator=0, from_round=9), 2.0)
+    assert lowest.tree is not None and lowest.tree.root == 0 and lowest.tree.parent(3) == 1
