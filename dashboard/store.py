@@ -10,6 +10,7 @@ import asyncio
 import bisect
 import json
 import logging
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +32,7 @@ from dashboard.state import (
 )
 
 log = logging.getLogger(__name__)
+REPORTS_REMEMBERED = 16  # rounds per node whose report a resend could repeat
 
 
 class FleetStore:
@@ -59,6 +61,9 @@ class FleetStore:
         # Every round of the run: the state keeps its last max_rounds (what the page gets
         # pushed); rounds it lets go are kept here, served paged by /api/rounds.
         self.round_archive: dict[int, RoundSummary] = {}
+        # Each node's last reports by round: a checksum of the payload. A reliable (QoS 1)
+        # report the agent resends under load can reach us twice; it is one report.
+        self._reports: dict[int, dict[int, int]] = {}
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
@@ -142,6 +147,8 @@ class FleetStore:
         if node is not None:
             telemetry = Telemetry.decode(payload)
             _check_sender(node, telemetry.node)
+            if self._repeated(telemetry, payload):
+                raise MessageError("telemetry_repeat", f"node {node} round {telemetry.round} again")
             return apply_telemetry(self.state, telemetry, now)
         raise MessageError("unknown_topic", topic[:100])
 
@@ -161,6 +168,17 @@ class FleetStore:
             for waiter in self._waiters:
                 waiter.set()
         return events
+
+    def _repeated(self, telemetry: Telemetry, payload: bytes) -> bool:
+        """The same report (byte for byte) of a node's round seen before; remembers it."""
+        recent = self._reports.setdefault(telemetry.node, {})
+        digest = zlib.crc32(payload)
+        if recent.get(telemetry.round) == digest:
+            return True
+        recent[telemetry.round] = digest
+        if len(recent) > REPORTS_REMEMBERED:
+            del recent[min(recent)]
+        return False
 
     def _archive_dropped(self, before: Mapping[int, RoundSummary]) -> None:
         """Keep the rounds the state's ring buffer let go (its oldest)."""

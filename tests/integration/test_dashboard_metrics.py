@@ -4,8 +4,9 @@ scrape parses with prometheus-client's own text parser; the counters never go ba
 run's final values match the simulator's rounds.csv (rounds, bytes, reroutes, timeouts,
 degraded rounds, each node's last round). An agent that runs a round again (a loaded host
 makes it happen) reports it twice: the counters count both reports, as bytes really sent
-twice, and rounds.csv keeps the second; the test checks the counters against every report in
-the simulator's events.jsonl, and that those reports are the ones rounds.csv sums."""
+twice, and rounds.csv keeps the second; the same report received twice (an agent's QoS 1
+resend under load) counts once, here as in the simulator's events.jsonl. The test checks the
+counters against every report in events.jsonl, and that those are the ones rounds.csv sums."""
 
 from __future__ import annotations
 

@@ -373,3 +373,18 @@ def test_every_round_is_kept_and_served_in_pages() -> None:
         # The page is told where the run's rounds begin, and that nothing was dropped.
         assert counters["first_round"] == 0 and counters["latest_round"] == 299
         assert counters["rounds"] == 300 and counters["events_dropped"] == 0
+
+
+def test_a_report_that_arrives_twice_counts_once(client: TestClient) -> None:
+    store = store_of(client)
+    first = Telemetry(2, 7, 1, "ft", 0.1, bytes_sent=1000, loss=0.5).encode()
+    store.ingest("edgegrove/rec/telemetry/2", first)
+    store.ingest("edgegrove/rec/telemetry/2", first)  # a QoS 1 resend: the same bytes
+    fleet = client.get("/api/fleet").json()
+    assert fleet["counters"]["bytes_sent"] == 1000
+    assert fleet["counters"]["malformed"] == {"telemetry_repeat": 1}
+    assert client.get("/api/rounds").json()[0]["reports"] == 1
+    # The node ran the round again: another report of it, counted.
+    store.ingest("edgegrove/rec/telemetry/2", Telemetry(2, 7, 1, "ft", 0.2, bytes_sent=900).encode())
+    assert client.get("/api/fleet").json()["counters"]["bytes_sent"] == 1900
+    assert client.get("/api/rounds").json()[0]["reports"] == 2
