@@ -53,7 +53,9 @@ LONG_ROUNDS = 300
 # the 30 rounds left of 40.
 JOIN_ROUNDS = 120
 EVAL_EVERY = 20  # the test set is evaluated after rounds 19, 39, ...
-ACCURACY_PP = 0.5  # an attacked run's accuracy against the clean run's, same rounds
+# An attacked run may end at most this far below the clean run, same rounds. Above it is no
+# poisoning: a rejoin a round earlier or later moves the final accuracy by a few test samples.
+ACCURACY_PP = 0.5
 FLEET = {"eval_every": EVAL_EVERY}
 MODEL_BYTES = 407_050 * 4
 # What a pull flood kept up may add to its victim's round: one stripe (half a state: params and
@@ -124,7 +126,7 @@ def _assert_accuracy(listener: FleetListener, clean: dict[int, float], rounds: i
                      nodes: tuple[int, ...] = tuple(range(NODES))) -> None:
     attacked = _accuracy(listener, rounds - 1, nodes)
     print(f"accuracy after {rounds} rounds: {attacked:.4f} attacked, {clean[rounds]:.4f} clean")
-    assert abs(attacked - clean[rounds]) * 100 <= ACCURACY_PP, (attacked, clean[rounds])
+    assert (clean[rounds] - attacked) * 100 <= ACCURACY_PP, (attacked, clean[rounds])
 
 
 def _attacker(broker: MosquittoBroker) -> MqttTransport:
