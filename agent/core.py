@@ -197,7 +197,8 @@ class AgentCore(RoundSteps):
         self.disconnected_at = -1e9
         self.connected = True  # to the broker (the transport tells us when it drops)
         self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
-        self.gate = RoundGate(config.node, self.membership, config.allreduce.round_deadline)
+        self.gate = RoundGate(config.node, self.membership, config.allreduce.round_deadline,
+                              config.allreduce.algorithm)
 
     # -- queries ----------------------------------------------------------------------------
 
