@@ -43,3 +43,12 @@ def indispensable(algorithm: str, members: Sequence[int], root: int) -> frozense
     one of them is down the core starts no round of that view: it waits for the view without
     it (rather than skip round after round, racing ahead of a fleet that cannot follow)."""
     return frozenset(members) if algorithm == "ring" else frozenset({root})
+
+
+def server_holds_the_state(algorithm: str) -> bool:
+    """Whether only the server (the coordinator) holds the fleet's state: under ps-async each
+    worker's model lags the server's by its own updates in flight, so no two members agree
+    and a state striped over two of them never assembles. A joiner then fetches the whole
+    state from the server alone (vouched for by the digest the server announces), and the
+    server sends it whole."""
+    return algorithm == "ps-async"
