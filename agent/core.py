@@ -98,6 +98,7 @@ from agent.protocol.membership import (
 from agent.protocol.messages import StateDigest, Status, Suspect, View
 from agent.protocol.notes import NoteKind
 from agent.protocol.ps_ledger import ServerLedger
+from agent.protocol.rounds import server_holds_the_state
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_digest
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
@@ -179,11 +180,12 @@ class AgentCore(RoundSteps):
         self.book = SuspicionBook(config.node, incarnation)
         self.outbox = CoreOutbox(config.node, self.counters, self.book)
         self.inbox = Inbox(config.node, self.job, self.topics, self.counters, self.downlink)
+        sole_source = server_holds_the_state(config.allreduce.algorithm)
         self.server = StateServer(config.node, self.job, config.state_size, config.state_chunk_values,
-                                  self.counters.rejected)
+                                  self.counters.rejected, sole_source=sole_source)
         self.fetch = StateFetch(config.node, self.job, self.membership, self.outbox,
                                 timeout=config.state_pull_timeout, size=config.state_size,
-                                chunk_values=config.state_chunk_values)
+                                chunk_values=config.state_chunk_values, from_coordinator=sole_source)
         self.chunks = ChunkPolicy(config.allreduce, config.adapt_chunks, config.adapt_broadcast)
         self.rounds = Rounds(config.node, config.allreduce.algorithm, self.outbox)
         self.resumed = resumed_round is not None
@@ -197,7 +199,8 @@ class AgentCore(RoundSteps):
         self.disconnected_at = -1e9
         self.connected = True  # to the broker (the transport tells us when it drops)
         self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
-        self.gate = RoundGate(config.node, self.membership, config.allreduce.round_deadline)
+        self.gate = RoundGate(config.node, self.membership, config.allreduce.round_deadline,
+                              config.allreduce.algorithm)
 
     # -- queries ----------------------------------------------------------------------------
 

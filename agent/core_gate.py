@@ -1,5 +1,6 @@
-"""Whether the round an agent is at may start: not while the root of its tree is down (no
-round of that tree can finish: wait, bounded, for the coordinator's view without it), not
+"""Whether the round an agent is at may start: not while the root of its tree is down, nor any
+member of a ring (no round of that view can finish: wait, bounded, for the coordinator's view
+without it; see ``indispensable``), not
 while most of the view is down at once, and not without a broker connection. It also measures
 how long a round waited before it could start."""
 
@@ -7,23 +8,27 @@ from __future__ import annotations
 
 from agent.protocol.membership import Membership, view_root
 from agent.protocol.messages import View
+from agent.protocol.rounds import indispensable
 
 
 class RoundGate:
-    def __init__(self, node: int, membership: Membership, root_wait: float) -> None:
+    def __init__(self, node: int, membership: Membership, root_wait: float, algorithm: str = "ft-tree") -> None:
         self.node, self.membership, self.root_wait = node, membership, root_wait
-        self.root_wait_until: float | None = None  # waiting for a view without a dead root
+        self.algorithm = algorithm
+        self.root_wait_until: float | None = None  # waiting for a view without a dead root (or ring member)
         self.blocked: tuple[int, float] | None = None  # (round, since when) it could not start
 
     def dead_root_blocks(self, view: View | None, now: float) -> bool:
+        """The view's root is down (or, for a ring, any member: each is its segment's root)."""
         return view is not None and self.node in view.members and self._root_is_down(view, now)
 
     def _root_is_down(self, view: View, now: float) -> bool:
-        """No round of a tree whose root is offline or silent can finish: wait (bounded) for
-        the coordinator's view without it rather than run to the deadline."""
-        root = view_root(view)
+        """No round of a tree whose root is offline or silent can finish, nor of a ring with a
+        member so: wait (bounded) for the coordinator's view without it rather than run to the
+        deadline, or (a ring) skip round after round and race ahead of the fleet's views."""
+        needed = indispensable(self.algorithm, view.members, view_root(view)) - {self.node}
         newest = self.membership.latest
-        if (root == self.node or not self.membership.is_down(root) or len(view.members) == 1
+        if (not any(self.membership.is_down(m) for m in needed) or len(view.members) == 1
                 or (newest is not None and newest.epoch > view.epoch)):
             # A newer view (from a later round) says where the new tree starts: the rounds
             # before it end at once on this one, as they did for the members that got here

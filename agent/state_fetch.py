@@ -55,8 +55,9 @@ class HeldState:
 
 class StateFetch:
     def __init__(self, node: int, job: int, membership: Membership, outbox: CoreOutbox, *,
-                 timeout: float, size: int | None, chunk_values: int) -> None:
+                 timeout: float, size: int | None, chunk_values: int, from_coordinator: bool = False) -> None:
         self.node, self.job, self.membership, self.outbox = node, job, membership, outbox
+        self.from_coordinator = from_coordinator  # its state alone is the fleet's (ps-async)
         self.timeout, self.size, self.chunk_values = timeout, size, chunk_values
         self.transfer: StateTransfer | None = None
         self.received: tuple[int, np.ndarray] | None = None  # (round, state) fetched
@@ -77,6 +78,8 @@ class StateFetch:
         in turn (we are at ``round``); the coordinator, when among them, is the reference in
         a dispute."""
         coordinator = self.membership.coordinator()
+        if self.from_coordinator and coordinator in peers:
+            peers = [coordinator]  # the others' states lag its own (server_holds_the_state)
         self.retry, self.held = None, None
         self.transfer = StateTransfer(self.node, self.job, target, peers, self.timeout, now,
                                       size=self.size, chunk_values=self.chunk_values,

@@ -21,8 +21,9 @@ from agent.protocol.wire import Flag, Frame, Kind
 
 class StateServer:
     def __init__(self, node: int, job: int, state_size: int | None, chunk_values: int,
-                 rejected: Counter[str]) -> None:
+                 rejected: Counter[str], sole_source: bool = False) -> None:
         self.node, self.job = node, job
+        self.sole_source = sole_source  # the coordinator's state alone is the fleet's (ps-async)
         self.state_size, self.chunk_values = state_size, chunk_values
         self.rejected = rejected
         self.pending: dict[int, Frame] = {}  # puller -> its MODEL_PULL
@@ -81,6 +82,8 @@ class StateServer:
         resyncs them (StateTransfer's ``anchor_decides``). One device cannot show that alone."""
         if self.state_size is None or lingering or self._others_pull(puller, round):
             return None
+        if self.sole_source and membership.coordinator() == self.node:
+            return None  # the pullers' only source (see ``server_holds_the_state``)
         view = membership.view_for(round)
         sources = [m for m in (view.members if view is not None else [])
                    if m != puller and (m == self.node or membership.is_online(m))]

@@ -65,6 +65,8 @@ class PsAsyncRound(Outbox):
         return self.node == self.server
 
     def start(self, now: float) -> list[Action]:
+        if self.result is not None:
+            return self._flush()  # skipped before it started (the server known down): nothing to send
         if self.serving:
             self.ledger.forget(set(self.members))
             for j, (lo, hi) in enumerate(self.bounds):

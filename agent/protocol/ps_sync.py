@@ -33,6 +33,11 @@ class PsSyncRound(RpsRound):
     def owner(self, j: int) -> int:
         return self.tree.root
 
+    def start(self, now: float) -> list[Action]:
+        if self.result is not None:
+            return self._flush()  # skipped before it started (the server known down): nothing to send
+        return super().start(now)
+
     def peer_down(self, peer: int, now: float) -> list[Action]:
         if peer == self.tree.root and self.result is None:
             self._finish(now)  # no mean will come: skip the round now, not at the deadline

@@ -67,6 +67,8 @@ class RingRound(Outbox):
         return self.members[(k - 1) % self.n]
 
     def start(self, now: float) -> list[Action]:
+        if self.result is not None:
+            return self._flush()  # skipped before it started (a member known down): nothing to pass on
         if self.n == 1:
             self._merge(0, frozenset(), np.zeros(0, dtype=np.float32), now)
         else:

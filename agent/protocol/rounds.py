@@ -1,8 +1,9 @@
 """The machine of one round for the configured algorithm (its own module: the machines import
-allreduce.py's shared parts, and this picks among them)."""
+allreduce.py's shared parts, and this picks among them), and whom its rounds cannot do without."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -33,3 +34,21 @@ def new_round(ctx: RoundContext) -> RoundMachine:
     if algorithm == "ring":
         return RingRound(ctx)
     return RpsRound(ctx)
+
+
+def indispensable(algorithm: str, members: Sequence[int], root: int) -> frozenset[int]:
+    """The members without whom no round of the view ``members`` (its tree rooted at ``root``)
+    can finish: every member of a ring (each segment passes them all, and nothing routes
+    around one), the root of any other (it averages, serves or starts the broadcast). While
+    one of them is down the core starts no round of that view: it waits for the view without
+    it (rather than skip round after round, racing ahead of a fleet that cannot follow)."""
+    return frozenset(members) if algorithm == "ring" else frozenset({root})
+
+
+def server_holds_the_state(algorithm: str) -> bool:
+    """Whether only the server (the coordinator) holds the fleet's state: under ps-async each
+    worker's model lags the server's by its own updates in flight, so no two members agree
+    and a state striped over two of them never assembles. A joiner then fetches the whole
+    state from the server alone (vouched for by the digest the server announces), and the
+    server sends it whole."""
+    return algorithm == "ps-async"

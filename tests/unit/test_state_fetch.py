@@ -160,3 +160,23 @@ def test_announcements_kept_per_member_are_bounded() -> None:
     for r in range(1000):
         fetch.announced(StateDigest(3, r, "0" * 32), 0.0, 10)
     assert len(fetch.digests[3]) == ANNOUNCED_ROUNDS and max(fetch.digests[3]) == 999
+
+
+def test_a_fetch_from_the_coordinator_alone_asks_it_for_everything() -> None:
+    # ps-async: only the server's (the coordinator's) state is the fleet's; its word and its
+    # announced digest install it.
+    membership = Membership(3, 2, View(epoch=1, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0))
+    for n in (0, 1, 2, 3):
+        membership.on_status(Status(n, "online", 10), 0.0)
+    outbox = CoreOutbox(3, Counters(), SuspicionBook(3, 0))
+    fetch = StateFetch(3, 1, membership, outbox, timeout=0.5, size=1000, chunk_values=100, from_coordinator=True)
+    actions = fetch.fetch(12, [1, 0, 2], 0.0, 10)
+    assert _pulls(actions) == [0]
+    pull = next(a.message for a in actions if isinstance(a, Publish) and isinstance(a.message, Frame))
+    assert pull.indices() == []  # all of it
+    state = np.arange(1000, dtype=np.float32)
+    for send in serve_model_pull(pull, 0, 1, state, 12, 100):
+        fetch.on_frame(send.frame, 0.1, 10)
+    fetch.announced(StateDigest(0, 12, state_digest(state)), 0.2, 10)
+    got = fetch.take(12)
+    assert got is not None and np.array_equal(got[1], state)

@@ -103,3 +103,18 @@ def test_a_pull_of_a_round_we_left_behind_gets_one_probe_of_ours_a_round() -> No
     assert server.hint(pull, 9, running=True) is None
     assert server.hint(pull, 10, running=False) is None  # between rounds: nothing to say yet
     assert server.hint(_pull(2, 3), 10, running=True) is None  # only a round's pull
+
+
+def test_the_sole_holder_of_the_fleets_state_sends_it_whole_to_one_puller() -> None:
+    # ps-async: the workers' models lag the server's, so the server (the coordinator) is a
+    # joiner's only source. A worker keeps the stripe limit.
+    membership = Membership(1, 2, View(1, [1, 2, 3, 4], 2, 1, 0))
+    for peer in (1, 2, 3, 4):
+        membership.on_status(Status(peer, "online"), 0.0)
+    server = StateServer(1, JOB, 40, 4, Counter(), sole_source=True)
+    server.asked(_pull(2, 0))
+    assert [a.chunks for a in server.due(0, membership, can_serve=True, lingering=False)] == [tuple(range(10))]
+    worker = StateServer(1, JOB, 40, 4, Counter(), sole_source=True)
+    worker.asked(_pull(2, 0))
+    assert [a.chunks for a in worker.due(0, _membership([0, 1, 2, 3]), can_serve=True, lingering=False)] == [
+        (0, 1, 2, 3, 4)]

@@ -85,3 +85,12 @@ def test_a_late_worker_is_answered_with_the_rounds_update_without_its_own() -> N
     values = np.concatenate([a.frame.values() for a in answers])
     assert np.allclose(values, server.result.values, atol=1e-6)
     assert np.allclose(bus.ledgers[0].owed[2], 0.0, atol=1e-6)  # paid, but for the wire's rounding
+
+
+def test_a_round_skipped_before_it_started_sends_nothing() -> None:
+    g = grads(3)
+    for n in (1, 3):
+        machine = new_round(RoundContext(CFG, Bus(CFG, MEMBERS).tree, n, 2, g[n], 0, CFG.new_links(), 0.0))
+        machine.peer_down(0, 0.0)  # the server
+        assert machine.result is not None and machine.result.degraded and not machine.result.values.any()
+        assert not [a for a in machine.start(0.0) if isinstance(a, Send)]

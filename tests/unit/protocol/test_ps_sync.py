@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
 from agent.protocol.ps_sync import PsSyncRound
+from agent.protocol.rounds import new_round
 from tests.unit.protocol.baseline_bus import Bus
 
 CFG = AllreduceConfig(algorithm="ps-sync", chunk_size=5, round_deadline=2.0, reduce_fraction=0.5)
@@ -81,3 +82,14 @@ def test_a_worker_takes_the_servers_model_hash_for_the_drift_check() -> None:
     bus = Bus(CFG, MEMBERS)
     machines = bus.run_round(0, grads())
     assert all(m.result is not None and m.result.root_model_hash == 0 for m in machines.values())
+
+
+def test_a_round_skipped_before_it_started_sends_nothing() -> None:
+    # The server is known down as the round starts: no mean can come, and sending to it
+    # would only load the broker.
+    g = grads()
+    for n in (1, 4):
+        machine = new_round(RoundContext(CFG, Bus(CFG, MEMBERS).tree, n, 2, g[n], 0, CFG.new_links(), 0.0))
+        machine.peer_down(0, 0.0)
+        assert machine.result is not None and machine.result.degraded and not machine.result.values.any()
+        assert not [a for a in machine.start(0.0) if isinstance(a, Send)]

@@ -87,3 +87,14 @@ def test_every_member_takes_the_roots_model_hash_for_the_drift_check() -> None:
         bus._step(bus.now + 5)
     # Only members unlike the root (the lowest id) then fetch the fleet's state.
     assert {m.result.root_model_hash for m in bus.machines.values() if m.result is not None} == {hashes[0]}
+
+
+def test_a_round_skipped_before_it_started_sends_nothing() -> None:
+    # The core tells a machine about members known down before it starts it: a ring without
+    # one ends at once, and passing a segment on would only load the broker with a dead round.
+    g = grads()
+    for n in (0, 2, 5, 9):
+        machine = new_round(RoundContext(CFG, Bus(CFG, MEMBERS).tree, n, 4, g[n], 0, CFG.new_links(), 0.0))
+        machine.peer_down(3, 0.0)
+        assert machine.result is not None and machine.result.degraded and not machine.result.values.any()
+        assert machine.start(0.0) == []
