@@ -262,8 +262,10 @@ class RoundSteps:
         # The coordinator announces every round's state digest: what a joiner checks a
         # fetched state against (one peer's word, or its stripe's header, is not enough).
         announce = [AnnounceState(self.round)] if self.membership.coordinator() == self.node else []
-        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members),
-                                                                      self.period.started(self.round, view))]
+        steps = self.period.started(self.round, view)
+        if self.period.since == self.round:
+            self.norms.forget()  # a new period's deltas are another size: bounds from old ones refused them
+        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members), steps)]
 
 
     def _forget_old_rounds(self) -> None:
