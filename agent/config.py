@@ -105,6 +105,11 @@ class AgentConfig(BaseModel):
                                        "applied: avg (FedAvg / local SGD) or nesterov (DiLoCo)")
     outer_lr: float | None = Field(None, gt=0, description="with sync-every: the outer learning rate "
                                    "(default: 1 for avg, 0.7 for nesterov)")
+    straggler_deadline: float = Field(0.0, ge=0, le=3600, description="ft-tree: seconds a member slower than "
+                                      "the rest is waited for after a node's own contribution is ready, then left "
+                                      "out of that round's average like a silent member (it takes the fleet's "
+                                      "result, or its state, and goes on); 0: wait as the round deadline and the "
+                                      "links say")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")
     checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")

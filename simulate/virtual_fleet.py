@@ -148,6 +148,7 @@ class RoundRecord:
     start_hashes: dict[int, int] = field(default_factory=dict)
     starts: dict[int, float] = field(default_factory=dict)  # when each node started the round
     local_steps: dict[int, int | None] = field(default_factory=dict)  # each node's (periodic averaging)
+    result_at: dict[int, float] = field(default_factory=dict)  # when each node had its result
     notes: dict[int, list[Note]] = field(default_factory=dict)
     abandoned: set[int] = field(default_factory=set)  # nodes that gave the round up
     skipped: set[int] = field(default_factory=set)  # caught up past it by a state transfer
@@ -436,6 +437,7 @@ class VirtualFleet:
             rec.abandoned.add(agent.node)
             return
         rec.results[agent.node] = report.result
+        rec.result_at[agent.node] = self.clock.now()
         rec.end = max(rec.end, self.clock.now())
 
     # ------------------------------------------------------------------ faults

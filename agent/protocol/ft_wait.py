@@ -1,9 +1,12 @@
 """How long a node of one FT-tree round waits for its subtree's contributions before it passes
 on what it has: a share of the round's deadline by the levels its subtree spans, or (adaptive
-timeouts) what its clean rounds took; longer while a child that owes data is demonstrably still
-sending it, shorter after our connection dropped (children may have sent around us)."""
+timeouts) what its clean rounds took, at most the straggler deadline's share; longer while a
+child that owes data is demonstrably still sending it, shorter after our connection dropped
+(children may have sent around us)."""
 
 from __future__ import annotations
+
+import math
 
 from agent.protocol.allreduce import DEADLINE_STRETCH, DOWNLINK_BUSY_HOLD
 from agent.protocol.ft_reducer import ChunkReducer
@@ -41,9 +44,16 @@ class ContributionWait:
         base = self._span()
         peak = self.scope.links.round_peak
         if not self.scope.adaptive or peak is None:
-            return base
+            return min(base, self._straggler_wait())
         usual = 1.25 * peak * self._subtree_share()
-        return max(base, min(self._cap(), usual))
+        return min(max(base, min(self._cap(), usual)), self._straggler_wait())
+
+    def _straggler_wait(self) -> float:
+        """The longest wait for a member slower than the rest (straggler_deadline; none when
+        0): the subtree's share of it, so that a node below passes on what it has in time for
+        the levels above. A child demonstrably sending still extends it (draining_until)."""
+        deadline = self.scope.cfg.straggler_deadline
+        return deadline * self._subtree_share() if deadline > 0 else math.inf
 
     def draining_until(self, now: float) -> float:
         """The wait for contributions is over at ``now``, unless a child that still owes some

@@ -75,6 +75,19 @@ def test_sync_every_auto_starts_the_core_at_one_step_with_the_coordinators_rule(
     assert core_config(AgentConfig(id=0, sync_every=8), 10).sync_auto is None
 
 
+def test_the_straggler_deadline_reaches_the_allreduce_and_is_checked() -> None:
+    from agent.core_config import allreduce_config
+    from agent.protocol.allreduce import AllreduceConfig
+
+    assert allreduce_config(AgentConfig(id=0)).straggler_deadline == 0.0  # off
+    assert allreduce_config(AgentConfig(id=0, straggler_deadline=1.5)).straggler_deadline == 1.5
+    for bad in (-1, "soon", float("inf")):
+        with pytest.raises(ValidationError):
+            AgentConfig(id=0, straggler_deadline=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        AllreduceConfig(straggler_deadline=-0.5)
+
+
 @pytest.mark.parametrize("bad", [{"sync_every": 0}, {"sync_every": -3}, {"sync_every": "2.5"}, {"sync_every": 2.5},
                                  {"sync_every": "often"}, {"sync_every": True},
                                  {"sync_every": 4, "outer_lr": 0}, {"sync_every": 4, "outer_lr": -1},

@@ -3,6 +3,8 @@ auto's period chosen by the coordinator and taken by every member at the same ro
 
 from __future__ import annotations
 
+import itertools
+
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.notes import NoteKind
 from agent.protocol.sync_period import AUTO_START, SETTLE_ROUNDS, PeriodRule
@@ -62,3 +64,33 @@ def test_the_period_outlives_its_coordinator() -> None:
     assert 0 not in records[-1].members
     for rec in records[-3:]:
         assert len(set(rec.start_hashes.values())) == 1
+
+
+STRAGGLER = 5  # a leaf of the 7-node tree, its steps 3x the others'
+STEP, SYNC_EVERY, DEADLINE = 0.01, 8, 0.05
+
+
+def _fleet_periods(deadline: float) -> tuple[list[float], list[RoundRecord]]:
+    """The time between the ends of consecutive rounds on the members other than the straggler."""
+    records = run_fleet(7, 16, length=1000, allreduce=AllreduceConfig(round_deadline=5.0, straggler_deadline=deadline),
+                        latency=0.002, compute_time=STEP, sync_every=SYNC_EVERY, slow=((STRAGGLER, 3.0),),
+                        max_time=1e3)
+    ends = [max(t for n, t in rec.result_at.items() if n != STRAGGLER) for rec in records]
+    return [b - a for a, b in itertools.pairwise(ends)], records
+
+
+def test_a_straggler_costs_the_fleet_at_most_its_deadline_per_sync_and_never_a_halt() -> None:
+    waited, _ = _fleet_periods(0.0)
+    assert min(waited[2:]) >= 3 * STEP * SYNC_EVERY  # without a deadline the fleet runs at its pace
+    periods, records = _fleet_periods(DEADLINE)
+    assert len(records) == 16  # every round ran: no halt
+    compute = STEP * SYNC_EVERY
+    assert max(periods[2:]) <= compute + DEADLINE + 0.02, periods  # the steps, the deadline, the sync
+    for rec in records[2:]:
+        assert STRAGGLER in rec.members  # left out of the average, never evicted
+        fast = [res for n, res in rec.results.items() if n != STRAGGLER]
+        assert all(set().union(*res.contributors) == set(rec.members) - {STRAGGLER} for res in fast)
+        # Everybody who starts a round, the straggler included (the fleet's result or state
+        # taken), starts it from the same model.
+        assert len(set(rec.start_hashes.values())) == 1
+    assert any(STRAGGLER in rec.start_hashes for rec in records[8:])  # it goes on with the fleet
