@@ -67,7 +67,10 @@ class ContributionWait:
         draining = self.watch.draining(now)
         cap = scope.start_time + self._cap(DEADLINE_STRETCH if draining else 1.0)
         # Our link or a neighbour's is busy with a large frame: contributions are on the way.
-        due = now + DOWNLINK_BUSY_HOLD if draining else now
+        # Past the straggler deadline that is no reason: the frame may be anybody's (on a busy
+        # host a fleet waited out a straggler's steps this way); a child still must be sending.
+        late = now >= scope.start_time + self._straggler_wait()
+        due = now + DOWNLINK_BUSY_HOLD if draining and not late else now
         for child in scope.children:
             owed = scope.expected & set(scope.tree.subtree(child))
             if child in scope.down or not owed or all(
