@@ -431,9 +431,11 @@ class RoundSteps:
         current = self.current
         assert current is not None
         steps = self.period.local_steps(current.view) or 1
-        if result is not None and current.computed and not self._irregular_start(current.view):
-            # Rounds that started as usual only: after an evaluation or a new view the members
-            # start apart, and the wait for the last of them is not the sync's time.
+        if (result is not None and current.computed and not self._evaluated(self.round - 1)
+                and current.view.from_round < self.round):
+            # Not after an evaluation or in a new view's first round: the members start apart
+            # then, and the wait for the last of them is not the sync's time. Degraded rounds
+            # count (with a straggler left out, every round is).
             self.period.measured(current.computed - current.started, now - current.computed, steps)
         if result is not None and result.stats.implausible:
             self.counters.rejected["implausible_values"] += result.stats.implausible

@@ -73,8 +73,12 @@ class ContributionWait:
         due = now + DOWNLINK_BUSY_HOLD if draining and not late else now
         for child in scope.children:
             owed = scope.expected & set(scope.tree.subtree(child))
-            if child in scope.down or not owed or all(
-                    owed <= self.reducer.covered(j) for j in range(len(self.reducer))):
+            short = [j for j in range(len(self.reducer)) if not owed <= self.reducer.covered(j)]
+            if late:
+                # Past the straggler deadline, a child that passed on what it had for every
+                # chunk (without its straggler) has sent: only a chunk of which nothing came is.
+                short = [j for j in short if not owed & self.reducer.covered(j)]
+            if child in scope.down or not owed or not short:
                 continue
             heard = self.watch.last_heard.get(child)
             if heard is not None and (self.back_at is None or heard >= self.back_at):

@@ -53,3 +53,21 @@ def test_a_straggler_is_waited_for_at_most_the_deadline_even_while_the_links_are
 def test_without_a_deadline_busy_links_keep_the_wait_going() -> None:
     at = result_time(root(straggler_deadline=0.0), busy_until=10.0)
     assert at > 1.0  # the hold for a draining link, past the base wait's share
+
+
+def test_a_child_that_passed_on_its_subtree_without_the_straggler_is_not_waited_for_again() -> None:
+    """Node 2 waited its share for its straggling child 6, then sent {2, 5}: past the deadline
+    the root takes that, and does not wait for 2 (heard a moment ago) to send 6's part."""
+    tree = Tree(tuple(range(7)), 2)
+    cfg = AllreduceConfig(chunk_size=4, round_deadline=ROUND_DEADLINE, straggler_deadline=0.4)
+    m = FtTreeRound(RoundContext(cfg, tree, 0, 3, np.zeros(4, np.float32), 0, cfg.new_links(), 0.0))
+    m.start(0.0)
+    for sender, ids in ((1, {1, 3, 4}), (2, {2, 5})):
+        frame = Frame(Kind.DATA, 0, 3, sender, 0, 1, Flag.NONE, origin=sender, contributors=frozenset(ids))
+        m.on_frame(frame.with_values(np.full(4, 7.0, np.float32)), 0.38)
+    now = 0.38
+    while m.result is None and now < ROUND_DEADLINE:
+        now = m.next_timer() or ROUND_DEADLINE
+        m.on_timer(now)
+    assert now < 0.45 and m.result is not None
+    assert m.result.contributors[0] == frozenset({0, 1, 2, 3, 4, 5})
