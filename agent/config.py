@@ -15,6 +15,7 @@ from agent.model.periodic import DEFAULT_OUTER_LR, OuterConfig, OuterName
 from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
+from agent.protocol.sync_period import DEFAULT_COMM_SHARE, PeriodRule
 from agent.protocol.topics import validate_job
 from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
@@ -95,11 +96,20 @@ class AgentConfig(BaseModel):
     sync_every: int | Literal["auto"] | None = Field(
         None, description="periodic averaging: H local optimizer steps per agent, then the fleet averages the "
         "model delta since the last sync and applies it with the outer optimizer (a round is then a sync "
-        "round); unset: average the gradient after every step")
+        "round); auto: the coordinator picks H from the members' measured step and sync times so that the "
+        "sync takes at most comm-share of the wall time (1..64, starting at 1); unset: average the gradient "
+        "after every step")
+    comm_share: float | None = Field(None, gt=0, lt=1, description="with sync-every auto: the share of the "
+                                     "wall time the sync may take (default 0.2)")
     outer_optimizer: OuterName = Field("avg", description="with sync-every: how the fleet's mean delta is "
                                        "applied: avg (FedAvg / local SGD) or nesterov (DiLoCo)")
     outer_lr: float | None = Field(None, gt=0, description="with sync-every: the outer learning rate "
                                    "(default: 1 for avg, 0.7 for nesterov)")
+    straggler_deadline: float = Field(0.0, ge=0, le=3600, description="ft-tree: seconds a member slower than "
+                                      "the rest is waited for after a node's own contribution is ready, then left "
+                                      "out of that round's average like a silent member (it takes the fleet's "
+                                      "result, or its state, and goes on); 0: wait as the round deadline and the "
+                                      "links say")
     eval_every: int = Field(10, ge=0, description="evaluate on the test set every N rounds (0 = never)")
     eval_samples: int = Field(10000, ge=100, le=10000, description="test images per evaluation")
     checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")
@@ -178,6 +188,19 @@ class AgentConfig(BaseModel):
             raise ValueError("outer_optimizer and outer_lr apply to periodic averaging: set sync_every too")
         return self
 
+    @model_validator(mode="after")
+    def _comm_share_needs_auto(self) -> AgentConfig:
+        if self.comm_share is not None and self.sync_every != "auto":
+            raise ValueError("comm_share applies to sync_every auto: set sync_every = auto too")
+        return self
+
+    @property
+    def period_rule(self) -> PeriodRule | None:
+        """sync-every auto: the coordinator's rule for the period; None: a fixed period or none."""
+        if self.sync_every != "auto":
+            return None
+        return PeriodRule(DEFAULT_COMM_SHARE if self.comm_share is None else self.comm_share)
+
     @property
     def outer_config(self) -> OuterConfig:
         """The outer optimizer of periodic averaging, its learning rate defaulted by name."""
@@ -191,13 +214,11 @@ class AgentConfig(BaseModel):
 
 def parse_sync_every(value: object) -> int | str | None:
     """``sync-every`` as given (a flag's text, a TOML integer): a whole number >= 1 or auto."""
-    if value == "auto":
-        raise ValueError("sync-every auto is not available in this version: give a whole number of local steps")
-    if value is None:
+    if value is None or value == "auto":
         return value
     text = str(value).strip()
     if isinstance(value, bool) or not (isinstance(value, int) or text.isdigit()) or int(text) < 1:
-        raise ValueError(f"sync-every must be a whole number of local steps, 1 or more; got {value!r}")
+        raise ValueError(f"sync-every must be a whole number of local steps, 1 or more, or auto; got {value!r}")
     return int(text)
 
 

@@ -8,7 +8,7 @@
   them (connect, join, start and finish a round, final sync, linger);
 - core_rounds.py: the round machines in flight and the frames of rounds not started yet;
   core_wills.py: the grace a round gives its root's Will; core_gate.py: whether a round may
-  start; core_chunks.py: a round's chunk size and broadcast;
+  start; core_chunks.py: a round's chunk size and broadcast; core_period.py: its local steps;
 - state_server.py: serving our state; state_fetch.py: fetching the fleet's;
 - suspicion.py: the suspicion book; core_outbox.py: frames, notes and reports of silence out;
 - core_report.py: a round's report and telemetry.
@@ -72,6 +72,7 @@ from agent.core_events import (
 from agent.core_gate import RoundGate
 from agent.core_inbox import Inbox, LinkFrame
 from agent.core_outbox import CoreOutbox
+from agent.core_period import PeriodPolicy
 from agent.core_phase import Phase, Trigger
 from agent.core_report import Counters, RoundInProgress, RoundReport, telemetry_for
 from agent.core_rounds import Rounds
@@ -100,6 +101,7 @@ from agent.protocol.notes import NoteKind
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rounds import server_holds_the_state
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_digest
+from agent.protocol.sync_period import PeriodRule
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 from agent.state_fetch import StateFetch
@@ -145,6 +147,9 @@ class CoreConfig:
     # Periodic averaging: local optimizer steps per round, the round averaging their model
     # delta (agent/model/periodic.py); None: the round averages one step's gradient.
     sync_every: int | None = None
+    # sync-every auto: the coordinator picks the period from the members' timings by this
+    # rule and publishes it in the view (agent/protocol/sync_period.py); sync_every is the start.
+    sync_auto: PeriodRule | None = None
     site: str = ""  # our site, announced in our status: the coordinator's views place us by it
 
 
@@ -187,6 +192,7 @@ class AgentCore(RoundSteps):
                                 timeout=config.state_pull_timeout, size=config.state_size,
                                 chunk_values=config.state_chunk_values, from_coordinator=sole_source)
         self.chunks = ChunkPolicy(config.allreduce, config.adapt_chunks, config.adapt_broadcast)
+        self.period = PeriodPolicy(config.sync_every, config.sync_auto)
         self.rounds = Rounds(config.node, config.allreduce.algorithm, self.outbox)
         self.resumed = resumed_round is not None
         self.round = resumed_round or 0
@@ -355,6 +361,7 @@ class AgentCore(RoundSteps):
             self.outbox.note(NoteKind.DISPLACED, self.node, f"by incarnation {status.incarnation}")
             return [Displaced(status.incarnation, status.pid)]
         peer = status.node
+        self.period.heard(status)
         was_down = self.membership.is_down(peer)
         was_reported = peer in self.membership.reports
         out: list[CoreAction] = self.outbox.views(self.membership.on_status(status, now))

@@ -12,6 +12,7 @@ from agent.config import AgentConfig
 from agent.core import CoreConfig
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.membership import ModelIdentity
+from agent.protocol.sync_period import AUTO_START, PeriodRule
 from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
 
 STATE_PULL_TIMEOUT = 3.0  # a peer silent this long during a state transfer: ask the next one
@@ -38,6 +39,7 @@ class CoreOverrides(TypedDict, total=False):
     model: ModelIdentity
     labels: tuple[int, ...]
     sync_every: int | None
+    sync_auto: PeriodRule | None
     site: str
 
 
@@ -52,7 +54,7 @@ def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceCon
         max_timeout=config.max_timeout, initial_timeout=config.timeout,
         round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
         link_rate_floor=config.link_rate_floor, broadcast=config.broadcast,
-        influence_factor=config.influence_bound,
+        influence_factor=config.influence_bound, straggler_deadline=config.straggler_deadline,
     )
 
 
@@ -81,6 +83,6 @@ def core_config(config: AgentConfig, state_size: int, model: ModelIdentity | Non
         lr=config.lr, lr_schedule=config.lr_schedule, lr_final=config.lr_final,
         eval_every=config.eval_every, adapt_chunks=config.adapt_chunks,
         adapt_broadcast=config.adapt_broadcast,
-        sync_every=config.sync_every if isinstance(config.sync_every, int) else None,
+        sync_every=AUTO_START if config.sync_every == "auto" else config.sync_every, sync_auto=config.period_rule,
         checkpoint_every=config.checkpoint_every if config.checkpoint_dir is not None else 0,
     )

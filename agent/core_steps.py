@@ -25,6 +25,7 @@ from agent.core_actions import (
 from agent.core_chunks import ChunkPolicy
 from agent.core_gate import RoundGate
 from agent.core_outbox import CoreOutbox
+from agent.core_period import PeriodPolicy
 from agent.core_phase import Phase, Trigger, next_phase
 from agent.core_report import Counters, RoundInProgress, RoundReport
 from agent.core_rounds import ANSWERING_ROUNDS, Rounds
@@ -76,6 +77,7 @@ class RoundSteps:
     server: StateServer
     fetch: StateFetch
     chunks: ChunkPolicy
+    period: PeriodPolicy
     rounds: Rounds
     gate: RoundGate
 
@@ -84,11 +86,11 @@ class RoundSteps:
         return self.config.rounds > 0 and self.round >= self.config.rounds
 
     def status(self, state: NodeState) -> Status:
-        model = self.config.model
+        model, timing = self.config.model, self.period.announced()
         return Status(node=self.node, state=state, round=self.round, pid=self.pid,
                       incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
                       params=model.params, labels=list(self.config.labels),
-                      site=self.config.site)
+                      site=self.config.site, step_s=timing.step_s, sync_s=timing.sync_s)
 
     # -- what next --------------------------------------------------------------------------
 
@@ -244,6 +246,7 @@ class RoundSteps:
             # one waited the whole root wait (5 s) on every member.
             out += self.outbox.views(self.membership.round_started(self.round, now))
             out += self._choose_chunks()
+            out += self._choose_period()
             if (newer := self.membership.view_for(self.round)) is not view:
                 view, root_down = newer, self.gate.dead_root_blocks(newer, now)
         if view is None:
@@ -259,8 +262,10 @@ class RoundSteps:
         # The coordinator announces every round's state digest: what a joiner checks a
         # fetched state against (one peer's word, or its stripe's header, is not enough).
         announce = [AnnounceState(self.round)] if self.membership.coordinator() == self.node else []
-        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members),
-                                                                      self.config.sync_every)]
+        steps = self.period.started(self.round, view)
+        if self.period.since == self.round:
+            self.norms.forget()  # a new period's deltas are another size: bounds from old ones refused them
+        return [*out, *announce, *self._serve_pulls(), ComputeGradient(self.round, tuple(view.members), steps)]
 
 
     def _forget_old_rounds(self) -> None:
@@ -273,6 +278,13 @@ class RoundSteps:
 
     def _choose_chunks(self) -> list[CoreAction]:
         views, note = self.chunks.choose(self.node, self.membership, self.downlink)
+        if note is not None:
+            self.outbox.notes.append(note)
+        return self.outbox.views(views)
+
+
+    def _choose_period(self) -> list[CoreAction]:
+        views, note = self.period.choose(self.node, self.membership, self.round)
         if note is not None:
             self.outbox.notes.append(note)
         return self.outbox.views(views)
@@ -399,6 +411,8 @@ class RoundSteps:
         if every > 0 and (self.round % every == 0 or self.done):
             out.append(SaveCheckpoint(self.round, report.epoch))
         report.evaluate = self._evaluated(self.round) or (self.config.eval_every > 0 and self.done)
+        if self.period.announce_due(self.round):
+            out.append(self._my_status())  # our step and sync times, for the coordinator's period
         return [*out, ReportRound(report)]
 
 
@@ -416,6 +430,13 @@ class RoundSteps:
     def _report(self, result: RoundResult | None, now: float) -> RoundReport:
         current = self.current
         assert current is not None
+        steps = self.period.local_steps(current.view) or 1
+        if (result is not None and current.computed and not self._evaluated(self.round - 1)
+                and current.view.from_round < self.round):
+            # Not after an evaluation or in a new view's first round: the members start apart
+            # then, and the wait for the last of them is not the sync's time. Degraded rounds
+            # count (with a straggler left out, every round is).
+            self.period.measured(current.computed - current.started, now - current.computed, steps)
         if result is not None and result.stats.implausible:
             self.counters.rejected["implausible_values"] += result.stats.implausible
         if result is not None:
@@ -424,7 +445,7 @@ class RoundSteps:
             self.steady_round = (self.round, current.view.epoch)
         self.current = None
         report = current.report(self.round, result, self.outbox.take_notes(), self.counters, now)
-        report.local_steps = self.config.sync_every or 1
+        report.local_steps = steps
         return report
 
 

@@ -135,6 +135,8 @@ class AgentRuntime:
                               resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
+        self.computing = False  # taking local steps (the transport is read between them)
+        self.deferred: deque[ComputeGradient] = deque()
 
     @property
     def round(self) -> int:
@@ -211,16 +213,26 @@ class AgentRuntime:
         queue = deque(actions)
         while queue:
             action = queue.popleft()
-            if isinstance(action, ComputeGradient):
+            if isinstance(action, ComputeGradient) and self.computing:
+                self.deferred.append(action)  # decided while we listened between local steps
+            elif isinstance(action, ComputeGradient):
                 queue.extend(self._compute(action))
             else:
                 self._do(action)
+        while self.deferred and not self.computing:
+            self._execute(self._compute(self.deferred.popleft()))
 
     def _compute(self, action: ComputeGradient) -> list[CoreAction]:
         started = self.clock.now()
         if action.local_steps is not None:
             assert isinstance(self.backend, PeriodicTrainer), "local steps need periodic averaging"
-            loss, grad = self.backend.local_round(self.batches, action.local_steps)
+            # Heard between the steps (as between evaluation slices): many local steps on a slow
+            # device must not look like silence, a report about us unrefuted until the fleet evicts us.
+            self.computing = True
+            try:
+                loss, grad = self.backend.local_round(self.batches, action.local_steps, between=self._listen)
+            finally:
+                self.computing = False
         else:
             loss, grad = self.backend.gradients(*next(self.batches))
         now = self.clock.now()
@@ -305,7 +317,7 @@ class AgentRuntime:
         return correct / n if n else None
 
     def _listen(self) -> None:
-        """Between two slices of long work: take what arrived (ACKs are sent, a report that
+        """Between two slices of long work (evaluation, local steps): take what arrived (ACKs are sent, a report that
         we are silent is refuted at once), but run no timer. A Pi evaluating 10,000 images
         for seconds would otherwise look frozen to its peers and be routed around. The
         core is between rounds then (the next one waits for this gradient), so nothing it

@@ -51,6 +51,7 @@ from agent.core_phase import Phase as CorePhase
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
+from agent.protocol.sync_period import PeriodRule
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind
 from agent.transport.memory import FakeClock, MemoryBus
@@ -121,6 +122,12 @@ class FleetConfig:
     # announcing its own: the views then hold a site-aware tree. 0: no sites.
     sites: int = 0
     site_aware: bool = True  # off: the agents keep their sites to themselves (a site-blind tree)
+    # Periodic averaging: local steps per round (a gradient takes compute_time per step), and
+    # with sync_auto the coordinator's pick of them (the core's; sync_every is the start).
+    sync_every: int | None = None
+    sync_auto: PeriodRule | None = None
+    # (node, factor): that node's steps take factor x compute_time (a straggler).
+    slow: tuple[tuple[int, float], ...] = ()
 
     def site_of(self, node: int) -> str:
         if not self.sites:
@@ -140,6 +147,8 @@ class RoundRecord:
     gradients: dict[int, np.ndarray] = field(default_factory=dict)
     start_hashes: dict[int, int] = field(default_factory=dict)
     starts: dict[int, float] = field(default_factory=dict)  # when each node started the round
+    local_steps: dict[int, int | None] = field(default_factory=dict)  # each node's (periodic averaging)
+    result_at: dict[int, float] = field(default_factory=dict)  # when each node had its result
     notes: dict[int, list[Note]] = field(default_factory=dict)
     abandoned: set[int] = field(default_factory=set)  # nodes that gave the round up
     skipped: set[int] = field(default_factory=set)  # caught up past it by a state transfer
@@ -178,7 +187,8 @@ def fleet_overrides(config: FleetConfig) -> CoreOverrides:
     return CoreOverrides(
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size, offline_settle=config.offline_settle,
-        lr=config.lr, adapt_chunks=config.adapt_chunks, adapt_broadcast=config.adapt_broadcast)
+        lr=config.lr, adapt_chunks=config.adapt_chunks, adapt_broadcast=config.adapt_broadcast,
+        sync_every=config.sync_every, sync_auto=config.sync_auto)
 
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
@@ -272,7 +282,9 @@ class SimAgent:
             if (announcement := self.core.announcement(action, self.state)) is not None:
                 fleet.publish(self, announcement)
         elif isinstance(action, ComputeGradient):
-            delay = fleet.config.compute_time + fleet.config.compute_jitter * float(fleet.jitter.random())
+            cfg = fleet.config
+            step = cfg.compute_time * dict(cfg.slow).get(self.node, 1.0)
+            delay = step * (action.local_steps or 1) + cfg.compute_jitter * float(fleet.jitter.random())
             fleet.bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))
         elif isinstance(action, ApplyUpdate):
             self.apply(action.values)
@@ -407,6 +419,7 @@ class VirtualFleet:
             rec = self.records[action.round] = RoundRecord(action.round, action.members, now, now)
         rec.start_hashes[agent.node] = params_hash
         rec.starts[agent.node] = now
+        rec.local_steps[agent.node] = action.local_steps
         if self.config.keep_gradients:
             rec.gradients[agent.node] = grad.copy()
 
@@ -424,6 +437,7 @@ class VirtualFleet:
             rec.abandoned.add(agent.node)
             return
         rec.results[agent.node] = report.result
+        rec.result_at[agent.node] = self.clock.now()
         rec.end = max(rec.end, self.clock.now())
 
     # ------------------------------------------------------------------ faults

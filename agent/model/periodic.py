@@ -17,7 +17,7 @@ part of it, so a rejoiner continues with its own inner slots (zero when it start
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -91,14 +91,21 @@ class PeriodicTrainer:
 
     # -- the local steps and the sync -------------------------------------------------------
 
-    def local_round(self, batches: Iterator[tuple[np.ndarray, np.ndarray]], steps: int) -> tuple[float, F32]:
-        """``steps`` inner optimizer steps from the anchor, one batch each: (mean loss, delta)."""
+    def local_round(self, batches: Iterator[tuple[np.ndarray, np.ndarray]], steps: int,
+                    between: Callable[[], None] | None = None) -> tuple[float, F32]:
+        """``steps`` inner optimizer steps from the anchor, one batch each: (mean loss, delta).
+        ``between`` runs after each step but the last (the driver hears its transport); should
+        it install another anchor meanwhile (the fleet's state), the delta is from that one."""
         self.inner.set_params(self.anchor)
         losses = []
-        for _ in range(steps):
+        for step in range(steps):
             loss, grad = self.inner.gradients(*next(batches))
             self.inner.apply(grad)
             losses.append(float(loss))
+            if between is not None and step < steps - 1:
+                working = self.inner.params()
+                between()
+                self.inner.set_params(working)  # what ran meanwhile may have read the anchor
         delta = np.subtract(self.anchor, self.inner.params(), dtype=np.float32)
         return float(np.mean(losses)), delta
 

@@ -97,6 +97,11 @@ class AllreduceConfig:
     # (influence_bound, default DEFAULT_INFLUENCE_FACTOR); off here, the protocol's own tests
     # and the virtual fleet average their synthetic vectors exactly.
     influence_factor: float = 0.0
+    # ft-tree: a member slower than the rest (a straggler) is waited for at most this many
+    # seconds after a node's own contribution was ready (the root's wait; a node below waits
+    # its subtree's share of it, so the levels under the root cut theirs first), then left
+    # out of the round like a silent member; 0: the waits as the deadline and the links say.
+    straggler_deadline: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -123,6 +128,8 @@ class AllreduceConfig:
             raise ValueError("reduce_fraction must be in (0, 1)")
         if not self.influence_factor >= 0:
             raise ValueError("influence_factor must be >= 0")
+        if not 0 <= self.straggler_deadline < float("inf"):
+            raise ValueError("straggler_deadline must be a finite number of seconds >= 0")
 
     def new_links(self) -> LinkEstimators:
         """Estimators matching this config (the runtime keeps them across rounds)."""

@@ -1,9 +1,12 @@
 """How long a node of one FT-tree round waits for its subtree's contributions before it passes
 on what it has: a share of the round's deadline by the levels its subtree spans, or (adaptive
-timeouts) what its clean rounds took; longer while a child that owes data is demonstrably still
-sending it, shorter after our connection dropped (children may have sent around us)."""
+timeouts) what its clean rounds took, at most the straggler deadline's share; longer while a
+child that owes data is demonstrably still sending it, shorter after our connection dropped
+(children may have sent around us)."""
 
 from __future__ import annotations
+
+import math
 
 from agent.protocol.allreduce import DEADLINE_STRETCH, DOWNLINK_BUSY_HOLD
 from agent.protocol.ft_reducer import ChunkReducer
@@ -41,9 +44,16 @@ class ContributionWait:
         base = self._span()
         peak = self.scope.links.round_peak
         if not self.scope.adaptive or peak is None:
-            return base
+            return min(base, self._straggler_wait())
         usual = 1.25 * peak * self._subtree_share()
-        return max(base, min(self._cap(), usual))
+        return min(max(base, min(self._cap(), usual)), self._straggler_wait())
+
+    def _straggler_wait(self) -> float:
+        """The longest wait for a member slower than the rest (straggler_deadline; none when
+        0): the subtree's share of it, so that a node below passes on what it has in time for
+        the levels above. A child demonstrably sending still extends it (draining_until)."""
+        deadline = self.scope.cfg.straggler_deadline
+        return deadline * self._subtree_share() if deadline > 0 else math.inf
 
     def draining_until(self, now: float) -> float:
         """The wait for contributions is over at ``now``, unless a child that still owes some
@@ -57,11 +67,18 @@ class ContributionWait:
         draining = self.watch.draining(now)
         cap = scope.start_time + self._cap(DEADLINE_STRETCH if draining else 1.0)
         # Our link or a neighbour's is busy with a large frame: contributions are on the way.
-        due = now + DOWNLINK_BUSY_HOLD if draining else now
+        # Past the straggler deadline that is no reason: the frame may be anybody's (on a busy
+        # host a fleet waited out a straggler's steps this way); a child still must be sending.
+        late = now >= scope.start_time + self._straggler_wait()
+        due = now + DOWNLINK_BUSY_HOLD if draining and not late else now
         for child in scope.children:
             owed = scope.expected & set(scope.tree.subtree(child))
-            if child in scope.down or not owed or all(
-                    owed <= self.reducer.covered(j) for j in range(len(self.reducer))):
+            short = [j for j in range(len(self.reducer)) if not owed <= self.reducer.covered(j)]
+            if late:
+                # Past the straggler deadline, a child that passed on what it had for every
+                # chunk (without its straggler) has sent: only a chunk of which nothing came is.
+                short = [j for j in short if not owed & self.reducer.covered(j)]
+            if child in scope.down or not owed or not short:
                 continue
             heard = self.watch.last_heard.get(child)
             if heard is not None and (self.back_at is None or heard >= self.back_at):

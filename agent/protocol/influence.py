@@ -99,6 +99,12 @@ class NormHistory:
     _norms: dict[tuple[tuple[int, int], ...], deque[np.ndarray]] = field(default_factory=dict)
     _seen: dict[tuple[tuple[int, int], ...], int] = field(default_factory=dict)  # layout -> last round
 
+    def forget(self) -> None:
+        """The round's vector became another quantity (periodic averaging's new period: the
+        delta of more or fewer local steps): its norms start afresh."""
+        self._norms.clear()
+        self._seen.clear()
+
     def observe(self, round: int, gradient: np.ndarray, bounds: Sequence[tuple[int, int]]) -> InfluenceBound | None:
         """This round's own gradient (once per round and layout) and the bound it gives, or
         None when the bound is off (``factor`` 0)."""

@@ -52,7 +52,7 @@ in, views to publish out.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
 from agent.protocol.messages import Status, Suspect, View
@@ -240,6 +240,20 @@ class MassDownHold:
     def ends(self, now: float) -> float | None:
         """When the hold running at ``now`` ends; None without one."""
         return self.since + MASS_DOWN_HOLD if self.since is not None and self.since + MASS_DOWN_HOLD > now else None
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How a view's rounds run beyond who takes part (the coordinator's picks): values per
+    chunk, the broadcast, local steps per round (0 / "": as the agents are configured)."""
+
+    chunk_values: int = 0
+    broadcast: str = ""
+    sync_every: int = 0
+
+    @classmethod
+    def of(cls, view: View | None) -> Tuning:
+        return cls() if view is None else cls(view.chunk_values, view.broadcast, view.sync_every)
 
 
 class Membership:
@@ -715,30 +729,27 @@ class Membership:
     def change_chunks(self, chunk_values: int, broadcast: str | None = None) -> list[PublishView]:
         """As coordinator, cut the vector into chunks of ``chunk_values`` (0: the configured
         size) and send the result as ``broadcast`` says ("": the configured way; None: as the
-        newest view does) from ``LEAD_ROUNDS`` on: a view with the same members. Nothing while
-        a change is still pending (views stay ordered, no burst) or when it is the newest view's."""
-        if self.coordinator() != self.node or not self.views:
+        newest view does) from ``LEAD_ROUNDS`` on: see ``retune``."""
+        broadcast = self.newest.broadcast if broadcast is None and self.views else broadcast
+        return self.retune(replace(Tuning.of(self.latest), chunk_values=chunk_values, broadcast=broadcast or ""))
+
+    def retune(self, tuning: Tuning) -> list[PublishView]:
+        """As coordinator, run the rounds from ``LEAD_ROUNDS`` on as ``tuning`` says: a view with
+        the same members. Nothing while a change is still pending (views stay ordered, no
+        burst) or when it is the newest view's."""
+        if self.coordinator() != self.node or not self.views or self.now < self.hold_until:
             return []
-        if broadcast is None:
-            broadcast = self.newest.broadcast
-        if (self.now < self.hold_until or self.newest.from_round > self.round
-                or (self.newest.chunk_values, self.newest.broadcast) == (chunk_values, broadcast)):
+        if self.newest.from_round > self.round or Tuning.of(self.newest) == tuning:
             return []
-        return self._publish(list(self.newest.members), self.newest.epoch + 1,
-                             self.round + LEAD_ROUNDS, chunk_values, broadcast)
+        return self._publish(list(self.newest.members), self.newest.epoch + 1, self.round + LEAD_ROUNDS, tuning)
 
     def _publish(self, members: list[int], epoch: int, from_round: int,
-                 chunk_values: int | None = None, broadcast: str | None = None) -> list[PublishView]:
-        # A membership change keeps the chunks and the broadcast of the newest view (a new
-        # coordinator decides again from its own links).
-        if chunk_values is None:
-            chunk_values = self.newest.chunk_values if self.views else 0
-        if broadcast is None:
-            broadcast = self.newest.broadcast if self.views else ""
-        own = self.identity
+                 tuning: Tuning | None = None) -> list[PublishView]:
+        # A membership change keeps the tuning of the newest view (a new coordinator decides again).
+        tuning, own = tuning or Tuning.of(self.latest), self.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
-                    from_round=from_round, chunk_values=chunk_values, broadcast=broadcast,
-                    fingerprint=own.fingerprint, model=own.name, params=own.params,
+                    from_round=from_round, chunk_values=tuning.chunk_values, broadcast=tuning.broadcast,
+                    sync_every=tuning.sync_every, fingerprint=own.fingerprint, model=own.name, params=own.params,
                     sites=sites_of(self.sites, members))
         self.on_view(view)
         return [PublishView(view)]

@@ -7,6 +7,7 @@ Binary allreduce frames live in wire.py. ``decode`` of untrusted bytes raises
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
@@ -84,6 +85,13 @@ def _check_number(name: str, value: Any, optional: bool = False) -> None:
         raise ValueError(f"{name} must be a number{' or null' if optional else ''}, got {value!r}")
 
 
+def _check_seconds(name: str, value: Any) -> None:
+    _check_number(name, value)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+
+
+MAX_LOCAL_STEPS = 1_000_000  # local optimizer steps of one round at most (periodic averaging)
 MAX_LABELS = 1024  # classes a label histogram may count
 MAX_SITE_CHARS = 32  # a site name (agent/config.py: letters, digits, '.', '_' or '-')
 
@@ -130,10 +138,17 @@ class Status(_JsonMessage):
     # Training samples per label in this agent's shard (index = label); [] when not said.
     labels: list[int] = field(default_factory=list)
     site: str = ""  # the agent's site (--site); "" when it has none
+    # Periodic averaging with sync-every auto: this agent's running seconds per local step and
+    # per sync (agent/protocol/sync_period.py), what the coordinator picks the period from;
+    # 0 when not measured or not said.
+    step_s: float = 0.0
+    sync_s: float = 0.0
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
         _check_site("site", self.site)
+        for name in ("step_s", "sync_s"):
+            _check_seconds(name, getattr(self, name))
         if self.state not in get_args(NodeState):
             raise ValueError(f"unknown state {self.state!r}")
         _check_int("round", self.round)
@@ -199,9 +214,13 @@ class View(_JsonMessage):
     # Each member's site, in the order of ``members`` (their statuses'); [] when no member has
     # one: the tree then ignores sites (agent/protocol/topology.py).
     sites: list[str] = field(default_factory=list)
+    # Periodic averaging: local steps per round in its rounds, the coordinator's pick from the
+    # members' timings (sync-every auto, agent/protocol/sync_period.py); 0: as configured.
+    sync_every: int = 0
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        _check_int("sync_every", self.sync_every, 0, MAX_LOCAL_STEPS)
         if not isinstance(self.sites, list) or (self.sites and len(self.sites) != len(self.members)):
             raise ValueError("sites must be empty or name one site per member")
         for site in self.sites:
@@ -286,7 +305,7 @@ class Telemetry(_JsonMessage):
         _check_int("node", self.node, 0, 1023)
         _check_int("round", self.round)
         _check_int("epoch", self.epoch)
-        _check_int("local_steps", self.local_steps, 1, 1_000_000)
+        _check_int("local_steps", self.local_steps, 1, MAX_LOCAL_STEPS)
         for name in ("bytes_sent", "bytes_received", "contributors", "members", "reroutes",
                      "timeouts", "nacks", "pulls", "retransmits", "missing_chunks", "samples"):
             _check_int(name, getattr(self, name))

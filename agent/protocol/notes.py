@@ -44,6 +44,7 @@ class NoteKind(enum.StrEnum):
     STATE_UNASKED = "state_unasked"
     STATE_UNVOUCHED = "state_unvouched"
     SUSPECTED = "suspected"
+    SYNC_PERIOD = "sync_period"
     TIMEOUT = "timeout"
     UNDELIVERABLE = "undeliverable"
 

@@ -64,11 +64,37 @@ def test_sync_every_takes_a_whole_number_of_local_steps_and_reaches_the_core() -
     assert AgentConfig(id=0, sync_every=4, outer_lr=0.5).outer_config.lr == 0.5
 
 
+def test_sync_every_auto_starts_the_core_at_one_step_with_the_coordinators_rule() -> None:
+    from agent.core_config import core_config
+    from agent.protocol.sync_period import AUTO_START, DEFAULT_COMM_SHARE, PeriodRule
+
+    auto = core_config(AgentConfig(id=0, sync_every="auto"), 10)
+    assert (auto.sync_every, auto.sync_auto) == (AUTO_START, PeriodRule(DEFAULT_COMM_SHARE))
+    share = core_config(AgentConfig(id=0, sync_every="auto", comm_share=0.35), 10)
+    assert share.sync_auto == PeriodRule(0.35)
+    assert core_config(AgentConfig(id=0, sync_every=8), 10).sync_auto is None
+
+
+def test_the_straggler_deadline_reaches_the_allreduce_and_is_checked() -> None:
+    from agent.core_config import allreduce_config
+    from agent.protocol.allreduce import AllreduceConfig
+
+    assert allreduce_config(AgentConfig(id=0)).straggler_deadline == 0.0  # off
+    assert allreduce_config(AgentConfig(id=0, straggler_deadline=1.5)).straggler_deadline == 1.5
+    for bad in (-1, "soon", float("inf")):
+        with pytest.raises(ValidationError):
+            AgentConfig(id=0, straggler_deadline=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        AllreduceConfig(straggler_deadline=-0.5)
+
+
 @pytest.mark.parametrize("bad", [{"sync_every": 0}, {"sync_every": -3}, {"sync_every": "2.5"}, {"sync_every": 2.5},
                                  {"sync_every": "often"}, {"sync_every": True},
                                  {"sync_every": 4, "outer_lr": 0}, {"sync_every": 4, "outer_lr": -1},
                                  {"sync_every": 4, "outer_optimizer": "adam"}, {"outer_lr": 0.5},
-                                 {"outer_optimizer": "nesterov"}])
+                                 {"outer_optimizer": "nesterov"}, {"comm_share": 0.2},
+                                 {"sync_every": 8, "comm_share": 0.2}, {"sync_every": "auto", "comm_share": 0},
+                                 {"sync_every": "auto", "comm_share": 1}, {"sync_every": "sometimes"}])
 def test_bad_periodic_averaging_options_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         AgentConfig(id=0, **bad)  # type: ignore[arg-type]

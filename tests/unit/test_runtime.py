@@ -21,6 +21,7 @@ from agent.core_events import (
     Arriving,
     CoreEvent,
     Disconnected,
+    GradientReady,
     MessageArrived,
     Reconnected,
     Sending,
@@ -368,3 +369,41 @@ def test_with_sync_every_a_round_averages_the_delta_of_that_many_local_steps(out
     assert agent.backend.state().size == SIZE * (2 if outer == "nesterov" else 1)
     # The state a joiner pulls is the trainer's (anchor + outer momentum), not the inner backend's.
     assert agent.core.config.state_size == agent.backend.state().size
+
+
+def test_between_local_steps_the_agent_still_hears_its_peers_and_starts_no_round() -> None:
+    from agent.core_actions import ComputeGradient
+    from agent.model.periodic import OuterConfig, PeriodicTrainer
+
+    rt, core, _ = _loop_with([(0.1, "report-that-we-are-silent")], busy={})
+
+    class SlowSteps(TinyBackend):
+        name = "slow-steps"
+
+        def gradients(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+            core.log.append("step")
+            core.clock.t += 0.3  # a Pi's local step
+            return super().gradients(x, y)
+
+        def params(self) -> np.ndarray:
+            return self.values.copy()
+
+        def set_params(self, flat: np.ndarray) -> None:
+            self.values = np.asarray(flat, np.float32).copy()
+
+    rt.backend = PeriodicTrainer(SlowSteps(), OuterConfig())  # type: ignore[arg-type]
+    recorded = core.handle
+
+    def handle(event: CoreEvent, now: float) -> list[Any]:
+        out = recorded(event, now)
+        if isinstance(event, GradientReady):
+            core.log.append(f"ready-{event.round}")
+        # What the core decides meanwhile (here: the next round, one step) waits for these steps.
+        return [ComputeGradient(1, (0,), local_steps=1)] if isinstance(event, MessageArrived) else out
+
+    core.handle = handle  # type: ignore[method-assign]
+    rt._execute([ComputeGradient(0, (0,), local_steps=3)])
+    # Heard after the first step (a refutation goes out), not after all three; the next
+    # round's step after this round's, never inside it.
+    assert core.log == ["step", "report-that-we-are-silent", "step", "step", "ready-0", "step", "ready-1"]
+    assert not rt.computing and not rt.deferred

@@ -112,3 +112,19 @@ def test_the_local_round_uses_one_batch_per_step() -> None:
     counted = iter(b for b in itertools.islice(batches, 7))
     trainer.local_round(counted, 5)
     assert len(list(counted)) == 2
+
+
+def test_what_runs_between_local_steps_may_read_the_synced_model_without_changing_the_delta() -> None:
+    batches = _digits_batches(2, 4)
+    _, plain = _trainer().local_round(iter(batches), 4)
+    trainer, calls = _trainer(), []
+
+    def between() -> None:
+        # The driver hears its transport: a peer's pull reads the state, an evaluation the model.
+        calls.append(params_hash(trainer.params()))
+        trainer.state()
+        trainer.accuracy(*batches[0])
+
+    _, delta = trainer.local_round(iter(batches), 4, between=between)
+    assert len(calls) == 3 and len(set(calls)) == 1  # after each step but the last; the anchor holds
+    np.testing.assert_array_equal(delta, plain)

@@ -27,6 +27,8 @@ EXAMPLES: list[_JsonMessage] = [
            model="mnist-cnn", params=1234, labels=[5, 0, 17]),
     View(epoch=4, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=17),
     View(epoch=5, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=19, chunk_values=32768),
+    View(epoch=7, members=[0, 1, 3], arity=2, coordinator=0, from_round=40, sync_every=12),
+    Status(node=5, state="online", round=30, step_s=0.0042, sync_s=0.95),
     View(epoch=6, members=[0, 2], arity=2, coordinator=0, from_round=20, fingerprint="fedcba9876543210",
          model="mlp", params=407050),
     Telemetry(node=2, round=9, epoch=1, algorithm="ft-tree", wall_time=1732870000.5, loss=0.31,
@@ -119,11 +121,13 @@ WRONG: dict[str, list[tuple[str, Any]]] = {
                ("pid", "x"), ("pid", [1]), ("incarnation", False), ("fingerprint", "abc"),
                ("fingerprint", "0123456789ABCDEF"), ("fingerprint", 7), ("model", "x" * 65),
                ("model", None), ("params", -1), ("labels", {"0": 3}), ("labels", [1, -2]),
-               ("labels", [0.5]), ("labels", [0] * 1025)],
+               ("labels", [0.5]), ("labels", [0] * 1025), ("step_s", -0.1), ("step_s", "fast"),
+               ("sync_s", None), ("sync_s", True)],
     "View": [("epoch", "1"), ("members", "0,1"), ("members", [2, 1]), ("members", [1, 1]),
              ("members", [0, 5000]), ("members", [0, "1"]), ("arity", 1), ("arity", 17),
              ("coordinator", None), ("from_round", 2.5), ("fingerprint", "zz" * 8),
-             ("model", 3), ("params", "many")],
+             ("model", 3), ("params", "many"), ("sync_every", -1), ("sync_every", 2.5),
+             ("sync_every", "auto"), ("sync_every", 1_000_001)],
     "Telemetry": [("node", None), ("round", "9"), ("algorithm", 3), ("wall_time", "now"),
                   ("wall_time", True), ("loss", "low"), ("loss", [0.1]), ("accuracy", False),
                   ("phase_seconds", [1]), ("phase_seconds", {"reduce": "fast"}),
@@ -233,3 +237,16 @@ def test_a_view_names_the_fleets_model_and_an_old_one_does_not() -> None:
     view = View(epoch=1, members=[0, 1], arity=2, coordinator=0, from_round=3,
                 fingerprint="1111222233334444", model="mnist-cnn", params=1234)
     assert View.decode(view.encode()) == view
+
+
+def test_a_view_says_its_local_steps_and_a_status_its_timing_and_old_ones_say_nothing() -> None:
+    old_view = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
+    assert View.decode(old_view).sync_every == 0  # as the agents are configured
+    view = View(epoch=2, members=[0, 1], arity=2, coordinator=0, from_round=9, sync_every=24)
+    assert _fields(view)["sync_every"] == 24 and View.decode(view.encode()) == view
+    old_status = b'{"node": 4, "state": "online", "round": 0, "pid": 1, "incarnation": 2}'
+    assert (Status.decode(old_status).step_s, Status.decode(old_status).sync_s) == (0.0, 0.0)
+    status = Status(node=4, state="online", round=8, step_s=0.003, sync_s=0.41)
+    assert Status.decode(status.encode()) == status
+    with pytest.raises(MessageError):
+        Status.decode(json.dumps(_fields(status) | {"sync_s": float("inf")}).encode())

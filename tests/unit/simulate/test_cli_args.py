@@ -94,7 +94,14 @@ def test_the_default_run_gives_the_agents_the_flags_of_before(tmp_path: Path) ->
     (["--sync-every", "0"], "1 or more"),
     (["--sync-every", "-2"], "1 or more"),
     (["--sync-every", "2.5"], "whole number"),
-    (["--sync-every", "auto"], "not available"),
+    (["--sync-every", "sometimes"], "or auto"),
+    (["--sync-every", "auto", "--comm-share", "0"], "comm-share"),
+    (["--sync-every", "auto", "--comm-share", "1.5"], "comm-share"),
+    (["--sync-every", "auto", "--comm-share", "a fifth"], "comm-share"),
+    (["--sync-every", "8", "--comm-share", "0.3"], "--sync-every auto"),
+    (["--straggler-deadline", "0"], "straggler-deadline"),
+    (["--straggler-deadline", "-1"], "straggler-deadline"),
+    (["--straggler-deadline", "soon"], "straggler-deadline"),
     (["--sync-every", "4", "--outer-lr", "0"], "outer-lr"),
     (["--sync-every", "4", "--outer-lr", "-0.5"], "outer-lr"),
     (["--sync-every", "4", "--outer-optimizer", "adam"], "outer-optimizer"),
@@ -124,4 +131,8 @@ def test_periodic_averaging_flags_become_agent_options() -> None:
     args = _args("--sync-every", "8", "--outer-optimizer", "nesterov", "--outer-lr", "0.6")
     assert periodic_args.agent_options(args) == {"sync_every": 8, "outer_optimizer": "nesterov", "outer_lr": 0.6}
     assert periodic_args.agent_options(_args()) == {}
+    auto = _args("--sync-every", "auto", "--comm-share", "0.3")
+    assert periodic_args.agent_options(auto) == {"sync_every": "auto", "comm_share": 0.3}
+    assert periodic_args.agent_options(_args("--straggler-deadline", "1.5")) == {"straggler_deadline": 1.5}
+    assert options_to_flags({"sync_every": "auto", "comm_share": 0.3}) == ["--sync-every", "auto", "--comm-share", "0.3"]
     assert options_to_flags({"sync_every": 8}) == ["--sync-every", "8"]
