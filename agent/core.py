@@ -106,7 +106,7 @@ from agent.protocol.topics import Topics
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 from agent.state_fetch import StateFetch
 from agent.state_server import StateServer
-from agent.suspicion import SuspicionBook
+from agent.suspicion import SuspicionBook, first_report_at
 
 __all__ = [
     "AgentCore", "AnnounceState", "ApplyControl", "ApplyUpdate", "Channel", "ComputeGradient", "CoreAction",
@@ -461,7 +461,7 @@ class AgentCore(RoundSteps):
     def _apply_suspicions(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
         for peer, rnd in self.book.to_excuse(self.membership.unrefuted(now), self.machines):
-            out += self.outbox.run(self.machines[rnd].excuse(peer, now), rnd)
+            out += self.rounds.excuse(rnd, peer, now, first_report_at(self.membership.reports, peer))
         for peer in self.book.newly_suspected(self.membership.suspected()):
             self.outbox.note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses")
             out += self.rounds.each(partial(_peer_down, peer=peer, now=now))

@@ -14,6 +14,7 @@ from agent.core_actions import CoreAction
 from agent.core_outbox import CoreOutbox
 from agent.core_wills import RootGrace
 from agent.protocol.allreduce import Fanout, Note, RoundMachine, Send
+from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import view_root
 from agent.protocol.messages import View
 from agent.protocol.notes import NoteKind
@@ -58,6 +59,13 @@ class Rounds:
             if rounds is None or rnd in rounds:
                 out += self.outbox.run(call(machine), rnd)
         return out
+
+    def excuse(self, round: int, peer: int, now: float, reported: float | None) -> list[CoreAction]:
+        """The fleet excused ``peer`` in ``round`` (its first report came at ``reported``)."""
+        machine = self.machines[round]
+        if isinstance(machine, FtTreeRound):  # it watches the nodes under it from the report on
+            return self.outbox.run(machine.excuse(peer, now, reported), round)
+        return self.outbox.run(machine.excuse(peer, now), round)
 
     def deadlines(self) -> list[float]:
         times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]

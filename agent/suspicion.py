@@ -12,7 +12,7 @@ agent did about them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from agent.protocol.messages import Suspect
 
@@ -91,3 +91,9 @@ class SuspicionBook:
         self.reported = {(p, r) for p, r in self.reported if r >= round}
         self.excused = {(p, r) for p, r in self.excused if r >= round}
         self.refuted = {(n, r) for n, r in self.refuted if r >= round}
+
+
+def first_report_at(reports: Mapping[int, Mapping[int, tuple[int, float]]], peer: int) -> float | None:
+    """When the first report standing about ``peer`` came (``Membership.reports``: suspect ->
+    reporter -> (round, when)); None: none stands."""
+    return min((t for _, t in reports.get(peer, {}).values()), default=None)

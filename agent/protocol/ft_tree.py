@@ -359,12 +359,14 @@ class FtTreeRound:
         self._stop_waiting_soon(now)
         return scope.flush()
 
-    def excuse(self, peer: int, now: float) -> list[Action]:
+    def excuse(self, peer: int, now: float, reported: float | None = None) -> list[Action]:
+        """``reported``: when the first report of its silence came (the nodes under it are
+        watched from then on, see ``orphan_start``)."""
         scope = self.scope
         if peer == scope.node or peer not in scope.expected or peer in self.watch.heard_of:
             return []
         scope.expected.discard(peer)
-        self.watch.orphaned(peer, now)
+        self.watch.orphaned(peer, now, reported)
         for j in range(self.n):
             self._try_forward(j, now)
         return scope.flush()

@@ -35,6 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
+from agent.transport.reconnect_pace import ReconnectPace
 from agent.transport.tcp_link import close_gently, queued_in_socket, unacked_for
 
 ProtocolName = Literal["3.1.1", "5"]
@@ -415,7 +416,7 @@ class MqttTransport:
         self._protocol = _PROTOCOLS[protocol]
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
-        self._reconnect_timeout_s = reconnect_timeout_s
+        self._reconnect_pace = ReconnectPace(reconnect_timeout_s)
         # One lock for the whole hand-over (queue.Queue takes three per message, and the
         # runtime drains hundreds of frames a round: ~2x less overhead in the profile).
         self._queue: deque[Message] = deque()
@@ -816,14 +817,21 @@ class MqttTransport:
         self._reconnect_at = now + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
         self._bound_reconnect_time()
-        with contextlib.suppress(OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
+        try:
             self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
+        except TimeoutError:  # nobody answered: a cut network, not a broker refusing
+            self._reconnect_pace.timed_out()
+            self._reconnect_at = time.monotonic()
+        except (OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
+            self._reconnect_pace.refused()
+        else:
+            self._reconnect_pace.answered(time.monotonic() - now)
 
     def _bound_reconnect_time(self) -> None:
-        """Reconnects wait ``reconnect_timeout_s`` for the handshake (see RECONNECT_TIMEOUT_S).
-        paho refuses the change while its connection is open (then nothing to bound)."""
+        """Reconnects wait for the handshake as ``ReconnectPace`` says (RECONNECT_TIMEOUT_S at
+        most). paho refuses the change while its connection is open (then nothing to bound)."""
         with contextlib.suppress(RuntimeError, ValueError):
-            self._client.connect_timeout = self._reconnect_timeout_s
+            self._client.connect_timeout = self._reconnect_pace.timeout()
 
     def _write_for(self, seconds: float) -> None:
         """Write what paho holds for at most ``seconds`` (inline mode), reading nothing."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.protocol.messages import Suspect
-from agent.suspicion import SuspicionBook
+from agent.suspicion import SuspicionBook, first_report_at
 
 
 def test_a_silent_peer_is_reported_once_per_round() -> None:
@@ -50,3 +50,10 @@ def test_the_fleets_verdicts_are_news_once_and_again_after_they_were_lifted() ->
 def test_a_report_about_us_is_refuted_once() -> None:
     book = SuspicionBook(node=1, incarnation=5)
     assert book.refute_once(0, 3) and not book.refute_once(0, 3) and book.refute_once(2, 3)
+
+
+def test_the_first_report_about_a_peer_is_the_earliest_of_its_witnesses() -> None:
+    reports = {3: {1: (7, 2.5), 2: (7, 2.1)}, 4: {}}
+    assert first_report_at(reports, 3) == 2.1
+    assert first_report_at(reports, 4) is None
+    assert first_report_at(reports, 5) is None

@@ -14,7 +14,7 @@ from agent.protocol.allreduce import (
     Send,
 )
 from agent.protocol.ft_scope import RoundScope
-from agent.protocol.ft_watch import PeerWatch
+from agent.protocol.ft_watch import PeerWatch, orphan_start
 from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind
@@ -85,3 +85,23 @@ def test_a_peer_that_refutes_or_speaks_after_a_report_counts_as_heard() -> None:
     w.refuted.add(4)
     assert not w.unheard_since_reported(4)
     assert w.quiet_for(3, 1.5) == pytest.approx(0.4) and w.quiet_for(2, 1.5) == float("inf")
+
+
+def test_the_nodes_under_a_lost_node_are_watched_from_the_fleets_first_report_of_it() -> None:
+    """Root 0 excuses its child 1 at 2.0, a grace after 1's first report (1.6): 1's children
+    3 and 4 are watched from the report on, so their verdict is due at 1.6 + their span (no
+    sooner than the excusal); before, from the excusal (two waits one after the other)."""
+    w = watch(node=0)
+    span = 2 * w.scope.rto(1) + w.scope.transmit(1, w.scope.unit_bytes)
+    w.orphaned(1, 2.0, since=1.6)
+    assert w.silence_at[3] == pytest.approx(1.6 + span) and w.silence_at[4] == pytest.approx(1.6 + span)
+    late = watch(node=0)
+    late.orphaned(1, 2.0)  # nobody reported it (its Will): from now
+    assert late.silence_at[3] == pytest.approx(2.0 + span)
+
+
+def test_an_orphans_watch_starts_at_the_report_within_the_round_and_never_after_the_excusal() -> None:
+    assert orphan_start(round_start=1.0, now=2.0, reported=1.6) == 1.6
+    assert orphan_start(round_start=1.0, now=2.0, reported=0.5) == 1.0  # reported in a round before
+    assert orphan_start(round_start=1.0, now=2.0, reported=None) == 2.0
+    assert orphan_start(round_start=1.0, now=2.0, reported=2.5) == 2.0

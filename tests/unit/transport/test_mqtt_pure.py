@@ -9,6 +9,7 @@ import pytest
 
 from agent.transport.base import Message
 from agent.transport.mqtt import MqttTransport, TokenBucket, parse_broker_url
+from agent.transport.reconnect_pace import UNANSWERED_TIMEOUT_S
 
 
 def test_parse_broker_url_accepts_mqtt_and_mqtts_with_default_ports() -> None:
@@ -103,7 +104,9 @@ class _UnreachableBroker:
     def reconnect(self) -> None:
         self.attempts.append((self.clock.now, self.connect_timeout))
         self.clock.now += min(self.blocks, self.connect_timeout)
-        raise OSError("timed out")
+        if self.blocks:
+            raise TimeoutError("timed out")  # as socket.create_connection says it
+        raise ConnectionRefusedError("refused")
 
 
 @pytest.mark.parametrize("blocks", [0.0, 30.0])
@@ -112,7 +115,9 @@ def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
 ) -> None:
     """However long the cut lasts, the next attempt (refused at once, or a SYN dropped until
     the attempt's timeout) starts within RECONNECT_TIMEOUT_S of the last one: the heal is
-    noticed about a second later. The backoff grew to 5 s and an attempt waited paho's 5 s."""
+    noticed about a second later. The backoff grew to 5 s and an attempt waited paho's 5 s.
+    Attempts nobody answers follow one another at once, most of them short (ReconnectPace):
+    a SYN several times a second; refused ones keep the backoff and the full wait."""
     from agent.transport import mqtt as mqtt_module
 
     clock = _Clock()
@@ -125,9 +130,14 @@ def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
     starts = [at for at, _ in broker.attempts]
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(starts) > 20 and max(gaps) <= mqtt_module.RECONNECT_TIMEOUT_S + 0.05, gaps
+    timeouts = [timeout for _, timeout in broker.attempts]
     if blocks == 0.0:
         assert max(gaps[10:]) <= mqtt_module.RECONNECT_MAX_S + 0.05, gaps
-    assert {timeout for _, timeout in broker.attempts} == {mqtt_module.RECONNECT_TIMEOUT_S}
+        assert set(timeouts) == {mqtt_module.RECONNECT_TIMEOUT_S}
+    else:
+        assert set(timeouts) == {mqtt_module.RECONNECT_TIMEOUT_S, UNANSWERED_TIMEOUT_S}
+        assert len(starts) / clock.now > 2.0, "attempts a second while the network is cut"
+        assert sorted(gaps)[len(gaps) // 2] <= UNANSWERED_TIMEOUT_S + 0.05, gaps
 
 
 class _StalledSocket:
