@@ -624,10 +624,18 @@ class Membership:
         return self.states.get(node) == "offline" or node in self.suspected()
 
     def finished(self, rounds: int, members: list[int] | tuple[int, ...]) -> bool:
-        """Every one of ``members`` but us said, in its latest status, that it ran all of
-        ``rounds`` (a clean exit's offline status, or a lingering member's online one)."""
+        """The fleet ran all of ``rounds``: every one of ``members`` but us said so in its
+        latest status (a clean exit's offline status, or a lingering member's online one), or
+        more than half of the nodes we know did. The majority covers nodes cut off together:
+        each names a round short of the end, so the view they are in never finishes; one
+        liar alone ends nobody's run."""
+        if rounds <= 0:
+            return False
+        done = {n for n, r in self.said_round.items() if n != self.node and r >= rounds}
         others = [m for m in members if m != self.node]
-        return rounds > 0 and bool(others) and all(self.said_round.get(m, -1) >= rounds for m in others)
+        if others and all(m in done for m in others):
+            return True
+        return len(done) * 2 > len(set(self.states) | {self.node})
 
     def will_of(self, node: int) -> Status:
         """The offline status the node's Will would publish, for its current life."""

@@ -737,3 +737,18 @@ def test_a_flapping_node_left_out_by_its_own_will_still_waits_to_stay_up() -> No
     assert m.on_status(Status(3, "online", 21), 0.15) == [], "a flap within FLAP_WINDOW_ROUNDS waits"
     m.round_started(22, 0.2)
     assert [p.view.members for p in m.round_started(23, 0.3)] == [[0, 1, 2, 3]]
+
+
+def test_the_fleet_is_finished_when_the_view_or_a_majority_of_the_nodes_say_so() -> None:
+    m = Membership(4, 2, View(0, list(range(6)), 2, 0, 0))
+    for s in online(*range(6)):
+        m.on_status(s, 0.0)
+    m.on_status(Status(0, "offline", round=100), 1.0)
+    assert not m.finished(100, [0, 3, 4, 5])  # one node's word (a liar's, perhaps) ends nothing
+    m.on_status(Status(1, "offline", round=100), 1.0)
+    m.on_status(Status(2, "offline", round=100), 1.0)
+    assert not m.finished(100, [3, 4, 5])  # half of the six, and 3 and 5 are short of the end
+    m.on_status(Status(5, "online", round=100), 1.0)
+    assert m.finished(100, [3, 4, 5])  # four of six ran all rounds: 3 waiting too changes nothing
+    assert not m.finished(0, [3, 4, 5])  # a run without a round count never finishes
+    assert Membership(4, 2, START).finished(10, []) is False
