@@ -624,18 +624,7 @@ class Membership:
         return self.states.get(node) == "offline" or node in self.suspected()
 
     def finished(self, rounds: int, members: list[int] | tuple[int, ...]) -> bool:
-        """The fleet ran all of ``rounds``: every one of ``members`` but us said so in its
-        latest status (a clean exit's offline status, or a lingering member's online one), or
-        more than half of the nodes we know did. The majority covers nodes cut off together:
-        each names a round short of the end, so the view they are in never finishes; one
-        liar alone ends nobody's run."""
-        if rounds <= 0:
-            return False
-        done = {n for n, r in self.said_round.items() if n != self.node and r >= rounds}
-        others = [m for m in members if m != self.node]
-        if others and all(m in done for m in others):
-            return True
-        return len(done) * 2 > len(set(self.states) | {self.node})
+        return fleet_finished(self.node, rounds, members, self.said_round, set(self.states))
 
     def will_of(self, node: int) -> Status:
         """The offline status the node's Will would publish, for its current life."""
@@ -761,3 +750,19 @@ class Membership:
                     sites=sites_of(self.sites, members))
         self.on_view(view)
         return [PublishView(view)]
+
+
+def fleet_finished(node: int, rounds: int, members: list[int] | tuple[int, ...],
+                   said_round: dict[int, int], known: set[int]) -> bool:
+    """The fleet ran all of ``rounds``: every one of ``members`` but ``node`` said so in its
+    latest status (a clean exit's offline status, or a lingering member's online one), or more
+    than half of the ``known`` nodes did. The majority covers nodes cut off together: each
+    names a round short of the end, so the view they are in never finishes; one liar alone
+    ends nobody's run."""
+    if rounds <= 0:
+        return False
+    done = {n for n, r in said_round.items() if n != node and r >= rounds}
+    others = [m for m in members if m != node]
+    if others and all(m in done for m in others):
+        return True
+    return len(done) * 2 > len(known | {node})

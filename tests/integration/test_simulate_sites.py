@@ -63,7 +63,7 @@ def test_a_site_cut_off_the_core_waits_and_comes_back_with_the_fleets_model(tmp_
     assert views[0]["sites"] == ["s0"] * 3 + ["s1"] * 3  # the site-aware tree
     assert not any(set(v["members"]) <= CUT_SITE for v in views), views  # never a second fleet
     cut = _one_time(events, "fault", action="inject")
-    healed = _one_time(events, "site", event="healed")
+    healed = _one_time(events, "fault", action="heal")  # a cut to a round heals in that round
     # The rest trained on during the cut: node 0 finished rounds in it.
     during = [r for r in rounds if 0 in rounds[r] and cut < rounds[r][0]["t"] < healed]
     assert len(during) >= 3, sorted(during)
