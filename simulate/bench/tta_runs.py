@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=7, help="agents per fleet")
     parser.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
     parser.add_argument("--eval-every", type=int, default=2, help="rounds between evaluations")
+    parser.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra agent option for every run, as simulate takes it, e.g. lr=0.003 (repeatable)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/tta"), help="where the runs go")
     parser.add_argument("--reuse", action="store_true", help="take runs already in --runs-dir instead of running them")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here (e.g. docs/results/tta.json)")
@@ -78,10 +80,10 @@ def scenario_text(name: str, nodes: int, rounds: int, rate_mbs: float, eval_ever
     return "\n".join(lines) + "\n"
 
 
-def simulate_command(scenario: Path, run_dir: Path, sync: str) -> list[str]:
+def simulate_command(scenario: Path, run_dir: Path, sync: str, options: list[str] | tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "edgegrove.cli", "simulate", "--scenario", str(scenario), "--sync-every", sync,
             "--broker", "mosquitto", "--no-dashboard", "--baseline", "none", "--json", "--stall-timeout", "120",
-            "--out", str(run_dir)]
+            *(arg for option in options for arg in ("--agent-option", option)), "--out", str(run_dir)]
 
 
 def plan(args: argparse.Namespace) -> list[tuple[float, str, int]]:
@@ -96,7 +98,7 @@ def plan(args: argparse.Namespace) -> list[tuple[float, str, int]]:
 def run_one(args: argparse.Namespace, rate: float, sync: str, count: int) -> dict[str, Any]:
     name = f"{rate:g}mbs-h{sync}"
     run_dir = args.runs_dir / name
-    command = simulate_command(args.runs_dir / f"{name}.toml", run_dir, sync)
+    command = simulate_command(args.runs_dir / f"{name}.toml", run_dir, sync, args.agent_option)
     if not (args.reuse and (run_dir / "events.jsonl").exists()):
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         (args.runs_dir / f"{name}.toml").write_text(scenario_text(name, args.nodes, count, rate, args.eval_every))
@@ -140,8 +142,15 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"edgegrove bench tta: {exc}", file=sys.stderr)
         return 2
+    try:
+        from simulate.cli import parse_agent_options
+
+        options = parse_agent_options(args.agent_option)
+    except (UsageError, ValueError) as exc:
+        print(f"edgegrove bench tta: {exc}", file=sys.stderr)
+        return 2
     results = [run_one(args, rate, sync, count) for rate, sync, count in runs]
-    doc = document("tta", target_accuracy=args.target, nodes=args.nodes, results=results,
+    doc = document("tta", target_accuracy=args.target, nodes=args.nodes, agent_options=options, results=results,
                    method="time from the end of the fleet's first round to the end of the first round whose "
                           "mean test accuracy reached the target (simulate/bench/tta.py)")
     if args.plot is not None:

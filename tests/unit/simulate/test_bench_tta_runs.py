@@ -31,6 +31,13 @@ def test_every_link_rate_runs_every_sync_period_with_its_rounds() -> None:
         (0.0, "1", 30), (0.0, "auto", 30)]
 
 
+def test_agent_options_reach_every_runs_simulate_command(tmp_path: Path) -> None:
+    command = tta_runs.simulate_command(tmp_path / "s.toml", tmp_path / "r", "auto", ["lr=0.003", "batch=100"])
+    at = command.index("--agent-option")
+    assert command[at:at + 4] == ["--agent-option", "lr=0.003", "--agent-option", "batch=100"]
+    assert "--agent-option" not in tta_runs.simulate_command(tmp_path / "s.toml", tmp_path / "r", "1")
+
+
 def test_the_scenario_limits_every_agents_link_in_the_kernel_or_none(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(tta_runs.scenario_text("s", 3, 20, 6.0, 2))
@@ -44,6 +51,7 @@ def test_the_scenario_limits_every_agents_link_in_the_kernel_or_none(tmp_path: P
 @pytest.mark.parametrize(("argv", "said"), [
     (["--links", "fast"], "MB/s"), (["--links", "-2"], "link rate"), (["--sync-every", "0"], "1 or more"),
     (["--rounds", "2.5"], "rounds"), (["--sync-every", "1", "8", "--rounds", "10", "20", "30"], "--rounds"),
+    (["--agent-option", "lr"], "KEY=VALUE"), (["--agent-option", "rounds=3"], "sets it itself"),
 ])
 def test_bad_values_exit_2_with_one_line(argv: list[str], said: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "edgegrove.cli", "bench", "tta", *argv, "--runs-dir", str(tmp_path / "r")],
