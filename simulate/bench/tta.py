@@ -20,9 +20,25 @@ from simulate import report
 from simulate.bench.common import machine_info
 
 
-def time_to_accuracy(run_dir: Path, target: float) -> dict[str, Any]:
+def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[report.RoundRow]]:
     records = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line]
-    rows = report.rounds_table(records)
+    return records, report.rounds_table(records)
+
+
+def accuracy_after_samples(run_dir: Path, samples: int) -> dict[str, Any]:
+    """The mean test accuracy of the first evaluated round by which the fleet had trained on
+    at least ``samples`` samples, and how many that was: runs of different sync periods
+    compared after the same data (a long period's rounds overshoot it by up to one round)."""
+    seen = 0
+    for row in _rows(run_dir)[1]:
+        seen += row.samples
+        if seen >= samples and row.accuracy is not None:
+            return {"samples": seen, "accuracy": row.accuracy}
+    return {"samples": None, "accuracy": None}
+
+
+def time_to_accuracy(run_dir: Path, target: float) -> dict[str, Any]:
+    records, rows = _rows(run_dir)
     ends: dict[int, float] = {}
     for rec in records:
         if rec.get("type") == "telemetry":
@@ -37,6 +53,7 @@ def time_to_accuracy(run_dir: Path, target: float) -> dict[str, Any]:
         "megabytes_sent": round(sum(r.bytes_sent for r in upto) / 1e6, 1) if reached else None,
         "samples": sum(r.samples for r in upto) if reached else None,
         "median_round_s": report._median([r.round_s_max for r in rows]),
+        "samples_trained": sum(r.samples for r in rows),
         "final_accuracy": last_acc.accuracy if last_acc else None,
     }
 

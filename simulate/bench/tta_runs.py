@@ -21,7 +21,7 @@ from typing import Any
 from agent.config import parse_sync_every
 from agent.validate import UsageError, arg
 from simulate.bench.common import document, emit, format_table
-from simulate.bench.tta import time_to_accuracy
+from simulate.bench.tta import accuracy_after_samples, time_to_accuracy
 
 DESCRIPTION = __doc__
 
@@ -112,6 +112,19 @@ def run_one(args: argparse.Namespace, rate: float, sync: str, count: int) -> dic
     return {"link_mbs": rate, "sync_every": sync, "rounds_planned": count, "command": " ".join(command[2:]), **result}
 
 
+def matched_samples(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run's accuracy once it had trained on as many samples as the same link's every-step
+    run did in all its rounds: what the sync period costs in accuracy for the same data."""
+    for result in results:
+        reference = next((r for r in results if r["link_mbs"] == result["link_mbs"] and r["sync_every"] == "1"
+                          and r.get("samples_trained")), None)
+        if reference is None or result.get("samples_trained") is None:
+            continue
+        after = accuracy_after_samples(Path(result["run"]), reference["samples_trained"])
+        result["matched_samples"], result["accuracy_at_matched"] = after["samples"], after["accuracy"]
+    return results
+
+
 def plot(results: list[dict[str, Any]], target: float, path: Path) -> None:
     import matplotlib
 
@@ -149,15 +162,16 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ValueError) as exc:
         print(f"edgegrove bench tta: {exc}", file=sys.stderr)
         return 2
-    results = [run_one(args, rate, sync, count) for rate, sync, count in runs]
+    results = matched_samples([run_one(args, rate, sync, count) for rate, sync, count in runs])
     doc = document("tta", target_accuracy=args.target, nodes=args.nodes, agent_options=options, results=results,
                    method="time from the end of the fleet's first round to the end of the first round whose "
                           "mean test accuracy reached the target (simulate/bench/tta.py)")
     if args.plot is not None:
         plot(results, args.target, args.plot)
     table = format_table(["link MB/s", "sync every", "local steps", "round reached", "seconds", "MB sent",
-                          "samples", "final accuracy"],
+                          "samples", "final accuracy", "acc. at H=1's samples"],
                          [[r["link_mbs"], r["sync_every"], r["local_steps"], r["round_reached"], r["seconds"],
-                           r["megabytes_sent"], r["samples"], r["final_accuracy"]] for r in results])
+                           r["megabytes_sent"], r["samples"], r["final_accuracy"], r.get("accuracy_at_matched")]
+                          for r in results])
     emit(doc, args, table)
     return 0

@@ -36,3 +36,11 @@ def test_a_run_that_never_reaches_the_target_says_so_and_the_json_is_written(tmp
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "periodic" and doc["results"][0]["round_reached"] is None
     assert doc["results"][0]["seconds"] is None
+
+
+def test_the_accuracy_after_a_number_of_samples_is_the_first_evaluation_past_it(tmp_path: Path) -> None:
+    _write_run(tmp_path / "h8", {1: 0.80, 3: 0.93, 5: 0.95}, 8)  # 1,600 samples a round
+    assert tta.time_to_accuracy(tmp_path / "h8", 0.92)["samples_trained"] == 6 * 1600
+    assert tta.accuracy_after_samples(tmp_path / "h8", 3200) == {"samples": 3200, "accuracy": 0.80}
+    assert tta.accuracy_after_samples(tmp_path / "h8", 3201) == {"samples": 6400, "accuracy": 0.93}
+    assert tta.accuracy_after_samples(tmp_path / "h8", 9601) == {"samples": None, "accuracy": None}
