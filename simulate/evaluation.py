@@ -357,6 +357,22 @@ def render_figure13(doc: dict[str, Any], ctx: Context) -> str:
     return "\n\n".join(parts)
 
 
+def render_tta(doc: dict[str, Any], ctx: Context) -> str:
+    """Time and bytes to a target accuracy per link rate and sync period (issue 39)."""
+    from simulate import tta_report
+    from simulate.bench import tta_runs
+
+    parts = [f"{doc['nodes']} agents, target {doc['target_accuracy']:.0%} test accuracy, each run one real "
+             f"fleet on mosquitto, one after the other in one sitting. Extra agent options: {_agent_options(doc)}. "
+             f"Seconds: {doc.get('method', '')}.",
+             *([str(doc["note"])] if doc.get("note") else []),
+             markdown_table(tta_report.HEADERS, tta_report.table_rows(doc)),
+             "\n".join(tta_report.verdicts(doc)),
+             ctx.image("tta.png", lambda p: tta_runs.plot(doc["results"], doc["target_accuracy"], p),
+                       "seconds and bytes to the target against the link rate, per sync period")]
+    return "\n\n".join(p for p in parts if p)
+
+
 def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(11, 4))
@@ -621,6 +637,13 @@ SECTIONS: tuple[Section, ...] = (
             "to a target test accuracy with the gradient averaged every step and with H local steps "
             "per sync; each run's simulate command is in the JSON.",
             None),
+    Section("tta", "Time to accuracy on slow links: every-step against periodic averaging (issue 39)",
+            "edgegrove bench tta --links 0 6 2 --sync-every 1 auto --rounds 420 40 --agent-option lr=0.003 "
+            "--out docs/results/tta.json --plot docs/img/tta.png",
+            "7 agents, every agent's link limited in the kernel (tbf) or unlimited: wall time, bytes and "
+            "samples to 97 % test accuracy averaging every step and with --sync-every auto, and the "
+            "accuracy of each after the same data.",
+            render_tta),
     Section("isolation", "Failed links until a node is isolated (thesis Figure 11)",
             "edgegrove bench isolation --out docs/results/isolation.json",
             "From the protocol core: how many random link failures the FT-tree survives.",
