@@ -43,3 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
     AgentConfig.model_fields["broadcast"].default = mode
     AgentConfig.model_rebuild(force=True)
     assert AgentConfig(id=0).broadcast == mode
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The test process's own peak memory, for CI's log (issue 37: it once reached 4.5 GB)."""
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    terminalreporter.write_line(f"pytest process peak resident memory: {peak_mb:.0f} MB")
