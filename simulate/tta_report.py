@@ -20,11 +20,19 @@ def _link(rate: float) -> str:
     return "unlimited" if rate == 0 else f"{rate:g}"
 
 
+def _between(result: dict[str, Any]) -> str:
+    """The two evaluations an interpolated accuracy lies between, when they are not one."""
+    before, after = result.get("matched_between") or (None, None)
+    if not before or not after or before[0] == after[0]:
+        return ""
+    return f" ({_pct(before[1])} at {before[0]:,} .. {_pct(after[1])} at {after[0]:,} samples)"
+
+
 def table_rows(doc: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for r in doc["results"]:
         matched = r.get("accuracy_at_matched")
-        after = "-" if matched is None else f"{_pct(matched)} ({r['matched_samples']:,})"
+        after = "-" if matched is None else f"{_pct(matched)}{_between(r)}"
         rows.append([_link(r["link_mbs"]), r["sync_every"], r["local_steps"], r.get("rounds", "-"),
                      r["round_reached"] if r["round_reached"] is not None else "not reached",
                      r["seconds"] if r["seconds"] is not None else "-", r["megabytes_sent"] or "-",
@@ -55,8 +63,8 @@ def verdicts(doc: dict[str, Any], compared: str = "auto") -> list[str]:
         a, b = every.get("accuracy_at_matched"), other.get("accuracy_at_matched")
         if a is not None and b is not None:
             gap = 100 * (b - a)
-            line += (f"; after the same data ({every['matched_samples']:,} samples; {compared}: the first evaluation "
-                     f"past it, {other['matched_samples']:,}) {_pct(b)} against {_pct(a)}, {gap:+.2f} pp "
-                     f"({'met' if abs(gap) <= ACCURACY_PP else 'missed'}: within {ACCURACY_PP} pp)")
+            line += (f"; after the same data ({every['matched_samples']:,} samples{_between(other)}) {_pct(b)} "
+                     f"against {_pct(a)}, {gap:+.2f} pp ({'met' if abs(gap) <= ACCURACY_PP else 'missed'}: "
+                     f"within {ACCURACY_PP} pp)")
         out.append(line + ".")
     return out

@@ -25,16 +25,24 @@ def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[report.RoundRow]]:
     return records, report.rounds_table(records)
 
 
-def accuracy_after_samples(run_dir: Path, samples: int) -> dict[str, Any]:
-    """The mean test accuracy of the first evaluated round by which the fleet had trained on
-    at least ``samples`` samples, and how many that was: runs of different sync periods
-    compared after the same data (a long period's rounds overshoot it by up to one round)."""
-    seen = 0
+def accuracy_at_samples(run_dir: Path, samples: int) -> dict[str, Any]:
+    """The fleet's mean test accuracy once it had trained on ``samples`` samples, interpolated
+    between the evaluations either side (a long sync period evaluates every 45,000 samples or
+    so), with those two: runs of different sync periods compared after the same data."""
+    seen, before, after = 0, None, None
     for row in _rows(run_dir)[1]:
         seen += row.samples
-        if seen >= samples and row.accuracy is not None:
-            return {"samples": seen, "accuracy": row.accuracy}
-    return {"samples": None, "accuracy": None}
+        if row.accuracy is None:
+            continue
+        if seen <= samples:
+            before = (seen, row.accuracy)
+        if seen >= samples:
+            after = (seen, row.accuracy)
+            break
+    if before is None or after is None:
+        return {"accuracy": None, "before": before, "after": after}
+    share = 0.0 if after[0] == before[0] else (samples - before[0]) / (after[0] - before[0])
+    return {"accuracy": round(before[1] + share * (after[1] - before[1]), 5), "before": before, "after": after}
 
 
 def time_to_accuracy(run_dir: Path, target: float) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 from agent.config import parse_sync_every
 from agent.validate import UsageError, arg
 from simulate.bench.common import document, emit, format_table
-from simulate.bench.tta import accuracy_after_samples, time_to_accuracy
+from simulate.bench.tta import accuracy_at_samples, time_to_accuracy
 
 DESCRIPTION = __doc__
 
@@ -120,8 +120,9 @@ def matched_samples(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                           and r.get("samples_trained")), None)
         if reference is None or result.get("samples_trained") is None:
             continue
-        after = accuracy_after_samples(Path(result["run"]), reference["samples_trained"])
-        result["matched_samples"], result["accuracy_at_matched"] = after["samples"], after["accuracy"]
+        at = accuracy_at_samples(Path(result["run"]), reference["samples_trained"])
+        result["matched_samples"], result["accuracy_at_matched"] = reference["samples_trained"], at["accuracy"]
+        result["matched_between"] = [at["before"], at["after"]]
     return results
 
 

@@ -38,9 +38,12 @@ def test_a_run_that_never_reaches_the_target_says_so_and_the_json_is_written(tmp
     assert doc["results"][0]["seconds"] is None
 
 
-def test_the_accuracy_after_a_number_of_samples_is_the_first_evaluation_past_it(tmp_path: Path) -> None:
-    _write_run(tmp_path / "h8", {1: 0.80, 3: 0.93, 5: 0.95}, 8)  # 1,600 samples a round
+def test_the_accuracy_after_a_number_of_samples_is_interpolated_between_evaluations(tmp_path: Path) -> None:
+    _write_run(tmp_path / "h8", {1: 0.80, 3: 0.90, 5: 0.95}, 8)  # 1,600 samples a round
     assert tta.time_to_accuracy(tmp_path / "h8", 0.92)["samples_trained"] == 6 * 1600
-    assert tta.accuracy_after_samples(tmp_path / "h8", 3200) == {"samples": 3200, "accuracy": 0.80}
-    assert tta.accuracy_after_samples(tmp_path / "h8", 3201) == {"samples": 6400, "accuracy": 0.93}
-    assert tta.accuracy_after_samples(tmp_path / "h8", 9601) == {"samples": None, "accuracy": None}
+    assert tta.accuracy_at_samples(tmp_path / "h8", 3200) == {"accuracy": 0.80, "before": (3200, 0.80),
+                                                               "after": (3200, 0.80)}
+    halfway = tta.accuracy_at_samples(tmp_path / "h8", 4800)  # between round 1 (3,200) and 3 (6,400)
+    assert halfway["accuracy"] == 0.85 and halfway["before"] == (3200, 0.80) and halfway["after"] == (6400, 0.90)
+    assert tta.accuracy_at_samples(tmp_path / "h8", 9601)["accuracy"] is None  # past the last evaluation
+    assert tta.accuracy_at_samples(tmp_path / "h8", 100)["accuracy"] is None  # before the first

@@ -74,7 +74,8 @@ def test_reused_runs_give_the_table_the_json_and_the_plot(tmp_path: Path, capsys
     by = {r["sync_every"]: r for r in doc["results"]}
     assert by["1"]["round_reached"] == 5 and by["8"]["round_reached"] == 1 and by["8"]["local_steps"] == 8
     assert "--sync-every 8" in by["8"]["command"] and img.stat().st_size > 1000
-    # After the 1,200 samples of every-step averaging's 6 rounds: h8's round 1 (3,200 samples).
+    # After the 1,200 samples of every-step averaging's 6 rounds; h8 (1,600 a round) evaluated
+    # only at 3,200 and later: none to interpolate from, so no figure rather than a guess.
     assert (by["1"]["matched_samples"], by["1"]["accuracy_at_matched"]) == (1200, 0.95)
-    assert (by["8"]["matched_samples"], by["8"]["accuracy_at_matched"]) == (3200, 0.96)
+    assert by["8"]["matched_samples"] == 1200 and by["8"]["accuracy_at_matched"] is None
     assert "sync every" in capsys.readouterr().out

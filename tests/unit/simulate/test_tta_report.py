@@ -19,6 +19,9 @@ def test_the_ratio_is_met_at_5x_on_a_limited_link_and_missed_below() -> None:
     two, six = tta_report.verdicts(doc)
     assert "**10.0x** (met" in two and "**2.5x** (missed" in six
     assert "+0.00 pp (met" in two
+    doc["results"][1]["matched_between"] = [[44_800, 0.96], [89_600, 0.98]]
+    assert "(96.00 % at 44,800 .. 98.00 % at 89,600 samples)" in tta_report.verdicts(doc)[0]
+    assert tta_report.table_rows(doc)[1][-1].startswith("97.00 % (96.00 % at 44,800")
 
 
 def test_loopback_allows_10_percent_and_accuracy_allows_half_a_point() -> None:
