@@ -205,6 +205,24 @@ class EventModel(BaseModel):
     detail: str
 
 
+class NodePointModel(BaseModel):
+    round: int
+    round_seconds: float | None = Field(description="the node's round time, seconds")
+    cpu_percent: float | None = Field(description="its process's CPU, percent of one core "
+                                      "since its previous report (null: not said)")
+    rss_bytes: int | None = Field(description="its process's resident memory (null: not said)")
+    bytes_sent: int = Field(description="bytes it sent in the round")
+    bytes_received: int = Field(description="bytes it received in the round")
+
+
+class NodeSeriesModel(BaseModel):
+    node: int
+    first_round: int | None = Field(description="the node's first round the server keeps")
+    last_round: int | None = Field(description="its latest round")
+    dropped: int = Field(description="older rounds no longer kept (past --max-node-points)")
+    points: list[NodePointModel] = Field(description="the rounds asked for, oldest first")
+
+
 class LogTailModel(BaseModel):
     node: int
     path: str = Field(description="the log file, relative to the run directory")
