@@ -211,7 +211,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         """The fleet and each node in Prometheus text format (rounds, round time, degraded
-        rounds, reroutes, suspicions, rejected frames, bytes, online)."""
+        rounds, reroutes, suspicions, rejected frames, bytes, RSS, CPU, online)."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)

@@ -62,6 +62,9 @@ class NodeModel(BaseModel):
     bytes_received: int
     reroutes: int
     restarts: int = Field(description="times the agent came back as a new incarnation")
+    cpu_percent: float | None = Field(None, description="its process's CPU in its latest round, "
+                                      "percent of one core (null: never said)")
+    rss_bytes: int | None = Field(None, description="its process's resident memory (null: never said)")
     rejected: dict[str, int] = Field(description="frames this agent rejected, by reason")
     at_fault: bool = Field(description="the node is the likely cause of its links' trouble")
     faults: list[str] = Field(description="kinds of the active incidents that target it")
@@ -299,6 +302,8 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[
         bytes_received=info.bytes_received,
         reroutes=info.reroutes,
         restarts=info.restarts,
+        cpu_percent=info.cpu_percent,
+        rss_bytes=info.rss_bytes or None,
         rejected=dict(info.rejected),
         at_fault=info.node in blamed,
         faults=faults,

@@ -367,3 +367,28 @@ def test_picked_nodes_add_their_own_series_and_charts_export_as_png(browser: Bro
         page.wait_for_selector("#node-charts", state="hidden", timeout=60_000)
         assert errors == []
         page.close()
+
+
+def test_a_live_page_keeps_a_picked_nodes_series_up_to_date(browser: Browser, tmp_path: Path) -> None:
+    def report(round_no: int) -> dict[str, Any]:
+        return {"type": "telemetry", "node": 1, "round": round_no, "epoch": 1, "algorithm": "ft-tree",
+                "wall_time": 0.1, "loss": 1 / (1 + round_no), "phase_seconds": {"total": 0.2},
+                "cpu_percent": usage_cpu(1, round_no), "rss_bytes": usage_rss(1, round_no)}
+
+    with run_in_thread(DashboardSettings(port=0)) as served:
+        for round_no in range(20):
+            served.dashboard.feed(report(round_no))
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(served.url)
+        page.wait_for_function("() => model.fleet && model.fleet.counters.latest_round === 19", timeout=60_000)
+        page.click('#node-pick button[data-series-node="1"]')
+        page.wait_for_function("() => document.querySelector('#chart-cpu').dataset.points === '20'", timeout=60_000)
+        for round_no in range(20, 50):  # the fleet moves on: the picked node's new rounds follow
+            served.dashboard.feed(report(round_no))
+        page.wait_for_function("() => document.querySelector('#chart-cpu').dataset.points === '50'", timeout=60_000)
+        cpu = page.evaluate("() => ui.charts['chart-cpu'].plot.data[1]")
+        assert cpu == pytest.approx([usage_cpu(1, r) for r in range(50)])
+        assert errors == []
+        page.close()

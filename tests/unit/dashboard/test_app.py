@@ -409,6 +409,8 @@ def test_a_nodes_own_series_is_served_paged(client: TestClient) -> None:
     assert [p["round"] for p in page["points"]] == [2, 3]
     back = client.get("/api/nodes/2/series", params={"before": 3, "limit": 2}).json()
     assert [p["round"] for p in back["points"]] == [1, 2]
+    node2 = next(n for n in client.get("/api/fleet").json()["nodes"] if n["node"] == 2)
+    assert (node2["cpu_percent"], node2["rss_bytes"]) == (99.5, 1)  # its latest report's
     assert client.get("/api/nodes/5/series").status_code == 404  # no report from it
     assert client.get("/api/nodes/2000/series").status_code == 422
     assert client.get("/api/nodes/2/series", params={"limit": 0}).status_code == 422
