@@ -4,7 +4,7 @@ What the charts add when the operator picks a node (``GET /api/nodes/{node}/seri
 beside the FleetState by the store (the reducer's state stays small): compact arrays, at most
 ``max_points`` rounds per node (the latest; ``dropped`` says how many older ones went), and
 node ids are bounded by the message validation (0..1023), so the memory is bounded too:
-about 40 bytes a round, 160 KB per node at the default 4,096 rounds.
+about 48 bytes a round, 192 KB per node at the default 4,096 rounds.
 """
 
 from __future__ import annotations
