@@ -48,9 +48,11 @@ class RoundReport:
 
 
 def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model_hash: int,
-                  wall_time: float, machine: str = "", reduced_at: float = 0.0) -> Telemetry:
+                  wall_time: float, machine: str = "", reduced_at: float = 0.0,
+                  cpu_percent: float | None = None, rss_bytes: int = 0) -> Telemetry:
     """The telemetry message of one reported round; ``reduced_at``: the wall-clock time the
-    round's allreduce ended (0: not said)."""
+    round's allreduce ended (0: not said); ``cpu_percent``/``rss_bytes``: what the driver
+    measured of its process (None/0: not said)."""
     result = report.result
     stats = result.stats if result is not None else None
     contributors = set().union(*result.contributors) if result is not None and result.contributors else set()
@@ -71,6 +73,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         model_hash=f"{model_hash:08x}",
         events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],
         machine=machine, reduced_at=reduced_at, local_steps=report.local_steps, samples=report.samples,
+        cpu_percent=cpu_percent, rss_bytes=rss_bytes,
     )
 
 

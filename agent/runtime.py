@@ -63,6 +63,7 @@ from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
+from agent.usage import ProcessUsage
 
 if TYPE_CHECKING:
     from agent.model.backend import Backend
@@ -137,6 +138,7 @@ class AgentRuntime:
         self.read_at = self.clock.now()  # when the loop last read the transport
         self.computing = False  # taking local steps (the transport is read between them)
         self.deferred: deque[ComputeGradient] = deque()
+        self.usage = ProcessUsage()  # CPU and memory of this process, in each round's telemetry
 
     @property
     def round(self) -> int:
@@ -299,9 +301,11 @@ class AgentRuntime:
             # The core's clock is monotonic; the wall clock lets a bench line up the agents of one
             # host (the fleet's collective time after its last gradient).
             reduced_at = wall - (self.clock.now() - report.ended_at) if report.ended_at else 0.0
+            usage = self.usage.sample()
             telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
                                       model_hash=self.backend.model_hash(), wall_time=wall,
-                                      machine=os.uname().machine, reduced_at=reduced_at)
+                                      machine=os.uname().machine, reduced_at=reduced_at,
+                                      cpu_percent=usage.cpu_percent, rss_bytes=usage.rss_bytes)
             self._publish(Publish.telemetry(telemetry))
 
     def _evaluate(self) -> float | None:

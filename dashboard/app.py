@@ -36,6 +36,8 @@ from dashboard.models import (
     HealthModel,
     IncidentModel,
     LogTailModel,
+    NodePointModel,
+    NodeSeriesModel,
     RoundModel,
     SnapshotMessage,
     event_model,
@@ -49,6 +51,7 @@ from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
+SERIES_PAGE = 5000  # a node's rounds per /api/nodes/{node}/series page
 FIRST_EVENTS = 5000  # events in a page's first snapshot; earlier ones by /api/events?before=
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
 WS_GOING_AWAY, WS_POLICY_VIOLATION, WS_TRY_AGAIN_LATER = 1001, 1008, 1013
@@ -75,7 +78,7 @@ class Dashboard:
         # A replay is of its run's job, whatever --job says.
         self.job = recorded.job if recorded is not None and recorded.job else settings.job
         self.store = FleetStore(settings.topics, initial, time.monotonic, settings.event_log,
-                                self.wall_offset, settings.max_history)
+                                self.wall_offset, settings.max_history, settings.max_node_points)
         self.snapshots: dict[int, RoundSnapshot] = {}
         self.replayed_until = self._replay(recorded)
         self.listener: MqttListener | None = None
@@ -208,7 +211,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         """The fleet and each node in Prometheus text format (rounds, round time, degraded
-        rounds, reroutes, suspicions, rejected frames, bytes, online)."""
+        rounds, reroutes, suspicions, rejected frames, bytes, RSS, CPU, online)."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
@@ -274,6 +277,27 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
             raise HTTPException(status_code=404, detail=str(exc)) from None
         return LogTailModel(node=tail.node, path=tail.path, size=tail.size,
                             lines=list(tail.lines), truncated=tail.truncated)
+
+    @app.get("/api/nodes/{node}/series", response_model=NodeSeriesModel, tags=["fleet"],
+             responses={404: {"description": "no node with that id has reported a round"}})
+    async def node_series(
+        node: Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")],
+        since: Annotated[int | None, Query(description="only rounds numbered above this")] = None,
+        before: Annotated[int | None, Query(description="only rounds numbered below this")] = None,
+        limit: Annotated[int | None, Query(ge=1, le=SERIES_PAGE, description="at most this many: the "
+                                           "first after `since`, or the last before `before`")] = SERIES_PAGE,
+    ) -> NodeSeriesModel:
+        """One node's own rounds, oldest first: its round time, its process's CPU and
+        memory, the bytes it sent and received (page it with since/before/limit)."""
+        book = dash.store.node_series
+        if node not in book:
+            raise HTTPException(status_code=404, detail=f"node {node} has reported no round")
+        page = book.page(node, since, before, limit)
+        return NodeSeriesModel(
+            node=node, first_round=page.first_round, last_round=page.last_round, dropped=page.dropped,
+            points=[NodePointModel(round=p.round, round_seconds=p.round_seconds, cpu_percent=p.cpu_percent,
+                                   rss_bytes=p.rss_bytes, bytes_sent=p.bytes_sent,
+                                   bytes_received=p.bytes_received) for p in page.points])
 
     @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
     async def incidents() -> list[IncidentModel]:

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-events", type=int, default=2000,
                         help="latest events kept in the fleet state (/api/events serves the "
                              "whole history, paged)")
+    parser.add_argument("--max-node-points", type=int, default=4096,
+                        help="rounds of each node's own series (round time, CPU, memory, bytes) kept "
+                             "for the charts' per-node view (default: 4096)")
     parser.add_argument("--hung-after", type=float, default=15.0,
                         help="seconds without telemetry, while the fleet moves on, before a node "
                              "is shown as hung (suspected after a third of it)")
@@ -132,6 +135,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         event_log=args.event_log,
         max_rounds=args.max_rounds,
         max_events=args.max_events,
+        max_node_points=args.max_node_points,
         hung_after=args.hung_after,
         suspect_after=args.hung_after / 3,
         replay=args.replay,

@@ -69,6 +69,10 @@ class FleetCollector(Collector):
         sent = CounterMetricFamily(f"{PREFIX}_node_bytes_sent", "Bytes the node sent", labels=labels)
         received = CounterMetricFamily(f"{PREFIX}_node_bytes_received", "Bytes the node received", labels=labels)
         reroutes = CounterMetricFamily(f"{PREFIX}_node_reroutes", "Sends the node rerouted", labels=labels)
+        rss = GaugeMetricFamily(f"{PREFIX}_node_rss_bytes", "The node's resident memory, as it last reported",
+                                labels=labels)
+        cpu = GaugeMetricFamily(f"{PREFIX}_node_cpu_percent",
+                                "The node's CPU in its last reported round, percent of one core", labels=labels)
         restarts = CounterMetricFamily(f"{PREFIX}_node_restarts", "Times the node came back as a new process", labels=labels)
         rejected = CounterMetricFamily(f"{PREFIX}_node_rejected_frames", "Frames the node rejected",
                                        labels=[*labels, "reason"])
@@ -83,9 +87,13 @@ class FleetCollector(Collector):
             received.add_metric(key, n.bytes_received)
             reroutes.add_metric(key, n.reroutes)
             restarts.add_metric(key, n.restarts)
+            if n.rss_bytes:
+                rss.add_metric(key, n.rss_bytes)
+            if n.cpu_percent is not None:
+                cpu.add_metric(key, n.cpu_percent)
             for reason, count in sorted(n.rejected.items()):
                 rejected.add_metric([*key, reason], count)
-        yield from (online, last, loss, sent, received, reroutes, restarts, rejected)
+        yield from (online, last, loss, sent, received, reroutes, restarts, rss, cpu, rejected)
 
 
 def _one(metric: CounterMetricFamily | GaugeMetricFamily, labels: list[str], value: float

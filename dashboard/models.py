@@ -62,6 +62,9 @@ class NodeModel(BaseModel):
     bytes_received: int
     reroutes: int
     restarts: int = Field(description="times the agent came back as a new incarnation")
+    cpu_percent: float | None = Field(None, description="its process's CPU in its latest round, "
+                                      "percent of one core (null: never said)")
+    rss_bytes: int | None = Field(None, description="its process's resident memory (null: never said)")
     rejected: dict[str, int] = Field(description="frames this agent rejected, by reason")
     at_fault: bool = Field(description="the node is the likely cause of its links' trouble")
     faults: list[str] = Field(description="kinds of the active incidents that target it")
@@ -205,6 +208,24 @@ class EventModel(BaseModel):
     detail: str
 
 
+class NodePointModel(BaseModel):
+    round: int
+    round_seconds: float | None = Field(description="the node's round time, seconds")
+    cpu_percent: float | None = Field(description="its process's CPU, percent of one core "
+                                      "since its previous report (null: not said)")
+    rss_bytes: int | None = Field(description="its process's resident memory (null: not said)")
+    bytes_sent: int = Field(description="bytes it sent in the round")
+    bytes_received: int = Field(description="bytes it received in the round")
+
+
+class NodeSeriesModel(BaseModel):
+    node: int
+    first_round: int | None = Field(description="the node's first round the server keeps")
+    last_round: int | None = Field(description="its latest round")
+    dropped: int = Field(description="older rounds no longer kept (past --max-node-points)")
+    points: list[NodePointModel] = Field(description="the rounds asked for, oldest first")
+
+
 class LogTailModel(BaseModel):
     node: int
     path: str = Field(description="the log file, relative to the run directory")
@@ -281,6 +302,8 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[
         bytes_received=info.bytes_received,
         reroutes=info.reroutes,
         restarts=info.restarts,
+        cpu_percent=info.cpu_percent,
+        rss_bytes=info.rss_bytes or None,
         rejected=dict(info.rejected),
         at_fault=info.node in blamed,
         faults=faults,

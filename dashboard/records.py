@@ -53,6 +53,16 @@ def apply_record(state: FleetState, record: Record, now: float) -> Result:
     return state, ()
 
 
+def telemetry_record(record: Record) -> Telemetry | None:
+    """The telemetry message a record carries (None: another record, or a malformed one)."""
+    if record.get("type") != "telemetry":
+        return None
+    try:
+        return _message(Telemetry, record)
+    except (MessageError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _message(cls: type[Message], record: Record) -> Message:
     names = {f.name for f in fields(cls)}
     message = cls(**{k: v for k, v in record.items() if k in names})

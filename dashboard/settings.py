@@ -54,6 +54,8 @@ class DashboardSettings:
     # The whole history of events (served paged by /api/events) is kept up to this many; the
     # counters say how many earlier ones went (events_dropped).
     max_history: int = 1_000_000
+    # Rounds of each node's own series (round time, CPU, memory, bytes) kept for the charts.
+    max_node_points: int = 4096
     # A node that stays silent this long while the fleet moves on is suspected, then hung.
     suspect_after: float = 5.0
     hung_after: float = 15.0
@@ -85,6 +87,8 @@ class DashboardSettings:
             raise ValueError("the control token must have at least 8 characters")
         if self.max_websockets < 1:
             raise ValueError("--max-websockets must be at least 1")
+        if self.max_node_points < 8:
+            raise ValueError("--max-node-points must be at least 8")
         for origin in self.allowed_origins:
             parts = urlsplit(origin)
             if parts.scheme not in ("http", "https") or not parts.netloc:

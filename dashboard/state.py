@@ -80,6 +80,10 @@ class NodeInfo:
     bytes_sent: int = 0  # totals over every round it reported
     bytes_received: int = 0
     reroutes: int = 0
+    # Its process's latest CPU (percent of one core over its last round) and resident memory,
+    # as it reported them (None/0: never said).
+    cpu_percent: float | None = None
+    rss_bytes: int = 0
     restarts: int = 0  # new incarnations seen after the first
     # The agent's rejected-frame counters are totals since it started: keep its latest.
     rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -562,6 +566,8 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         loss=msg.loss if msg.loss is not None else totals.loss,
         accuracy=msg.accuracy if msg.accuracy is not None else totals.accuracy,
         degraded=msg.degraded,
+        cpu_percent=msg.cpu_percent if msg.cpu_percent is not None else totals.cpu_percent,
+        rss_bytes=msg.rss_bytes or totals.rss_bytes,
         model_hash=msg.model_hash[:64],
         rejected=_frozen({str(k)[:32]: max(0, v) for k, v in list(msg.rejected.items())[:32]}),
         links=_frozen(_parse_links(msg.links)),

@@ -18,7 +18,8 @@ from typing import IO
 
 from agent.protocol.messages import MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
-from dashboard.records import Record, apply_record
+from dashboard.node_series import DEFAULT_MAX_POINTS, NodeSeriesBook
+from dashboard.records import Record, apply_record, telemetry_record
 from dashboard.state import (
     FleetEvent,
     FleetState,
@@ -44,6 +45,7 @@ class FleetStore:
         event_log: Path | None = None,
         wall_offset: float = 0.0,
         max_history: int = 1_000_000,
+        max_node_points: int = DEFAULT_MAX_POINTS,
     ) -> None:
         self.topics = topics
         self.state = initial
@@ -64,6 +66,8 @@ class FleetStore:
         # Each node's last reports by round: a checksum of the payload. A reliable (QoS 1)
         # report the agent resends under load can reach us twice; it is one report.
         self._reports: dict[int, dict[int, int]] = {}
+        # Each node's own rounds (round time, CPU, memory, bytes): the charts' per-node series.
+        self.node_series = NodeSeriesBook(max_node_points)
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
@@ -87,7 +91,12 @@ class FleetStore:
 
     def ingest_record(self, record: Record, now: float | None = None) -> tuple[FleetEvent, ...]:
         """One simulator record (live from the simulator, or a replayed line)."""
-        return self._commit(apply_record(self.state, record, self._clock() if now is None else now))
+        now = self._clock() if now is None else now
+        telemetry = telemetry_record(record)
+        if telemetry is None:
+            return self._commit(apply_record(self.state, record, now))
+        self.node_series.add(telemetry)
+        return self._commit(apply_telemetry(self.state, telemetry, now))
 
     def events_page(self, since: int | None = None, before: int | None = None,
                     limit: int | None = None) -> list[FleetEvent]:
@@ -149,6 +158,7 @@ class FleetStore:
             _check_sender(node, telemetry.node)
             if self._repeated(telemetry, payload):
                 raise MessageError("telemetry_repeat", f"node {node} round {telemetry.round} again")
+            self.node_series.add(telemetry)
             return apply_telemetry(self.state, telemetry, now)
         raise MessageError("unknown_topic", topic[:100])
 

@@ -300,6 +300,11 @@ class Telemetry(_JsonMessage):
     # gradient per step) and the training samples behind this agent's contribution (0: not said).
     local_steps: int = 1
     samples: int = 0
+    # What the agent's process costs its device (the runtime reads it from the OS): CPU in
+    # percent of one core since its previous report (None: not said) and its resident memory
+    # in bytes (0: not said).
+    cpu_percent: float | None = None
+    rss_bytes: int = 0
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
@@ -307,7 +312,8 @@ class Telemetry(_JsonMessage):
         _check_int("epoch", self.epoch)
         _check_int("local_steps", self.local_steps, 1, MAX_LOCAL_STEPS)
         for name in ("bytes_sent", "bytes_received", "contributors", "members", "reroutes",
-                     "timeouts", "nacks", "pulls", "retransmits", "missing_chunks", "samples"):
+                     "timeouts", "nacks", "pulls", "retransmits", "missing_chunks", "samples",
+                     "rss_bytes"):
             _check_int(name, getattr(self, name))
         if not isinstance(self.degraded, bool):
             raise ValueError("degraded must be a boolean")
@@ -319,6 +325,9 @@ class Telemetry(_JsonMessage):
         _check_number("reduced_at", self.reduced_at)
         _check_number("loss", self.loss, optional=True)
         _check_number("accuracy", self.accuracy, optional=True)
+        _check_number("cpu_percent", self.cpu_percent, optional=True)
+        if self.cpu_percent is not None and self.cpu_percent < 0:
+            raise ValueError("cpu_percent must not be negative")
         if not isinstance(self.links, dict) or not all(
             isinstance(v, str) and v in get_args(LinkState) for v in self.links.values()
         ):

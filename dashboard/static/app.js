@@ -47,7 +47,7 @@ const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0 };
+const ui = { loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -809,6 +809,14 @@ document.getElementById("time-agent").addEventListener("change", (e) => {
 });
 document.getElementById("zoom-reset").addEventListener("click", resetZoom);
 document.getElementById("export-csv").addEventListener("click", exportCsv);
+document.getElementById("node-pick").addEventListener("click", (e) => {
+  const button = e.target.closest("button[data-series-node]");
+  if (button) toggleNode(Number(button.dataset.seriesNode));
+});
+document.addEventListener("click", (e) => {
+  const button = e.target.closest("button[data-png]");
+  if (button) exportPng(button.dataset.png);
+});
 renderLegend();
 updateControlForm();
 connect();

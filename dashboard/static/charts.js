@@ -1,14 +1,24 @@
 // Edgegrove dashboard charts on uPlot (vendored in /static/vendor/uplot, MIT): loss, accuracy
 // and round time per round. Drag to zoom a range of rounds (all charts follow), double-click
 // or "whole run" to zoom out; the cursor moves on every chart at once; the rounds shown can be
-// exported as CSV. Fault windows and crash/rejoin/view marks are DOM elements over the plot
-// (with their data attributes), axis titles are DOM text beside it.
+// exported as CSV, each chart as a PNG image. Fault windows and crash/rejoin/view marks are DOM
+// elements over the plot (with their data attributes), axis titles are DOM text beside it.
+// Picking nodes ("per node") adds each one's own series, from /api/nodes/{node}/series: its
+// round time on the round time chart, and its CPU, memory and link bytes on charts of their own.
 // Loaded before app.js; uses its globals (model, ui, colours, formatters) at call time.
 "use strict";
 
 const CHART_HEIGHT = 190;
 const CHART_PAD = { left: 16, bottom: 16 }; // room for the DOM axis titles
 const CHART_SYNC = "edgegrove-rounds";
+const FLEET_STROKE = "#2f6fdf";
+// One colour per node (by id), none of them the fleet's blue.
+const NODE_COLORS = ["#e8590c", "#2b8a3e", "#9c36b5", "#c92a2a", "#0b7285", "#5f3dc4", "#a61e4d",
+  "#5c940d", "#495057", "#d9480f"];
+const NODE_PAGE = 5000; // rounds per /api/nodes/{node}/series request
+const NODE_REFRESH_MS = 1000; // a picked node's new rounds are fetched at most this often
+
+function nodeColor(node) { return NODE_COLORS[node % NODE_COLORS.length]; }
 
 // id, header span for the last value, value of a round, formatter, y title, robust y range
 function chartSeries() {
@@ -72,24 +82,166 @@ function chartContext() {
   return { rounds, xs, x0, x1, marks: chartMarks(fleet), incidents: fleet.incidents, now: fleet.fleet_round };
 }
 
+function fleetLabel(id) {
+  return id === "chart-time" ? `${ui.timeAgent} agent` : "fleet (mean of the nodes)";
+}
+
 function renderCharts() {
   const context = chartContext();
   ui.chartContext = context;
+  refreshNodeSeries();
+  renderNodePick();
   for (const [id, lastId, pick, fmt, yTitle, robust] of chartSeries()) {
     const ys = context.rounds.map((r) => { const v = pick(r); return v === null || v === undefined ? null : v; });
     const present = ys.filter((v) => v !== null);
-    const chart = ensureChart(id, yTitle, id === "chart-accuracy");
-    chart.yRange = yRange(present, robust);
+    const specs = [{ label: fleetLabel(id), stroke: FLEET_STROKE }];
+    const data = [context.xs, ys];
+    const all = [...present];
+    if (id === "chart-time") {
+      // Each picked node's own round time beside the fleet's.
+      for (const node of ui.nodes) {
+        const values = nodeValues(node, context.xs, (p) => p.round_seconds);
+        specs.push({ label: `node ${node}`, stroke: nodeColor(node), width: 1.5 });
+        data.push(values);
+        all.push(...values.filter((v) => v !== null));
+      }
+    }
+    const chart = ensureChart(id, yTitle, id === "chart-accuracy", specs);
+    chart.yRange = yRange(all, robust);
     chart.box.dataset.points = String(present.length);
+    chart.box.dataset.nodes = ui.nodes.join(",");
     chart.box.querySelector(".axis-title.y").textContent = yTitle;
     chart.empty.hidden = present.length > 0;
-    chart.plot.setData([context.xs, ys], false);
+    chart.plot.setData(data, false);
     applyZoom(chart.plot, context);
     let last = null;
     for (let k = ys.length - 1; k >= 0; k -= 1) if (ys[k] !== null) { last = [context.xs[k], ys[k]]; break; }
     document.getElementById(lastId).textContent = last ? `round ${last[0]}: ${fmt(last[1])}` : "";
   }
+  renderNodeCharts(context);
   renderZoomBar(context);
+}
+
+// ------------------------------------------------------------------ per-node series
+
+function nodeCharts() {
+  // id, y title, value of a node's point (in the chart's unit), dashed second series
+  return [
+    ["chart-cpu", "CPU (% of one core)", 1, [["", (p) => p.cpu_percent]]],
+    ["chart-rss", "resident memory (MB)", 1e6, [["", (p) => p.rss_bytes]]],
+    ["chart-bytes", "bytes per round", 0, [[" sent", (p) => p.bytes_sent], [" received", (p) => p.bytes_received]]],
+  ];
+}
+
+function renderNodeCharts(context) {
+  const section = document.getElementById("node-charts");
+  section.hidden = ui.nodes.length === 0;
+  if (section.hidden) return;
+  for (const [id, title, fixedScale, parts] of nodeCharts()) {
+    const specs = [];
+    const columns = [];
+    for (const node of ui.nodes) {
+      parts.forEach(([suffix, pick], k) => {
+        specs.push({ label: `node ${node}${suffix}`, stroke: nodeColor(node), dash: k ? [5, 4] : undefined });
+        columns.push(nodeValues(node, context.xs, pick));
+      });
+    }
+    const present = columns.flat().filter((v) => v !== null);
+    // Link bytes in the unit their size needs (a real model moves MB a round, a demo KB).
+    const peak = present.length ? Math.max(...present) : 0;
+    const scale = fixedScale || (peak >= 1e6 ? 1e6 : peak >= 1e3 ? 1e3 : 1);
+    const yTitle = fixedScale ? title : `${title} (${{ 1: "B", 1e3: "KB", 1e6: "MB" }[scale]})`;
+    const data = [context.xs, ...columns.map((col) => col.map((v) => (v === null ? null : v / scale)))];
+    const chart = ensureChart(id, yTitle, false, specs);
+    chart.yRange = yRange(present.map((v) => v / scale), false);
+    if (chart.yRange[0] < 0 && present.every((v) => v >= 0)) chart.yRange[0] = 0;
+    Object.assign(chart.box.dataset, { points: String(present.length), nodes: ui.nodes.join(","), scale: String(scale) });
+    chart.box.querySelector(".axis-title.y").textContent = yTitle;
+    chart.empty.textContent = ui.nodes.some((n) => nodeEntry(n).loading) ? "loading…" : "not reported by these nodes";
+    chart.empty.hidden = present.length > 0;
+    chart.plot.setData(data, false);
+    applyZoom(chart.plot, context);
+  }
+}
+
+function nodeEntry(node) {
+  let entry = ui.nodeSeries.get(node);
+  if (!entry) {
+    entry = { points: new Map(), last: null, checked: null, loading: false, fetchedAt: 0, dropped: 0 };
+    ui.nodeSeries.set(node, entry);
+  }
+  return entry;
+}
+
+function nodeValues(node, xs, pick) {
+  const entry = ui.nodeSeries.get(node);
+  return xs.map((x) => {
+    const p = entry ? entry.points.get(x) : undefined;
+    const v = p ? pick(p) : null;
+    return v === null || v === undefined ? null : v;
+  });
+}
+
+function refreshNodeSeries() {
+  // A picked node's rounds: all of them once, then the new ones as the fleet moves on.
+  const latest = model.fleet ? model.fleet.counters.latest_round : null;
+  for (const node of ui.nodes) {
+    const entry = nodeEntry(node);
+    if (entry.loading) continue;
+    if (entry.checked !== null && (latest === null || latest <= entry.checked
+      || performance.now() - entry.fetchedAt < NODE_REFRESH_MS)) continue;
+    fetchNodeSeries(node, latest);
+  }
+}
+
+async function fetchNodeSeries(node, latest) {
+  const entry = nodeEntry(node);
+  entry.loading = true;
+  try {
+    for (;;) {
+      const since = entry.last === null ? -1 : entry.last;
+      const res = await fetch(`/api/nodes/${node}/series?since=${since}&limit=${NODE_PAGE}`);
+      if (!res.ok) break; // 404: it has reported no round yet
+      const page = await res.json();
+      for (const p of page.points) entry.points.set(p.round, p);
+      entry.dropped = page.dropped;
+      if (page.points.length) entry.last = page.points[page.points.length - 1].round;
+      if (page.points.length < NODE_PAGE) break;
+    }
+    entry.checked = latest ?? -1;
+  } catch (err) {
+    // The server went away for a moment: the next render asks again.
+  } finally {
+    entry.loading = false;
+    entry.fetchedAt = performance.now();
+    scheduleRender();
+  }
+}
+
+function toggleNode(node) {
+  const at = ui.nodes.indexOf(node);
+  if (at >= 0) ui.nodes.splice(at, 1);
+  else ui.nodes = [...ui.nodes, node].sort((a, b) => a - b);
+  scheduleRender();
+}
+
+function renderNodePick() {
+  // One toggle per node the fleet knows; a pressed one wears its series' colour.
+  const pick = document.getElementById("node-pick");
+  const ids = model.fleet ? model.fleet.nodes.map((n) => n.node) : [];
+  const key = `${ids.join(",")}|${ui.nodes.join(",")}`;
+  if (pick.dataset.key === key) return;
+  pick.dataset.key = key;
+  const buttons = ids.map((id) => {
+    const button = html("button", "", String(id));
+    button.type = "button";
+    button.dataset.seriesNode = String(id);
+    button.setAttribute("aria-pressed", ui.nodes.includes(id) ? "true" : "false");
+    button.style.setProperty("--node-color", nodeColor(id));
+    button.title = `node ${id}'s own series on the charts: round time, CPU, memory, link bytes`;
+    return button;
+  });
+  pick.replaceChildren(pick.firstElementChild, ...buttons);
 }
 
 function applyZoom(plot, context) {
@@ -99,16 +251,23 @@ function applyZoom(plot, context) {
   try { plot.setScale("x", { min: lo, max: hi }); } finally { ui.settingScale = false; }
 }
 
-function ensureChart(id, yTitle, percent) {
-  const existing = ui.charts[id];
+function ensureChart(id, yTitle, percent, specs) {
+  // specs: the chart's series ({label, stroke, width, dash}); other series, a new chart.
+  const key = specs.map((spec) => spec.label).join("|");
+  let existing = ui.charts[id];
   const box = document.getElementById(id);
   const width = Math.max(200, box.clientWidth - CHART_PAD.left);
+  if (existing && existing.key !== key) {
+    existing.plot.destroy();
+    delete ui.charts[id];
+    existing = null;
+  }
   if (existing) {
     if (existing.plot.width !== width) existing.plot.setSize({ width, height: CHART_HEIGHT });
     return existing;
   }
   box.replaceChildren();
-  const chart = { box, yRange: [0, 1], overlay: null, empty: null, plot: null };
+  const chart = { box, key, specs, yRange: [0, 1], overlay: null, empty: null, plot: null };
   const yTitleEl = html("div", "axis-title y", yTitle);
   const xTitleEl = html("div", "axis-title x", "round");
   chart.empty = html("div", "chart-empty", "no data yet");
@@ -127,20 +286,24 @@ function ensureChart(id, yTitle, percent) {
         values: (u, ticks) => ticks.map((t) => (percent ? `${+(t * 100).toPrecision(3)}`
           : Math.abs(t) >= 100 ? t.toFixed(0) : `${+t.toPrecision(3)}`)) },
     ],
-    series: [{}, { stroke: "#2f6fdf", width: 2, spanGaps: true,
-      points: { show: (u) => u.data[0].length <= 400, size: 5, fill: "#2f6fdf" } }],
+    series: [{}, ...specs.map((spec) => ({ label: spec.label, stroke: spec.stroke, width: spec.width || 2,
+      dash: spec.dash, spanGaps: true,
+      points: { show: (u) => u.data[0].length <= 400, size: spec.width ? 4 : 5, fill: spec.stroke } }))],
     hooks: {
       draw: [(u) => drawOverlay(chart, u)],
       setScale: [(u, key) => { if (key === "x") zoomed(u); }],
       setCursor: [(u) => cursorMoved(chart, u)],
     },
   };
-  chart.plot = new uPlot(opts, [[], []], box);
+  chart.plot = new uPlot(opts, [[], ...specs.map(() => [])], box);
   chart.overlay = html("div", "chart-overlay");
   chart.plot.over.appendChild(chart.overlay);
   box.append(yTitleEl, xTitleEl, chart.empty);
-  box.addEventListener("mouseenter", () => { ui.hoverChart = id; });
-  box.addEventListener("mouseleave", () => { if (ui.hoverChart === id) ui.hoverChart = null; hideTip(); });
+  if (!box.dataset.hover) { // once per box: a chart rebuilt for other series keeps them
+    box.dataset.hover = "true";
+    box.addEventListener("mouseenter", () => { ui.hoverChart = id; });
+    box.addEventListener("mouseleave", () => { if (ui.hoverChart === id) ui.hoverChart = null; hideTip(); });
+  }
   ui.charts[id] = chart;
   return chart;
 }
@@ -223,13 +386,21 @@ function showTip(round, box, left) {
   tip.textContent = `round ${round} · loss ${fmtNum(r.loss)} · accuracy ${fmtPct(r.accuracy)} · `
     + `time median ${fmtSeconds(r.round_seconds_median)}, slowest ${fmtSeconds(r.round_seconds)}`
     + ` · ${r.reports} reports${r.degraded ? ` · degraded (${r.missing_chunks} chunks missing)` : ""}`
-    + (active.length ? ` · faults: ${active.join(", ")}` : "");
+    + (active.length ? ` · faults: ${active.join(", ")}` : "")
+    + ui.nodes.map((n) => nodeTipText(n, round)).join("");
   tip.hidden = false;
   const over = ui.charts[box.id].plot.over.getBoundingClientRect();
   const x = over.left + left;
   const pageLeft = Math.min(x + 12, window.innerWidth - tip.offsetWidth - 8);
   tip.style.left = `${Math.max(4, pageLeft) + window.scrollX}px`;
   tip.style.top = `${over.bottom + 4 + window.scrollY}px`;
+}
+
+function nodeTipText(node, round) {
+  const p = nodeEntry(node).points.get(round);
+  if (!p) return ` · node ${node}: no report`;
+  return ` · node ${node}: ${fmtSeconds(p.round_seconds)}, CPU ${p.cpu_percent === null ? "–" : `${p.cpu_percent.toFixed(0)} %`}, `
+    + `RSS ${p.rss_bytes === null ? "–" : fmtBytes(p.rss_bytes)}, sent ${fmtBytes(p.bytes_sent)}, received ${fmtBytes(p.bytes_received)}`;
 }
 
 function hideTip() { document.getElementById("chart-tip").hidden = true; }
@@ -255,22 +426,143 @@ function roundsCsv() {
   const [lo, hi] = ui.zoom || [-Infinity, Infinity];
   const head = ["round", "epoch", "loss", "accuracy", "round_seconds_median", "round_seconds_slowest",
     "reports", "members", "degraded", "missing_chunks", "reroutes", "timeouts", "bytes_sent"];
+  const nodeFields = ["round_seconds", "cpu_percent", "rss_bytes", "bytes_sent", "bytes_received"];
+  for (const node of ui.nodes) head.push(...nodeFields.map((f) => `node${node}_${f}`)); // the picked nodes' own
   const cell = (v) => (v === null || v === undefined ? "" : String(v));
   const rows = [...model.rounds.values()].filter((r) => r.round >= lo && r.round <= hi)
     .sort((a, b) => a.round - b.round)
     .map((r) => [r.round, r.epoch, r.loss, r.accuracy, r.round_seconds_median, r.round_seconds,
-      r.reports, r.members, r.degraded, r.missing_chunks, r.reroutes, r.timeouts, r.bytes_sent].map(cell).join(","));
+      r.reports, r.members, r.degraded, r.missing_chunks, r.reroutes, r.timeouts, r.bytes_sent,
+      ...ui.nodes.flatMap((n) => { const p = nodeEntry(n).points.get(r.round); return nodeFields.map((f) => (p ? p[f] : null)); }),
+    ].map(cell).join(","));
   return [head.join(","), ...rows].join("\n") + "\n";
 }
 
-function exportCsv() {
-  const blob = new Blob([roundsCsv()], { type: "text/csv" });
+function download(blob, name) {
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
-  const job = model.fleet ? model.fleet.job : "fleet";
-  link.download = ui.zoom ? `${job}-rounds-${ui.zoom[0]}-${ui.zoom[1]}.csv` : `${job}-rounds.csv`;
+  link.download = name;
   document.body.appendChild(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+function exportCsv() {
+  const job = model.fleet ? model.fleet.job : "fleet";
+  download(new Blob([roundsCsv()], { type: "text/csv" }),
+    ui.zoom ? `${job}-rounds-${ui.zoom[0]}-${ui.zoom[1]}.csv` : `${job}-rounds.csv`);
+}
+
+// ------------------------------------------------------------------ PNG export
+
+function chartImage(id) {
+  // The chart as one image: its title, uPlot's canvas (plot, axes, ticks), the DOM overlays'
+  // essentials (fault windows, marks, off-scale points), the axis titles and a legend.
+  const chart = ui.charts[id];
+  const u = chart.plot;
+  const src = u.ctx.canvas;
+  const r = src.width / u.width || 1; // the canvas's pixels per CSS pixel
+  const card = chart.box.closest(".card");
+  const title = card ? card.querySelector("h2").textContent : id;
+  const job = model.fleet ? model.fleet.job : "fleet";
+  const { min, max } = u.scales.x;
+  const subtitle = `job ${job} · rounds ${Math.round(min)}–${Math.round(max)}`;
+  const font = (px, weight = 400) => `${weight} ${px * r}px system-ui, -apple-system, "Segoe UI", sans-serif`;
+  const m = 12 * r;
+  const left = m + 16 * r;
+  const top = m + 40 * r;
+  const legendItems = chart.specs.map((spec) => spec);
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = font(11);
+  const widths = legendItems.map((spec) => 22 * r + probe.measureText(spec.label).width + 14 * r);
+  const rows = [];
+  let row = [];
+  let used = 0;
+  widths.forEach((w, k) => {
+    if (row.length && used + w > src.width) { rows.push(row); row = []; used = 0; }
+    row.push(k);
+    used += w;
+  });
+  if (row.length) rows.push(row);
+  const out = document.createElement("canvas");
+  out.width = left + src.width + m;
+  out.height = top + src.height + 22 * r + rows.length * 18 * r + m;
+  const ctx = out.getContext("2d");
+  ctx.fillStyle = "#ffffff";
+  ctx.fillRect(0, 0, out.width, out.height);
+  ctx.textBaseline = "top";
+  ctx.fillStyle = "#16202e";
+  ctx.font = font(15, 600);
+  ctx.fillText(title, m, m);
+  ctx.fillStyle = "#6b7280";
+  ctx.font = font(11);
+  ctx.fillText(subtitle, m, m + 21 * r);
+  ctx.drawImage(src, left, top);
+  // The overlays, placed as on the page: their CSS pixels from the plot area's corner.
+  const bb = u.bbox;
+  const px = (el) => parseFloat(el.style.left || "0") * r;
+  for (const el of chart.overlay.children) {
+    const style = getComputedStyle(el);
+    const x = left + bb.left + px(el);
+    if (el.classList.contains("incident-band")) {
+      ctx.globalAlpha = Number(style.opacity) || 0.16;
+      ctx.fillStyle = style.backgroundColor;
+      ctx.fillRect(x, top + bb.top, Math.max(2 * r, parseFloat(el.style.width || "0") * r), bb.height);
+      ctx.globalAlpha = 1;
+    } else if (el.classList.contains("mark")) {
+      ctx.strokeStyle = el.style.getPropertyValue("--mark") || "#b8c0cc";
+      ctx.lineWidth = 1.5 * r;
+      ctx.setLineDash([4 * r, 3 * r]);
+      ctx.beginPath();
+      ctx.moveTo(x, top + bb.top);
+      ctx.lineTo(x, top + bb.top + bb.height);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    } else if (el.classList.contains("clipped")) {
+      ctx.fillStyle = style.backgroundColor;
+      ctx.beginPath();
+      ctx.arc(x, top + bb.top + 3.5 * r, 3.5 * r, 0, 2 * Math.PI);
+      ctx.fill();
+    }
+  }
+  ctx.fillStyle = "#6b7280";
+  ctx.font = font(10.5);
+  const yTitle = chart.box.querySelector(".axis-title.y").textContent;
+  ctx.save();
+  ctx.translate(m, top + bb.top + bb.height / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textAlign = "center";
+  ctx.fillText(yTitle, 0, 0);
+  ctx.restore();
+  ctx.textAlign = "center";
+  ctx.fillText("round", left + bb.left + bb.width / 2, top + src.height + 4 * r);
+  ctx.textAlign = "left";
+  ctx.font = font(11);
+  rows.forEach((items, line) => {
+    let x = left;
+    const y = top + src.height + 22 * r + line * 18 * r;
+    for (const k of items) {
+      const spec = legendItems[k];
+      ctx.strokeStyle = spec.stroke;
+      ctx.lineWidth = 2.5 * r;
+      ctx.setLineDash(spec.dash ? spec.dash.map((d) => d * r) : []);
+      ctx.beginPath();
+      ctx.moveTo(x, y + 6 * r);
+      ctx.lineTo(x + 16 * r, y + 6 * r);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.fillStyle = "#16202e";
+      ctx.fillText(spec.label, x + 22 * r, y);
+      x += widths[k];
+    }
+  });
+  return out;
+}
+
+function exportPng(id) {
+  if (!ui.charts[id]) return;
+  const job = model.fleet ? model.fleet.job : "fleet";
+  const range = ui.zoom ? `-rounds-${ui.zoom[0]}-${ui.zoom[1]}` : "";
+  chartImage(id).toBlob((blob) => { if (blob) download(blob, `${job}-${id.replace(/^chart-/, "")}${range}.png`); }, "image/png");
 }

@@ -10,6 +10,7 @@ once, a live run on request; and a node's agent log is shown from the page."""
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 NODES, ROUNDS = 7, 450
 CUTS = [(30, 3), (100, 4), (200, 5), (300, 6), (400, 3)]  # (round, child of its parent)
 JOB = "busy-run"
+
+
+def usage_cpu(node: int, round_no: int) -> float:
+    return 20.0 + 5 * node + round_no % 7
+
+
+def usage_rss(node: int, round_no: int) -> int:
+    return (40 + node) * 1_000_000 + 1000 * round_no
 
 
 def busy_run(directory: Path) -> int:
@@ -61,7 +70,8 @@ def busy_run(directory: Path) -> int:
                      {"kind": "relay", "peer": 3, "detail": "to 1"}] if lossy else []
             add(type="telemetry", node=node, round=round_no, epoch=1, algorithm="ft-tree",
                 wall_time=0.3, loss=2.0 / (1 + round_no), phase_seconds={"total": 0.25 + 0.01 * node},
-                bytes_sent=1000, members=NODES, timeouts=int(lossy), nacks=int(lossy),
+                bytes_sent=1000, bytes_received=2000 + node, members=NODES, timeouts=int(lossy), nacks=int(lossy),
+                cpu_percent=usage_cpu(node, round_no), rss_bytes=usage_rss(node, round_no),
                 degraded=lossy and round_no % 2 == 0, missing_chunks=int(lossy),
                 model_hash=f"h{round_no}", links={}, events=notes)
     add(type="run", phase="stopping", replay=f"edgegrove dashboard --replay {directory}")
@@ -259,4 +269,126 @@ def test_charts_zoom_together_share_a_cursor_and_export_csv(browser: Browser, tm
                                f"document.querySelector('#' + c).dataset.xMax === '{ROUNDS}' && "
                                f"document.querySelector('#' + c).dataset.xMin === '0')", timeout=60_000)
         assert errors == [] and foreign == []
+        page.close()
+
+
+def recorded_telemetry(run: Path, node: int) -> dict[int, dict[str, Any]]:
+    """The node's telemetry records of the run, by round: what its series must show."""
+    records = (json.loads(line) for line in (run / "events.jsonl").read_text().splitlines())
+    return {r["round"]: r for r in records if r["type"] == "telemetry" and r["node"] == node}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]  # the PNG signature
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_picked_nodes_add_their_own_series_and_charts_export_as_png(browser: Browser, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    busy_run(run)
+    with run_in_thread(DashboardSettings(replay=run, port=0)) as served:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(served.url)
+        page.wait_for_function(f"() => document.querySelector('#chart-time').dataset.points === '{ROUNDS}'",
+                               timeout=60_000)
+        assert page.locator("#node-charts").is_hidden()  # no node picked: the fleet's charts only
+        assert page.evaluate("() => ui.charts['chart-time'].plot.series.length") == 2
+        picked = [2, 4]
+        for node in picked:
+            page.click(f'#node-pick button[data-series-node="{node}"]')
+        page.wait_for_function(
+            f"() => ['chart-time', 'chart-cpu', 'chart-rss', 'chart-bytes'].every(c => "
+            f"document.querySelector('#' + c).dataset.nodes === '2,4') && "
+            f"Number(document.querySelector('#chart-cpu').dataset.points) === {2 * ROUNDS} && "
+            f"Number(document.querySelector('#chart-bytes').dataset.points) === {4 * ROUNDS}", timeout=60_000)
+        assert page.locator("#node-charts").is_visible()
+        assert page.get_attribute('#node-pick button[data-series-node="4"]', "aria-pressed") == "true"
+        data = page.evaluate("() => Object.fromEntries(['chart-time', 'chart-cpu', 'chart-rss', 'chart-bytes']"
+                             ".map(c => [c, {data: ui.charts[c].plot.data, scale: Number(document"
+                             ".querySelector('#' + c).dataset.scale || 1), labels: ui.charts[c].plot"
+                             ".series.slice(1).map(s => s.label)}]))")
+        assert data["chart-time"]["labels"] == ["median agent", "node 2", "node 4"]
+        assert data["chart-bytes"]["labels"] == ["node 2 sent", "node 2 received", "node 4 sent", "node 4 received"]
+        assert data["chart-rss"]["scale"] == 1e6 and data["chart-bytes"]["scale"] == 1e3
+        for k, node in enumerate(picked):
+            told = recorded_telemetry(run, node)
+            xs = data["chart-cpu"]["data"][0]
+            assert xs == list(range(ROUNDS))
+            assert data["chart-time"]["data"][2 + k] == pytest.approx(
+                [told[x]["phase_seconds"]["total"] for x in xs])
+            assert data["chart-cpu"]["data"][1 + k] == pytest.approx([told[x]["cpu_percent"] for x in xs])
+            assert data["chart-rss"]["data"][1 + k] == pytest.approx([told[x]["rss_bytes"] / 1e6 for x in xs])
+            sent, received = data["chart-bytes"]["data"][1 + 2 * k: 3 + 2 * k]
+            assert sent == pytest.approx([told[x]["bytes_sent"] / 1e3 for x in xs])
+            assert received == pytest.approx([told[x]["bytes_received"] / 1e3 for x in xs])
+        # The tip names the picked nodes' numbers of the round under the pointer.
+        plot = page.locator("#chart-cpu .u-over")
+        plot.scroll_into_view_if_needed()
+        box = plot.bounding_box()
+        assert box is not None
+        deadline = time.monotonic() + 60
+        nudge = 0
+        while page.locator("#chart-tip").is_hidden():  # moved again until the page has laid out
+            plot.hover(position={"x": box["width"] * 0.5 + nudge, "y": box["height"] / 2})
+            assert time.monotonic() < deadline, "no tip over the CPU chart"
+            nudge = 2 - nudge
+            page.wait_for_timeout(100)
+        pointed = int(page.get_attribute("#chart-cpu", "data-cursor-round") or -1)
+        tip = page.inner_text("#chart-tip")
+        assert "node 4: " in tip and f"CPU {usage_cpu(4, pointed):.0f} %" in tip, tip
+        # PNG export: a real PNG image of the chart, larger than its canvas (title, legend).
+        for chart in ("chart-time", "chart-cpu"):
+            with page.expect_download() as download:
+                page.click(f'button[data-png="{chart}"]')
+            assert download.value.suggested_filename == f"{JOB}-{chart.removeprefix('chart-')}.png"
+            image = Path(download.value.path()).read_bytes()
+            width, height = png_size(image)
+            canvas_w, canvas_h = page.evaluate(f"() => [ui.charts['{chart}'].plot.ctx.canvas.width, "
+                                               f"ui.charts['{chart}'].plot.ctx.canvas.height]")
+            assert width > canvas_w >= 200 and height > canvas_h >= 150, (width, height, canvas_w, canvas_h)
+            assert len(image) > 5000, len(image)
+            from PIL import Image  # the image decodes, and the picked node's colour is drawn in it
+
+            with Image.open(Path(download.value.path())) as decoded:
+                decoded.verify()
+            with Image.open(Path(download.value.path())) as decoded:
+                colours = {c for _, c in decoded.convert("RGB").getcolors(maxcolors=1 << 20) or []}
+            assert (0x9c, 0x36, 0xb5) in colours or (0x0b, 0x72, 0x85) in colours, "node 2/4 series not drawn"
+            assert len(colours) > 20
+        # Unpicking a node takes its series away.
+        page.click('#node-pick button[data-series-node="4"]')
+        page.wait_for_function("() => document.querySelector('#chart-cpu').dataset.nodes === '2'"
+                               " && ui.charts['chart-time'].plot.series.length === 3", timeout=60_000)
+        page.click('#node-pick button[data-series-node="2"]')
+        page.wait_for_selector("#node-charts", state="hidden", timeout=60_000)
+        assert errors == []
+        page.close()
+
+
+def test_a_live_page_keeps_a_picked_nodes_series_up_to_date(browser: Browser, tmp_path: Path) -> None:
+    def report(round_no: int) -> dict[str, Any]:
+        return {"type": "telemetry", "node": 1, "round": round_no, "epoch": 1, "algorithm": "ft-tree",
+                "wall_time": 0.1, "loss": 1 / (1 + round_no), "phase_seconds": {"total": 0.2},
+                "cpu_percent": usage_cpu(1, round_no), "rss_bytes": usage_rss(1, round_no)}
+
+    with run_in_thread(DashboardSettings(port=0)) as served:
+        for round_no in range(20):
+            served.dashboard.feed(report(round_no))
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(served.url)
+        page.wait_for_function("() => model.fleet && model.fleet.counters.latest_round === 19", timeout=60_000)
+        page.click('#node-pick button[data-series-node="1"]')
+        page.wait_for_function("() => document.querySelector('#chart-cpu').dataset.points === '20'", timeout=60_000)
+        for round_no in range(20, 50):  # the fleet moves on: the picked node's new rounds follow
+            served.dashboard.feed(report(round_no))
+        page.wait_for_function("() => document.querySelector('#chart-cpu').dataset.points === '50'", timeout=60_000)
+        cpu = page.evaluate("() => ui.charts['chart-cpu'].plot.data[1]")
+        assert cpu == pytest.approx([usage_cpu(1, r) for r in range(50)])
+        assert errors == []
         page.close()

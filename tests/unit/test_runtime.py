@@ -328,6 +328,8 @@ def test_the_telemetry_says_on_the_wall_clock_when_the_rounds_allreduce_ended() 
     assert [t.round for t in reports] == [0, 1] and all(e > 0 for e in ends)
     for tel in reports:
         assert started <= tel.reduced_at <= tel.wall_time <= time.time()
+        # What the process costs its device, read from the OS by the runtime (Linux: statm).
+        assert tel.rss_bytes > 1_000_000 and tel.cpu_percent is not None and tel.cpu_percent >= 0
 
 
 def test_the_transports_notices_reach_the_core_as_typed_events() -> None:

@@ -388,3 +388,29 @@ def test_a_report_that_arrives_twice_counts_once(client: TestClient) -> None:
     store.ingest("edgegrove/rec/telemetry/2", Telemetry(2, 7, 1, "ft", 0.2, bytes_sent=900).encode())
     assert client.get("/api/fleet").json()["counters"]["bytes_sent"] == 1900
     assert client.get("/api/rounds").json()[0]["reports"] == 2
+
+
+def test_a_nodes_own_series_is_served_paged(client: TestClient) -> None:
+    store = store_of(client)
+    for r in range(6):
+        tel = Telemetry(2, r, 1, "ft", 0.1, loss=1.0, phase_seconds={"total": 0.5 + r}, bytes_sent=100 * r,
+                        bytes_received=7 * r, cpu_percent=40.0 + r, rss_bytes=(50 + r) * 1_000_000)
+        store.ingest("edgegrove/rec/telemetry/2", tel.encode())
+    # A simulator's record (live or replayed) feeds the same series.
+    store.ingest_record({"type": "telemetry", **json.loads(Telemetry(
+        2, 6, 1, "ft", 0.1, phase_seconds={"total": 9.0}, cpu_percent=99.5, rss_bytes=1).encode())})
+    whole = client.get("/api/nodes/2/series").json()
+    assert (whole["node"], whole["first_round"], whole["last_round"], whole["dropped"]) == (2, 0, 6, 0)
+    assert [p["round"] for p in whole["points"]] == list(range(7))
+    assert whole["points"][3] == {"round": 3, "round_seconds": 3.5, "cpu_percent": 43.0,
+                                  "rss_bytes": 53_000_000, "bytes_sent": 300, "bytes_received": 21}
+    assert whole["points"][6]["cpu_percent"] == 99.5
+    page = client.get("/api/nodes/2/series", params={"since": 1, "limit": 2}).json()
+    assert [p["round"] for p in page["points"]] == [2, 3]
+    back = client.get("/api/nodes/2/series", params={"before": 3, "limit": 2}).json()
+    assert [p["round"] for p in back["points"]] == [1, 2]
+    node2 = next(n for n in client.get("/api/fleet").json()["nodes"] if n["node"] == 2)
+    assert (node2["cpu_percent"], node2["rss_bytes"]) == (99.5, 1)  # its latest report's
+    assert client.get("/api/nodes/5/series").status_code == 404  # no report from it
+    assert client.get("/api/nodes/2000/series").status_code == 422
+    assert client.get("/api/nodes/2/series", params={"limit": 0}).status_code == 422

@@ -25,7 +25,9 @@ def a_fleet() -> FleetState:
             msg = Telemetry(node, round_no, 1, "ft", 0.1, loss=0.5, bytes_sent=100 * (node + 1),
                             reroutes=node, degraded=round_no == 2 and node == 1,
                             rejected={"crc": 2} if node == 1 else {},
-                            phase_seconds={"total": 0.2 + node}, model_hash="h")
+                            phase_seconds={"total": 0.2 + node}, model_hash="h",
+                            cpu_percent=50.0 + round_no if node == 1 else None,
+                            rss_bytes=(60 + round_no) * 1_000_000 if node == 1 else 0)
             state, _ = apply_telemetry(state, msg, 0.1 * round_no)
     return state
 
@@ -49,6 +51,11 @@ def test_values_follow_the_state() -> None:
     assert samples[("edgegrove_node_rejected_frames_total", "1", "crc")] == 2
     assert samples[("edgegrove_rejected_frames_total", "", "crc")] == 2
     assert samples[("edgegrove_nodes_online", "", "")] == 2
+    # What node 1 said of its process in its latest round; node 0 never said.
+    assert samples[("edgegrove_node_rss_bytes", "1", "")] == 62_000_000
+    assert samples[("edgegrove_node_cpu_percent", "1", "")] == 52.0
+    assert ("edgegrove_node_rss_bytes", "0", "") not in samples
+    assert ("edgegrove_node_cpu_percent", "0", "") not in samples
 
 
 def test_the_deploy_examples_name_only_metrics_that_exist() -> None:

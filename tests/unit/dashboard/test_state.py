@@ -289,3 +289,16 @@ def test_the_tree_is_the_agents_tree_rooted_at_the_views_coordinator() -> None:
     lowest, _ = apply_view(state, View(epoch=4, members=[0, 1, 2, 3, 4, 5, 6], arity=2,
                                        coordinator=0, from_round=9), 2.0)
     assert lowest.tree is not None and lowest.tree.root == 0 and lowest.tree.parent(3) == 1
+
+
+def test_a_nodes_process_usage_is_its_latest_said() -> None:
+    state = FleetState()
+    base = {"epoch": 1, "algorithm": "ft", "wall_time": 0.1}
+    state, _ = apply_telemetry(state, Telemetry(3, 1, cpu_percent=80.0, rss_bytes=5_000_000, **base), 0.0)
+    state, _ = apply_telemetry(state, Telemetry(3, 2, cpu_percent=90.0, rss_bytes=6_000_000, **base), 0.1)
+    assert (state.nodes[3].cpu_percent, state.nodes[3].rss_bytes) == (90.0, 6_000_000)
+    state, _ = apply_telemetry(state, Telemetry(3, 3, **base), 0.2)  # says nothing of it: kept
+    assert (state.nodes[3].cpu_percent, state.nodes[3].rss_bytes) == (90.0, 6_000_000)
+    state, _ = apply_telemetry(state, Telemetry(3, 0, cpu_percent=1.0, rss_bytes=1, **base), 0.3)  # late
+    assert (state.nodes[3].cpu_percent, state.nodes[3].rss_bytes) == (90.0, 6_000_000)
+    assert FleetState().nodes.get(3) is None
