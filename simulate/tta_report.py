@@ -20,6 +20,10 @@ def _link(rate: float) -> str:
     return "unlimited" if rate == 0 else f"{rate:g}"
 
 
+def _link_name(rate: float) -> str:
+    return "unlimited loopback" if rate == 0 else f"{rate:g} MB/s"
+
+
 def _between(result: dict[str, Any]) -> str:
     """The two evaluations an interpolated accuracy lies between, when they are not one."""
     before, after = result.get("matched_between") or (None, None)
@@ -52,18 +56,18 @@ def verdicts(doc: dict[str, Any], compared: str = "auto") -> list[str]:
         if every is None or other is None:
             continue
         if not every["seconds"] or not other["seconds"]:
-            out.append(f"- {_link(rate)} MB/s: a run did not reach the target; no ratio.")
+            out.append(f"- {_link_name(rate)}: a run did not reach the target; no ratio.")
             continue
         ratio = every["seconds"] / other["seconds"]
         bound_ok = ratio * LOOPBACK_SLACK >= 1.0 if rate == 0 else ratio >= SPEEDUP_BOUND
         bound = "never more than 10 % slower" if rate == 0 else f"at least {SPEEDUP_BOUND:g}x faster"
-        line = (f"- {_link(rate)} MB/s: sync-every {compared} reached the target in {other['seconds']} s against "
+        line = (f"- {_link_name(rate)}: sync-every {compared} reached the target in {other['seconds']} s against "
                 f"{every['seconds']} s every step: **{ratio:.1f}x** ({'met' if bound_ok else 'missed'}: {bound}); "
                 f"{other['megabytes_sent']} MB sent against {every['megabytes_sent']} MB")
         a, b = every.get("accuracy_at_matched"), other.get("accuracy_at_matched")
         if a is not None and b is not None:
             gap = 100 * (b - a)
-            line += (f"; after the same data ({every['matched_samples']:,} samples{_between(other)}) {_pct(b)} "
+            line += (f"; after the same data, {every['matched_samples']:,} samples: {_pct(b)}{_between(other)} "
                      f"against {_pct(a)}, {gap:+.2f} pp ({'met' if abs(gap) <= ACCURACY_PP else 'missed'}: "
                      f"within {ACCURACY_PP} pp)")
         out.append(line + ".")

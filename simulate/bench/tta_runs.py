@@ -133,13 +133,17 @@ def plot(results: list[dict[str, Any]], target: float, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (secs, mbytes) = plt.subplots(1, 2, figsize=(10, 4))
+    # Categories, slowest link first and unlimited last: 0 on a rate axis would sit left of 2.
+    rates = sorted({r["link_mbs"] for r in results}, key=lambda rate: (rate == 0, rate))
+    where = {rate: i for i, rate in enumerate(rates)}
     for sync in dict.fromkeys(r["sync_every"] for r in results):
-        rows = sorted((r for r in results if r["sync_every"] == sync), key=lambda r: r["link_mbs"])
+        rows = sorted((r for r in results if r["sync_every"] == sync), key=lambda r: where[r["link_mbs"]])
         label = f"sync-every {sync}"
-        secs.plot([r["link_mbs"] for r in rows], [r["seconds"] for r in rows], "o-", label=label)
-        mbytes.plot([r["link_mbs"] for r in rows], [r["megabytes_sent"] for r in rows], "o-", label=label)
+        secs.plot([where[r["link_mbs"]] for r in rows], [r["seconds"] for r in rows], "o-", label=label)
+        mbytes.plot([where[r["link_mbs"]] for r in rows], [r["megabytes_sent"] for r in rows], "o-", label=label)
     for ax, what in ((secs, "seconds"), (mbytes, "MB sent by the fleet")):
-        ax.set_xlabel("link rate per agent (MB/s; 0 = unlimited)")
+        ax.set_xticks(range(len(rates)), ["unlimited" if rate == 0 else f"{rate:g}" for rate in rates])
+        ax.set_xlabel("link rate per agent (MB/s)")
         ax.set_ylabel(f"{what} to {target:.0%} test accuracy")
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
