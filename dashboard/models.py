@@ -196,6 +196,11 @@ class RoundModel(BaseModel):
     missing_chunks: int
     contributors: int
     event_kinds: list[str]
+    local_steps: int = Field(1, description="optimizer steps each agent took before the round's average")
+    samples: int = Field(0, description="training samples behind the round's reports (0: not said)")
+    compute_seconds: float = Field(0.0, description="the slowest agent's local steps, seconds")
+    sync_seconds: float = Field(0.0, description="the slowest agent's allreduce, seconds")
+    bytes_per_sample: float | None = Field(None, description="bytes the agents sent per sample trained")
 
 
 class EventModel(BaseModel):
@@ -419,7 +424,9 @@ def round_model(s: RoundSummary) -> RoundModel:
         round_seconds=s.round_seconds, round_seconds_median=s.median_seconds, bytes_sent=s.bytes_sent, reroutes=s.reroutes,
         timeouts=s.timeouts, nacks=s.nacks, pulls=s.pulls, degraded=s.degraded,
         degraded_nodes=s.degraded_nodes, missing_chunks=s.missing_chunks,
-        contributors=s.contributors, event_kinds=list(s.event_kinds),
+        contributors=s.contributors, event_kinds=list(s.event_kinds), local_steps=s.local_steps,
+        samples=s.samples, compute_seconds=round(s.compute_seconds, 4), sync_seconds=round(s.sync_seconds, 4),
+        bytes_per_sample=None if s.bytes_per_sample is None else round(s.bytes_per_sample, 1),
     )
 
 

@@ -149,6 +149,14 @@ class RoundSummary:
     contributors: int = 0
     event_kinds: tuple[str, ...] = ()
     model_hashes: tuple[str, ...] = ()  # every report's model hash: the fleet's is the common one
+    local_steps: int = 1  # optimizer steps each agent took before this round's average
+    samples: int = 0  # training samples behind the reports' contributions
+    compute_seconds: float = 0.0  # the slowest agent's local steps
+    sync_seconds: float = 0.0  # the slowest agent's allreduce
+
+    @property
+    def bytes_per_sample(self) -> float | None:
+        return self.bytes_sent / self.samples if self.samples else None
 
     @property
     def fleet_hash(self) -> str:
@@ -610,8 +618,7 @@ def _merge_round(state: FleetState, msg: Telemetry, now: float, kinds: list[str]
 
 
 def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: int) -> RoundSummary:
-    total = msg.phase_seconds.get("total", 0.0)
-    total = float(total) if isinstance(total, (int, float)) else 0.0
+    total = _phase(msg, "total")
     new_kinds = tuple(k for k in dict.fromkeys(kinds) if k not in s.event_kinds)
     return replace(
         s,
@@ -634,7 +641,16 @@ def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: in
         contributors=max(s.contributors, msg.contributors),
         event_kinds=(*s.event_kinds, *new_kinds)[:16],
         model_hashes=(*s.model_hashes, msg.model_hash[:64])[-1024:],
+        local_steps=max(s.local_steps, msg.local_steps),
+        samples=s.samples + msg.samples,
+        compute_seconds=max(s.compute_seconds, _phase(msg, "compute")),
+        sync_seconds=max(s.sync_seconds, _phase(msg, "allreduce")),
     )
+
+
+def _phase(msg: Telemetry, name: str) -> float:
+    value = msg.phase_seconds.get(name, 0.0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _add_totals(c: Counters, msg: Telemetry, new_degraded: bool) -> Counters:

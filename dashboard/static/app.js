@@ -243,6 +243,7 @@ function renderCounters(fleet) {
     // A report that came twice (a resend under load) is ignored without alarm.
     ["ignored messages", c.malformed_total, c.malformed_total - (c.malformed.telemetry_repeat || 0) > 0,
       Object.entries(c.malformed).map(([r, n]) => `${r} ${n}`).join(", ")],
+    trainingCounter(),
   ];
   const box = document.getElementById("counters");
   box.replaceChildren(...items.map(([label, value, alert, detail]) => {
@@ -253,6 +254,20 @@ function renderCounters(fleet) {
     if (detail) { div.append(html("div", "detail", detail)); div.title = detail; }
     return div;
   }));
+}
+
+// Local steps per sync, sync against compute time and bytes per sample, from the newest round
+// whose agents said their samples (periodic averaging's cost and what it buys).
+function trainingCounter() {
+  let latest = null;
+  for (const r of model.rounds.values()) if (r.samples > 0 && (latest === null || r.round > latest.round)) latest = r;
+  if (latest === null) return ["local steps / sync", "–", false, "no round with its samples yet"];
+  const busy = latest.sync_seconds + latest.compute_seconds;
+  const share = busy > 0 ? `${Math.round((100 * latest.sync_seconds) / busy)} % of the round` : "";
+  const perSample = latest.bytes_per_sample === null ? "–" : fmtBytes(latest.bytes_per_sample);
+  return ["local steps / sync", latest.local_steps, false,
+    `r${latest.round}: sync ${latest.sync_seconds.toFixed(2)} s vs compute ${latest.compute_seconds.toFixed(2)} s` +
+    (share ? ` (${share})` : "") + ` · ${perSample} sent per sample trained`];
 }
 
 function renderLegend() {

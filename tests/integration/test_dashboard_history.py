@@ -69,7 +69,8 @@ def busy_run(directory: Path) -> int:
                      {"kind": "pull", "peer": 9, "detail": "2 chunks"},
                      {"kind": "relay", "peer": 3, "detail": "to 1"}] if lossy else []
             add(type="telemetry", node=node, round=round_no, epoch=1, algorithm="ft-tree",
-                wall_time=0.3, loss=2.0 / (1 + round_no), phase_seconds={"total": 0.25 + 0.01 * node},
+                wall_time=0.3, loss=2.0 / (1 + round_no), local_steps=4, samples=400,
+                phase_seconds={"total": 0.25 + 0.01 * node, "compute": 0.05, "allreduce": 0.2 + 0.01 * node},
                 bytes_sent=1000, bytes_received=2000 + node, members=NODES, timeouts=int(lossy), nacks=int(lossy),
                 cpu_percent=usage_cpu(node, round_no), rss_bytes=usage_rss(node, round_no),
                 degraded=lossy and round_no % 2 == 0, missing_chunks=int(lossy),
@@ -125,6 +126,12 @@ def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Pa
                                               "els => els.map(e => Number(e.dataset.start))")
             assert sorted(bands) == [at for at, _ in CUTS], (chart, bands)
         assert len(page.evaluate("model.fleet.incidents")) == injected
+        # Periodic averaging's cost, from the newest round: 4 local steps, the slowest agent's
+        # sync against its compute, 7,000 bytes sent for 2,800 samples.
+        training = page.locator('#counters [data-counter="local steps / sync"]')
+        assert training.locator(".value").inner_text() == "4"
+        assert training.get_attribute("title") == (f"r{ROUNDS - 1}: sync {0.2 + 0.01 * (NODES - 1):.2f} s vs compute "
+                                                   f"0.05 s ({round(100 * (0.2 + 0.01 * (NODES - 1)) / (0.25 + 0.01 * (NODES - 1)))} % of the round) · 3 B sent per sample trained")
         # Generous bounds for a host shared by several fleets: the numbers above are the measure.
         assert load_s < 30 and redraw_ms < 1000
         assert errors == []

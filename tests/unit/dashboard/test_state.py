@@ -302,3 +302,17 @@ def test_a_nodes_process_usage_is_its_latest_said() -> None:
     state, _ = apply_telemetry(state, Telemetry(3, 0, cpu_percent=1.0, rss_bytes=1, **base), 0.3)  # late
     assert (state.nodes[3].cpu_percent, state.nodes[3].rss_bytes) == (90.0, 6_000_000)
     assert FleetState().nodes.get(3) is None
+
+
+def test_a_round_sums_its_samples_and_keeps_the_slowest_sync_and_compute() -> None:
+    state = FleetState()
+    for node, (compute, sync) in enumerate([(0.4, 1.0), (0.6, 0.9)]):
+        msg = Telemetry(node=node, round=3, epoch=1, members=2, algorithm="ft-tree", wall_time=1.0, bytes_sent=3_000_000, local_steps=8, samples=800,
+                        phase_seconds={"compute": compute, "allreduce": sync, "total": compute + sync})
+        state, _ = apply_telemetry(state, msg, 1.0)
+    r3 = state.rounds[3]
+    assert (r3.local_steps, r3.samples) == (8, 1600)
+    assert (r3.compute_seconds, r3.sync_seconds) == (0.6, 1.0)
+    assert r3.bytes_per_sample == 6_000_000 / 1600
+    silent, _ = apply_telemetry(FleetState(), Telemetry(node=0, round=0, epoch=1, members=1, algorithm="ft-tree", wall_time=1.0), 1.0)
+    assert silent.rounds[0].bytes_per_sample is None  # an agent that does not say its samples
