@@ -143,6 +143,7 @@ def hover_until_tip(page: Page, chart: str, timeout: float = 20.0) -> Locator:
     deadline = time.monotonic() + timeout
     nudge = 0
     while True:
+        page.locator(chart).scroll_into_view_if_needed()
         box = page.locator(chart).bounding_box()
         assert box is not None
         page.mouse.move(box["x"] + box["width"] * 0.9 + nudge, box["y"] + box["height"] / 2)

@@ -225,6 +225,8 @@ def test_charts_zoom_together_share_a_cursor_and_export_csv(browser: Browser, tm
         whole = chart_range(page, "chart-loss")
         assert whole == (0, ROUNDS)
         # Drag across the middle of the loss chart: every chart shows that range of rounds.
+        # In view first: the mouse acts in the viewport, and the page may be taller than it.
+        page.locator("#chart-loss .u-over").scroll_into_view_if_needed()
         over = page.locator("#chart-loss .u-over").bounding_box()
         assert over is not None
         y = over["y"] + over["height"] / 2
