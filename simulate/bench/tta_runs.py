@@ -155,16 +155,11 @@ def plot(results: list[dict[str, Any]], target: float, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        runs = plan(args)
-    except UsageError as exc:
-        print(f"edgegrove bench tta: {exc}", file=sys.stderr)
-        return 2
-    try:
-        from simulate.cli import parse_agent_options
+    from simulate.cli import parse_agent_options
 
-        options = parse_agent_options(args.agent_option)
-    except (UsageError, ValueError) as exc:
+    try:
+        runs, options = plan(args), parse_agent_options(args.agent_option)
+    except (UsageError, ValueError) as exc:  # ScenarioError is a ValueError
         print(f"edgegrove bench tta: {exc}", file=sys.stderr)
         return 2
     results = matched_samples([run_one(args, rate, sync, count) for rate, sync, count in runs])
