@@ -68,6 +68,10 @@ ROOT_RETURN_MARGIN = 0.1
 # round_deadline: a round on a 2 MB/s link needs more than the default 5 s.
 DOWNLINK_BUSY_HOLD = 1.0
 PROGRESS_EVERY = 0.1
+# A report of silence stands DOWNLINK_BUSY_HOLD longer if such a backlog shows at the report:
+# this long before it at most (the transport and PROGRESS repeat every 0.05-0.1 s while a frame
+# still arrives), or after it.
+BUSY_AT_REPORT = 2 * PROGRESS_EVERY
 DEADLINE_STRETCH = 4.0
 
 @dataclass(frozen=True)

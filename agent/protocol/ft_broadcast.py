@@ -321,7 +321,7 @@ class FanoutBroadcast:
 
     def _verdict_at(self, peer: int, at: float) -> float:
         due = at + self.scope.rto(peer)
-        drained = self.courier.watch.drain_end()  # our links busy: its answer may queue
+        drained = self.courier.watch.drain_end((peer,))  # our links or its busy: its answer may queue
         return due if drained is None else max(due, drained)
 
     def _judge_probed(self, now: float) -> None:

@@ -64,26 +64,33 @@ class ContributionWait:
         scope = self.scope
         if not scope.adaptive:
             return now
-        draining = self.watch.draining(now)
-        cap = scope.start_time + self._cap(DEADLINE_STRETCH if draining else 1.0)
-        # Our link or a neighbour's is busy with a large frame: contributions are on the way.
-        # Past the straggler deadline that is no reason: the frame may be anybody's (on a busy
-        # host a fleet waited out a straggler's steps this way); a child still must be sending.
+        # Past the straggler deadline a busy link is no reason: the frame may be anybody's (on a
+        # busy host a fleet waited out a straggler's steps this way); a child must be sending.
         late = now >= scope.start_time + self._straggler_wait()
+        owing = [c for c in scope.children if self._owes(c, late)]
+        # Our link is busy with a large frame, or a link in a subtree we wait for (its nodes'
+        # PROGRESS): contributions are on the way. Other members' links carry none of them.
+        draining = self.watch.draining(now, {n for c in owing for n in scope.tree.subtree(c)})
+        cap = scope.start_time + self._cap(DEADLINE_STRETCH if draining else 1.0)
         due = now + DOWNLINK_BUSY_HOLD if draining and not late else now
-        for child in scope.children:
-            owed = scope.expected & set(scope.tree.subtree(child))
-            short = [j for j in range(len(self.reducer)) if not owed <= self.reducer.covered(j)]
-            if late:
-                # Past the straggler deadline, a child that passed on what it had for every
-                # chunk (without its straggler) has sent: only a chunk of which nothing came is.
-                short = [j for j in short if not owed & self.reducer.covered(j)]
-            if child in scope.down or not owed or not short:
-                continue
+        for child in owing:
             heard = self.watch.last_heard.get(child)
             if heard is not None and (self.back_at is None or heard >= self.back_at):
                 due = max(due, heard + scope.rto(child) + scope.transmit(child, scope.unit_bytes))
         return min(due, cap) if due > now else now
+
+    def _owes(self, child: int, late: bool) -> bool:
+        """``child`` is up and its subtree still owes us data for some chunk."""
+        scope = self.scope
+        owed = scope.expected & set(scope.tree.subtree(child))
+        if child in scope.down or not owed:
+            return False
+        short = [j for j in range(len(self.reducer)) if not owed <= self.reducer.covered(j)]
+        if late:
+            # Past the straggler deadline, a child that passed on what it had for every
+            # chunk (without its straggler) has sent: only a chunk of which nothing came is.
+            short = [j for j in short if not owed & self.reducer.covered(j)]
+        return bool(short)
 
     def stop_soon(self, now: float) -> None:
         """A child that started this round while our Will was out sends around us, never to

@@ -4,14 +4,17 @@ reported to the fleet.
 
 A peer that sends nothing is not yet a dead peer: the fleet needs two witnesses (the core
 reports our ``SILENT`` note), and a peer that refutes a report lives, only its links are slow or
-cut. Evidence that links are busy (our transport says a large frame is still arriving, or a
-peer's PROBE|PROGRESS says its downlink is) holds every verdict until DOWNLINK_BUSY_HOLD after
-the last such report.
+cut. Evidence that links are busy holds a verdict until DOWNLINK_BUSY_HOLD after the last such
+report, if it concerns the peer judged: our transport says a large frame is still arriving
+(everything sent to us queues behind it), or a PROBE|PROGRESS from the peer or a node whose data
+it carries says their downlink is. Another member's PROGRESS is not: on a starved host every
+large frame reads slowly, the members' PROGRESS never stopped, and a node cut off was reported
+only at the round's wait cap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY
 from agent.protocol.ft_scope import RoundScope, latest
@@ -77,17 +80,20 @@ class PeerWatch:
 
     # ------------------------------------------------------------------ busy links
 
-    def draining(self, now: float) -> bool:
-        """Links around us show they are still delivering: our downlink is busy with a large
-        frame, or a neighbour's is (its PROGRESS)."""
-        end = self.drain_end()
+    def draining(self, now: float, about: Collection[int] | None = None) -> bool:
+        """Links show they are still delivering: our downlink is busy with a large frame, or a
+        member's is (its PROGRESS; of ``about`` only, when given)."""
+        end = self.drain_end(about)
         return end is not None and now < end
 
-    def drain_end(self) -> float | None:
-        """When ``draining`` turns false, unless more evidence comes (None: no evidence)."""
+    def drain_end(self, about: Collection[int] | None = None) -> float | None:
+        """When ``draining`` turns false, unless more evidence comes (None: no evidence).
+        ``about``: the peers whose PROGRESS counts (None: every member's)."""
         if not self.scope.adaptive:
             return None
-        busy = latest(self.down_busy_at, *self.progress_from.values())
+        progress = self.progress_from.values() if about is None else [
+            t for p, t in self.progress_from.items() if p in about]
+        busy = latest(self.down_busy_at, *progress)
         return None if busy is None else busy + DOWNLINK_BUSY_HOLD
 
     def busy_towards(self, peer: int) -> float | None:
@@ -141,9 +147,11 @@ class PeerWatch:
         for child, at in list(self.silence_at.items()):
             if now < at:
                 continue
-            if self.draining(now):
-                # Its first frame may queue behind what we or our neighbours receive.
-                self.silence_at[child] = now + self.scope.rto(child) + DOWNLINK_BUSY_HOLD
+            # Its first frame may queue behind what we receive, or wait for what its subtree
+            # receives: until the hold after the last such report, and one timeout.
+            end = self.drain_end(self.scope.tree.subtree(child))
+            if end is not None and now < end:
+                self.silence_at[child] = end + self.scope.rto(child)
                 continue
             del self.silence_at[child]
             if not may_be_silent(child):
@@ -167,15 +175,18 @@ class PeerWatch:
         for target, at in list(self.relay_watch.items()):
             if self._answered(target, at):
                 del self.relay_watch[target]
-            elif now >= at + self.relay_wait(target) and not self.draining(now):
+            elif now >= at + self.relay_wait(target) and not self.draining(now, (target,)):
                 del self.relay_watch[target]
                 self.report_silent(target, "relayed to it, no answer", now)
 
     def relay_timers(self) -> list[float]:
-        # While our links drain, the verdict on a relay target waits (see check_relay_targets).
-        drained = self.drain_end()
-        return [at + self.relay_wait(t) if drained is None else max(at + self.relay_wait(t), drained)
-                for t, at in self.relay_watch.items() if not self._answered(t, at)]
+        # While links drain, the verdict on a relay target waits (see check_relay_targets).
+        out = []
+        for t, at in self.relay_watch.items():
+            if not self._answered(t, at):
+                drained = self.drain_end((t,))
+                out.append(at + self.relay_wait(t) if drained is None else max(at + self.relay_wait(t), drained))
+        return out
 
     def report_silent(self, peer: int, why: str, now: float) -> None:
         """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""

@@ -22,7 +22,7 @@ dead, a silent child, a relay through it unanswered) publishes a ``Suspect`` to 
 A node that is alive and sees a report about itself refutes it at once by publishing its
 status: the broker still hears it, so only its links are slow or cut. A node is *suspected*
 when a report about it (from a member, within ``SUSPICION_ROUNDS`` rounds) stood unrefuted
-for ``grace`` seconds (``DOWNLINK_BUSY_HOLD`` more while our own links show a backlog: the
+for ``grace`` seconds (``DOWNLINK_BUSY_HOLD`` more while our own links show a backlog at the report: the
 refutation may wait behind a large frame, or the suspect's: its PROGRESS): then it is silent to the broker too, frozen or cut off. One witness
 is enough because the suspect itself is asked; a lossy or cut link, or cut links all around a
 healthy node, are refuted and evict nobody. So that a congested broker (late refutations)
@@ -54,7 +54,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
+from agent.protocol.allreduce import BUSY_AT_REPORT, DOWNLINK_BUSY_HOLD
 from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.topology import Tree
 from agent.protocol.wire import RejectReason
@@ -398,9 +398,11 @@ class Membership:
         heard the report only behind them, after the grace: the fleet dropped it for two
         rounds and its rounds ran degraded (2 of 2 runs of 2 MB/s int8). Our own links' backlog
         alone did not save it (min_timeout 0.1 s: 2 of 2 still dropped it); the suspect's
-        PROGRESS did (0 of 3)."""
+        PROGRESS did (0 of 3). Only a backlog at the report counts (BUSY_AT_REPORT before it,
+        or later): one a hold before it counted on a starved host, where every large frame
+        reads slowly, for a node cut off right after the previous round's result."""
         busy = max(self.links_busy_at, self.peer_busy_at.get(suspect, -1e18))
-        return heard + self.grace + (DOWNLINK_BUSY_HOLD if busy >= heard - DOWNLINK_BUSY_HOLD else 0.0)
+        return heard + self.grace + (DOWNLINK_BUSY_HOLD if busy >= heard - BUSY_AT_REPORT else 0.0)
 
     def hold(self, until: float) -> None:
         """Decide nothing until ``until`` (inf: until told otherwise): while the broker is

@@ -179,3 +179,30 @@ def test_fixed_timeouts_ignore_busy_links() -> None:
     assert m.arriving(None, 0.1) == []
     out = run_until(m, 1.0, report=1.0)
     assert "link_dead" in kinds(out)
+
+
+def test_a_silent_child_is_reported_while_another_childs_downlink_stays_busy() -> None:
+    """A starved host reads every large frame slowly: some member's PROGRESS came every
+    0.1 s all round long, and held the verdict on a child cut off until the root's wait cap.
+    Child 1's busy downlink carries nothing of child 2's to us."""
+    def reported(busy: int | None) -> dict[int, float]:
+        """Each child reported silent: when first."""
+        root = machine(0)
+        root.start(0.0)
+        out: dict[int, float] = {}
+        now = 0.0
+        while now < 6.0:
+            now = round(now + 0.1, 6)
+            if busy is not None:
+                root.on_frame(progress(busy, 0), now)
+            while (due := root.next_timer()) is not None and due <= now:
+                for a in root.on_timer(due):
+                    if isinstance(a, Note) and a.kind == "silent" and a.peer is not None:
+                        out.setdefault(a.peer, due)
+        return out
+
+    quiet = reported(None)
+    assert sorted(quiet) == [1, 2] and quiet[2] < 3.0
+    # Child 1 sent nothing either, but its PROGRESS says it lives and its data waits behind
+    # what it receives: only child 2 is reported, when it is on quiet links.
+    assert reported(1) == {2: quiet[2]}

@@ -66,13 +66,31 @@ def test_a_silent_child_is_reported_once_its_span_ran_out_unless_links_drain() -
     w = watch()
     span = w.silence_at[3]
     assert span == pytest.approx(w.silence_span(3)) and set(w.silence_at) == {3, 4}
-    w.progress(0, span - 0.1)  # a neighbour's downlink is busy: the child's frame may queue
+    w.arriving(0, span - 0.1)  # our downlink is busy: the child's frame may queue behind it
+    w.scope.flush()
     w.check_children(span, lambda child: True)
-    assert w.scope.flush() == [] and w.silence_at[3] > span
+    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + DOWNLINK_BUSY_HOLD + w.scope.rto(3))
     later = w.silence_at[3]
     w.check_children(later, lambda child: child == 3)
     assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
     assert w.silence_at == {} and w.unheard_since_reported(3) and not w.unheard_since_reported(4)
+
+
+def test_only_the_childs_own_links_or_ours_hold_its_verdict_not_another_members() -> None:
+    """On a starved host every large frame reads slowly: the members' PROGRESS never stopped
+    and held the verdict on a child cut off until the round's wait cap. Our parent's busy
+    downlink carries nothing of our child's to us; the child's own PROGRESS (it lives, its
+    data waits behind what it receives) does hold it."""
+    w = watch()
+    span = w.silence_at[3]
+    w.progress(0, span - 0.1)  # our parent's downlink
+    w.progress(2, span - 0.1)  # a member elsewhere
+    w.check_children(span, lambda child: child == 3)
+    assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
+    w = watch()
+    w.progress(3, span - 0.1)
+    w.check_children(span, lambda child: child == 3)
+    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + DOWNLINK_BUSY_HOLD + w.scope.rto(3))
 
 
 def test_a_peer_that_refutes_or_speaks_after_a_report_counts_as_heard() -> None:

@@ -265,6 +265,20 @@ def test_while_our_links_show_a_backlog_a_report_stands_a_busy_hold_longer() -> 
     assert idle.next_check() == 1.4 and idle.check(1.4)[0].view.members == [0, 2, 3]
 
 
+def test_a_backlog_that_ended_before_the_report_adds_nothing_to_its_grace() -> None:
+    """A starved host reads every large frame slowly: the previous round's result still
+    arrived at us and at the suspect half a second before it was cut off and reported, and
+    the report stood 1.4 s instead of 0.4 (the survivors' round ran into its wait cap)."""
+    m = Membership(0, 2, START, grace=0.4)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(1, 0.0)
+    m.links_busy(0.5)
+    m.peer_busy(1, 0.5)
+    m.on_suspect(Suspect(3, 1, 1), 1.0)
+    assert m.next_check() == 1.4 and m.check(1.4)[0].view.members == [0, 2, 3]
+
+
 def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -> None:
     m = Membership(2, 2, START)
     for s in online(0, 1, 2, 3):
