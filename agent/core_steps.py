@@ -204,7 +204,7 @@ class RoundSteps:
                 self.outbox.note(NoteKind.REJOIN, None, f"state of round {rnd}")
                 self._go(Trigger.STATE_INSTALLED)
                 return [LoadState(rnd, state), Publish.status_of(self.status("online")), *self._serve_pulls()]
-        peers = self.membership.online_peers(self.membership.live())
+        peers = self.membership.state_holders()
         transfer = self.fetch.transfer
         if peers and self.fetch.retry is None and (transfer is None or transfer.round < self.round
                                                    or not set(transfer.peers) & set(peers)):

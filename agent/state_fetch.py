@@ -223,7 +223,7 @@ class StateFetch:
         if not joining and target <= round:
             self.retry = None  # caught up meanwhile
             return []
-        peers = [p for p in self.membership.online_peers(self.membership.live()) if p != self.node]
+        peers = [p for p in self.membership.state_holders() if p != self.node]
         if not peers:
             self.failures += 1
             self.retry = (now + _backoff(self.failures), target)

@@ -51,6 +51,16 @@ def test_a_joiner_is_added_but_never_coordinates() -> None:
     assert joiner.members_for(11) == (1, 2, 3) and joiner.members_for(12) == (0, 1, 2, 3)
 
 
+def test_a_joiner_back_from_a_cut_asks_the_views_members_for_the_state_not_one_it_left_out() -> None:
+    """Node 1, cut off with us, never sent its Will: its retained status still says online.
+    The view we rejoin left it out; a stripe asked of it never came (the pull took 4.7 s)."""
+    joiner = Membership(4, 2, View(6, [0, 2, 3, 4, 5, 6], 2, 0, 155))
+    for s in (*online(0, 1, 2, 3, 6), Status(5, "joining", incarnation=1)):
+        joiner.on_status(s, 0.0)
+    assert joiner.online_peers(joiner.live()) == [0, 1, 2, 3, 6]
+    assert joiner.state_holders() == [0, 2, 3, 6]
+
+
 def test_a_joiner_going_online_changes_no_view() -> None:
     coordinator = Membership(1, 2, View(2, [0, 1, 2], 2, 1, 12))
     for s in (*online(1, 2), Status(0, "joining", incarnation=5)):
