@@ -299,8 +299,7 @@ class FanoutBroadcast:
 
     def _shown_life(self, peer: int, since: float | None) -> bool:
         # Strictly after: the root completes the moment a child's last unit comes.
-        heard = self.courier.watch.heard_of.get(peer)
-        return heard is not None and since is not None and heard > since
+        return since is not None and self.courier.watch.shown_life(peer, since)
 
     def _copy_when_due(self, child: int, now: float) -> None:
         """``child`` lives and ACKed none of the result: its downlink may still be busy with

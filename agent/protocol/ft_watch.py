@@ -45,11 +45,16 @@ class PeerWatch:
 
     def heard(self, frame: Frame, now: float, shows_link: bool) -> bool:
         """A frame came; ``shows_link``: it shows that the link from its sender works (the
-        root's fan-out shows the root lives, not that). True when it is the sender's first."""
+        root's fan-out shows the root lives, not that). True when it is the sender's first.
+        A PROGRESS is not word of the sender in this round (``progress``): one sent in the
+        last round, still receiving its result, is replayed into ours, and a node cut off
+        right after it was never reported by us and its excusal ignored (the round ran into
+        its wait cap on a loaded host)."""
         first = frame.sender not in self.last_heard
         if shows_link:
             self.last_heard[frame.sender] = now
-        self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
+        if not (frame.kind == Kind.PROBE and frame.flags & Flag.PROGRESS):
+            self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         return first
 
     def first_frame(self, sender: int, now: float) -> None:
@@ -202,9 +207,15 @@ class PeerWatch:
                 and not self._answered(peer, reported))
 
     def quiet_for(self, peer: int, now: float) -> float:
-        """Seconds since any word from or of ``peer`` (infinite: none this round)."""
-        heard = self.heard_of.get(peer)
+        """Seconds since any word from or of ``peer``, its PROGRESS too (infinite: none this
+        round)."""
+        heard = latest(self.heard_of.get(peer), self.progress_from.get(peer))
         return float("inf") if heard is None else now - heard
+
+    def shown_life(self, peer: int, since: float) -> bool:
+        """A word from or of ``peer`` after ``since``, or its PROGRESS (its downlink is busy)."""
+        heard = latest(self.heard_of.get(peer), self.progress_from.get(peer))
+        return heard is not None and heard > since
 
 
 def orphan_start(round_start: float, now: float, reported: float | None) -> float:

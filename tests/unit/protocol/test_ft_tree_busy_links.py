@@ -206,3 +206,30 @@ def test_a_silent_child_is_reported_while_another_childs_downlink_stays_busy() -
     # Child 1 sent nothing either, but its PROGRESS says it lives and its data waits behind
     # what it receives: only child 2 is reported, when it is on quiet links.
     assert reported(1) == {2: quiet[2]}
+
+
+def test_a_childs_progress_holds_its_verdict_but_is_no_word_of_it_in_this_round() -> None:
+    """A loaded host reads the last round's result slowly: a child's PROGRESS of then is
+    replayed into our round, and counted as a frame of it; cut off right after, the child was
+    never reported by us, its excusal by the fleet ignored, and the round ran to its wait cap."""
+    def first_report(busy: int | None) -> float | None:
+        root = machine(0)
+        root.start(0.0)
+        if busy is not None:
+            root.on_frame(progress(busy, 0), 0.05)
+        now = 0.0
+        while (due := root.next_timer()) is not None and due < 6.0:
+            now = max(now, due)
+            if any(isinstance(a, Note) and a.kind == "silent" and a.peer == 1 for a in root.on_timer(now)):
+                return now
+        return None
+
+    quiet = first_report(None)
+    assert quiet is not None
+    held = first_report(1)
+    assert held is not None and held >= 0.05 + DOWNLINK_BUSY_HOLD  # it lived at 0.05 s, busy
+    excused = machine(0)
+    excused.start(0.0)
+    excused.on_frame(progress(1, 0), 0.05)
+    excused.excuse(1, 0.5)
+    assert 1 not in excused.scope.expected
