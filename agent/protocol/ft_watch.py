@@ -162,8 +162,11 @@ class PeerWatch:
             if not may_be_silent(child):
                 continue
             # Reported to the fleet: a live child (only its links are slow or cut) refutes at
-            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting.
-            self.report_silent(child, "nothing from it for a whole wait", now)
+            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting. A child
+            # of ours was waited for over its subtree's depth: a node under it that lives and
+            # went around it would have been heard of by now (``orphaned``).
+            since = self.scope.start_time if child in self.scope.children else None
+            self.report_silent(child, "nothing from it for a whole wait", now, since)
 
     def relay_wait(self, target: int) -> float:
         return self.scope.rto(target) + self.scope.transmit(target, self.scope.unit_bytes)
@@ -193,12 +196,13 @@ class PeerWatch:
                 out.append(at + self.relay_wait(t) if drained is None else max(at + self.relay_wait(t), drained))
         return out
 
-    def report_silent(self, peer: int, why: str, now: float) -> None:
-        """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it)."""
+    def report_silent(self, peer: int, why: str, now: float, since: float | None = None) -> None:
+        """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it).
+        ``since``: whence the nodes under it are watched (see ``orphaned``; None: now)."""
         self.reported_silent[peer] = now
         self.scope.note(NoteKind.SILENT, peer, why)
         if peer in self.scope.expected and peer in self.scope.subtree:
-            self.orphaned(peer, now)  # those under it may be as silent: nobody else watches them
+            self.orphaned(peer, now, since)  # those under it may be as silent: nobody else watches them
 
     def unheard_since_reported(self, peer: int) -> bool:
         # Once it refuted, it lives (and the fleet hears one report per round from us).
