@@ -205,6 +205,8 @@ class FtTreeRound:
         if self.state.waiting and now >= self.wait.at:
             self._wait_over(now)
         self.watch.check_children(now, self._may_be_silent)
+        if self.state.waiting and self.result is None:
+            self.watch.check_quiet_children(now, self.wait.owes)
         self.watch.check_relay_targets(now)
         self.courier.expire(now)
         self.broadcast.on_timer(now)
@@ -255,6 +257,8 @@ class FtTreeRound:
         if self.state.waiting and not self._all_forwarded():
             times.append(self.wait.at)
         times.extend(at for c, at in self.watch.silence_at.items() if self._may_be_silent(c))
+        if self.state.waiting and self.result is None:
+            times.extend(self.watch.quiet_timers(self.wait.owes))
         if self.pull.at is not None and self.result is None:
             times.append(self.pull.at)
         if (due := self.courier.next_due()) is not None:
@@ -363,8 +367,10 @@ class FtTreeRound:
         """``reported``: when the first report of its silence came (the nodes under it are
         watched from then on, see ``orphan_start``)."""
         scope = self.scope
-        if peer == scope.node or peer not in scope.expected or peer in self.watch.heard_of:
-            return []
+        heard = self.watch.heard_of.get(peer)
+        if peer == scope.node or peer not in scope.expected or (
+                heard is not None and (reported is None or heard >= reported)):
+            return []  # it spoke since the fleet's first report: it lives
         scope.expected.discard(peer)
         self.watch.orphaned(peer, now, reported)
         for j in range(self.n):

@@ -67,7 +67,7 @@ class ContributionWait:
         # Past the straggler deadline a busy link is no reason: the frame may be anybody's (on a
         # busy host a fleet waited out a straggler's steps this way); a child must be sending.
         late = now >= scope.start_time + self._straggler_wait()
-        owing = [c for c in scope.children if self._owes(c, late)]
+        owing = [c for c in scope.children if self.owes(c, late)]
         # Our link is busy with a large frame, or a link in a subtree we wait for (its nodes'
         # PROGRESS): contributions are on the way. Other members' links carry none of them.
         draining = self.watch.draining(now, {n for c in owing for n in scope.tree.subtree(c)})
@@ -79,7 +79,7 @@ class ContributionWait:
                 due = max(due, heard + scope.rto(child) + scope.transmit(child, scope.unit_bytes))
         return min(due, cap) if due > now else now
 
-    def _owes(self, child: int, late: bool) -> bool:
+    def owes(self, child: int, late: bool = False) -> bool:
         """``child`` is up and its subtree still owes us data for some chunk."""
         scope = self.scope
         owed = scope.expected & set(scope.tree.subtree(child))

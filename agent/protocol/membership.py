@@ -391,16 +391,12 @@ class Membership:
         self.peer_busy_at[node] = now
 
     def _stands_until(self, suspect: int, heard: float) -> float:
-        """When a report about ``suspect`` heard at ``heard`` counts, unrefuted: ``grace``
-        later, and DOWNLINK_BUSY_HOLD more if our links or the suspect's downlink showed a
-        backlog from a hold before it on. On 2 MB/s links the first slow round's 262 KB units
-        took longer to reach an inner node than its leaf's timeout; the inner node, accused,
-        heard the report only behind them, after the grace: the fleet dropped it for two
-        rounds and its rounds ran degraded (2 of 2 runs of 2 MB/s int8). Our own links' backlog
-        alone did not save it (min_timeout 0.1 s: 2 of 2 still dropped it); the suspect's
-        PROGRESS did (0 of 3). Only a backlog at the report counts (BUSY_AT_REPORT before it,
-        or later): one a hold before it counted on a starved host, where every large frame
-        reads slowly, for a node cut off right after the previous round's result."""
+        """When a report about ``suspect`` heard at ``heard`` counts, unrefuted: ``grace`` later,
+        DOWNLINK_BUSY_HOLD more if our links or the suspect's downlink show a backlog at the
+        report (BUSY_AT_REPORT before it, or later; not the last round's result read slowly by
+        a node cut off right after it). On 2 MB/s links an accused inner node heard the report
+        behind its leaves' units, after the grace, and was dropped (2 of 2 runs of int8); the
+        suspect's PROGRESS saved it (0 of 3), our own links' backlog alone did not."""
         busy = max(self.links_busy_at, self.peer_busy_at.get(suspect, -1e18))
         return heard + self.grace + (DOWNLINK_BUSY_HOLD if busy >= heard - BUSY_AT_REPORT else 0.0)
 
@@ -641,12 +637,9 @@ class Membership:
         return [n for n in among if n != self.node and self.is_online(n)]
 
     def state_holders(self) -> list[int]:
-        """Who can serve the fleet's state to a joiner: the live members of the newest view
-        (they ran its rounds), else any live node. A node the view left out may be cut off
-        itself, its retained status still "online": back from a cut with it, a joiner asked
-        it for a stripe that never came, and pulled for 4.7 s instead of 0.1."""
-        live = self.live()
-        members = set(self.newest.members) if self.views else set()
+        """Who serves a joiner the state: live members of the newest view, else any live node
+        (one left out may be cut off, its status still online: its stripe never came)."""
+        live, members = self.live(), set(self.latest.members if self.latest else ())
         return self.online_peers([n for n in live if n in members]) or self.online_peers(live)
 
     def knows_incarnation(self, node: int, incarnation: int) -> bool:

@@ -82,3 +82,26 @@ def test_a_slow_round_raises_the_usual_time_at_once_and_it_comes_down_slowly() -
     links.observe_first_frame(1, 0.01)
     assert abs((links.first_frame(1) or 0) - (0.8 * 0.5 + 0.2 * 0.01)) < 1e-9
     assert LinkEstimators(fixed=0.5).first_frame(1) is None
+
+
+def test_a_child_heard_from_that_goes_quiet_still_owing_data_is_reported_and_excused() -> None:
+    """Cut off after its first frames (one of two chunks here): it had no verdict at all, the
+    fleet's excusal of it was ignored (it had been heard from), and on mosquitto the round ran
+    to the root's wait cap. Now it is reported a whole span after its last word, and the
+    fleet's excusal, from a report after that word, is taken."""
+    m = FtTreeRound(RoundContext(CFG, TREE, 0, 0, np.zeros(16, np.float32), 0, CFG.new_links(), 0.0))
+    m.start(0.0)
+    m.on_frame(Frame(Kind.DATA, 0, 0, 1, 0, 2, origin=1, contributors=frozenset({1})).with_values(np.ones(8, np.float32)), 0.05)
+    for j in range(2):
+        m.on_frame(Frame(Kind.DATA, 0, 0, 2, j, 2, origin=2, contributors=frozenset({2})).with_values(np.ones(8, np.float32)), 0.05)
+    at = silent_report_at(m, 1, 0.05)
+    assert 0.05 + at < CFG.round_deadline * CFG.reduce_fraction  # before the wait cap
+    assert abs(at - m.watch.quiet_span(1)) < 1e-3  # a whole span after its last word
+    m.excuse(1, 0.05 + at + 0.4, reported=0.05 + at)
+    assert 1 not in m.scope.expected
+    # One heard from after the fleet's first report lives: its excusal is ignored.
+    spoke = FtTreeRound(RoundContext(CFG, TREE, 0, 0, np.zeros(16, np.float32), 0, CFG.new_links(), 0.0))
+    spoke.start(0.0)
+    spoke.on_frame(Frame(Kind.DATA, 0, 0, 1, 0, 2, origin=1, contributors=frozenset({1})).with_values(np.ones(8, np.float32)), 0.5)
+    spoke.excuse(1, 0.9, reported=0.3)
+    assert 1 in spoke.scope.expected
