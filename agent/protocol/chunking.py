@@ -59,6 +59,22 @@ SLOW_LINK_BROADCAST = "fanout"  # the View.broadcast of a fleet on slow links
 ASSUMED_UPLINK_RATE = 10e6  # bytes/s
 
 
+# A unit's ACK from another site comes back over both sites' uplinks, each one FIFO shared by
+# the whole site, behind whatever else they carry: when a cut-off site rejoins, its agents'
+# state transfers (weights and optimizer: 3 vectors each, in stripes from two peers of the
+# root's site) beside the round's own vectors. A timeout shorter than that drain declared a live
+# link dead (3 x 3, 10 MB/s: the ACKs to site s2's root waited behind 6.5 MB of state), its
+# units went round by relay and flood, its site skipped the round, drifted and fetched the
+# state again, over the same uplinks: a split for 10-40 rounds.
+CROSS_SITE_QUEUED_VECTORS = 6
+
+
+def cross_site_timeout(vector_bytes: int, max_timeout: float) -> float:
+    """The least timeout of a link to another site: CROSS_SITE_QUEUED_VECTORS vectors drained
+    at ASSUMED_UPLINK_RATE (1 s for the thesis MLP's), never above ``max_timeout``."""
+    return min(max_timeout, CROSS_SITE_QUEUED_VECTORS * vector_bytes / ASSUMED_UPLINK_RATE)
+
+
 def rate_across_sites(measured: float | None, sites: list[str]) -> float | None:
     """The rate the coordinator chooses chunks and broadcast by: its downlink's, or for a view
     over more than one site at most ASSUMED_UPLINK_RATE."""
