@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "run it under the fleet lock, 21 agents take minutes")
     parser.add_argument("--faults", action="store_true",
                         help="with --real: also a bridge cut of site s1 and a restart of its broker")
+    parser.add_argument("--faults-only", action="store_true",
+                        help="with --real --faults: the two fault runs alone (not the trees' runs)")
     parser.add_argument("--cut-seconds", type=arg(whole(1, 600, "seconds")), default=20)
     parser.add_argument("--outage", type=arg(whole(1, 120, "seconds")), default=5,
                         help="with --faults: seconds the site broker is down")
@@ -79,8 +81,8 @@ def _measure(args: argparse.Namespace, aware: bool) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.faults and not args.real:
-        progress("edgegrove bench sites: --faults needs --real")
+    if (args.faults and not args.real) or (args.faults_only and not args.faults):
+        progress("edgegrove bench sites: --faults needs --real, --faults-only needs --faults")
         return 2
     if args.nodes < args.sites:
         progress(f"edgegrove bench sites: --nodes {args.nodes} < --sites {args.sites}: every site needs an agent")
@@ -113,7 +115,7 @@ def _run_real(args: argparse.Namespace) -> int:
     workdir = sites_real.work_directory(args)
     progress(f"bench sites --real: {args.sites} sites x {args.nodes} agents, uplinks "
              f"{args.uplink_rate} MB/s {args.uplink_rtt} ms, runs in {workdir}")
-    trees = [sites_real.measure_tree(args, workdir, aware) for aware in (True, False)]
+    trees = [] if args.faults_only else [sites_real.measure_tree(args, workdir, aware) for aware in (True, False)]
     faults = ([sites_real.measure_fault(args, workdir, kind) for kind in ("bridge-cut", "site-broker-restart")]
               if args.faults else [])
     doc = document("sites-real", sites=args.sites, nodes=args.nodes, rounds=args.rounds, values=args.values,
