@@ -84,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if (args.faults and not args.real) or (args.faults_only and not args.faults):
         progress("edgegrove bench sites: --faults needs --real, --faults-only needs --faults")
         return 2
+    if not args.uplink_rate > 0 or not 0 <= args.uplink_rtt <= 10_000:
+        progress(f"edgegrove bench sites: --uplink-rate {args.uplink_rate} MB/s > 0, --uplink-rtt "
+                 f"{args.uplink_rtt} ms in 0..10000")
+        return 2
     if args.nodes < args.sites:
         progress(f"edgegrove bench sites: --nodes {args.nodes} < --sites {args.sites}: every site needs an agent")
         return 2
