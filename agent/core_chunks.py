@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agent.protocol.allreduce import AllreduceConfig, Broadcast, Note
-from agent.protocol.chunking import DownlinkRate, broadcast_for, chunk_values_for
+from agent.protocol.chunking import DownlinkRate, broadcast_for, chunk_values_for, rate_across_sites
 from agent.protocol.membership import Membership, PublishView
 from agent.protocol.messages import View
 from agent.protocol.notes import NoteKind
@@ -42,7 +42,7 @@ class ChunkPolicy:
         view = membership.latest
         if not (self.adapt_chunks or self.adapt_broadcast) or view is None or membership.coordinator() != node:
             return [], None
-        rate = downlink.rate()
+        rate = rate_across_sites(downlink.rate(), view.sites)
         chunks, broadcast = view.chunk_values, view.broadcast
         if self.adapt_chunks:
             chunks = chunk_values_for(rate, chunks, self.base.chunk_size)
@@ -53,5 +53,6 @@ class ChunkPolicy:
             return out, None
         size = chunks or self.base.chunk_size
         how = broadcast or self.base.broadcast
+        why = "uplinks between sites" if len(set(view.sites)) > 1 else "downlink"
         return out, Note(NoteKind.CHUNKS, None, f"{size:,} values per chunk, broadcast {how}, from round "
-                                                f"{membership.newest.from_round}: downlink {rate / 1e6:.1f} MB/s")
+                                                f"{membership.newest.from_round}: {why} {rate / 1e6:.1f} MB/s")

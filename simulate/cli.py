@@ -432,7 +432,8 @@ class Simulation:
             node_url = url
             if self.site_brokers is not None:
                 node_url = self.site_brokers.url_for(node)
-                options = {**options, "site": self.site_brokers.site_of(node)}
+                if self.sites is not None and self.sites.site_aware:
+                    options = {**options, "site": self.site_brokers.site_of(node)}
             if node in proxies:
                 proxy = proxies[node]
                 node_url = f"{scheme}://{proxy.listen[0]}:{proxy.port}"
@@ -484,9 +485,14 @@ class Simulation:
         rounds = self.scenario.fleet.rounds
         bar = tqdm(total=rounds, desc="rounds", file=sys.stderr, unit="round", dynamic_ncols=True,
                    mininterval=0.5)
+        logged_round = -1
         try:
             while not self.stop_event.is_set():
                 fleet_round = self.watch.fleet_round
+                if self.site_brokers is not None and fleet_round != logged_round:
+                    # per round: what crossed the uplinks so far (`bench sites --real` reads it)
+                    self.log.add("uplinks", round=fleet_round, bytes=self.site_brokers.uplink_bytes())
+                    logged_round = fleet_round
                 self._fire_faults(fleet_round)
                 self._progress(bar, fleet_round)
                 for node, code in self._poll_exits():

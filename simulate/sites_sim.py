@@ -25,6 +25,7 @@ class SitesOptions:
     count: int
     uplink_rate: float | None = None  # bytes/s each way of every uplink; None: unlimited
     uplink_rtt: float = 0.0  # s
+    site_aware: bool = True  # off: the agents are not told their site (a site-blind tree)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,14 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --sites: each site's uplink to the core, MB/s each way")
     parser.add_argument("--uplink-rtt", type=float, default=0.0, metavar="MS",
                         help="with --sites: each uplink's round-trip time in ms")
+    parser.add_argument("--site-blind", action="store_true",
+                        help="with --sites: the agents are not told their site, so their tree "
+                             "ignores the sites (the comparison of `edgegrove bench sites --real`; "
+                             "a cut bridge then reads as lost members, not a cut site)")
 
 
 def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | None:
     """The sites to run, or UsageError (before anything starts)."""
     count = int(args.sites)
     if count == 0:
-        if args.uplink_rate is not None or args.uplink_rtt:
-            raise UsageError("--uplink-rate and --uplink-rtt shape the uplinks of --sites: add --sites N")
+        if args.uplink_rate is not None or args.uplink_rtt or args.site_blind:
+            raise UsageError("--uplink-rate, --uplink-rtt and --site-blind are about the uplinks "
+                             "of --sites: add --sites N")
         _no_site_faults(scenario, "")
         return None
     if not 1 <= count <= scenario.fleet.nodes:
@@ -60,7 +66,7 @@ def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | 
                          "runs to the single broker only; use bridge-cut or site-broker-restart")
     _no_site_faults(scenario, ", ".join(split_sites(list(range(scenario.fleet.nodes)), count)))
     rate = None if args.uplink_rate is None else args.uplink_rate * 1e6
-    return SitesOptions(count, rate, args.uplink_rtt / 1000)
+    return SitesOptions(count, rate, args.uplink_rtt / 1000, not args.site_blind)
 
 
 def _no_site_faults(scenario: Scenario, names: str) -> None:

@@ -50,6 +50,37 @@ FAST_DOWNLINK_RATE = 300e6  # bytes/s
 # 2.3-2.5 s with 262,144 values, 1.30 s with 65,536 and 1.18 s with 32,768 (128 KB frames).
 SLOW_LINK_CHUNK_VALUES = 32_768
 SLOW_LINK_BROADCAST = "fanout"  # the View.broadcast of a fleet on slow links
+# A view over several sites crosses the sites' uplinks, and the coordinator's downlink cannot
+# time them: its site's broker stores each message whole and hands it on at local speed. So
+# such a fleet goes by this rate for its uplinks (below SLOW_DOWNLINK_RATE: slow-link chunks
+# and the fan-out). With 1 MB chunks each of the two uplinks a chunk crosses (and the core
+# broker between them) held it whole: a 3 x 3 fleet at 10 MB/s, 40 ms took 0.74 s a round,
+# 0.52 s with 32,768 values (bound 0.41 s).
+ASSUMED_UPLINK_RATE = 10e6  # bytes/s
+
+
+# A unit's ACK from another site comes back over both sites' uplinks, each one FIFO shared by
+# the whole site, behind whatever else they carry: when a cut-off site rejoins, its agents'
+# state transfers (weights and optimizer: 3 vectors each, in stripes from two peers of the
+# root's site) beside the round's own vectors. A timeout shorter than that drain declared a live
+# link dead (3 x 3, 10 MB/s: the ACKs to site s2's root waited behind 6.5 MB of state), its
+# units went round by relay and flood, its site skipped the round, drifted and fetched the
+# state again, over the same uplinks: a split for 10-40 rounds.
+CROSS_SITE_QUEUED_VECTORS = 6
+
+
+def cross_site_timeout(vector_bytes: int, max_timeout: float) -> float:
+    """The least timeout of a link to another site: CROSS_SITE_QUEUED_VECTORS vectors drained
+    at ASSUMED_UPLINK_RATE (1 s for the thesis MLP's), never above ``max_timeout``."""
+    return min(max_timeout, CROSS_SITE_QUEUED_VECTORS * vector_bytes / ASSUMED_UPLINK_RATE)
+
+
+def rate_across_sites(measured: float | None, sites: list[str]) -> float | None:
+    """The rate the coordinator chooses chunks and broadcast by: its downlink's, or for a view
+    over more than one site at most ASSUMED_UPLINK_RATE."""
+    if len(set(sites)) < 2:
+        return measured
+    return ASSUMED_UPLINK_RATE if measured is None else min(measured, ASSUMED_UPLINK_RATE)
 
 
 class DownlinkRate:

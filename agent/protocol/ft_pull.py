@@ -64,10 +64,23 @@ class ResultPull:
         if not missing or not live:
             self.at = None
             return
+        live = self._own_site_first(live)
         peer = live[self.asked % len(live)]
         self.asked += 1
         scope.note(NoteKind.PULL, peer, f"{len(missing)} chunks")
         self.send_pull(peer, now)
+
+    def _own_site_first(self, live: list[int]) -> list[int]:
+        """Below a site's root, only peers of our own site while one of them lives: an answer
+        from elsewhere crosses the uplinks, a whole result per ask, behind the fan-out it
+        overtakes nowhere (after a bridge cut healed, 21 agents pulled 100-200 times a round
+        across them: 40-150 MB a round where 11 do)."""
+        tree, node = self.scope.tree, self.scope.node
+        mine = tree.site(node)
+        if not mine or tree.site_root(node) == node:
+            return live
+        own = [p for p in live if tree.site(p) == mine]
+        return own or live
 
     def send_pull(self, peer: int, now: float) -> None:
         """Ask ``peer`` for the chunks whose result we lack; ask again after its RTO."""

@@ -21,6 +21,7 @@ from agent.protocol.allreduce import (
     RoundStats,
     chunk_bounds,
 )
+from agent.protocol.chunking import cross_site_timeout
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -49,6 +50,8 @@ class RoundScope(Outbox):
         self.n = len(self.bounds)
         # Bytes of the largest DATA frame of this round (its transmission time counts in waits).
         self.unit_bytes = HEADER_SIZE + max(hi - lo for lo, hi in self.bounds) * value_bytes(ctx.config.wire_dtype)
+        vector_bytes = len(ctx.gradient) * value_bytes(ctx.config.wire_dtype)
+        self.cross_site_floor = cross_site_timeout(vector_bytes, ctx.config.max_timeout)
         self.stats = RoundStats()
         self.book = LinkBook()
         self.book.known(self.neighbours)
@@ -105,7 +108,14 @@ class RoundScope(Outbox):
     def rto(self, peer: int | None) -> float:
         if not self.adaptive:
             return self.ctx.config.fixed_timeout
-        return self.ctx.links.rto(-1 if peer is None else peer)
+        base = self.ctx.links.rto(-1 if peer is None else peer)
+        if peer is None or not self._across_sites(peer):
+            return base
+        return max(base, self.cross_site_floor)
+
+    def _across_sites(self, peer: int) -> bool:
+        mine = self.tree.site(self.node)
+        return bool(mine) and self.tree.site(peer) not in ("", mine)
 
     def transmit(self, peer: int, nbytes: int) -> float:
         """Seconds ``nbytes`` take on the link to ``peer`` (0 with fixed timeouts)."""

@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, Command] = {
     "round-profile": Command("simulate.bench.round_profile", "where a fault-free round's time goes: per-agent compute/allreduce, CPU of agents and mosquitto, vs the bound"),
     "links": Command("simulate.bench.links", "every agent's link limited (2-50 MB/s) x wire format: allreduce vs the busiest link's bound, degraded rounds, bytes, accuracy"),
     "flower": Command("simulate.bench.flower", "Flower 1.42 (deployment engine, FedAvg) vs an Edgegrove fleet: round time, time/bytes to accuracy, memory per client, faults"),
-    "sites": Command("simulate.bench.sites", "a fleet over sites: bytes across the uplinks per round vs the minimum, site-aware vs site-blind tree"),
+    "sites": Command("simulate.bench.sites", "a fleet over sites: bytes across the uplinks per round vs the minimum, site-aware vs site-blind tree (--real: real bridged brokers, shaped uplinks, --faults)"),
     "tta": Command("simulate.bench.tta_runs", "wall time, bytes and samples to a target accuracy per link rate x sync period (--sync-every 1 8 auto), table and plot"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

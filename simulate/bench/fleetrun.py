@@ -53,6 +53,7 @@ class FleetScenario:
     # (node, p, first round, rounds): that agent drops sent and received link frames with
     # probability p in those rounds only (a burst of loss)
     loss_burst: tuple[int, float, int, int] | None = None
+    faults_toml: str = ""  # further [[faults]] tables, as the simulator's TOML
 
     def toml(self) -> str:
         """The scenario as the simulator's TOML."""
@@ -76,6 +77,8 @@ class FleetScenario:
             node, p, at, rounds = self.loss_burst
             lines += ["", "[[faults]]", 'kind = "loss"', f"node = {node}", f"p = {p:.6f}",
                       f"at_round = {at}", f"heal_round = {at + rounds}"]
+        if self.faults_toml:
+            lines += ["", self.faults_toml.strip()]
         return "\n".join(lines) + "\n"
 
 

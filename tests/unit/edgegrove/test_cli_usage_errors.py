@@ -41,6 +41,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "simulate-http-url": (["simulate", "--broker", "http://127.0.0.1:1883"], "not a broker URL"),
     "simulate-not-a-url": (["simulate", "--broker", "not a url"], "not a broker URL"),
     "simulate-port-99999": (["simulate", "--broker", "mqtt://127.0.0.1:99999"], "1..65535"),
+    "simulate-site-blind-without-sites": (["simulate", "--site-blind"], "add --sites N"),
     "simulate-credentials-dir": (["simulate", "--broker", "mqtt://127.0.0.1:1883", "--credentials", "{tmp}"],
                                  "is a directory"),
     "simulate-credentials-not-json": (["simulate", "--broker", "mqtt://127.0.0.1:1883",

@@ -102,3 +102,14 @@ def test_a_configured_size_at_or_below_the_slow_links_is_kept() -> None:
 def test_the_broadcast_follows_the_downlink_with_the_same_hysteresis(rate: float | None, current: str,
                                                                      chosen: str) -> None:
     assert broadcast_for(rate, current) == chosen
+
+
+def test_a_view_over_several_sites_goes_by_the_uplinks_rate_whatever_the_downlink_says() -> None:
+    from agent.protocol.chunking import ASSUMED_UPLINK_RATE, rate_across_sites
+
+    assert rate_across_sites(None, ["s0", "s0", "s1"]) == ASSUMED_UPLINK_RATE
+    assert rate_across_sites(5e9, ["s0", "s1"]) == ASSUMED_UPLINK_RATE
+    assert rate_across_sites(2 * MB, ["s0", "s1"]) == 2 * MB  # a slower downlink still counts
+    assert rate_across_sites(5e9, ["s0", "s0"]) == 5e9  # one site: its own downlink
+    assert rate_across_sites(None, []) is None
+    assert chunk_values_for(rate_across_sites(None, ["s0", "s1"]), 0, CONFIGURED) == SLOW_LINK_CHUNK_VALUES

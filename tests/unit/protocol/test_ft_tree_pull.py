@@ -123,3 +123,34 @@ def test_an_honest_nack_of_a_lost_unit_is_answered() -> None:
     resent = [a for a in m.on_frame(nack, 0.01) if isinstance(a, Send) and a.frame.kind == Kind.DATA]
     assert [(a.dst, a.frame.chunk_index) for a in resent] == [(1, 1)]
     assert m.stats.refused["nack_budget"] == 0
+
+
+def test_below_a_site_root_only_the_own_site_is_asked_while_one_of_it_lives() -> None:
+    # s0 = 0..2, s1 = 3..6 under its root 3: an answer from s0 crosses the uplinks, a whole
+    # result per ask (after a healed bridge cut, 21 agents pulled 100-200 times a round).
+    sites = {m: "s0" if m < 3 else "s1" for m in range(7)}
+    tree = Tree.of(range(7), 2, sites=sites)
+    below = next(m for m in range(4, 7) if tree.parent(m) == 3)
+    links = CFG.new_links()
+    for peer in range(7):
+        for _ in range(5):
+            links.observe(peer, 0.01)
+    m = FtTreeRound(RoundContext(CFG, tree, below, 0, np.ones(8, np.float32), 0, links, 0.0))
+    m.start(0.0)
+    for j in (0, 1):
+        ack = Frame(Kind.ACK, CFG.job, 0, 3, j, 2, Flag.NONE, origin=3, target=below,
+                    contributors=frozenset({below}))
+        m.on_frame(ack.with_indices([j]), 0.01)
+    asked = [dst for _, dst in pulls_until(m, 4.0)]
+    assert asked and all(sites[p] == "s1" for p in asked), asked
+    root3 = FtTreeRound(RoundContext(CFG, tree, 3, 0, np.ones(8, np.float32), 0, links, 0.0))
+    root3.start(0.0)
+    for child in tree.children(3):
+        for j in (0, 1):
+            unit = Frame(Kind.DATA, CFG.job, 0, child, j, 2, origin=child, target=3,
+                         contributors=frozenset(tree.subtree(child)))
+            root3.on_frame(unit.with_values(np.ones(4, np.float32)), 0.01)
+    for j in (0, 1):
+        ack = Frame(Kind.ACK, CFG.job, 0, 0, j, 2, Flag.NONE, origin=0, target=3, contributors=frozenset({3}))
+        root3.on_frame(ack.with_indices([j]), 0.02)
+    assert 0 in [dst for _, dst in pulls_until(root3, 4.0)]  # the site root asks across

@@ -7,7 +7,7 @@ import socket
 import threading
 
 from agent.transport.tcp_link import close_gently
-from simulate.proxy import TcpProxy
+from simulate.proxy import HOLD_BYTES, Shaping, TcpProxy, hold_limit
 from tests.unit.transport.test_tcp_link import read_to_the_end
 
 
@@ -44,3 +44,11 @@ def test_a_clean_close_through_the_proxy_reaches_the_server_as_a_fin_not_a_reset
         finally:
             proxy.stop()
     assert seen == [b"DISCONNECT", "eof"], seen[-1:]
+
+
+def test_a_link_with_latency_and_a_rate_holds_its_bytes_in_flight_before_it_pushes_back() -> None:
+    # 10 MB/s with 20 ms each way: 200 kB on the wire. Held to HOLD_BYTES alone, the link
+    # carried HOLD_BYTES per 20 ms whatever its rate.
+    assert hold_limit(Shaping(latency=0.02, bytes_per_second=10e6)) == HOLD_BYTES + 200_000
+    assert hold_limit(Shaping(latency=0.02)) == HOLD_BYTES  # no rate: nothing to fill
+    assert hold_limit(Shaping(bytes_per_second=10e6)) == HOLD_BYTES  # no latency: nothing in flight

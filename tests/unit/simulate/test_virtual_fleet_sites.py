@@ -4,6 +4,7 @@ and direction, and the fault-tolerant rules hold inside a site and across sites.
 from __future__ import annotations
 
 from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.chunking import SLOW_LINK_BROADCAST, SLOW_LINK_CHUNK_VALUES
 from agent.protocol.membership import view_tree
 from simulate.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet, count_problems
 
@@ -52,3 +53,17 @@ def test_a_silent_node_inside_a_site_is_detected_and_routed_around() -> None:
     last = records[-1]
     assert 10 not in last.members and not last.degraded
     assert len({r.values.tobytes() for r in last.results.values()}) == 1
+
+
+def test_a_fleet_over_sites_cuts_small_chunks_and_fans_out_from_the_start() -> None:
+    # The coordinator's site broker hands it every message at local speed: its downlink never
+    # shows the uplinks slow, so the view's sites decide.
+    config = AllreduceConfig(timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0, broadcast="tree")
+    aware = _fleet(nodes=6, sites=2, rounds=3, allreduce=config, adapt_broadcast=True, adapt_chunks=True)
+    blind = _fleet(nodes=6, sites=2, rounds=3, allreduce=config, adapt_broadcast=True, adapt_chunks=True,
+                   site_aware=False)
+    aware.run()
+    blind.run()
+    view = aware.agents[0].core.membership.newest
+    assert (view.chunk_values, view.broadcast) == (SLOW_LINK_CHUNK_VALUES, SLOW_LINK_BROADCAST)
+    assert blind.agents[0].core.membership.newest.chunk_values == 0

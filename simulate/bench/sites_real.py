@@ -1,0 +1,199 @@
+"""`edgegrove bench sites --real`: the sites fleet on real bridged mosquittos, shaped uplinks.
+
+Runs `edgegrove simulate --sites S --nodes N` (real agents, a core broker and one broker per
+site, each bridge through a proxy shaped to ``--uplink-rate`` and ``--uplink-rtt``) twice: with
+the site-aware tree and with ``--site-blind`` (given the 32,768-value chunks the site-aware
+fleet's views choose, so only the trees differ). Per run, from the uplink counters the
+simulator logs each round: the bytes that entered the sites through their uplinks per round
+(every cross-site delivery enters its site once) against the minimum (2 vectors per site but
+the root's: its mean up, the result down), both directions together, the busiest uplink's
+bytes each way and its bound (bytes / rate, plus one RTT for the reduce and one for the
+broadcast: a hop between sites crosses two uplinks, half an RTT each); the median round
+against that bound, the agents' compute in it and the degraded rounds. With ``--faults``, two
+more site-aware runs: site s1's bridge cut for ``--cut-seconds`` and s1's broker restarted
+(``--outage``): degraded rounds outside s1 in the fault, rounds with more than one model among
+the members, rounds from the heal until s1 is back with the fleet's model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
+from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
+
+WARMUP_ROUNDS = 3  # the fleet settles its chunks and timeouts in these: not measured
+RUN_BUDGET_S = 600.0
+FAULT_AT_ROUND = 10
+FAULT_SITE = "s1"
+
+
+def vector_bytes(values: int) -> int:
+    return values * 4  # float32 on the wire
+
+
+def uplink_figures(snapshots: list[tuple[int, dict[str, list[int]]]], rounds: int, sites: int,
+                   values: int, rate: float, rtt: float) -> dict[str, Any]:
+    """Per round, between the first snapshot past the warm-up and the last one of the run:
+    bytes into the sites (sum of the downlinks), both ways, the busiest uplink each way."""
+    steady = [(r, b) for r, b in snapshots if WARMUP_ROUNDS <= r <= rounds]
+    if len(steady) < 2 or steady[-1][0] == steady[0][0]:
+        return {"error": "too few rounds with uplink counts"}
+    (r0, first), (r1, last) = steady[0], steady[-1]
+    n = r1 - r0
+    delta = {site: (last[site][0] - first[site][0], last[site][1] - first[site][1]) for site in last}
+    into = sum(down for _, down in delta.values()) / n
+    both = sum(up + down for up, down in delta.values()) / n
+    busiest = max(max(up, down) for up, down in delta.values()) / n
+    minimum = 2 * (sites - 1) * vector_bytes(values)
+    return {
+        "measured_rounds": [r0, r1],
+        "into_sites_bytes_per_round": round(into),
+        "minimum_bytes_per_round": minimum,
+        "over_minimum": round(into / minimum, 3),
+        "both_ways_bytes_per_round": round(both),
+        "busiest_uplink_bytes_per_round_each_way": round(busiest),
+        "uplink_bound_s": round(busiest / rate + 2 * rtt, 3),
+        "per_site_bytes_per_round": {s: [round(u / n), round(d / n)] for s, (u, d) in delta.items()},
+    }
+
+
+def round_figures(rows: list[dict[str, Any]], bound: float | None) -> dict[str, Any]:
+    """Median round (the slowest agent's, past the warm-up), its share of compute, degraded."""
+    steady = [r for r in rows if r["round"] >= WARMUP_ROUNDS and r.get("round_s_max") is not None]
+    if not steady:
+        return {"error": "no rounds past the warm-up"}
+    median = statistics.median(r["round_s_max"] for r in steady)
+    compute = statistics.median(r.get("compute_s_median") or 0.0 for r in steady)
+    return {
+        "median_round_s": round(median, 3),
+        "over_bound": round(median / bound, 3) if bound else None,
+        "compute_s_median": round(compute, 4),
+        "compute_share": round(compute / median, 3),
+        "degraded_rounds": sum(1 for r in rows if (r.get("degraded_nodes") or 0) > 0),
+        "rounds": len(rows),
+    }
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "events.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def uplink_snapshots(events: list[dict[str, Any]]) -> list[tuple[int, dict[str, list[int]]]]:
+    return [(e["round"], e["bytes"]) for e in events
+            if e.get("type") == "uplinks" and isinstance(e.get("round"), int)]
+
+
+def fault_window(events: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Event-log times the fault began and ended (bridge healed, site broker started)."""
+    start = [e["t"] for e in events if e.get("type") == "fault" and e.get("action") == "inject"]
+    end = [e["t"] for e in events if (e.get("type") == "site" and e.get("event") == "healed")
+           or (e.get("type") == "broker" and e.get("event") == "started")]
+    if not start or not end:
+        return None
+    return min(start), min(t for t in end if t >= min(start))
+
+
+def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int) -> dict[str, Any]:
+    """Around the fault on ``site_nodes``' site: degraded rounds of the other agents from the
+    fault until the site is back, rounds whose members (reporters averaging with others) hold
+    more than one model, and rounds from the heal until every agent reports the fleet's model."""
+    window = fault_window(events)
+    if window is None:
+        return {"error": "the fault did not begin and end"}
+    start, end = window
+    rounds: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for e in events:
+        if e.get("type") == "telemetry" and isinstance(e.get("round"), int):
+            rounds[e["round"]][e["node"]] = e
+    first_at = {r: min(x["t"] for x in by.values()) for r, by in rounds.items()}
+    after = [r for r in sorted(rounds) if first_at[r] >= end]
+    whole = [r for r in after if len(rounds[r]) == nodes
+             and len({x["model_hash"] for x in rounds[r].values()}) == 1]
+    back = whole[0] if whole else None
+    last = back if back is not None else max(rounds, default=0)
+    fault_rounds = [r for r in sorted(rounds) if first_at[r] >= start - 5.0 and r <= last]
+    others_degraded = [r for r in fault_rounds
+                       if any(x.get("degraded") for n, x in rounds[r].items() if n not in site_nodes)]
+    split = [r for r in sorted(rounds)
+             if len({x["model_hash"] for x in rounds[r].values() if (x.get("contributors") or 0) > 1}) > 1]
+    return {
+        "fault_s": round(end - start, 1),
+        "rounds_in_fault": sum(1 for r in rounds if start <= first_at[r] < end),
+        "others_degraded_rounds": others_degraded,
+        "split_rounds": split,
+        "first_round_after_heal": after[0] if after else None,
+        "back_in_rounds": None if back is None or not after else back - after[0],
+        "back_in_s": None if back is None else round(first_at[back] - end, 1),
+    }
+
+
+def site_nodes(nodes: int, sites: int, site: str) -> set[int]:
+    """The agent ids of ``site``, split as make-sites splits them (contiguous blocks)."""
+    from simulate.site_brokers import split_sites
+
+    return set(split_sites(list(range(nodes)), sites)[site])
+
+
+def _agent_options() -> dict[str, Any]:
+    return {"eval_samples": 1000}
+
+
+def _run(args: argparse.Namespace, workdir: Path, name: str, aware: bool, rounds: int,
+         faults: str = "") -> tuple[FleetRun, dict[str, float]]:
+    agent = _agent_options() if aware else {**_agent_options(), "chunk_size": SLOW_LINK_CHUNK_VALUES}
+    scenario = FleetScenario(name=name, nodes=args.nodes, rounds=rounds, agent=agent, faults_toml=faults)
+    extra = ("--sites", str(args.sites), "--uplink-rate", str(args.uplink_rate),
+             "--uplink-rtt", str(args.uplink_rtt)) + (() if aware else ("--site-blind",))
+    load = {"before": os.getloadavg()[0]}
+    run = run_fleet(scenario, workdir / name, RUN_BUDGET_S, extra)
+    load["after"] = os.getloadavg()[0]
+    return run, load
+
+
+def measure_tree(args: argparse.Namespace, workdir: Path, aware: bool) -> dict[str, Any]:
+    name = "site-aware" if aware else "site-blind"
+    run, load = _run(args, workdir, name, aware, args.rounds)
+    events = read_events(run.run_dir)
+    links = uplink_figures(uplink_snapshots(events), args.rounds, args.sites, args.values,
+                           args.uplink_rate * 1e6, args.uplink_rtt / 1000)
+    rows = round_figures(run.rows, links.get("uplink_bound_s"))
+    return {"tree": name, **links, **rows, "load_1min": load, "run_dir": str(run.run_dir),
+            "finished": run.finished, "error": run.error}
+
+
+def measure_fault(args: argparse.Namespace, workdir: Path, kind: str) -> dict[str, Any]:
+    if kind == "bridge-cut":
+        toml = (f'[[faults]]\nkind = "bridge-cut"\nsite = "{FAULT_SITE}"\nat_round = {FAULT_AT_ROUND}\n'
+                f"seconds = {args.cut_seconds}\n")
+    else:
+        toml = (f'[[faults]]\nkind = "site-broker-restart"\nsite = "{FAULT_SITE}"\n'
+                f"at_round = {FAULT_AT_ROUND}\noutage = {args.outage}\n")
+    run, load = _run(args, workdir, kind, True, args.fault_rounds, toml)
+    figures = fault_figures(read_events(run.run_dir), site_nodes(args.nodes, args.sites, FAULT_SITE), args.nodes)
+    return {"fault": kind, "site": FAULT_SITE, **figures, "degraded_rounds": run.summary.get("degraded_rounds"),
+            "load_1min": load, "run_dir": str(run.run_dir), "finished": run.finished, "error": run.error}
+
+
+def work_directory(args: argparse.Namespace) -> Path:
+    if args.work_dir is not None:
+        return Path(args.work_dir)
+    return Path(tempfile.mkdtemp(prefix="edgegrove-bench-sites-"))
