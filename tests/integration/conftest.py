@@ -46,16 +46,6 @@ def mnist_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), a module's tests run on one worker, one after
-    the other: its module-scoped fixtures (a whole fleet's run, MNIST) run once, not on every
-    worker, and its own tests never compete with each other for the cores."""
-    here = Path(__file__).parent
-    for item in items:
-        if item.path.parent == here:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-
-
 def _require_mosquitto() -> None:
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: run scripts/setup.sh --dev (integration tests "
