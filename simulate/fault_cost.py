@@ -66,7 +66,9 @@ def step_time(nodes: int, cuts: list[tuple[int, int]], *, timeout: float, length
                                   round_deadline=max(10.0, 20 * timeout)),
         faults=tuple(FaultSpec("cut", 0, a, b) for a, b in cuts),
     )
-    record = VirtualFleet(config).run()[0]
+    fleet = VirtualFleet(config)
+    record = fleet.run()[0]
+    fleet.release()
     return record.duration, record.degraded
 
 

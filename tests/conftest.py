@@ -13,7 +13,9 @@ to check both modes with the same tests (the default is the fan-out, ``--broadca
 
 from __future__ import annotations
 
+import gc
 import os
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -32,6 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(WorkerPeaks(), "edgegrove-worker-peaks")
     mode = config.getoption("--broadcast")
     if mode is None:
         return
@@ -45,9 +49,58 @@ def pytest_configure(config: pytest.Config) -> None:
     assert AgentConfig(id=0).broadcast == mode
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The test process's own peak memory, for CI's log (issue 37: it once reached 4.5 GB)."""
+# A test's garbage in reference cycles (an in-memory fleet: its agents hold the fleet, the
+# bus's queued closures hold the bus) waits for a full collection, which the arrays' bytes
+# never trigger: the unit suite reached 7.7 GB. Collect once the process grew this much.
+COLLECT_AFTER_GROWTH_MB = 100
+
+
+def _resident_mb() -> float:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0  # not Linux: never collects beyond Python's own
+
+
+def _peak_mb() -> float:
     import resource
 
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    terminalreporter.write_line(f"pytest process peak resident memory: {peak_mb:.0f} MB")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+_resident_after_collect = [_resident_mb()]
+
+
+@pytest.hookimpl(trylast=True)  # after the fixtures' finalizers
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _resident_mb() - _resident_after_collect[0] >= COLLECT_AFTER_GROWTH_MB:
+        gc.collect()
+        _resident_after_collect[0] = _resident_mb()
+
+
+class WorkerPeaks:
+    """Under pytest-xdist: each worker's peak memory, sent to the controller at its end."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, float] = {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        peak = getattr(node, "workeroutput", {}).get("peak_rss_mb")
+        if peak is not None:
+            self.peaks[node.gateway.id] = peak
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput["peak_rss_mb"] = _peak_mb()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The test processes' own peak memory, for CI's log (issue 37: it once reached 9.1 GB)."""
+    terminalreporter.write_line(f"pytest process peak resident memory: {_peak_mb():.0f} MB")
+    workers = config.pluginmanager.get_plugin("edgegrove-worker-peaks")
+    for worker, peak in sorted(getattr(workers, "peaks", {}).items()):
+        terminalreporter.write_line(f"pytest worker {worker} peak resident memory: {peak:.0f} MB")

@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        import tensorflow  # noqa: F401 - only to say what is missing before anything starts
+        # Its import prints oneDNN notices through absl on some CPUs, whatever the log level.
+        with _native_stderr_silenced():
+            import tensorflow  # noqa: F401 - only to say what is missing before anything starts
     except ImportError:
         print(NO_TF, file=sys.stderr)
         return 2
@@ -250,8 +252,8 @@ def export(model: Any, name: str | None = None) -> bytes:
 
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
-    """The converter's C++ code prints its diagnostics to file descriptor 2; the exception
-    carries the same text, said here in one line."""
+    """TensorFlow's C++ code prints to file descriptor 2 (the converter's diagnostics: the
+    exception carries the same text, said here in one line)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

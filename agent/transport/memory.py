@@ -155,6 +155,14 @@ class MemoryBus:
             if any(topic_matches(s, topic) for s in client.subscriptions):
                 self._schedule_delivery(client, topic, payload, size, self.clock.now() + self.latency)
 
+    def close(self) -> None:
+        """Forget the clients and the pending events: the queued deliveries hold the bus and
+        the clients' handlers (their agents) in cycles, freed otherwise only at a full
+        collection, which the payloads' bytes never trigger."""
+        self.clients.clear()
+        self._queue.clear()
+        self._match_cache.clear()
+
     def disconnect(self, name: str) -> None:
         """A clean disconnect: the Will is NOT published."""
         client = self.clients.pop(name, None)

@@ -64,6 +64,7 @@ def _measure(args: argparse.Namespace, aware: bool) -> dict[str, Any]:
     for (src, dst), nbytes in fleet.cross_site.items():
         uplink[src] = uplink.get(src, 0) + nbytes
         uplink[dst] = uplink.get(dst, 0) + nbytes
+    fleet.release()
     rounds = len(records)
     vector = args.values * 4
     minimum = 2 * (args.sites - 1) * vector

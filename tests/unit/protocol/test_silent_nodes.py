@@ -28,11 +28,18 @@ ROLES = {"root": 0, "inner": 1, "leaf": 6}
 
 
 def run(faults: tuple[FaultSpec, ...], rounds: int = 45, will_delay: float = 30.0,
-        nodes: int = 7) -> tuple[VirtualFleet, list[RoundRecord]]:
+        nodes: int = 7) -> list[RoundRecord]:
     fleet = VirtualFleet(FleetConfig(nodes=nodes, rounds=rounds, length=20_000, allreduce=CONFIG,
                                      faults=faults, will_delay=will_delay, compute_time=COMPUTE,
                                      keep_gradients=True, latency=0.0005, max_time=600.0))
-    return fleet, fleet.run()
+    return _records_of(fleet)
+
+
+def _records_of(fleet: VirtualFleet) -> list[RoundRecord]:
+    """The fleet's records; the fleet itself is let go at once (a test runs two or more)."""
+    records = fleet.run()
+    fleet.release()
+    return records
 
 
 def survivors_time(rec: RoundRecord, silent: int) -> float:
@@ -43,10 +50,10 @@ def survivors_time(rec: RoundRecord, silent: int) -> float:
 @pytest.mark.parametrize("role", list(ROLES))
 def test_a_hung_node_costs_one_short_round_then_the_fleet_runs_without_it(role: str, will: str) -> None:
     node = ROLES[role]
-    base = statistics.median(survivors_time(r, -1) for r in run(())[1][5:])
+    base = statistics.median(survivors_time(r, -1) for r in run(())[5:])
     # Frozen 0.01 s into round 5 (mid-reduce) for 2 s; the Will fires after 0.5 s, or never.
     faults = (FaultSpec("hang", 5, node, after=0.01), FaultSpec("resume", 5, node, after=2.0))
-    _fleet, records = run(faults, will_delay=0.5 if will == "will" else 30.0)
+    records = run(faults, will_delay=0.5 if will == "will" else 30.0)
     assert [r.round for r in records] == list(range(45)), "the fleet halted"
     hang_at = records[5].start + 0.01
     resume_at = hang_at + 2.0 - 0.01
@@ -86,7 +93,7 @@ def test_any_hangs_and_resumes_never_halt_never_double_count_and_views_drop_the_
     faults: list[FaultSpec] = []
     for node, rnd, after, length in hangs:
         faults += [FaultSpec("hang", rnd, node, after=after), FaultSpec("resume", rnd, node, after=after + length)]
-    _fleet, records = run(tuple(faults), rounds=30, will_delay=0.7 if will else 30.0)
+    records = run(tuple(faults), rounds=30, will_delay=0.7 if will else 30.0)
     assert [r.round for r in records] == list(range(30)), "the fleet halted"
     for rec in records:
         assert count_problems(rec, CONFIG.chunk_size) == [], rec.round
@@ -114,10 +121,10 @@ REAL_LENGTH = 407_050
 
 def _agent_defaults_run(faults: tuple[FaultSpec, ...], rounds: int, reconnect_delay: float = 0.02,
                         compute_jitter: float = 0.0, nodes: int = 7) -> list[RoundRecord]:
-    return VirtualFleet(FleetConfig(
+    return _records_of(VirtualFleet(FleetConfig(
         nodes=nodes, rounds=rounds, length=REAL_LENGTH, allreduce=AGENT_CONFIG, faults=faults,
         will_delay=15.0, offline_settle=1.0, compute_time=0.03, compute_jitter=compute_jitter,
-        latency=0.0005, broker_bandwidth=300e6, max_time=600.0, reconnect_delay=reconnect_delay)).run()
+        latency=0.0005, broker_bandwidth=300e6, max_time=600.0, reconnect_delay=reconnect_delay)))
 
 
 def _fault_free_median(jitter: float) -> float:
