@@ -301,6 +301,9 @@ class Membership:
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
         self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
         self.view_taken_at = -1  # `seen` when we took the newest view
+        # Members restarted (a new incarnation) before their Will removed them: they have no
+        # state and wait for a view to join, which no membership change would bring.
+        self.new_lives: set[int] = set()
 
     # ------------------------------------------------------------------ inputs
 
@@ -308,6 +311,9 @@ class Membership:
         self.now = now
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
+        if (status.state != "offline" and self.views and status.node in self.newest.members
+                and status.incarnation > self.incarnations.get(status.node, status.incarnation)):
+            self.new_lives.add(status.node)
         self.incarnations[status.node] = status.incarnation
         self.said_round[status.node] = status.round
         if status.state == "offline":
@@ -553,6 +559,7 @@ class Membership:
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
         self.view_taken_at = self.seen
+        self.new_lives.clear()
         return True
 
     def round_started(self, round: int, now: float) -> list[PublishView]:
@@ -693,7 +700,8 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        if list(self.newest.members) == live or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
+        unchanged = list(self.newest.members) == live and not self.new_lives & set(live)
+        if unchanged or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             return self._amend_pending(live)

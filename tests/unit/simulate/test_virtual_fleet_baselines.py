@@ -76,3 +76,20 @@ def test_a_member_killed_and_restarted_costs_a_few_rounds_and_rejoins_one_fleet(
         assert set(rec.results) == {0, 1, 2, 3} and not rec.degraded
         if algorithm != "ps-async":
             assert len(set(rec.start_hashes.values())) == 1
+
+
+@pytest.mark.parametrize("algorithm", ["ps-sync", "ps-async", "ring", "ft-tree"])
+def test_a_member_restarted_before_its_will_removed_it_rejoins_one_fleet(algorithm: str) -> None:
+    # Restarted at once (a service manager): the new life says so before the Will's
+    # offline_settle removed the old one. It has no state of the fleet's and joins through a
+    # view of its own; it used to wait for a view that no membership change would bring.
+    records = run_fleet(4, 40, length=37, allreduce=config(algorithm), compute_time=0.1, offline_settle=1.0,
+                        faults=(FaultSpec("crash", 6, 2), FaultSpec("restart", 7, 2, after=0.05)))
+    assert len(records) == 40
+    back = [rec for rec in records if rec.round > 7 and 2 in rec.start_hashes]
+    assert back, "node 2 never took part again"
+    first = back[0]
+    assert first.round <= 20, first.round
+    assert first.start_hashes[2] == first.start_hashes[0]
+    if algorithm != "ps-async":
+        assert all(len(set(rec.start_hashes.values())) == 1 for rec in back)
