@@ -301,9 +301,7 @@ class Membership:
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
         self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
         self.view_taken_at = -1  # `seen` when we took the newest view
-        # Members restarted (a new incarnation) before their Will removed them: they have no
-        # state and wait for a view to join, which no membership change would bring.
-        self.new_lives: set[int] = set()
+        self.new_lives: set[int] = set()  # members restarted before their Will removed them
 
     # ------------------------------------------------------------------ inputs
 
@@ -311,9 +309,7 @@ class Membership:
         self.now = now
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
-        if (status.state != "offline" and self.views and status.node in self.newest.members
-                and status.incarnation > self.incarnations.get(status.node, status.incarnation)):
-            self.new_lives.add(status.node)
+        self.new_lives |= _new_life(self, status)
         self.incarnations[status.node] = status.incarnation
         self.said_round[status.node] = status.round
         if status.state == "offline":
@@ -558,8 +554,7 @@ class Membership:
             self.removed_at[node] = self.seen
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
-        self.view_taken_at = self.seen
-        self.new_lives.clear()
+        self.view_taken_at, self.new_lives = self.seen, set()
         return True
 
     def round_started(self, round: int, now: float) -> list[PublishView]:
@@ -700,8 +695,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        unchanged = list(self.newest.members) == live and not self.new_lives & set(live)
-        if unchanged or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
+        if (list(self.newest.members) == live and not self.new_lives & set(live)) or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             return self._amend_pending(live)
@@ -778,3 +772,11 @@ def fleet_finished(node: int, rounds: int, members: list[int] | tuple[int, ...],
     if others and all(m in done for m in others):
         return True
     return len(done) * 2 > len(known | {node})
+
+
+def _new_life(m: Membership, status: Status) -> set[int]:
+    """A member of the newest view restarted (a new incarnation) before its Will removed it:
+    it has no state and waits for a view to join, which no membership change would bring."""
+    known = m.incarnations.get(status.node, status.incarnation)
+    member = bool(m.views) and status.node in m.newest.members
+    return {status.node} if status.state != "offline" and member and status.incarnation > known else set()
