@@ -46,10 +46,8 @@ class PeerWatch:
     def heard(self, frame: Frame, now: float, shows_link: bool) -> bool:
         """A frame came; ``shows_link``: it shows that the link from its sender works (the
         root's fan-out shows the root lives, not that). True when it is the sender's first.
-        A PROGRESS is not word of the sender in this round (``progress``): one sent in the
-        last round, still receiving its result, is replayed into ours, and a node cut off
-        right after it was never reported by us and its excusal ignored (the round ran into
-        its wait cap on a loaded host)."""
+        A PROGRESS is no word of the sender in this round: one sent in the last round (still
+        receiving its result) is replayed into ours, and would shield a node cut off after it."""
         first = frame.sender not in self.last_heard
         if shows_link:
             self.last_heard[frame.sender] = now
@@ -185,10 +183,8 @@ class PeerWatch:
         return due if end is None else max(due, end + self.scope.rto(child))
 
     def check_quiet_children(self, now: float, owes: Callable[[int], bool]) -> None:
-        """A child heard from in this round that owes us data and went quiet: cut off after
-        its first frames (its unit to us, an ACK), it had no verdict at all, and the round ran
-        to its wait cap (2.5 s) on mosquitto in 2 of 8 runs of three of seven cut off, and in
-        every run of seven of fifteen."""
+        """A child heard from in this round that owes us data and went quiet (cut off after
+        its first frames: its unit to us, an ACK) is reported; otherwise nothing would."""
         for child in self.scope.children:
             at = self._quiet_until(child)
             if at is not None and now >= at and owes(child):

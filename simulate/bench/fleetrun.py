@@ -194,18 +194,31 @@ def _number(text: str | None) -> Any:
         return text
 
 
-def event_times(lines: list[str]) -> tuple[float | None, dict[int, float]]:
-    """The fleet's ready time and, per round, when its last telemetry arrived (event-log
-    seconds). Bad lines are skipped."""
-    ready: float | None = None
-    ends: dict[int, float] = {}
+def event_records(lines: list[str]) -> list[dict[str, Any]]:
+    """The event log's records; lines that are no JSON object (a run cut short) are skipped."""
+    out: list[dict[str, Any]] = []
     for line in lines:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(rec, dict):
-            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def run_events(run_dir: Path) -> list[dict[str, Any]]:
+    """``run_dir/events.jsonl``'s records ([] when the run wrote none)."""
+    path = run_dir / "events.jsonl"
+    return event_records(path.read_text().splitlines()) if path.is_file() else []
+
+
+def event_times(lines: list[str]) -> tuple[float | None, dict[int, float]]:
+    """The fleet's ready time and, per round, when its last telemetry arrived (event-log
+    seconds). Bad lines are skipped."""
+    ready: float | None = None
+    ends: dict[int, float] = {}
+    for rec in event_records(lines):
         if rec.get("type") == "run" and rec.get("phase") == "ready":
             ready = float(rec["t"])
         elif rec.get("type") == "telemetry" and isinstance(rec.get("round"), int):

@@ -30,7 +30,6 @@ run, identical models at the end and the final accuracy against the fault-free r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import tempfile
@@ -41,7 +40,7 @@ from typing import Any
 
 from agent.validate import arg, output_dir, positive_seconds
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
-from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
+from simulate.bench.fleetrun import FleetRun, FleetScenario, run_events, run_fleet
 
 DESCRIPTION = __doc__
 FLAP_SECONDS = 15.0  # 10 drops, 1.5 s apart
@@ -91,19 +90,6 @@ def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]
                   f"{end_field} = {end}"]
     return SilentScenario(f"{case}-{nodes}", nodes, rounds, agent,
                           faults_toml="\n".join(lines) + ("\n" if lines else ""))
-
-
-def _records(run: FleetRun) -> list[dict[str, Any]]:
-    path = run.run_dir / "events.jsonl"
-    out: list[dict[str, Any]] = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def _telemetry(records: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any]]]:
@@ -223,7 +209,7 @@ def episode_result(tels: dict[int, dict[int, dict[str, Any]]], node: int, start:
 
 
 def run_result(case: str, nodes: int, run: FleetRun, episodes: list[tuple[int, int]]) -> dict[str, Any]:
-    records = _records(run)
+    records = run_events(run.run_dir)
     tels = _telemetry(records)
     last = max(tels) if tels else 0
     node = _role_node(case, nodes) if case != "fault-free" else -1

@@ -18,7 +18,6 @@ the members, rounds from the heal until s1 is back with the fleet's model.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
-from simulate.bench.fleetrun import FleetRun, FleetScenario, run_fleet
+from simulate.bench.fleetrun import FleetRun, FleetScenario, run_events, run_fleet
 
 WARMUP_ROUNDS = 3  # the fleet settles its chunks and timeouts in these: not measured
 RUN_BUDGET_S = 600.0
@@ -80,21 +79,6 @@ def round_figures(rows: list[dict[str, Any]], bound: float | None) -> dict[str, 
         "degraded_rounds": sum(1 for r in rows if (r.get("degraded_nodes") or 0) > 0),
         "rounds": len(rows),
     }
-
-
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "events.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def uplink_snapshots(events: list[dict[str, Any]]) -> list[tuple[int, dict[str, list[int]]]]:
@@ -172,7 +156,7 @@ def _run(args: argparse.Namespace, workdir: Path, name: str, aware: bool, rounds
 def measure_tree(args: argparse.Namespace, workdir: Path, aware: bool) -> dict[str, Any]:
     name = "site-aware" if aware else "site-blind"
     run, load = _run(args, workdir, name, aware, args.rounds)
-    events = read_events(run.run_dir)
+    events = run_events(run.run_dir)
     links = uplink_figures(uplink_snapshots(events), args.rounds, args.sites, args.values,
                            args.uplink_rate * 1e6, args.uplink_rtt / 1000)
     rows = round_figures(run.rows, links.get("uplink_bound_s"))
@@ -188,7 +172,7 @@ def measure_fault(args: argparse.Namespace, workdir: Path, kind: str) -> dict[st
         toml = (f'[[faults]]\nkind = "site-broker-restart"\nsite = "{FAULT_SITE}"\n'
                 f"at_round = {FAULT_AT_ROUND}\noutage = {args.outage}\n")
     run, load = _run(args, workdir, kind, True, args.fault_rounds, toml)
-    figures = fault_figures(read_events(run.run_dir), site_nodes(args.nodes, args.sites, FAULT_SITE), args.nodes)
+    figures = fault_figures(run_events(run.run_dir), site_nodes(args.nodes, args.sites, FAULT_SITE), args.nodes)
     return {"fault": kind, "site": FAULT_SITE, **figures, "degraded_rounds": run.summary.get("degraded_rounds"),
             "load_1min": load, "run_dir": str(run.run_dir), "finished": run.finished, "error": run.error}
 
