@@ -145,6 +145,16 @@ class BackgroundWriter:
                           checkpoint.round, self.directory, exc)
 
 
+def age(directory: Path, wall_now: float) -> float:
+    """Seconds since the checkpoint in ``directory`` was written (0 when there is none, or
+    when the wall clock says it is from the future: a device whose clock was set back)."""
+    try:
+        written = (directory / _NAME).stat().st_mtime
+    except OSError:
+        return 0.0
+    return max(0.0, wall_now - written)
+
+
 def load(directory: Path, *, expect: Plausible | None = None) -> Checkpoint | None:
     """The checkpoint in ``directory``; None if there is none, or if it is unreadable or
     implausible (then it is set aside with a warning, see the module docstring)."""

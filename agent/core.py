@@ -167,7 +167,7 @@ class AgentCore(RoundSteps):
     the steps between phases that follow are ``RoundSteps``' (agent/core_steps.py)."""
 
     def __init__(self, config: CoreConfig, incarnation: int, *, resumed_round: int | None = None,
-                 pid: int = 0, now: float = 0.0) -> None:
+                 resumed_age: float = 0.0, pid: int = 0, now: float = 0.0) -> None:
         self.config = config
         self.node = config.node
         self.incarnation = incarnation
@@ -196,6 +196,10 @@ class AgentCore(RoundSteps):
         self.rounds = Rounds(config.node, config.allreduce.algorithm, self.outbox)
         self.resumed = resumed_round is not None
         self.round = resumed_round or 0
+        # A restart before the Will removed us keeps us in the view, and no new view says
+        # the fleet's round: the states served are of rounds past our checkpoint's by as
+        # many as the fleet ran since it was written (``resumed_age`` seconds ago).
+        self.round_known_at = now - max(0.0, resumed_age)
         self.phase = Phase.CONNECTING
         self.phase_deadline: float | None = now + CONNECT_WAIT
         self.joining = False

@@ -32,7 +32,7 @@ from agent.core_rounds import ANSWERING_ROUNDS, Rounds
 from agent.protocol.allreduce import RoundContext, RoundResult, chunk_bounds, take_refused
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.influence import NormHistory
-from agent.protocol.membership import SUSPICION_RTTS, Membership, view_tree
+from agent.protocol.membership import LIVE_STATES, SUSPICION_RTTS, Membership, view_tree
 from agent.protocol.messages import NodeState, Status, View
 from agent.protocol.notes import NoteKind
 from agent.protocol.ps_ledger import ServerLedger
@@ -62,6 +62,7 @@ class RoundSteps:
     joining: bool
     announced_round: int
     resumed: bool
+    round_known_at: float  # when our first round was the fleet's (a checkpoint's: when written)
     connected: bool
     current: RoundInProgress | None
     pending_report: RoundReport | None
@@ -120,10 +121,22 @@ class RoundSteps:
         rtt = max((r for p in tree.members if p != self.node
                    and (r := self.links.measured_rtt(p)) is not None), default=0.0)
         self.membership.grace = max(self.config.suspicion_grace, SUSPICION_RTTS * rtt)
-        away = [(peer, not self.book.peer_absent_in(peer, self.round)) for peer in tree.members
-                if peer != self.node and (self.membership.is_down(peer)
+        away = [(peer, not self.book.peer_absent_in(peer, self.round) and not self._joins_later(peer))
+                for peer in tree.members
+                if peer != self.node and (self.membership.is_down(peer) or self._joins_later(peer)
                                           or self.book.peer_absent_in(peer, self.round))]
         return self.rounds.start(self.round, machine, away, now)
+
+
+    def _joins_later(self, peer: int) -> bool:
+        """A member restarted before its Will removed it: it has no state to run our round
+        with until the view that takes it in again (none yet, or one starting later).
+        Waited for, it cost this round its whole deadline."""
+        latest, membership = self.membership.latest, self.membership
+        if peer == self.node or membership.states.get(peer) not in LIVE_STATES:
+            return False
+        return peer in membership.new_lives or (
+            membership.states.get(peer) == "joining" and latest is not None and self.round < latest.from_round)
 
 
     def _advance(self, now: float) -> list[CoreAction]:
@@ -209,7 +222,7 @@ class RoundSteps:
         if peers and self.fetch.retry is None and (transfer is None or transfer.round < self.round
                                                    or not set(transfer.peers) & set(peers)):
             # None yet, one for a round before the view's, or its peers are all gone.
-            return self.fetch.fetch(self.round, peers, now, self.round)
+            return self.fetch.fetch(self.round, peers, now, self.round, since=self.round_known_at)
         return []
 
 
@@ -470,6 +483,7 @@ class RoundSteps:
                                     can_serve=not (self.joining or self.phase == Phase.CONNECTING)):
             if send.round > self.announced_round:
                 out.append(AnnounceState(send.round))
+            self.ledger.settle(send.request.sender)
             out.append(send)
         return out
 

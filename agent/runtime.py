@@ -131,9 +131,10 @@ class AgentRuntime:
         self.displaced: Displaced | None = None
         self.refused: Refusal | None = None
         resumed = self._resume()
+        age = checkpoint.age(config.checkpoint_dir, time.time()) if resumed is not None and config.checkpoint_dir else 0.0
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
         self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
-                              resumed_round=resumed, pid=os.getpid(), now=self.clock.now())
+                              resumed_round=resumed, resumed_age=age, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
         self.computing = False  # taking local steps (the transport is read between them)

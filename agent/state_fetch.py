@@ -10,6 +10,7 @@ applied again. Pure: no IO, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,6 +44,15 @@ def _backoff(failures: int) -> float:
     return min(RETRY_MAX_S, RETRY_BASE_S * 2.0 ** min(failures - 1, 32))
 
 
+class Retry(NamedTuple):
+    """A given-up transfer for ``round`` (known to be the fleet's at ``known_at``), tried
+    again at ``at``."""
+
+    at: float
+    round: int
+    known_at: float
+
+
 @dataclass(frozen=True)
 class HeldState:
     """A fetched state waiting for the fleet to announce its digest (since ``since``)."""
@@ -64,7 +74,7 @@ class StateFetch:
         # round -> (values, learning rate) applied, the last REPLAY_ROUNDS (see ``record``).
         self.applied: dict[int, tuple[np.ndarray, float]] = {}
         self.ahead: dict[int, set[int]] = {}  # round -> members whose frames show it (catch-up)
-        self.retry: tuple[float, int] | None = None  # (when, round) a given-up transfer is tried again
+        self.retry: Retry | None = None
         self.failures = 0  # transfers given up in a row (the backoff)
         # peer -> our round when its state disagreed with the reference's: drifted with us
         # (a broker restart drifts several at once), it is asked last for a while.
@@ -73,10 +83,11 @@ class StateFetch:
         self.held: HeldState | None = None  # fetched, its digest not announced yet
 
     def fetch(self, target: int, peers: list[int], now: float, round: int,
-              anchor_decides: bool = False) -> list[CoreAction]:
+              anchor_decides: bool = False, since: float | None = None) -> list[CoreAction]:
         """Pull the fleet's state at the start of round ``target`` (or later) from ``peers``
         in turn (we are at ``round``); the coordinator, when among them, is the reference in
-        a dispute."""
+        a dispute. ``since``: when ``target`` was last known to be the fleet's round (None:
+        now), which bounds how far past it a state may be labelled."""
         coordinator = self.membership.coordinator()
         if self.from_coordinator and coordinator in peers:
             peers = [coordinator]  # the others' states lag its own (server_holds_the_state)
@@ -84,7 +95,7 @@ class StateFetch:
         self.transfer = StateTransfer(self.node, self.job, target, peers, self.timeout, now,
                                       size=self.size, chunk_values=self.chunk_values,
                                       anchor=coordinator if coordinator in peers else None,
-                                      anchor_decides=anchor_decides)
+                                      anchor_decides=anchor_decides, since=since)
         return self.outbox.run(self.transfer.start(now), round)
 
     def resync(self, why: str, avoid: set[int], now: float, round: int, started: float) -> list[CoreAction]:
@@ -210,26 +221,27 @@ class StateFetch:
             delay = _backoff(self.failures)
             self.outbox.note(NoteKind.STATE_PULL_FAILED, transfer.peer,
                              f"round {transfer.round}: no answer, trying again in {delay:g} s")
-            self.transfer, self.retry = None, (now + delay, transfer.round)
+            self.transfer, self.retry = None, Retry(now + delay, transfer.round, transfer.round_known_at)
             return []
         return self.outbox.run(transfer.on_timer(now), round)
 
     def _retry(self, now: float, round: int, joining: bool) -> list[CoreAction]:
         """A given-up transfer, once its backoff is over: still needed (we join, or the state
         was of a round ahead of ours), from the peers live now; none live: back off again."""
-        if self.retry is None or now < self.retry[0]:
+        if self.retry is None or now < self.retry.at:
             return []
-        target = self.retry[1]
+        target = self.retry.round
         if not joining and target <= round:
             self.retry = None  # caught up meanwhile
             return []
         peers = [p for p in self.membership.state_holders() if p != self.node]
         if not peers:
             self.failures += 1
-            self.retry = (now + _backoff(self.failures), target)
+            self.retry = self.retry._replace(at=now + _backoff(self.failures))
             return []
         self.outbox.note(NoteKind.STATE_PULL, None, f"again (try {self.failures + 1}) for round {max(target, round)}")
-        return self.fetch(max(target, round), peers, now, round)
+        since = self.retry.known_at if target >= round else None
+        return self.fetch(max(target, round), peers, now, round, since=since)
 
     def next_timer(self) -> float | None:
         """When ``tick`` has something to do (None: nothing pending)."""
@@ -237,7 +249,7 @@ class StateFetch:
             return self.held.since + self.timeout
         if self.transfer is not None:
             return self.transfer.next_timer()
-        return None if self.retry is None else self.retry[0]
+        return None if self.retry is None else self.retry.at
 
     def retry_now(self, now: float, round: int) -> list[CoreAction]:
         """What was asked or sent while the connection was down is lost: ask again now."""

@@ -128,6 +128,9 @@ class FleetConfig:
     sync_auto: PeriodRule | None = None
     # (node, factor): that node's steps take factor x compute_time (a straggler).
     slow: tuple[tuple[int, float], ...] = ()
+    # Each agent keeps its state every this many rounds, and a restart resumes from the last
+    # one, as the agent does from disk. 0: a restart resumes at the round it crashed in.
+    checkpoint_every: int = 0
 
     def site_of(self, node: int) -> str:
         if not self.sites:
@@ -188,7 +191,7 @@ def fleet_overrides(config: FleetConfig) -> CoreOverrides:
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size, offline_settle=config.offline_settle,
         lr=config.lr, adapt_chunks=config.adapt_chunks, adapt_broadcast=config.adapt_broadcast,
-        sync_every=config.sync_every, sync_auto=config.sync_auto)
+        sync_every=config.sync_every, sync_auto=config.sync_auto, checkpoint_every=config.checkpoint_every)
 
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
@@ -202,14 +205,15 @@ class SimAgent:
     """One node: an ``AgentCore`` whose actions are executed on the bus."""
 
     def __init__(self, fleet: VirtualFleet, node: int, incarnation: int, state: np.ndarray,
-                 resumed_round: int | None = None) -> None:
+                 resumed_round: int | None = None, resumed_age: float = 0.0) -> None:
         self.fleet, self.node = fleet, node
         self.name = f"agent-{node}"
         self.state = state  # params then momentum
         self.core = AgentCore(core_config(fleet.config, node), incarnation,
-                              resumed_round=resumed_round, now=fleet.clock.now())
+                              resumed_round=resumed_round, resumed_age=resumed_age, now=fleet.clock.now())
         self.alive = True
         self.hung = False
+        self.checkpoint: tuple[int, np.ndarray, float] | None = None  # (round, state, written at)
         self.timer_gen = 0
         self.timer_at: float | None = None
         self.pending_compute: ComputeGradient | None = None
@@ -297,8 +301,10 @@ class SimAgent:
             raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
         elif isinstance(action, FleetFinished):
             fleet.finished_lines[self.node] = (fleet.clock.now(), action.line())
-        elif isinstance(action, SaveCheckpoint | ApplyControl):
-            pass  # no disk and no transport faults in here: the bus takes faults directly
+        elif isinstance(action, SaveCheckpoint):
+            self.checkpoint = (action.round, self.state.copy(), fleet.clock.now())
+        elif isinstance(action, ApplyControl):
+            pass  # no transport faults in here: the bus takes faults directly
 
     def apply(self, values: np.ndarray) -> None:
         cfg = self.fleet.config
@@ -573,8 +579,11 @@ class VirtualFleet:
             self.crash(node)
         incarnation = (old.core.incarnation + 1) if old is not None else 0
         fresh = self.initial_state.copy() if state is None else state
-        agent = SimAgent(self, node, incarnation, fresh,
-                         resumed_round=old.core.round if old is not None else 0)
+        resumed, age = (old.core.round if old is not None else 0), 0.0
+        if old is not None and old.checkpoint is not None and state is None:
+            resumed, saved, written = old.checkpoint
+            fresh, age = saved.copy(), self.clock.now() - written
+        agent = SimAgent(self, node, incarnation, fresh, resumed_round=resumed, resumed_age=age)
         self.agents[node] = agent
         agent.connect()
 

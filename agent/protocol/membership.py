@@ -301,6 +301,7 @@ class Membership:
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
         self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
         self.view_taken_at = -1  # `seen` when we took the newest view
+        self.new_lives: set[int] = set()  # members restarted before their Will removed them
 
     # ------------------------------------------------------------------ inputs
 
@@ -308,6 +309,7 @@ class Membership:
         self.now = now
         if status.incarnation < self.incarnations.get(status.node, 0):
             return []  # an older life of that node (a late Will, a stale retained status)
+        self.new_lives |= _new_life(self, status)
         self.incarnations[status.node] = status.incarnation
         self.said_round[status.node] = status.round
         if status.state == "offline":
@@ -552,7 +554,7 @@ class Membership:
             self.removed_at[node] = self.seen
         self.views.append(view)
         self.views = self.views[-KEPT_VIEWS:]
-        self.view_taken_at = self.seen
+        self.view_taken_at, self.new_lives = self.seen, set()
         return True
 
     def round_started(self, round: int, now: float) -> list[PublishView]:
@@ -693,7 +695,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        if list(self.newest.members) == live or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
+        if (list(self.newest.members) == live and not self.new_lives & set(live)) or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         if self.newest.from_round > self.round:
             return self._amend_pending(live)
@@ -770,3 +772,11 @@ def fleet_finished(node: int, rounds: int, members: list[int] | tuple[int, ...],
     if others and all(m in done for m in others):
         return True
     return len(done) * 2 > len(known | {node})
+
+
+def _new_life(m: Membership, status: Status) -> set[int]:
+    """A member of the newest view restarted (a new incarnation) before its Will removed it:
+    it has no state and waits for a view to join, which no membership change would bring."""
+    known = m.incarnations.get(status.node, status.incarnation)
+    member = bool(m.views) and status.node in m.newest.members
+    return {status.node} if status.state != "offline" and member and status.incarnation > known else set()

@@ -34,6 +34,12 @@ class ServerLedger:
         for worker in set(self.owed) - keep:
             del self.owed[worker]
 
+    def settle(self, worker: int) -> None:
+        """``worker`` is handed our whole state (it joins or resyncs): every update before it is
+        in that state. A member restarted before its Will removed it stays in the view, and
+        the old life's debt paid on top of the state made it another model than ours."""
+        self.owed.pop(worker, None)
+
     def _row(self, worker: int, length: int) -> np.ndarray:
         row = self.owed.get(worker)
         if row is None or len(row) != length:

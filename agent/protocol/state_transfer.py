@@ -29,8 +29,8 @@ STATE_CHUNK_VALUES = 1 << 16
 # Peers a state is fetched from at once, one stripe each: each vouches for the state's hash.
 STATE_STRIPES = 2
 # A state may be labelled this many rounds past the one asked for, plus MAX_ROUND_RATE rounds
-# for every second the transfer has run (a peer serves the state of the round it is in, and
-# the fleet goes on while we fetch). A label further on is no round the fleet can be in: a
+# for every second since that round was known to be the fleet's (a peer serves the state of
+# the round it is in, and the fleet goes on while we fetch, or went on since our checkpoint). A label further on is no round the fleet can be in: a
 # peer's lie that would have us ask everybody for a round nobody reaches.
 STATE_AHEAD_SLACK = 8
 MAX_ROUND_RATE = 100.0
@@ -172,7 +172,7 @@ class StateTransfer:
 
     def __init__(self, node: int, job: int, round: int, peers: list[int], timeout: float,
                  now: float, size: int | None = None, chunk_values: int = STATE_CHUNK_VALUES,
-                 anchor: int | None = None, anchor_decides: bool = False) -> None:
+                 anchor: int | None = None, anchor_decides: bool = False, since: float | None = None) -> None:
         if not peers:
             raise ValueError("a state transfer needs at least one peer")
         self.node, self.job, self.round = node, job, round
@@ -195,7 +195,9 @@ class StateTransfer:
         self.assigned: dict[int, set[int] | None] = {}  # peer -> chunks asked of it (None: all)
         self.parts: dict[int, dict[int, tuple[int, int, np.ndarray]]] = {}  # round -> chunk -> (sender, hash, values)
         self.attempts = 0
-        self.started = now
+        # When ``round`` was last known to be the fleet's: a joiner restarted from a
+        # checkpoint asks for the checkpoint's round, and the fleet went on since.
+        self.round_known_at = now if since is None else min(since, now)
         self.result: tuple[int, np.ndarray, int] | None = None  # (round, state, state hash)
 
     @property
@@ -254,7 +256,7 @@ class StateTransfer:
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         if self.result is not None or not self._wanted(frame):
             return []
-        if judge_label(frame.round, self.floor, self.round, now - self.started) is StateLabel.BEYOND_FLEET:
+        if judge_label(frame.round, self.floor, self.round, now - self.round_known_at) is StateLabel.BEYOND_FLEET:
             return [Note(NoteKind.STATE_BEYOND_FLEET, frame.sender, f"round {frame.round}, asked {self.round}")]
         if frame.sender not in self.assigned or not _in_stripe(frame.chunk_index, self.assigned[frame.sender]):
             return [Note(NoteKind.STATE_UNASKED, frame.sender, f"chunk {frame.chunk_index} of round {frame.round}")]

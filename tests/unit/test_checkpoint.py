@@ -201,3 +201,11 @@ def test_a_checkpoint_that_cannot_be_written_is_counted_not_raised(tmp_path: Pat
     writer.submit(_ckpt(5))
     writer.close()
     assert writer.failed == 1 and writer.written == 0
+
+
+def test_the_age_of_a_checkpoint_is_its_time_on_disk(tmp_path: Path) -> None:
+    assert checkpoint.age(tmp_path, 1e9) == 0.0  # none written
+    path = checkpoint.save(tmp_path, _good())
+    written = path.stat().st_mtime
+    assert checkpoint.age(tmp_path, written + 42.5) == pytest.approx(42.5)
+    assert checkpoint.age(tmp_path, written - 100.0) == 0.0  # a clock set back since

@@ -776,3 +776,22 @@ def test_the_fleet_is_finished_when_the_view_or_a_majority_of_the_nodes_say_so()
     assert m.finished(100, [3, 4, 5])  # four of six ran all rounds: 3 waiting too changes nothing
     assert not m.finished(0, [3, 4, 5])  # a run without a round count never finishes
     assert Membership(4, 2, START).finished(10, []) is False
+
+
+def test_a_member_restarted_before_its_will_removed_it_gets_a_view_to_join() -> None:
+    """A device restarted at once (systemd) is back, a new life with no state, before the
+    Will's settle time removed it: no membership change, so no view, and it waited to join
+    for ever (a ps-sync fleet in CI: its pulls unanswered, every round at its deadline). A
+    new life of a member is taken in again by a view from a round ahead; a reconnect of the
+    same life is not a change."""
+    m = Membership(0, 2, START, offline_settle=1.0)
+    for s in online(0, 1, 2, 3, incarnation=1):
+        m.on_status(s, 0.0)
+    m.round_started(20, 0.0)
+    assert m.on_status(Status(2, "offline", incarnation=1), 1.0) == []  # settling
+    assert m.on_status(Status(2, "online", 0, incarnation=1), 1.2) == [], "the same life reconnected"
+    back = m.on_status(Status(2, "online", 4, incarnation=2), 1.5)
+    assert [(p.view.members, p.view.from_round) for p in back] == [([0, 1, 2, 3], 22)]
+    for p in back:
+        m.on_view(p.view)
+    assert m.on_status(Status(2, "joining", 4, incarnation=2), 1.6) == [], "one view per new life"

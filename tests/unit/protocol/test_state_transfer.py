@@ -342,6 +342,24 @@ def test_a_state_labelled_far_past_the_fleets_round_is_refused_and_a_near_one_ta
     assert transfer.target == 14 and pulls(out)
 
 
+def test_a_round_known_long_ago_takes_the_state_of_the_round_the_fleet_ran_to_since() -> None:
+    """A member restarted from a checkpoint of round 4 written 0.8 s ago asks for round 4;
+    the fleet ran to round 28 in between (30 rounds a second)."""
+    stale = StateTransfer(5, 9, 4, [1, 2, 3], 0.5, 10.0, size=10, chunk_values=4)
+    asked = pulls(stale.start(10.0))
+    assert kinds(feed(stale, answer(asked[1], 1, round=28), 10.02)) == ["state_beyond_fleet"] * 2
+    known = StateTransfer(5, 9, 4, [1, 2, 3], 0.5, 10.0, size=10, chunk_values=4, since=9.2)
+    asked = pulls(known.start(10.0))
+    feed(known, answer(asked[1], 1, round=28), 10.02)
+    assert known.target == 28
+    feed(known, answer(asked[2], 2, round=28), 10.03)
+    assert known.result is not None and known.result[0] == 28
+    # Still bounded: 100 rounds a second since then, plus the slack.
+    far = StateTransfer(5, 9, 4, [1, 2, 3], 0.5, 10.0, size=10, chunk_values=4, since=9.2)
+    asked = pulls(far.start(10.0))
+    assert kinds(feed(far, answer(asked[1], 1, round=4 + 8 + 100), 10.02)) == ["state_beyond_fleet"] * 2
+
+
 def colliding_states() -> tuple[np.ndarray, np.ndarray]:
     """Two states with one 32-bit state hash, found as a forger would (a birthday search:
     ~2^16 hashes of small states)."""
