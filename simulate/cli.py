@@ -250,8 +250,10 @@ class Simulation:
                 # Before the agents go: the dashboard shows their exits as the run's end.
                 self.log.add("run", phase="stopping", replay=self.replay_command())
                 self._stop_fleet()
+        rejected = dict(self.collector.rejected) if self.collector is not None else {}
         self.log.add("run", phase="end", wall_time_s=round(time.monotonic() - started, 3),
-                     halted=self.halted, interrupted=self.stop_event.is_set(), error=error)
+                     halted=self.halted, interrupted=self.stop_event.is_set(), error=error,
+                     collector_rejected=rejected)
         self.log.close()
         return self._report(config, error)
 

@@ -447,7 +447,9 @@ class Injector:
             raise RuntimeError("no broker of the simulator's own to restart")
         pid = broker.pid
         broker.stop()
-        self.record("broker", event="stopped", pid=pid, outage_s=fault.outage)
+        # Wall time too: the agents' reports carry theirs (a round's end), which says whether
+        # a report delivered after the restart is of a round that ended before it.
+        self.record("broker", event="stopped", pid=pid, outage_s=fault.outage, wall=time.time())
         done = threading.Event()
 
         def back_up() -> None:
@@ -467,7 +469,7 @@ class Injector:
         except (OSError, RuntimeError) as exc:
             self.record("broker", event="restart_failed", error=str(exc))
             return
-        self.record("broker", event="started", pid=broker.pid)
+        self.record("broker", event="started", pid=broker.pid, wall=time.time())
 
     def finished(self, fault: Any) -> bool:
         """A fault that ends by itself in the background (a broker restart) is over."""

@@ -318,7 +318,7 @@ class Recovery:
     back_t: float  # when the broker was started again
     reconnected: tuple[int, ...]  # nodes that published a status or telemetry after that
     reporting: tuple[int, ...]  # nodes with telemetry after that
-    first_round: int | None  # first round reported after the restart
+    first_round: int | None  # first round reported after the restart that nobody ended before it
     settled_round: int | None  # first round since with all nodes, one hash, one view
     views: tuple[tuple[int, int], ...]  # (epoch, coordinator) of views published after it
 
@@ -335,6 +335,12 @@ def broker_recovery(records: Sequence[Record], t0: float) -> Recovery | None:
     # A status the agent published after the restart (its birth); Wills say "offline".
     born = {int(r["node"]) for r in records if r.get("type") == "status" and r["t"] >= tb
             and r.get("state") != "offline"}
+    if "wall" in back:
+        # Reports an agent queued while the broker was away arrive after it: rounds that
+        # somebody ended before the broker was back (the outage's own) are not after it.
+        ended_before = [int(r["round"]) for r in records if r.get("type") == "telemetry"
+                        and float(r.get("wall_time", 0.0)) < float(back["wall"])]
+        after = [r for r in after if int(r["round"]) > max(ended_before, default=-1)]
     first = min((int(r["round"]) for r in after), default=None)
     views = tuple(dict.fromkeys((int(r.get("epoch", -1)), int(r.get("coordinator", -1)))
                                 for r in records if r.get("type") == "view" and r["t"] >= tb))

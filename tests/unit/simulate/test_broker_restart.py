@@ -96,6 +96,28 @@ def test_a_fleet_that_stays_split_is_said_so() -> None:
     assert recovery.reporting == (0, 1, 2, 3, 4, 6) and recovery.settled_round is None
 
 
+def test_reports_queued_through_the_outage_are_not_rounds_after_it() -> None:
+    """Agents publish a round's report reliably: those of rounds that ended before the broker
+    was back arrive after it. With the broker's wall times they are told apart by their own."""
+    def late(records: list[dict[str, Any]], wall: bool) -> list[dict[str, Any]]:
+        out = []
+        for r in records:
+            r = dict(r)
+            if r["type"] == "telemetry":
+                r["wall_time"] = 1000.0 + r["t"]
+                if r["round"] == 10:
+                    r["t"] = 12.3  # ended at 11.0, delivered once the broker was back
+            if r["type"] == "broker":
+                r |= {"wall": 1000.0 + r["t"]} if wall else {}
+            out.append(r)
+        return sorted(out, key=lambda r: r["t"])
+    log = _restart_log(hashes_after=("a",) + ("b",) * 6)
+    with_wall = report.broker_recovery(late(log, wall=True), 10.5)
+    without = report.broker_recovery(late(log, wall=False), 10.5)
+    assert with_wall is not None and (with_wall.first_round, with_wall.settled_round) == (12, 13)
+    assert without is not None and without.first_round == 10  # an old log: as it arrived
+
+
 def test_agents_that_reconnect_but_never_train_again_are_detected_and_said_so() -> None:
     records = [r for r in _restart_log() if not (r["type"] == "telemetry" and r["t"] > 12.2)]
     records += [{"type": "status", "t": 12.4, "node": n, "state": "joining", "round": 11, "pid": n}
