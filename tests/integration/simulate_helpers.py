@@ -18,9 +18,27 @@ def simulate_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "edgegrove.cli", "simulate", *args]
 
 
+# After a timeout: how long the simulator gets to stop its agents and brokers (SIGTERM).
+STOP_GRACE_S = 60.0
+
+
 def run_simulate(*args: str, env: dict[str, str] | None = None, timeout: float = 420) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(simulate_command(*args), capture_output=True, text=True, timeout=timeout,
-                          env=env, check=False)
+    """The simulator's run; on ``timeout`` it is stopped with SIGTERM, which stops its agents
+    and brokers too (a SIGKILL, as subprocess.run sends, left them running), then the
+    timeout is raised."""
+    command = simulate_command(*args)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(command, timeout, out, err) from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:

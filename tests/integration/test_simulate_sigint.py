@@ -14,6 +14,7 @@ from tests.integration.simulate_helpers import (
     FAST,
     pid_alive,
     read_events,
+    run_simulate,
     simulate_command,
     started_pids,
 )
@@ -56,3 +57,15 @@ def test_sigint_stops_everything_and_writes_the_report(tmp_path: Path) -> None:
     assert len(pids) >= 8  # 7 agents + the broker
     assert not [p for p in pids if pid_alive(p)], "processes left running after SIGINT"
     assert any(e["type"] == "dashboard" for e in events)
+
+
+def test_a_run_that_outlasts_its_test_is_stopped_with_its_agents(tmp_path: Path) -> None:
+    """The tests' own helper: a simulator past its timeout stops its fleet before the test
+    fails (a SIGKILL to the simulator alone left seven agents training)."""
+    run_dir, scenario = tmp_path / "run", tmp_path / "long.toml"
+    scenario.write_text('name = "long"\n[fleet]\nnodes = 3\nrounds = 1000000\n')
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_simulate("--scenario", str(scenario), "--out", str(run_dir), "--json", *FAST, timeout=20)
+    pids = started_pids(read_events(run_dir))
+    assert len(pids) >= 4  # 3 agents + the broker
+    assert not [p for p in pids if pid_alive(p)], "processes left running after the timeout"
