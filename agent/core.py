@@ -190,7 +190,8 @@ class AgentCore(RoundSteps):
                                   self.counters.rejected, sole_source=sole_source)
         self.fetch = StateFetch(config.node, self.job, self.membership, self.outbox,
                                 timeout=config.state_pull_timeout, size=config.state_size,
-                                chunk_values=config.state_chunk_values, from_coordinator=sole_source)
+                                chunk_values=config.state_chunk_values, from_coordinator=sole_source,
+                                site=config.site)
         self.chunks = ChunkPolicy(config.allreduce, config.adapt_chunks, config.adapt_broadcast)
         self.period = PeriodPolicy(config.sync_every, config.sync_auto)
         self.rounds = Rounds(config.node, config.allreduce.algorithm, self.outbox)

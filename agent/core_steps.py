@@ -40,7 +40,7 @@ from agent.protocol.rounds import new_round
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.schedule import scheduled_lr
 from agent.protocol.state_transfer import resync_reason
-from agent.state_fetch import StateFetch
+from agent.state_fetch import StateFetch, site_first
 from agent.state_server import StateServer
 from agent.suspicion import SuspicionBook
 
@@ -217,7 +217,7 @@ class RoundSteps:
                 self.outbox.note(NoteKind.REJOIN, None, f"state of round {rnd}")
                 self._go(Trigger.STATE_INSTALLED)
                 return [LoadState(rnd, state), Publish.status_of(self.status("online")), *self._serve_pulls()]
-        peers = self.membership.state_holders()
+        peers = site_first(self.node, self.config.site, self.membership.state_holders(), self.membership)
         transfer = self.fetch.transfer
         if peers and self.fetch.retry is None and (transfer is None or transfer.round < self.round
                                                    or not set(transfer.peers) & set(peers)):

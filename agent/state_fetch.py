@@ -20,7 +20,7 @@ from agent.protocol.allreduce import Note
 from agent.protocol.membership import Membership
 from agent.protocol.messages import StateDigest
 from agent.protocol.notes import REJECTED_STATE, NoteKind
-from agent.protocol.state_transfer import StateTransfer, Vouch, state_digest, vouch
+from agent.protocol.state_transfer import STATE_STRIPES, StateTransfer, Vouch, state_digest, vouch
 from agent.protocol.wire import Frame
 
 PULL_TRIES_PER_PEER = 2  # then a state transfer is given up (a new one starts when still needed)
@@ -44,6 +44,17 @@ def _backoff(failures: int) -> float:
     return min(RETRY_MAX_S, RETRY_BASE_S * 2.0 ** min(failures - 1, 32))
 
 
+def site_first(node: int, site: str, peers: list[int], membership: Membership) -> list[int]:
+    """``peers`` to pull the state from, the two lowest live members of our own site with a
+    lower id than ours put first: the state crosses a slow uplink once, not once per agent
+    of a site back from a cut. Its lowest agent pulls across, the next half across, the
+    rest from these two (who answer once they hold it: a pull waits for our round)."""
+    if not site:
+        return peers
+    near = sorted(m for m in membership.live() if m < node and membership.sites.get(m) == site)[:STATE_STRIPES]
+    return near + [p for p in peers if p not in near and p != node]
+
+
 class Retry(NamedTuple):
     """A given-up transfer for ``round`` (known to be the fleet's at ``known_at``), tried
     again at ``at``."""
@@ -65,8 +76,10 @@ class HeldState:
 
 class StateFetch:
     def __init__(self, node: int, job: int, membership: Membership, outbox: CoreOutbox, *,
-                 timeout: float, size: int | None, chunk_values: int, from_coordinator: bool = False) -> None:
+                 timeout: float, size: int | None, chunk_values: int, from_coordinator: bool = False,
+                 site: str = "") -> None:
         self.node, self.job, self.membership, self.outbox = node, job, membership, outbox
+        self.site = site  # ours: a state is pulled from our site first (``site_first``)
         self.from_coordinator = from_coordinator  # its state alone is the fleet's (ps-async)
         self.timeout, self.size, self.chunk_values = timeout, size, chunk_values
         self.transfer: StateTransfer | None = None
@@ -148,7 +161,8 @@ class StateFetch:
         # so we join it in step. Ask the coordinator first, then those who showed the round.
         first = [p for p in (self.membership.coordinator(),) if p is not None and p in others]
         order = list(dict.fromkeys([*first, *sorted(witnesses), *others]))
-        return out + self.fetch(frame.round + 1, [p for p in order if p != self.node], now, round)
+        order = site_first(self.node, self.site, [p for p in order if p != self.node], self.membership)
+        return out + self.fetch(frame.round + 1, order, now, round)
 
     def on_frame(self, frame: Frame, now: float, round: int) -> list[CoreAction]:
         """A MODEL frame (a chunk of a peer's state)."""

@@ -37,13 +37,14 @@ class StateServer:
     def due(self, round: int, membership: Membership, *, can_serve: bool, lingering: bool) -> list[SendState]:
         """Answer pullers that asked for a round we are at (or before) with our state, which is
         always "the state at the start of ``round``" (the core's state contract). Without a
-        state of our own (``can_serve`` false: joining, connecting) their pulls are dropped."""
+        state of our own (``can_serve`` false: joining, connecting) their pulls wait for it:
+        a site back from a cut pulls from its own members, which join with it."""
         out: list[SendState] = []
+        if not can_serve:
+            return out
         for puller, request in list(self.pending.items()):
             if request.round <= round:
                 del self.pending[puller]
-                if not can_serve:
-                    continue
                 limit = self._stripe_limit(puller, round, membership, lingering)
                 chunks = self._share_for(puller, request, round, limit)
                 if chunks == ():

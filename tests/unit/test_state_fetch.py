@@ -13,7 +13,14 @@ from agent.protocol.messages import StateDigest, Status, View
 from agent.protocol.notes import NoteKind
 from agent.protocol.state_transfer import serve_model_pull, state_digest
 from agent.protocol.wire import Frame, Kind
-from agent.state_fetch import ANNOUNCED_ROUNDS, REPLAY_ROUNDS, RETRY_BASE_S, RETRY_MAX_S, StateFetch
+from agent.state_fetch import (
+    ANNOUNCED_ROUNDS,
+    REPLAY_ROUNDS,
+    RETRY_BASE_S,
+    RETRY_MAX_S,
+    StateFetch,
+    site_first,
+)
 from agent.suspicion import SuspicionBook
 
 
@@ -180,3 +187,15 @@ def test_a_fetch_from_the_coordinator_alone_asks_it_for_everything() -> None:
     fetch.announced(StateDigest(0, 12, state_digest(state)), 0.2, 10)
     got = fetch.take(12)
     assert got is not None and np.array_equal(got[1], state)
+
+
+def test_a_state_is_pulled_from_the_lower_members_of_our_site_first() -> None:
+    membership = Membership(7, 2, View(epoch=1, members=list(range(9)), arity=2, coordinator=0, from_round=0))
+    for n in range(9):
+        membership.on_status(Status(n, "online", 10, site="s0" if n < 4 else "s1"), 0.0)
+    holders = [0, 1, 2, 3, 4, 5, 6, 8]
+    assert site_first(7, "s1", holders, membership)[:3] == [4, 5, 0]  # two of ours, then the rest
+    assert site_first(5, "s1", holders, membership)[:2] == [4, 0]  # the next: half from across
+    assert site_first(4, "s1", holders, membership)[:2] == [0, 1]  # the site's lowest: across
+    assert site_first(7, "", holders, membership) == holders  # no sites
+    assert sorted(site_first(7, "s1", holders, membership)) == holders  # nobody left out or twice

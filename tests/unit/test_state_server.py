@@ -40,11 +40,12 @@ def test_a_pull_of_a_round_ahead_waits_until_we_are_there() -> None:
     assert server.due(5, membership, can_serve=True, lingering=False) == []  # answered once
 
 
-def test_without_a_state_of_our_own_pulls_are_dropped_unanswered() -> None:
+def test_without_a_state_of_our_own_pulls_wait_until_we_hold_one() -> None:
+    # A site back from a cut pulls from its own members, who join with it.
     server, membership = _server(), _membership([0, 1, 2, 3])
-    server.asked(_pull(2, 0))
+    server.asked(_pull(2, 0, [0]))
     assert server.due(0, membership, can_serve=False, lingering=False) == []
-    assert server.pending == {}
+    assert server.due(0, membership, can_serve=True, lingering=False) == [SendState(_pull(2, 0, [0]), 0, (0,))]
 
 
 def test_one_puller_gets_one_stripe_a_round_the_whole_state_when_others_pull_too_or_when_lingering() -> None:

@@ -3,10 +3,12 @@ and direction, and the fault-tolerant rules hold inside a site and across sites.
 
 from __future__ import annotations
 
+from agent.core_actions import Publish
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.chunking import SLOW_LINK_BROADCAST, SLOW_LINK_CHUNK_VALUES
 from agent.protocol.membership import view_tree
-from simulate.virtual_fleet import FaultSpec, FleetConfig, VirtualFleet, count_problems
+from agent.protocol.wire import Frame, Kind
+from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet, count_problems
 
 LENGTH = 400
 FAST = AllreduceConfig(chunk_size=100, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0,
@@ -67,3 +69,29 @@ def test_a_fleet_over_sites_cuts_small_chunks_and_fans_out_from_the_start() -> N
     view = aware.agents[0].core.membership.newest
     assert (view.chunk_values, view.broadcast) == (SLOW_LINK_CHUNK_VALUES, SLOW_LINK_BROADCAST)
     assert blind.agents[0].core.membership.newest.chunk_values == 0
+
+
+def test_a_site_back_from_a_cut_takes_the_state_across_once_not_once_per_agent() -> None:
+    fleet = VirtualFleet(FleetConfig(
+        nodes=15, rounds=60, length=2000, sites=3, compute_time=0.02,
+        allreduce=AllreduceConfig(chunk_size=64, timeout_mode="fixed", fixed_timeout=0.05, round_deadline=1.0),
+        faults=tuple(FaultSpec(action, at, n) for action, at in (("isolate", 5), ("restore", 30))
+                     for n in range(10, 15))))
+    state_across = 0
+    put = fleet._put
+
+    def counting(agent: SimAgent, action: Publish) -> None:
+        nonlocal state_across
+        frame = action.message
+        if (isinstance(frame, Frame) and frame.kind is Kind.MODEL and action.dst is not None
+                and fleet.config.site_of(agent.node) != fleet.config.site_of(action.dst)):
+            state_across += len(action.payload())
+        put(agent, action)
+
+    fleet._put = counting  # type: ignore[method-assign]
+    records = fleet.run()
+    state = 2 * 2000 * 4  # params and momentum, float32
+    assert state_across < 2 * state, state_across / state  # it was 5.9 states, one per agent
+    back = [rec for rec in records if rec.round > 30 and set(range(10, 15)) <= set(rec.start_hashes)]
+    assert back and back[0].round <= 35, [rec.round for rec in back[:3]]
+    assert all(len(set(rec.start_hashes.values())) == 1 for rec in back)
