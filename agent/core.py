@@ -200,7 +200,7 @@ class AgentCore(RoundSteps):
         # A restart before the Will removed us keeps us in the view, and no new view says
         # the fleet's round: the states served are of rounds past our checkpoint's by as
         # many as the fleet ran since it was written (``resumed_age`` seconds ago).
-        self.round_known_at = now - max(0.0, resumed_age)
+        self.round_known_at = now - resumed_age
         self.phase = Phase.CONNECTING
         self.phase_deadline: float | None = now + CONNECT_WAIT
         self.joining = False

@@ -121,10 +121,11 @@ class RoundSteps:
         rtt = max((r for p in tree.members if p != self.node
                    and (r := self.links.measured_rtt(p)) is not None), default=0.0)
         self.membership.grace = max(self.config.suspicion_grace, SUSPICION_RTTS * rtt)
-        away = [(peer, not self.book.peer_absent_in(peer, self.round) and not self._joins_later(peer))
-                for peer in tree.members
-                if peer != self.node and (self.membership.is_down(peer) or self._joins_later(peer)
-                                          or self.book.peer_absent_in(peer, self.round))]
+        away: list[tuple[int, bool]] = []
+        for peer in tree.members:
+            absent, later = self.book.peer_absent_in(peer, self.round), self._joins_later(peer)
+            if peer != self.node and (self.membership.is_down(peer) or absent or later):
+                away.append((peer, not (absent or later)))
         return self.rounds.start(self.round, machine, away, now)
 
 

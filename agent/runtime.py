@@ -130,8 +130,7 @@ class AgentRuntime:
         self.incarnation = new_incarnation()
         self.displaced: Displaced | None = None
         self.refused: Refusal | None = None
-        resumed = self._resume()
-        age = checkpoint.age(config.checkpoint_dir, time.time()) if resumed is not None and config.checkpoint_dir else 0.0
+        resumed, age = self._resume() or (None, 0.0)
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
         self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
                               resumed_round=resumed, resumed_age=age, pid=os.getpid(), now=self.clock.now())
@@ -170,7 +169,8 @@ class AgentRuntime:
         birth = Message(online.topic(self.topics), online.payload(), retained=online.retain)
         self.transport.connect(self.core.subscriptions(), will, birth)
 
-    def _resume(self) -> int | None:
+    def _resume(self) -> tuple[int, float] | None:
+        """The checkpoint's round and age in seconds (None: none to resume from)."""
         if self.config.checkpoint_dir is None:
             return None
         saved = checkpoint.load(self.config.checkpoint_dir, expect=checkpoint.Plausible(
@@ -181,7 +181,7 @@ class AgentRuntime:
             return None
         self.backend.load_state(saved.state)
         log.info("resumed from checkpoint at round %d", saved.round)
-        return saved.round
+        return saved.round, checkpoint.age(self.config.checkpoint_dir, time.time())
 
     def _shutdown(self) -> None:
         self.checkpoints.close()  # the last checkpoint is on disk before we say we are gone

@@ -331,16 +331,16 @@ def broker_recovery(records: Sequence[Record], t0: float) -> Recovery | None:
         return None
     tb = float(back["t"])
     after = [r for r in records if r.get("type") == "telemetry" and r["t"] >= tb]
-    reporting = {int(r["node"]) for r in after}
-    # A status the agent published after the restart (its birth); Wills say "offline".
-    born = {int(r["node"]) for r in records if r.get("type") == "status" and r["t"] >= tb
-            and r.get("state") != "offline"}
     if "wall" in back:
         # Reports an agent queued while the broker was away arrive after it: rounds that
         # somebody ended before the broker was back (the outage's own) are not after it.
         ended_before = [int(r["round"]) for r in records if r.get("type") == "telemetry"
                         and float(r.get("wall_time", 0.0)) < float(back["wall"])]
         after = [r for r in after if int(r["round"]) > max(ended_before, default=-1)]
+    reporting = {int(r["node"]) for r in after}
+    # A status the agent published after the restart (its birth); Wills say "offline".
+    born = {int(r["node"]) for r in records if r.get("type") == "status" and r["t"] >= tb
+            and r.get("state") != "offline"}
     first = min((int(r["round"]) for r in after), default=None)
     views = tuple(dict.fromkeys((int(r.get("epoch", -1)), int(r.get("coordinator", -1)))
                                 for r in records if r.get("type") == "view" and r["t"] >= tb))

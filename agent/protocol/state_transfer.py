@@ -30,8 +30,9 @@ STATE_CHUNK_VALUES = 1 << 16
 STATE_STRIPES = 2
 # A state may be labelled this many rounds past the one asked for, plus MAX_ROUND_RATE rounds
 # for every second since that round was known to be the fleet's (a peer serves the state of
-# the round it is in, and the fleet goes on while we fetch, or went on since our checkpoint). A label further on is no round the fleet can be in: a
-# peer's lie that would have us ask everybody for a round nobody reaches.
+# the round it is in, and the fleet goes on while we fetch, or went on since our checkpoint).
+# A label further on is no round the fleet can be in: a peer's lie that would have us ask
+# everybody for a round nobody reaches.
 STATE_AHEAD_SLACK = 8
 MAX_ROUND_RATE = 100.0
 
