@@ -353,6 +353,8 @@ class AgentCore(RoundSteps):
         """A bridge went down: the nodes on its far side are gone for us, as if their Wills
         came (their own come back when it heals: the brokers resend the retained statuses)."""
         out: list[CoreAction] = []
+        if site == self.config.site:
+            self.membership.our_bridge_down()
         for peer in cut_off(self.membership.sites, self.config.site, site):
             if peer != self.node and self.membership.states.get(peer) in LIVE_STATES:
                 out += self._on_status(self.membership.will_of(peer), now)

@@ -118,6 +118,13 @@ class StatusSource(enum.Enum):
     FORGED = "forged"  # another node: refused, counted
 
 
+def speaks_at(status: Status, round: int) -> bool:
+    """The status shows its node here now: joining, or online at about ``round``. Not one from
+    far behind: a bridge back from a cut resends its site's retained statuses of the cut's
+    round (taken back on those, the site stalled the fleet's next round and split it)."""
+    return status.state == "joining" or (status.state == "online" and status.round + SUSPICION_ROUNDS >= round)
+
+
 def status_source(status: Status, topic_node: int) -> StatusSource:
     return StatusSource.OWN if status.node == topic_node else StatusSource.FORGED
 
@@ -299,7 +306,7 @@ class Membership:
         self.pending_views: dict[int, View] = {}  # publisher -> view, until it is the coordinator
         self.mass_down = MassDownHold()
         self.refuted: dict[tuple[int, int], int] = {}  # (suspect, reporter) -> latest round it refuted
-        self.own_will_at = -1  # `seen` when our own offline status (our Will) last came
+        self.cut_at = -1  # `seen` when we were last cut off: our own Will, our site's bridge down
         self.view_taken_at = -1  # `seen` when we took the newest view
         self.new_lives: set[int] = set()  # members restarted before their Will removed them
 
@@ -322,7 +329,7 @@ class Membership:
             self.went_down[status.node] = self.round
             self.offline_at[status.node] = now
             if status.node == self.node:
-                self.own_will_at = self.seen + 1  # (this status's place in the order, below)
+                self.cut_at = self.seen + 1  # (this status's place in the order, below)
         self.states[status.node] = status.state
         if status.state == "offline":
             self.models.pop(status.node, None)
@@ -336,10 +343,10 @@ class Membership:
             view, self.unconfirmed = self.unconfirmed, None
             self.on_view(view)  # now we know whether its coordinator stands for its model
         self.seen += 1
-        if status.state != "offline":
-            self.spoke_at[status.node] = self.seen
-        if status.node != self.node and (status.state == "joining" or (
-                status.state == "online" and status.round + SUSPICION_ROUNDS >= self.round)):
+        present = speaks_at(status, self.round)
+        if status.state != "offline" and (present or status.node not in self.removed_at):
+            self.spoke_at[status.node] = self.seen  # a dropped node far behind returns by rejoining
+        if status.node != self.node and present:
             # It speaks again, at the fleet's round (a node that resumes far behind is not
             # back until it rejoins through the join path, which it then announces). Its Will
             # is not speaking: a suspected node stays suspected while the Will settles.
@@ -443,7 +450,7 @@ class Membership:
             taken_out = False
         if (view.epoch, -view.coordinator) <= (newest.epoch, -newest.coordinator):
             return None
-        away = self.own_will_at > self.view_taken_at
+        away = self.cut_at > self.view_taken_at
         if view.epoch > newest.epoch + (MAX_AWAY_EPOCH_STEP if away else MAX_EPOCH_STEP):
             return RejectReason.VIEW_EPOCH_JUMP
         if publisher != self.coordinator() and not taken_out:
@@ -460,6 +467,12 @@ class Membership:
         self.on_view(view)
         return None
 
+    def our_bridge_down(self) -> None:
+        """The fleet hears none of our site, as if our Will came: its view without us drops our
+        site's members, whom we saw not go (held back, a site never rejoined after a cut)."""
+        self.seen += 1
+        self.cut_at = self.seen
+
     def _takes_us_out(self, view: View) -> bool:
         """``view`` leaves us out, and we were reported silent lately."""
         return self.node not in view.members and any(
@@ -474,18 +487,7 @@ class Membership:
         return candidates[0] if candidates else None
 
     def first_view(self, view: View, publisher: int) -> FirstView:
-        """Whether to take ``view`` from ``publisher`` as the first view we know: only from the
-        node our own statuses say coordinates (the lowest online one, leaving us out: we may
-        be a lower id that (re)joins a fleet that went on without us), with an epoch the fleet
-        can still count up from. Before, any member's view was taken: one published before
-        the fleet's first made its publisher root for the whole run."""
-        if view.epoch > MAX_FIRST_EPOCH:
-            return FirstView.EPOCH_TOO_HIGH
-        if self.states.get(publisher) != "online":
-            return FirstView.WAIT  # not heard yet, or gone (a stale retained view): held
-        lower = [n for n, s in self.states.items()
-                 if s == "online" and n < publisher and n != self.node and n not in self.suspected()]
-        return FirstView.NOT_COORDINATOR if lower else FirstView.TAKE
+        return first_view(self, view, publisher)
 
     def _offer_first_view(self, view: View, publisher: int) -> RejectReason | None:
         verdict = self.first_view(view, publisher)
@@ -780,3 +782,18 @@ def _new_life(m: Membership, status: Status) -> set[int]:
     known = m.incarnations.get(status.node, status.incarnation)
     member = bool(m.views) and status.node in m.newest.members
     return {status.node} if status.state != "offline" and member and status.incarnation > known else set()
+
+
+def first_view(m: Membership, view: View, publisher: int) -> FirstView:
+    """Whether to take ``view`` from ``publisher`` as the first view we know: only from the
+    node our own statuses say coordinates (the lowest online one, leaving us out: we may
+    be a lower id that (re)joins a fleet that went on without us), with an epoch the fleet
+    can still count up from. Before, any member's view was taken: one published before
+    the fleet's first made its publisher root for the whole run."""
+    if view.epoch > MAX_FIRST_EPOCH:
+        return FirstView.EPOCH_TOO_HIGH
+    if m.states.get(publisher) != "online":
+        return FirstView.WAIT  # not heard yet, or gone (a stale retained view): held
+    lower = [n for n, s in m.states.items()
+             if s == "online" and n < publisher and n != m.node and n not in m.suspected()]
+    return FirstView.NOT_COORDINATOR if lower else FirstView.TAKE

@@ -61,6 +61,31 @@ def test_a_joiner_back_from_a_cut_asks_the_views_members_for_the_state_not_one_i
     assert joiner.state_holders() == [0, 2, 3, 6]
 
 
+def test_a_dropped_nodes_status_from_far_behind_is_no_return_until_it_rejoins() -> None:
+    """A bridge back from a cut replays its site's retained statuses, of the round the site
+    was cut in: the node is not back (the fleet would wait for it) until it says joining."""
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(12, 0.0)
+    assert m.on_view(View(1, [0, 1, 2], 2, 0, 14))  # 3 was found silent
+    m.round_started(60, 0.0)
+    assert m.on_status(Status(3, "online", round=11), 0.0) == []
+    assert m.newest.members == [0, 1, 2]
+    out = m.on_status(Status(3, "joining", round=11), 0.0)
+    assert out[0].view.members == [0, 1, 2, 3] and out[0].view.from_round == 62
+
+
+def test_a_dropped_node_online_at_the_fleets_round_is_back() -> None:
+    m = Membership(0, 2, START)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(12, 0.0)
+    assert m.on_view(View(1, [0, 1, 2], 2, 0, 14))
+    m.round_started(60, 0.0)
+    assert m.on_status(Status(3, "online", round=59), 0.0)[0].view.members == [0, 1, 2, 3]
+
+
 def test_a_joiner_going_online_changes_no_view() -> None:
     coordinator = Membership(1, 2, View(2, [0, 1, 2], 2, 1, 12))
     for s in (*online(1, 2), Status(0, "joining", incarnation=5)):

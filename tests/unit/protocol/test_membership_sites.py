@@ -68,3 +68,28 @@ def test_bridge_topics_parse_only_site_names() -> None:
     assert topics.parse_bridge(topics.bridge("s1")) == "s1"
     assert topics.parse_bridge("edgegrove/j/bridge/a/b") is None
     assert topics.parse_bridge("edgegrove/j/status/1") is None
+
+
+def _cut_site_member() -> tuple[Membership, View]:
+    """Node 4 of the hall, its site cut off the core: the barn's coordinator went on without
+    the hall (its witnesses found the hall silent; node 4 saw none of it)."""
+    member = Membership(4, 2, START)
+    for i in range(6):
+        member.on_status(Status(i, "online", site=_site(i)), 0.0)
+    member.round_started(12, 1.0)
+    return member, View(epoch=1, members=[0, 1, 2], arity=2, coordinator=0, from_round=14,
+                        sites=["barn"] * 3)
+
+
+def test_a_site_cut_off_takes_the_fleets_view_without_it_once_its_bridge_went_down() -> None:
+    member, without_hall = _cut_site_member()
+    member.our_bridge_down()  # its own broker's word: the bridge to the core is down
+    assert member.offer_view(without_hall, 0) is None
+    assert member.newest == without_hall and 4 not in member.newest.members  # it rejoins
+
+
+def test_a_view_dropping_our_site_is_held_while_our_bridge_stayed_up() -> None:
+    # The coordinator (compromised, or wrong) cannot evict a site nobody saw go.
+    member, without_hall = _cut_site_member()
+    assert member.offer_view(without_hall, 0) is not None
+    assert member.newest == START
