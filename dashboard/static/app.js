@@ -432,7 +432,7 @@ function renderSites(fleet) {
   body.replaceChildren(...fleet.sites.map((s) => {
     const b = s.bridge;
     const tr = html("tr");
-    Object.assign(tr.dataset, { site: s.name, bridge: b ? b.state : "unknown",
+    Object.assign(tr.dataset, { site: s.name, bridge: b ? b.state : "unknown", source: b ? b.source : "",
       bytesUp: b && b.bytes_up !== null ? b.bytes_up : "", bytesDown: b && b.bytes_down !== null ? b.bytes_down : "" });
     const badge = html("span", "badge", b ? b.state : "unknown");
     badge.style.background = BRIDGE_COLORS[b ? b.state : "unknown"];

@@ -106,6 +106,11 @@ def bridge_shown(site: str, state: str) -> str:
         document.querySelector(`${{sel}}[data-site="{site}"]`)?.dataset.bridge === '{state}')"""
 
 
+def said_by(page: Page, site: str) -> str | None:
+    """Who said the bridge's state: the broker's notification, or the simulator's uplink."""
+    return page.get_attribute(f'#sites tr[data-site="{site}"]', "data-source")
+
+
 def bytes_up(page: Page, site: str) -> int:
     return int(page.get_attribute(f'#sites tr[data-site="{site}"]', "data-bytes-up") or 0)
 
@@ -156,6 +161,7 @@ def test_page_groups_nodes_by_site_and_shows_a_bridge_down_and_up(
             wait_within_rounds(page, bridge_shown(CUT, "down"), BRIDGE_ROUNDS, f"bridge {CUT} down")
             assert page.get_attribute(f'#sites tr[data-site="{CUT}"] td:nth-child(5)', "class") == "wide"
             assert page.text_content(f'#sites tr[data-site="{CUT}"] td:nth-child(5)') == "1"  # downs
+            assert said_by(page, CUT) == "broker"  # the core's bridge notification, not only the cut
             for site in ("s0", "s2"):
                 assert page.evaluate(f"({bridge_shown(site, 'up')})()"), f"{site} shown down too"
             page.click('#event-filters button[data-filter="faults"]')
@@ -167,6 +173,7 @@ def test_page_groups_nodes_by_site_and_shows_a_bridge_down_and_up(
 
             brokers.heal_bridge(CUT)
             wait_within_rounds(page, bridge_shown(CUT, "up"), BRIDGE_ROUNDS, f"bridge {CUT} up again")
+            assert said_by(page, CUT) == "broker"  # the bridge redialled, not only the uplink back
             wait_within_rounds(page, f"() => Number(document.querySelector('#sites tr[data-site=\"{CUT}\"]')"
                                      f".dataset.bytesUp) > {at_cut}", BRIDGE_ROUNDS, "bytes over the healed uplink")
             wait_within_rounds(page, """() => [...document.querySelectorAll('#events li')].some(li =>
