@@ -16,7 +16,7 @@ import math
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import paho.mqtt.client as mqtt
@@ -62,14 +62,15 @@ class DemoNode:
         self.client.on_message = self._on_message
 
     def start(self) -> None:
-        address = parse_broker_url(self.fleet.broker_url)
+        address = parse_broker_url(self.fleet.url_for(self.node))
         self.client.connect(address.host, address.port, keepalive=5)
         self.client.loop_start()
 
     def _on_connect(self, client: mqtt.Client, *_args: object) -> None:
         topics = self.fleet.topics
         client.subscribe(topics.links_to(self.node), 0)
-        status = Status(self.node, "online", pid=os.getpid(), incarnation=1, labels=demo_labels(self.node))
+        status = Status(self.node, "online", pid=os.getpid(), incarnation=1, labels=demo_labels(self.node),
+                        site=self.fleet.sites.get(self.node, ""))
         client.publish(topics.status(self.node), status.encode(), 1, retain=True)
 
     def _on_message(self, _c: mqtt.Client, _u: object, message: mqtt.MQTTMessage) -> None:
@@ -101,7 +102,11 @@ class DemoNode:
 
 
 class DemoFleet:
-    """``nodes`` fake agents in one process; ``run_rounds`` drives them round by round."""
+    """``nodes`` fake agents in one process; ``run_rounds`` drives them round by round.
+
+    With ``sites`` (node -> site) each node says its site and the tree is site-aware, as the
+    agents'; ``broker_urls`` then names each node's own broker (its site's), else all use
+    ``broker_url``."""
 
     def __init__(
         self,
@@ -112,11 +117,15 @@ class DemoFleet:
         credentials: dict[int, NodeCredentials] | None = None,
         round_window: float = 0.3,
         eval_every: int = 2,
+        sites: Mapping[int, str] | None = None,
+        broker_urls: Mapping[int, str] | None = None,
     ) -> None:
         self.broker_url = broker_url
+        self.sites = dict(sites or {})
+        self.broker_urls = dict(broker_urls or {})
         self.job = job
         self.topics = Topics(job)
-        self.tree = Tree.of(range(nodes), arity)
+        self.tree = Tree.of(range(nodes), arity, sites=self.sites or None)
         self.round_window = round_window
         self.eval_every = eval_every
         self.round = 0
@@ -125,10 +134,15 @@ class DemoFleet:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def url_for(self, node: int) -> str:
+        return self.broker_urls.get(node, self.broker_url)
+
     def start(self) -> None:
         for node in self.nodes.values():
             node.start()
-        view = View(1, list(self.tree.members), self.tree.arity, self.tree.root, 0)
+        members = sorted(self.tree.members)
+        sites = [self.sites[m] for m in members] if self.sites else []
+        view = View(1, members, self.tree.arity, self.tree.root, 0, sites=sites)
         root = self.nodes[self.tree.root].client
         root.publish(self.topics.view_of(view.coordinator), view.encode(), 1, retain=True)
 

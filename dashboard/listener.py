@@ -95,7 +95,7 @@ class MqttListener:
         self.last_error = ""
         topics = self.store.topics
         client.subscribe([(topics.all_status(), 1), (topics.all_views(), 1), (topics.view, 1),
-                          (topics.all_telemetry(), 0)])
+                          (topics.all_telemetry(), 0), (topics.all_bridges(), 1)])
 
     def _on_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
         self.connected = False

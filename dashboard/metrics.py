@@ -27,6 +27,7 @@ class FleetCollector(Collector):
         state = self.state()
         yield from self._fleet(state)
         yield from self._nodes(state)
+        yield from self._bridges(state)
 
     def _fleet(self, s: FleetState) -> Iterable[Metric]:
         c, job = s.counters, [self.job]
@@ -94,6 +95,25 @@ class FleetCollector(Collector):
             for reason, count in sorted(n.rejected.items()):
                 rejected.add_metric([*key, reason], count)
         yield from (online, last, loss, sent, received, reroutes, restarts, rss, cpu, rejected)
+
+
+    def _bridges(self, s: FleetState) -> Iterable[Metric]:
+        """Each site's bridge to the core (a fleet without sites: no samples)."""
+        labels = ["job", "site"]
+        up = GaugeMetricFamily(f"{PREFIX}_bridge_up", "1 if the site's bridge to the core is "
+                               "connected, 0 if not (no sample: not known)", labels=labels)
+        downs = CounterMetricFamily(f"{PREFIX}_bridge_downs", "Times the site's bridge went down", labels=labels)
+        carried = CounterMetricFamily(f"{PREFIX}_bridge_bytes", "Bytes through the site's uplink "
+                                      "(direction up: to the core)", labels=[*labels, "direction"])
+        for site, bridge in sorted(s.bridges.items()):
+            key = [self.job, site]
+            if bridge.state != "unknown":
+                up.add_metric(key, int(bridge.state == "up"))
+            downs.add_metric(key, bridge.downs)
+            if bridge.bytes_up is not None and bridge.bytes_down is not None:
+                carried.add_metric([*key, "up"], bridge.bytes_up)
+                carried.add_metric([*key, "down"], bridge.bytes_down)
+        yield from (up, downs, carried)
 
 
 def _one(metric: CounterMetricFamily | GaugeMetricFamily, labels: list[str], value: float

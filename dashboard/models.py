@@ -11,6 +11,7 @@ from agent.protocol.messages import View
 from agent.protocol.topology import Tree
 from dashboard.incidents import Incident
 from dashboard.state import (
+    BridgeInfo,
     ControlOutcome,
     FleetEvent,
     FleetState,
@@ -18,6 +19,7 @@ from dashboard.state import (
     NodeInfo,
     RoundSummary,
     model_mismatch,
+    node_sites,
     rejected_frames,
 )
 
@@ -77,6 +79,7 @@ class NodeModel(BaseModel):
                                 description="peers whose frames it relayed in its latest round")
     labels: list[int] = Field(default_factory=list,
                               description="training samples per label in its shard (index = label)")
+    site: str = Field("", description="its site (its status's, else the view's); empty: none")
 
 
 class LinkModel(BaseModel):
@@ -86,6 +89,27 @@ class LinkModel(BaseModel):
     state: Literal["ok", "suspected", "failed", "rerouted", "unknown"]
     blame: Literal["", "link", "node"] = Field(
         description="link: this link is at fault; node: one of its ends is (see NodeModel)")
+
+
+class BridgeModel(BaseModel):
+    state: Literal["up", "down", "unknown"] = Field(
+        description="connected to the core broker or not (unknown: nobody said yet)")
+    source: Literal["", "broker", "simulator"] = Field(
+        description="who said the state: the broker's bridge notification, or the simulator's "
+                    "uplink (cut or not), when no notification was heard")
+    since: float | None = Field(description="Unix time of its last change of state")
+    downs: int = Field(description="times it went down")
+    bytes_up: int | None = Field(description="bytes to the core through its uplink (null: not counted)")
+    bytes_down: int | None = Field(description="bytes from the core through its uplink")
+    rate_up: float | None = Field(description="bytes/s to the core, over the last second or more")
+    rate_down: float | None = Field(description="bytes/s from the core")
+    sampled_at: float | None = Field(description="Unix time of the byte counts")
+
+
+class SiteModel(BaseModel):
+    name: str
+    nodes: list[int] = Field(description="the nodes at this site")
+    bridge: BridgeModel | None = Field(description="its bridge to the core (null: never reported)")
 
 
 class IncidentModel(BaseModel):
@@ -173,6 +197,8 @@ class FleetModel(BaseModel):
     incidents: list[IncidentModel]
     controls: list[ControlOutcomeModel]
     run: RunModel
+    sites: list[SiteModel] = Field(default_factory=list,
+                                   description="the fleet's sites and their bridges (empty: no sites)")
 
 
 class RoundModel(BaseModel):
@@ -285,7 +311,7 @@ def node_state(info: NodeInfo, outside_view: bool) -> NodeState:
 
 
 def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
-               faults: list[str], view: View | None = None) -> NodeModel:
+               faults: list[str], view: View | None = None, site: str = "") -> NodeModel:
     in_view = tree is not None and info.node in tree
     return NodeModel(
         node=info.node,
@@ -319,6 +345,7 @@ def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[
         labels=list(info.labels),
         exited=info.exited,
         relaying=sorted(info.relaying),
+        site=site,
     )
 
 
@@ -344,6 +371,27 @@ def blamed_nodes(state: FleetState) -> frozenset[int]:
     if ranked and ranked[0] >= 2 and (len(ranked) == 1 or ranked[0] > ranked[1]):
         blamed |= {n for n, d in degree.items() if d == ranked[0]}
     return frozenset(blamed)
+
+
+def bridge_model(b: BridgeInfo, wall_offset: float) -> BridgeModel:
+    def wall(t: float | None) -> float | None:
+        return None if t is None else round(t + wall_offset, 3)
+
+    def rate(r: float | None) -> float | None:
+        return None if r is None else round(r, 1)
+
+    return BridgeModel(state=b.state, source=b.source, since=wall(b.since), downs=b.downs,
+                       bytes_up=b.bytes_up, bytes_down=b.bytes_down, rate_up=rate(b.rate_up),
+                       rate_down=rate(b.rate_down), sampled_at=wall(b.sampled_at))
+
+
+def site_models(state: FleetState, sites: Mapping[int, str], wall_offset: float) -> list[SiteModel]:
+    """Every site a node or a bridge names, by name, with its nodes and its bridge."""
+    names = sorted({*sites.values(), *state.bridges})
+    bridges = state.bridges
+    return [SiteModel(name=name, nodes=sorted(n for n, s in sites.items() if s == name),
+                      bridge=bridge_model(bridges[name], wall_offset) if name in bridges else None)
+            for name in names]
 
 
 def incident_model(i: Incident, wall_offset: float) -> IncidentModel:
@@ -394,6 +442,7 @@ def fleet_model(
     view = state.view
     blamed = blamed_nodes(state)
     active = [i for i in state.incidents if i.active]
+    sites = node_sites(state)
     return FleetModel(
         job=job,
         version=state.version,
@@ -405,7 +454,8 @@ def fleet_model(
             broadcast=view.broadcast, fingerprint=view.fingerprint, model=view.model, params=view.params,
         ),
         nodes=[node_model(state.nodes[n], tree, now, blamed,
-                          [i.kind for i in active if n in i.targets], view) for n in sorted(state.nodes)],
+                          [i.kind for i in active if n in i.targets], view, sites.get(n, ""))
+               for n in sorted(state.nodes)],
         links=[link_model(link, blamed) for link in state.links.values()],
         counters=counters_model(state, refused).model_copy(
             update={"first_round": first_round, "events_dropped": events_dropped}),
@@ -414,6 +464,7 @@ def fleet_model(
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],
         run=RunModel(phase=state.run.phase, fleet_size=state.run.fleet_size,
                      replay_hint=state.run.replay_hint, replay_of=state.run.replay_of),
+        sites=site_models(state, sites, wall_offset),
     )
 
 

@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 
 from agent.protocol.messages import MessageError, Status, Telemetry, View
 from dashboard import incidents as inc
+from dashboard.bridges import apply_bridges, uplink_reports
 from dashboard.state import (
     ControlOutcome,
     Draft,
     FleetState,
     Result,
+    apply_malformed,
     apply_status,
     apply_telemetry,
     apply_view,
@@ -28,7 +30,7 @@ from dashboard.state import (
 Record = Mapping[str, Any]
 MAX_CONTROLS = 50
 # What only the simulator knows; the rest of its records it heard on the broker, like us.
-SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run"})
+SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run", "uplinks"})
 Message = TypeVar("Message", Status, View, Telemetry)
 
 
@@ -48,6 +50,8 @@ def apply_record(state: FleetState, record: Record, now: float) -> Result:
             return _control_outcome(state, record, now)
         if kind == "run":
             return _run(state, record, now)
+        if kind == "uplinks":
+            return _uplinks(state, record, now)
     except (MessageError, KeyError, TypeError, ValueError):
         pass
     return state, ()
@@ -137,6 +141,15 @@ def _operator_fault(state: FleetState, entry: ControlOutcome, now: float) -> Fle
     else:
         return state
     return replace(state, incidents=incidents)
+
+
+def _uplinks(state: FleetState, record: Record, now: float) -> Result:
+    """What crossed each site's uplink, and which the simulator cut; a malformed record is
+    counted, like a malformed message, and changes nothing else."""
+    try:
+        return apply_bridges(state, uplink_reports(record), now)
+    except MessageError as exc:
+        return apply_malformed(state, exc.reason, now)
 
 
 def _run(state: FleetState, record: Record, now: float) -> Result:

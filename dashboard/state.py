@@ -25,6 +25,9 @@ from dashboard.incidents import Incident, Observation
 NodeDisplay = Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
 LinkDisplay = Literal["ok", "suspected", "failed", "rerouted", "unknown"]
 LinkKind = Literal["tree", "backup", "extra"]
+BridgeState = Literal["up", "down", "unknown"]
+# Who said a bridge's state: the broker's bridge notification, or the simulator's uplink.
+BridgeSource = Literal["", "broker", "simulator"]
 Silence = Literal["", "suspected", "hung"]
 # live: following a fleet; ending: the simulator is stopping it (offline is an exit, not a
 # crash); finished: the run is over (its end seen, or a replay of a finished run).
@@ -100,6 +103,7 @@ class NodeInfo:
     model: str = ""
     params: int = 0
     labels: tuple[int, ...] = ()
+    site: str = ""  # the site its status names ("" when none)
 
     @property
     def display(self) -> NodeDisplay:
@@ -120,6 +124,24 @@ class LinkInfo:
     b: int
     kind: LinkKind
     state: LinkDisplay
+
+
+@dataclass(frozen=True)
+class BridgeInfo:
+    """A site's bridge to the core broker: whether it is connected, and what crossed it."""
+
+    site: str
+    state: BridgeState = "unknown"
+    source: BridgeSource = ""
+    since: float | None = None  # `now` of its last change of state
+    downs: int = 0  # times it went down
+    bytes_up: int | None = None  # totals through the uplink (None: nobody counts them)
+    bytes_down: int | None = None
+    rate_up: float | None = None  # bytes/s over the last rate window
+    rate_down: float | None = None
+    sampled_at: float | None = None  # `now` of the last byte counts
+    # The byte counts a rate is measured from: (up, down, `now`).
+    rate_base: tuple[int, int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +263,7 @@ class FleetState:
     # The simulator's fault index -> (kind, targets): its heal records name only the index.
     fault_targets: Mapping[int, tuple[str, tuple[int, ...]]] = field(
         default_factory=lambda: _frozen({}))
+    bridges: Mapping[str, BridgeInfo] = field(default_factory=lambda: _frozen({}))
 
     @property
     def latest_round(self) -> int | None:
@@ -306,7 +329,7 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
     )
     if msg.state != "offline":  # a Will says nothing about the model
         node = replace(node, fingerprint=msg.fingerprint, model=msg.model, params=msg.params,
-                       labels=tuple(msg.labels) or node.labels)
+                       labels=tuple(msg.labels) or node.labels, site=msg.site or node.site)
     drafts += _mismatch_drafts(state, state.view, (node,), at)
     state = _with_node(state, node)
     state = _count(state, "status")
@@ -763,3 +786,14 @@ def _link_changes(
         detail = f"{link.kind} link {link.a}-{link.b}: {previous} -> {link.state}"
         drafts.append(Draft(_LINK_EVENT[link.state], link.a, link.b, round_no, detail))
     return drafts
+
+
+def node_sites(state: FleetState) -> dict[int, str]:
+    """Each known node's site: its status's, else the current view's; nodes without one are
+    left out (a fleet without sites: {})."""
+    view = state.view
+    sites = dict(zip(view.members, view.sites, strict=True)) if view and view.sites else {}
+    for node, info in state.nodes.items():
+        if info.site:
+            sites[node] = info.site
+    return {n: s for n, s in sites.items() if s}

@@ -18,6 +18,7 @@ from typing import IO
 
 from agent.protocol.messages import MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
+from dashboard.bridges import apply_bridge, notification_report
 from dashboard.node_series import DEFAULT_MAX_POINTS, NodeSeriesBook
 from dashboard.records import Record, apply_record, telemetry_record
 from dashboard.state import (
@@ -160,6 +161,9 @@ class FleetStore:
                 raise MessageError("telemetry_repeat", f"node {node} round {telemetry.round} again")
             self.node_series.add(telemetry)
             return apply_telemetry(self.state, telemetry, now)
+        site = self.topics.parse_bridge(topic)
+        if site is not None:
+            return apply_bridge(self.state, notification_report(site, payload), now)
         raise MessageError("unknown_topic", topic[:100])
 
     def _commit(self, result: Result) -> tuple[FleetEvent, ...]:

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
 DESCRIPTION = __doc__
 EXIT_OK, EXIT_HALTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+UPLINK_SAMPLE_S = 1.0  # s: the uplinks' bytes and cuts logged at least this often
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -228,6 +229,7 @@ class Simulation:
         self.halted = False
         self.refused: set[int] = set()  # agents the fleet refused (another model)
         self.site_brokers: SiteBrokers | None = None
+        self._uplinks_round, self._uplinks_at = -1, 0.0  # the last uplinks record logged
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -312,7 +314,7 @@ class Simulation:
                                                         self.sites, self.persistence)
             stack.callback(sites.stop)
             log = self.log
-            stack.callback(lambda: log.add("uplinks", bytes=sites.uplink_bytes()))  # before the stop
+            stack.callback(lambda: log.add("uplinks", **sites.uplinks_record()))  # before the stop
             creds = sites.admin_credentials
             self.log.add("broker", kind="mosquitto-sites", url=sites.core.url, pid=sites.core.pid,
                          sites={n: b.url for n, b in sites.sites.items()})
@@ -487,14 +489,10 @@ class Simulation:
         rounds = self.scenario.fleet.rounds
         bar = tqdm(total=rounds, desc="rounds", file=sys.stderr, unit="round", dynamic_ncols=True,
                    mininterval=0.5)
-        logged_round = -1
         try:
             while not self.stop_event.is_set():
                 fleet_round = self.watch.fleet_round
-                if self.site_brokers is not None and fleet_round != logged_round:
-                    # per round: what crossed the uplinks so far (`bench sites --real` reads it)
-                    self.log.add("uplinks", round=fleet_round, bytes=self.site_brokers.uplink_bytes())
-                    logged_round = fleet_round
+                self._log_uplinks(fleet_round)
                 self._fire_faults(fleet_round)
                 self._progress(bar, fleet_round)
                 for node, code in self._poll_exits():
@@ -514,6 +512,22 @@ class Simulation:
                                     or self.stop_event.is_set(), self._next_wait())
         finally:
             bar.close()
+
+    def _log_uplinks(self, fleet_round: int) -> None:
+        """Per round, what crossed the uplinks so far (`bench sites --real` reads it); between
+        rounds at least every UPLINK_SAMPLE_S, without a round, so that the dashboard's rates
+        and bridge states move on while the fleet waits (a cut site)."""
+        sites, log = self.site_brokers, self.log
+        if sites is None or log is None:
+            return
+        now = time.monotonic()
+        if fleet_round != self._uplinks_round:
+            log.add("uplinks", round=fleet_round, **sites.uplinks_record())
+        elif now - self._uplinks_at >= UPLINK_SAMPLE_S:
+            log.add("uplinks", **sites.uplinks_record())
+        else:
+            return
+        self._uplinks_round, self._uplinks_at = fleet_round, now
 
     def _next_wait(self) -> float:
         armed = [s.fire_at for s in self.slots if s.state == "armed" and s.fire_at is not None]

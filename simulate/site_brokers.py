@@ -86,6 +86,11 @@ class SiteBrokers:
         """Site -> (bytes up to the core, bytes down from it) through its uplink so far."""
         return {name: (p.bytes_up[0], p.bytes_down[0]) for name, p in self.uplinks.items()}
 
+    def uplinks_record(self) -> dict[str, Any]:
+        """What the dashboard and ``bench sites --real`` read of the uplinks: the bytes each
+        way so far, and the sites whose uplink is cut now."""
+        return {"bytes": self.uplink_bytes(), "cut": sorted(self._cut)}
+
     def shape_uplinks(self, bytes_per_second: float | None, rtt: float) -> None:
         """Every uplink: a rate limit each way and half the round-trip time each way."""
         for proxy in self.uplinks.values():

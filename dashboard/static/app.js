@@ -10,11 +10,13 @@ const COLORS = {
 const FAULT_COLORS = {
   link: "#d63b3b", crash: "#b42318", hang: "#e46a17", loss: "#e0a100", latency: "#7b4fd6",
   bandwidth: "#7b4fd6", isolate: "#6b7280", "broker-restart": "#1f2937", model: "#a4262c",
+  "bridge-cut": "#b42318", "site-broker-restart": "#1f2937",
 };
 // One colour per label in a node's label bar (tab10, as the report's labels.png).
 const LABEL_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
   "#7f7f7f", "#bcbd22", "#17becf"];
 const MARK_COLORS = { ...FAULT_COLORS, rejoin: "#13a3b5", view_change: "#3a7bd5" };
+const BRIDGE_COLORS = { up: "#2e9e5b", down: "#d63b3b", unknown: "#b8c0cc" };
 const EVENT_BADGE = {
   crash: "failed", offline: "offline", exit: "offline", link_failed: "failed", timeout: "suspected",
   link_suspected: "suspected", suspected: "suspected", hung: "hung", reroute: "rerouted",
@@ -22,14 +24,14 @@ const EVENT_BADGE = {
   view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
   nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
   fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
-  model_mismatch: "failed", fault_recovered: "ok",
+  model_mismatch: "failed", fault_recovered: "ok", bridge_down: "failed", bridge_up: "ok",
 };
 // Who made an incident, in the operator's words.
 const SOURCE_TEXT = { injected: "injected by the scenario", operator: "made by the operator", detected: "seen by the fleet" };
 // Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
 const FILTERS = {
   faults: new Set(["fault_injected", "fault_healed", "fault_recovered", "crash", "hung", "suspected", "recovered",
-    "rejoin", "control", "control_applied", "link_failed", "run_end", "offline"]),
+    "rejoin", "control", "control_applied", "link_failed", "run_end", "offline", "bridge_down", "bridge_up"]),
   membership: new Set(["join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"]),
   links: new Set(["link_failed", "link_rerouted", "link_suspected", "link_ok", "link_dead",
     "link_healed", "reroute", "timeout"]),
@@ -172,6 +174,7 @@ function render() {
   renderEvents();
   renderCharts();
   renderRoundsNote();
+  renderSites(fleet);
   renderNodes(fleet);
   renderLogPicker(latest);
   renderControls(latest);
@@ -318,6 +321,136 @@ function treeLayout(ids, arity, width, height) {
   return pos;
 }
 
+// ------------------------------------------------------------------ sites
+
+// The nodes of each site, in the tree's order: the root's site first (its root first), then
+// the sites by their lowest node, as the agents build a site-aware tree. Each group spans a
+// column of the tree card, as wide as its share of the nodes.
+function siteGroups(fleet, order) {
+  const siteOf = new Map(fleet.nodes.map((n) => [n.node, n.site]));
+  const groups = new Map();
+  for (const id of order) {
+    const site = siteOf.get(id) || "";
+    if (!groups.has(site)) groups.set(site, []);
+    groups.get(site).push(id);
+  }
+  for (const s of fleet.sites) if (!groups.has(s.name)) groups.set(s.name, []); // a bridge, no node yet
+  let x = 0;
+  const total = Math.max(1, [...groups.values()].reduce((sum, g) => sum + Math.max(1, g.length), 0));
+  return [...groups.entries()].map(([site, ids], i) => {
+    const share = Math.max(1, ids.length) / total;
+    const group = { site, ids, index: i, x0: x, share };
+    x += share;
+    return group;
+  });
+}
+
+function heapDepth(index, arity) {
+  // The level of slot ``index`` in a heap-order k-ary tree (0: the root).
+  let depth = 0;
+  for (let first = 0, width = 1; index >= first + width; first += width, width *= arity) depth += 1;
+  return depth;
+}
+
+function siteLayout(groups, arity, width, height) {
+  // Site roots form a k-ary tree of their own: a site's column starts at its root's level;
+  // inside, the site's nodes follow in heap order below their site root.
+  const inner = (n) => heapDepth(Math.max(0, n - 1), arity) + 1;
+  const levels = Math.max(...groups.map((g) => heapDepth(g.index, arity) + inner(g.ids.length)));
+  const top = 48;  // below the site labels; the bottom row keeps room for its round label
+  const gap = levels > 1 ? (height - top - 44) / (levels - 1) : 0;
+  const pos = new Map();
+  for (const g of groups) {
+    const x0 = g.x0 * width;
+    const w = g.share * width;
+    const start = heapDepth(g.index, arity);
+    let placed = 0;
+    for (let d = 0, slots = 1; placed < g.ids.length; d += 1, slots *= arity) {
+      for (let i = 0; i < slots && placed + i < g.ids.length; i += 1) {
+        pos.set(g.ids[placed + i], { x: x0 + ((i + 0.5) / slots) * w, y: top + (start + d) * gap });
+      }
+      placed += slots;
+    }
+  }
+  return pos;
+}
+
+function bridgeText(bridge) {
+  if (!bridge || bridge.state === "unknown") return "bridge ?";
+  const since = bridge.since === null ? "" : ` ${fmtAgo(bridge.since)}`;
+  return `bridge ${bridge.state}${since}`;
+}
+
+function fmtAgo(unix) {
+  const s = Math.max(0, Date.now() / 1000 - unix);
+  return s < 90 ? `${s.toFixed(0)} s` : s < 5400 ? `${(s / 60).toFixed(0)} min` : `${(s / 3600).toFixed(1)} h`;
+}
+
+function drawSiteBoxes(svg, groups, fleet, height) {
+  const width = Number(svg.getAttribute("viewBox").split(" ")[2]);
+  const sites = new Map(fleet.sites.map((s) => [s.name, s]));
+  const layer = el("g", { class: "sites" }, svg);
+  for (const g of groups) {
+    const bridge = sites.has(g.site) ? sites.get(g.site).bridge : null;
+    const state = bridge ? bridge.state : "unknown";
+    const box = el("g", { class: "site", "data-site": g.site, "data-bridge": state }, layer);
+    el("rect", { x: g.x0 * width + 3, y: 3, width: Math.max(0, g.share * width - 6), height: height - 6,
+      rx: 10, class: "site-box" }, box);
+    const label = el("text", { x: g.x0 * width + 12, y: 20, class: "site-label" }, box);
+    label.textContent = g.site ? `site ${g.site}` : "no site";
+    if (g.site) {
+      const badge = el("tspan", { dx: 8, class: "bridge", "data-state": state }, label);
+      badge.textContent = bridgeText(bridge);
+    }
+    el("title", {}, box).textContent = g.site
+      ? `site ${g.site}: ${g.ids.length} nodes; ${bridgeTitle(bridge)}` : "nodes without a site";
+  }
+}
+
+function bridgeTitle(bridge) {
+  if (!bridge) return "no bridge reported";
+  const since = bridge.since === null ? "" : ` since ${new Date(bridge.since * 1000).toLocaleTimeString([], { hour12: false })}`;
+  const said = bridge.source ? ` (${bridge.source === "broker" ? "the broker says" : "the simulator's uplink"})` : "";
+  return `bridge ${bridge.state}${since}${said}, ${bridge.downs} time${bridge.downs === 1 ? "" : "s"} down; ${bytesText(bridge)}`;
+}
+
+function fmtRate(r) { return r === null || r === undefined ? "–" : `${fmtBytes(r)}/s`; }
+
+function bytesText(bridge) {
+  if (bridge.bytes_up === null) return "bytes not counted";
+  return `↑ ${fmtBytes(bridge.bytes_up)} (${fmtRate(bridge.rate_up)}) · ↓ ${fmtBytes(bridge.bytes_down)} (${fmtRate(bridge.rate_down)})`;
+}
+
+function renderSites(fleet) {
+  // One row per site: its nodes, its bridge's state and since when, the bytes each way.
+  const card = document.getElementById("sites-card");
+  card.hidden = !fleet.sites.length;
+  if (card.hidden) return;
+  document.getElementById("site-count").textContent = `${fleet.sites.length} sites · `
+    + `${fleet.sites.filter((s) => s.bridge && s.bridge.state === "down").length} bridges down`;
+  const body = document.querySelector("#sites tbody");
+  body.replaceChildren(...fleet.sites.map((s) => {
+    const b = s.bridge;
+    const tr = html("tr");
+    Object.assign(tr.dataset, { site: s.name, bridge: b ? b.state : "unknown", source: b ? b.source : "",
+      bytesUp: b && b.bytes_up !== null ? b.bytes_up : "", bytesDown: b && b.bytes_down !== null ? b.bytes_down : "" });
+    const badge = html("span", "badge", b ? b.state : "unknown");
+    badge.style.background = BRIDGE_COLORS[b ? b.state : "unknown"];
+    const state = html("td");
+    state.append(badge);
+    const since = b && b.since !== null
+      ? `${new Date(b.since * 1000).toLocaleTimeString([], { hour12: false })} (${fmtAgo(b.since)} ago)` : "–";
+    const cells = [html("td", "", s.name), html("td", "", s.nodes.join(", ") || "–"), state,
+      html("td", "", since), html("td", "wide", b ? String(b.downs) : "–"),
+      html("td", "", b && b.bytes_up !== null ? fmtBytes(b.bytes_up) : "–"),
+      html("td", "", b && b.bytes_down !== null ? fmtBytes(b.bytes_down) : "–"),
+      html("td", "", b ? fmtRate(b.rate_up) : "–"), html("td", "", b ? fmtRate(b.rate_down) : "–")];
+    if (b) cells[2].title = bridgeTitle(b);
+    tr.append(...cells);
+    return tr;
+  }));
+}
+
 function linkShape(link, a, b, layer) {
   const bad = !["ok", "unknown"].includes(link.state);
   const inUse = link.kind === "backup" && link.state === "rerouted";
@@ -353,7 +486,10 @@ function renderTree(fleet) {
   const root = view && view.members.length
     ? (view.members.includes(view.coordinator) ? view.coordinator : view.members[0]) : null;
   const order = root === null ? ids : [root, ...ids.filter((id) => id !== root)];
-  const pos = treeLayout(order, view ? view.arity : 2, width, height);
+  const arity = view ? view.arity : 2;
+  const groups = fleet.sites.length ? siteGroups(fleet, order) : null;
+  const pos = groups ? siteLayout(groups, arity, width, height) : treeLayout(order, arity, width, height);
+  if (groups) drawSiteBoxes(svg, groups, fleet, height);
   const radius = Math.max(10, Math.min(18, (width / Math.max(1, ids.length)) * 0.3));
   const linkLayer = el("g", { class: "links" }, svg);
   for (const link of fleet.links) {
@@ -563,46 +699,65 @@ function renderEvents() {
 
 function renderNodes(fleet) {
   const body = document.querySelector("#nodes tbody");
-  body.replaceChildren(...fleet.nodes.map((n) => {
-    const tr = html("tr");
-    tr.dataset.node = n.node;
-    const rejected = Object.entries(n.rejected).filter(([, v]) => v > 0);
-    const cells = [
-      [n.node, ""], [null, ""], [n.last_round ?? "–", ""],
-      [n.seconds_silent === null ? "–" : `${n.seconds_silent.toFixed(1)} s`, "wide"],
-      [fmtNum(n.loss), ""], [fmtPct(n.accuracy), ""], [fmtBytes(n.bytes_sent), "wide"],
-      [n.reroutes, "wide"], [n.restarts, ""],
-      [rejected.length ? rejected.map(([r, v]) => `${r} ${v}`).join(", ") : "0", "wide"],
-      [n.model_hash ? n.model_hash.slice(0, 10) : "–", "wide mono"],
-      [null, "labels"],
-    ];
-    cells.forEach(([value, cls], i) => {
-      const td = html("td", cls);
-      if (i === cells.length - 1) {
-        td.append(labelBar(n.labels));
-      } else if (i === 1 && n.model_mismatch) {
-        const badge = html("span", "badge", "other model");
-        badge.style.background = COLORS.evicted;
-        badge.title = `runs ${n.model || "?"} (${n.fingerprint || "no fingerprint"}), not the fleet's model: refused`;
-        td.append(badge);
-      } else if (i === 1) {
-        const badge = html("span", "badge", n.at_fault ? `${n.state} · at fault` : n.state);
-        badge.style.background = COLORS[n.state] || COLORS.unknown;
-        td.append(badge);
-      } else if (i === 0) {
-        td.textContent = value;
-        const open = html("button", "log-open", "log");
-        open.type = "button";
-        open.dataset.logNode = String(n.node);
-        open.title = `show the tail of node ${n.node}'s agent log`;
-        td.append(" ", open);
-      } else {
-        td.textContent = value;
-      }
-      tr.append(td);
-    });
-    return tr;
-  }));
+  if (!fleet.sites.length) { body.replaceChildren(...fleet.nodes.map(nodeRow)); return; }
+  // A fleet over sites: each site's nodes under a row that names the site and its bridge.
+  const rows = [];
+  const named = new Set(fleet.sites.map((s) => s.name));
+  const groups = [...fleet.sites.map((s) => [s.name, s.bridge]), ["", null]];
+  for (const [site, bridge] of groups) {
+    const nodes = fleet.nodes.filter((n) => (named.has(n.site) ? n.site : "") === site);
+    if (!nodes.length && !site) continue;
+    const head = html("tr", "site-row");
+    Object.assign(head.dataset, { site, bridge: bridge ? bridge.state : "unknown" });
+    const td = html("td", "", site ? `site ${site} · ${nodes.length} nodes · ${bridgeText(bridge)}` : "no site");
+    td.colSpan = 12;
+    if (site) td.title = bridgeTitle(bridge);
+    head.append(td);
+    rows.push(head, ...nodes.map(nodeRow));
+  }
+  body.replaceChildren(...rows);
+}
+
+function nodeRow(n) {
+  const tr = html("tr");
+  tr.dataset.node = n.node;
+  tr.dataset.site = n.site;
+  const rejected = Object.entries(n.rejected).filter(([, v]) => v > 0);
+  const cells = [
+    [n.node, ""], [null, ""], [n.last_round ?? "–", ""],
+    [n.seconds_silent === null ? "–" : `${n.seconds_silent.toFixed(1)} s`, "wide"],
+    [fmtNum(n.loss), ""], [fmtPct(n.accuracy), ""], [fmtBytes(n.bytes_sent), "wide"],
+    [n.reroutes, "wide"], [n.restarts, ""],
+    [rejected.length ? rejected.map(([r, v]) => `${r} ${v}`).join(", ") : "0", "wide"],
+    [n.model_hash ? n.model_hash.slice(0, 10) : "–", "wide mono"],
+    [null, "labels"],
+  ];
+  cells.forEach(([value, cls], i) => {
+    const td = html("td", cls);
+    if (i === cells.length - 1) {
+      td.append(labelBar(n.labels));
+    } else if (i === 1 && n.model_mismatch) {
+      const badge = html("span", "badge", "other model");
+      badge.style.background = COLORS.evicted;
+      badge.title = `runs ${n.model || "?"} (${n.fingerprint || "no fingerprint"}), not the fleet's model: refused`;
+      td.append(badge);
+    } else if (i === 1) {
+      const badge = html("span", "badge", n.at_fault ? `${n.state} · at fault` : n.state);
+      badge.style.background = COLORS[n.state] || COLORS.unknown;
+      td.append(badge);
+    } else if (i === 0) {
+      td.textContent = value;
+      const open = html("button", "log-open", "log");
+      open.type = "button";
+      open.dataset.logNode = String(n.node);
+      open.title = `show the tail of node ${n.node}'s agent log`;
+      td.append(" ", open);
+    } else {
+      td.textContent = value;
+    }
+    tr.append(td);
+  });
+  return tr;
 }
 
 // ------------------------------------------------------------------ agent logs

@@ -10,7 +10,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.protocol.messages import Status, Telemetry, View
+from dashboard.bridges import apply_bridge, notification_report
 from dashboard.metrics import fleet_registry
+from dashboard.records import apply_record
 from dashboard.state import FleetState, apply_status, apply_telemetry, apply_view
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -65,3 +67,16 @@ def test_the_deploy_examples_name_only_metrics_that_exist() -> None:
     rules = (DEPLOY / "prometheus" / "edgegrove-alerts.yml").read_text()
     used = set(re.findall(r"edgegrove_[a-z_]+", grafana + rules))
     assert used and used <= names, sorted(used - names)
+
+
+def test_each_sites_bridge_is_a_metric() -> None:
+    state, _ = apply_record(a_fleet(), {"type": "uplinks", "bytes": {"s0": [10, 20], "s1": [1, 2]}}, 1.0)
+    state, _ = apply_bridge(state, notification_report("s1", b"0"), 2.0)
+    text = generate_latest(fleet_registry(lambda: state, "j")).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("edgegrove_bridge_up", (("job", "j"), ("site", "s1")))] == 0
+    assert ("edgegrove_bridge_up", (("job", "j"), ("site", "s0"))) not in samples  # not known
+    assert samples[("edgegrove_bridge_downs_total", (("job", "j"), ("site", "s1")))] == 1
+    assert samples[("edgegrove_bridge_bytes_total", (("direction", "down"), ("job", "j"), ("site", "s0")))] == 20
+    assert "edgegrove_bridge_up" not in sample_names(a_fleet())  # no sites: no samples

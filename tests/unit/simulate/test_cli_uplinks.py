@@ -1,0 +1,43 @@
+"""The simulator's uplinks records: one per fleet round (`bench sites --real` reads those), and
+between rounds at least every UPLINK_SAMPLE_S without a round (the dashboard's bridge rates)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboard.records import SIMULATOR_ONLY
+from simulate import cli
+from simulate.scenario import load_scenario
+from simulate.telemetry import EventLog
+
+
+class FakeSites:
+    def __init__(self) -> None:
+        self.record: dict[str, Any] = {"bytes": {"s0": [0, 0], "s1": [0, 0]}, "cut": []}
+
+    def uplinks_record(self) -> dict[str, Any]:
+        return dict(self.record)
+
+
+def test_uplinks_are_logged_per_round_and_between_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    sim = cli.Simulation(load_scenario("default"), tmp_path / "run")
+    sim.log = EventLog(None, clock=lambda: clock[0])
+    sites = FakeSites()
+    sim.site_brokers = sites  # type: ignore[assignment]
+    fed: list[dict[str, Any]] = []
+    sim.log.listeners.append(fed.append)  # as the dashboard's feed is
+    sim._log_uplinks(3)
+    clock[0] += 0.4
+    sim._log_uplinks(3)  # the same round, too soon: nothing
+    sites.record = {"bytes": {"s0": [10, 20], "s1": [5, 5]}, "cut": ["s1"]}
+    clock[0] += cli.UPLINK_SAMPLE_S
+    sim._log_uplinks(3)  # the fleet waits: a sample without a round
+    sim._log_uplinks(4)
+    assert [(r.get("round"), r["cut"]) for r in fed] == [(3, []), (None, ["s1"]), (4, ["s1"])]
+    assert fed[1]["bytes"] == {"s0": [10, 20], "s1": [5, 5]}
+    assert "uplinks" in SIMULATOR_ONLY  # the dashboard takes them from the simulator's feed
