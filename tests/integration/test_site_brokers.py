@@ -89,6 +89,19 @@ def test_a_cut_bridge_stops_cross_site_frames_until_healed(sites: SiteBrokers) -
             t.close()
 
 
+def test_a_bridge_cut_for_long_redials_within_seconds_of_the_heal(sites: SiteBrokers) -> None:
+    """The site's broker keeps dialling the core every 1-2 s however long the cut: its agents
+    rejoin as soon as the uplink is back. (mosquitto's default backoff, or a single
+    restart_timeout value, which 2.0.11 ignores, left a site away 7-19 s after a 20 s cut.)"""
+    before = sites.bridge_connections("s1")
+    sites.cut_bridge("s1")
+    time.sleep(15.0)  # the default backoff is at 5-30 s between dials by now
+    healed = time.monotonic()
+    sites.heal_bridge("s1")
+    sites.wait_bridged(timeout=30.0, after={"s1": before})
+    assert time.monotonic() - healed < 4.0
+
+
 def test_broker_command_starts_bridged_sites(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgegrove.cli", "broker", "--sites", "2", "--nodes", "4", "--json",
