@@ -129,12 +129,13 @@ def _run_real(args: argparse.Namespace) -> int:
                    cut_seconds=args.cut_seconds, outage_s=args.outage)
     table = format_table(
         ["tree", "into sites MB/round", "minimum MB", "x minimum", "both ways MB", "busiest uplink MB",
-         "uplink bound s", "median round s", "x bound", "compute s", "degraded", "load"],
+         "uplink bound s", "median round s", "x bound", "compute s", "degraded", "load", "CPU busy"],
         [[r["tree"], r.get("into_sites_bytes_per_round", 0) / 1e6, r.get("minimum_bytes_per_round", 0) / 1e6,
           r.get("over_minimum"), r.get("both_ways_bytes_per_round", 0) / 1e6,
           r.get("busiest_uplink_bytes_per_round_each_way", 0) / 1e6, r.get("uplink_bound_s"),
           r.get("median_round_s"), r.get("over_bound"), r.get("compute_s_median"), r.get("degraded_rounds"),
-          f"{r['load_1min']['before']:.1f}-{r['load_1min']['after']:.1f}"] for r in trees])
+          f"{r['load_1min']['before']:.1f}-{r['load_1min']['after']:.1f}", r["load_1min"].get("cpu_busy")]
+         for r in trees])
     if faults:
         table += "\n\n" + format_table(
             ["fault", "seconds", "rounds in it", "others degraded", "split rounds", "back in rounds",

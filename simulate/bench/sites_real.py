@@ -137,6 +137,25 @@ def site_nodes(nodes: int, sites: int, site: str) -> set[int]:
     return set(split_sites(list(range(nodes)), sites)[site])
 
 
+def cpu_jiffies(stat: str | None = None) -> tuple[int, int]:
+    """(busy, total) CPU time of the whole host so far, from /proc/stat's first line (idle
+    and iowait are not busy); (0, 0) where there is none."""
+    if stat is None:
+        try:
+            stat = Path("/proc/stat").read_text()
+        except OSError:
+            return 0, 0
+    fields = [int(v) for v in stat.split("\n", 1)[0].split()[1:]]
+    idle = sum(fields[3:5])
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The host's CPU busy share between two ``cpu_jiffies``: 1.0 is every core busy."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 3) if total > 0 else None
+
+
 def _agent_options() -> dict[str, Any]:
     return {"eval_samples": 1000}
 
@@ -148,8 +167,12 @@ def _run(args: argparse.Namespace, workdir: Path, name: str, aware: bool, rounds
     extra = ("--sites", str(args.sites), "--uplink-rate", str(args.uplink_rate),
              "--uplink-rtt", str(args.uplink_rtt)) + (() if aware else ("--site-blind",))
     load = {"before": os.getloadavg()[0]}
+    jiffies = cpu_jiffies()
     run = run_fleet(scenario, workdir / name, RUN_BUDGET_S, extra)
     load["after"] = os.getloadavg()[0]
+    # How busy the host's cores were over the run: near 1.0, rounds wait for CPU, not uplinks.
+    if (busy := busy_share(jiffies, cpu_jiffies())) is not None:
+        load["cpu_busy"] = busy
     return run, load
 
 

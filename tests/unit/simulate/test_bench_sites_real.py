@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulate.bench.sites_real import WARMUP_ROUNDS, fault_figures, round_figures, uplink_figures
+from simulate.bench.sites_real import (
+    WARMUP_ROUNDS,
+    busy_share,
+    cpu_jiffies,
+    fault_figures,
+    round_figures,
+    uplink_figures,
+)
 
 VALUES = 1000  # 4000-byte vectors
 V = 4000
@@ -77,3 +84,13 @@ def test_fault_figures_a_second_fleet_is_a_split() -> None:
 
 def test_fault_figures_say_so_when_the_fault_never_ended() -> None:
     assert "error" in fault_figures([{"type": "fault", "action": "inject", "t": 1.0}], {1}, 2)
+
+
+def test_the_hosts_cpu_busy_share_leaves_idle_and_iowait_out() -> None:
+    before = cpu_jiffies("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    after = cpu_jiffies("cpu  400 0 200 800 100 0 0 0 0 0\n")
+    assert before == (200, 1000) and after == (600, 1500)
+    assert busy_share(before, after) == 0.8  # 400 of 500 jiffies busy
+    assert busy_share(after, after) is None
+    busy, total = cpu_jiffies()  # this host's
+    assert 0 <= busy <= total
