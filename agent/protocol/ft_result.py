@@ -114,8 +114,10 @@ class ResultFlow:
         # Members known down (a Will, or silent by the fleet's witnesses) are not waited for:
         # a round without them is complete, not degraded. Nor are we, when the fleet went on
         # without us. (A result may count a member that went down after it sent its data.)
+        # A chunk skipped (its root went down) is no result at all, even with everyone else
+        # down too (our connection dropped): such a round left our model apart from the fleet's.
         everyone = frozenset(scope.tree.members) - scope.down - {scope.node}
-        degraded = bool(missing) or any(not everyone <= c for c in contributors)
+        degraded = bool(missing) or any(not c or not everyone <= c for c in contributors)
         if degraded:
             scope.note(NoteKind.DEGRADED, None, f"{len(missing)} chunks missing")
         elif scope.stats.timeouts == 0:

@@ -117,8 +117,7 @@ def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int
     fault_rounds = [r for r in sorted(rounds) if first_at[r] >= start - 5.0 and r <= last]
     others_degraded = [r for r in fault_rounds
                        if any(x.get("degraded") for n, x in rounds[r].items() if n not in site_nodes)]
-    split = [r for r in sorted(rounds)
-             if len({x["model_hash"] for x in rounds[r].values() if (x.get("contributors") or 0) > 1}) > 1]
+    split = [r for r in sorted(rounds) if len({x["model_hash"] for x in rounds[r].values() if _averaged(x)}) > 1]
     return {
         "fault_s": round(end - start, 1),
         "rounds_in_fault": sum(1 for r in rounds if start <= first_at[r] < end),
@@ -128,6 +127,15 @@ def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int
         "back_in_rounds": None if back is None or not after else back - after[0],
         "back_in_s": None if back is None else round(first_at[back] - end, 1),
     }
+
+
+def _averaged(report: dict[str, Any]) -> bool:
+    """The reporter's model came from averaging with others. Not a round cut short that kept
+    part of the whole fleet's mean (its root went down mid-broadcast: the chunks that had not
+    come were skipped): that member holds no other fleet's model, and it resyncs."""
+    contributors = report.get("contributors") or 0
+    partial_of_all = bool(report.get("degraded")) and contributors >= (report.get("members") or 1 << 30)
+    return contributors > 1 and not partial_of_all
 
 
 def site_nodes(nodes: int, sites: int, site: str) -> set[int]:

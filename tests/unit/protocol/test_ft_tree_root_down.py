@@ -78,3 +78,16 @@ def test_a_parent_still_waiting_tells_an_early_puller_when_its_round_ends_withou
     assert sends(parent.on_frame(pull, 0.01), Kind.NACK) == []  # it may still get the result
     notices = sends(parent.peer_down(0, 0.02), Kind.NACK)
     assert [(n.dst, n.frame.indices()) for n in notices] == [(3, [0, 1])]
+
+
+def test_a_round_whose_chunks_were_skipped_is_degraded_even_with_everyone_else_down() -> None:
+    # Our connection dropped (a site broker's restart): everyone else is down for us, one
+    # chunk of the root's result came, the other was skipped. Our model is not the fleet's:
+    # the round says so (it said "complete", and a bench counted a second model).
+    node = machine(1)
+    node.on_frame(final(0, 0), 0.01)
+    for peer in (2, 3, 4, 5, 6):
+        node.peer_down(peer, 0.02)
+    node.peer_down(0, 0.03)
+    assert node.result is not None and node.result.contributors == (EVERYONE, frozenset())
+    assert node.result.degraded

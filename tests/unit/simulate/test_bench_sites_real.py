@@ -82,6 +82,16 @@ def test_fault_figures_a_second_fleet_is_a_split() -> None:
     assert got["split_rounds"] == list(range(10, 32))
 
 
+def test_fault_figures_a_round_cut_short_in_the_fleets_broadcast_is_no_split() -> None:
+    # s1's broker stopped mid-broadcast: its members kept the fleet's mean for the chunks that
+    # came and skipped the rest (degraded, every member a contributor): not another fleet.
+    events = _cut_run(second_fleet=False)
+    events += [{**_telemetry(10.5, 10, n, "fleet-10-partial", degraded=True), "members": 6} for n in (3, 4, 5)]
+    assert fault_figures(events, {3, 4, 5}, 6)["split_rounds"] == []
+    minority = [{**_telemetry(10.5, 10, n, "s1-10", contributors=3, degraded=True), "members": 6} for n in (3, 4, 5)]
+    assert fault_figures(_cut_run(second_fleet=False) + minority, {3, 4, 5}, 6)["split_rounds"] == [10]
+
+
 def test_fault_figures_say_so_when_the_fault_never_ended() -> None:
     assert "error" in fault_figures([{"type": "fault", "action": "inject", "t": 1.0}], {1}, 2)
 
