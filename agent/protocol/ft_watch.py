@@ -123,7 +123,7 @@ class PeerWatch:
         scope, tree = self.scope, self.scope.tree
         below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
         # Its first frame may wait behind its own children's data and its siblings' units.
-        drain = scope.transmit(child, scope.unit_bytes * max(1, len(scope.children)))
+        drain = scope.arrival(child, scope.unit_bytes * max(1, len(scope.children)))
         span = (2 * scope.rto(child) + drain) * (below + 1)
         usual = scope.links.first_frame(child)
         if below == 0 and usual is not None and not scope.ctx.irregular_start:
@@ -171,7 +171,7 @@ class PeerWatch:
         span of its subtree's depth, with no shortcut for a leaf (see ``silence_span``)."""
         scope, tree = self.scope, self.scope.tree
         below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
-        drain = scope.transmit(child, scope.unit_bytes * max(1, len(scope.children)))
+        drain = scope.arrival(child, scope.unit_bytes * max(1, len(scope.children)))
         return (2 * scope.rto(child) + drain) * (below + 1)
 
     def _quiet_until(self, child: int) -> float | None:
