@@ -148,9 +148,12 @@ class LinkEstimators:
         """Bytes/s to count on towards ``peer``: the measured rate, at most ``rate_floor``,
         or a ``RATE_HEADROOM``-th of it on a link measured far faster than the floor."""
         est = self.peers.get(peer)
-        if est is None or est.rate is None:
+        return self._counted(None if est is None else est.rate)
+
+    def _counted(self, measured: float | None) -> float:
+        if measured is None:
             return self.rate_floor
-        return max(min(self.rate_floor, est.rate), est.rate / RATE_HEADROOM)
+        return max(min(self.rate_floor, measured), measured / RATE_HEADROOM)
 
     def typical_rate(self, peer: int) -> float | None:
         """The median of the link's recent drain samples in bytes/s (None: never measured),
@@ -173,6 +176,18 @@ class LinkEstimators:
         if self.fixed is not None or nbytes <= 0:
             return 0.0
         return nbytes / self.rate(peer)
+
+    def arrival_time(self, peer: int, nbytes: int, downlink: float | None) -> float:
+        """How long ``nbytes`` from ``peer`` take to reach us: at the rate our link to it
+        showed, or, never measured, at ``downlink`` (how fast large messages reach us lately;
+        None: unknown), each counted as ``rate`` counts it (0 with fixed timeouts). A parent
+        sends its children no large unit with the fan-out broadcast: at the floor, the bytes
+        its children queue for it added 1 s per tree level to its silence verdicts on them."""
+        if self.fixed is not None or nbytes <= 0:
+            return 0.0
+        est = self.peers.get(peer)
+        measured = est.rate if est is not None and est.rate is not None else downlink
+        return nbytes / self._counted(measured)
 
     def observe_rate(self, peer: int, nbytes: int, seconds: float) -> None:
         """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""

@@ -107,15 +107,23 @@ def test_a_peer_that_refutes_or_speaks_after_a_report_counts_as_heard() -> None:
 
 def test_the_nodes_under_a_lost_node_are_watched_from_the_fleets_first_report_of_it() -> None:
     """Root 0 excuses its child 1 at 2.0, a grace after 1's first report (1.6): 1's children
-    3 and 4 are watched from the report on, so their verdict is due at 1.6 + their span (no
-    sooner than the excusal); before, from the excusal (two waits one after the other)."""
+    3 and 4 are watched from the report on, their verdict due at 1.6 + their span, or (gone
+    for the fleet, a live orphan goes around it at once) a timeout and a unit's arrival after
+    the excusal, if that is sooner. Our own report of 1 is no excusal: the span only."""
     w = watch(node=0)
     span = 2 * w.scope.rto(1) + w.scope.transmit(1, w.scope.unit_bytes)
+    around = w.scope.rto(1) + w.scope.arrival(1, w.scope.unit_bytes)
     w.orphaned(1, 2.0, since=1.6)
-    assert w.silence_at[3] == pytest.approx(1.6 + span) and w.silence_at[4] == pytest.approx(1.6 + span)
+    due = min(1.6 + span, 2.0 + around)
+    assert w.silence_at[3] == pytest.approx(due) and w.silence_at[4] == pytest.approx(due)
     late = watch(node=0)
     late.orphaned(1, 2.0)  # nobody reported it (its Will): from now
-    assert late.silence_at[3] == pytest.approx(2.0 + span)
+    assert late.silence_at[3] == pytest.approx(2.0 + min(span, around))
+    ours = watch(node=0)
+    ours.orphaned(1, 2.0, gone=False)
+    assert ours.silence_at[3] == pytest.approx(2.0 + span)
+    ours.orphaned(1, 2.1)  # then excused: the sooner verdict holds
+    assert ours.silence_at[3] == pytest.approx(min(2.0 + span, 2.1 + around))
 
 
 def test_an_orphans_watch_starts_at_the_report_within_the_round_and_never_after_the_excusal() -> None:
