@@ -134,7 +134,8 @@ def _averaged(report: dict[str, Any]) -> bool:
     part of the whole fleet's mean (its root went down mid-broadcast: the chunks that had not
     come were skipped): that member holds no other fleet's model, and it resyncs."""
     contributors = report.get("contributors") or 0
-    partial_of_all = bool(report.get("degraded")) and contributors >= (report.get("members") or 1 << 30)
+    members = report.get("members")
+    partial_of_all = bool(report.get("degraded")) and members is not None and contributors >= members
     return contributors > 1 and not partial_of_all
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from agent.protocol.topics import Topics
 from agent.transport.base import Message, Will
@@ -144,3 +145,16 @@ def publish_until_received(sender: MqttTransport, topic: str, payload: bytes,
         if got:
             return got
     pytest.fail(f"{topic} never arrived within {timeout} s")
+
+
+# Headless Chromium for the dashboard's browser tests: no sandbox (root in CI), nothing fetched.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

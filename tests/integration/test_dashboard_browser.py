@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page
 
 from dashboard.demo import DemoFleet, NodeCredentials
 from dashboard.server import DashboardHandle, run_in_thread
@@ -33,8 +33,6 @@ from tests.integration.fleet_harness import agent_logs, start_fleet
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "dashtest"
 NODES = 7
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(os.environ.get("EDGEGROVE_ARTIFACTS",
                                 Path(__file__).resolve().parents[1] / "artifacts"))
 # Deadlines count the fleet's rounds as the page shows them, not only seconds: a loaded host
@@ -102,13 +100,6 @@ def served(broker: MosquittoBroker, tmp_path: Path) -> Iterator[DashboardHandle]
     with run_in_thread(settings) as handle:
         yield handle
 
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def shown_round(page: Page) -> int:

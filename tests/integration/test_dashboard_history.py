@@ -12,19 +12,16 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from dashboard.server import run_in_thread
 from dashboard.settings import DashboardSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 NODES, ROUNDS = 7, 450
 CUTS = [(30, 3), (100, 4), (200, 5), (300, 6), (400, 3)]  # (round, child of its parent)
 JOB = "busy-run"
@@ -83,13 +80,6 @@ def busy_run(directory: Path) -> int:
         {"job": JOB, "scenario": {"fleet": {"nodes": NODES, "rounds": ROUNDS}}}))
     return len(CUTS)
 
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def test_a_busy_runs_whole_history_is_on_the_page(browser: Browser, tmp_path: Path) -> None:

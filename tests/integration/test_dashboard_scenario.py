@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from agent.protocol.membership import view_tree
 from agent.protocol.messages import View
@@ -47,8 +47,6 @@ from simulate.cli import Simulation
 from simulate.scenario import load_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(os.environ.get("EDGEGROVE_ARTIFACTS",
                                 Path(__file__).resolve().parents[1] / "artifacts"))
 CHARTS = ("chart-loss", "chart-accuracy", "chart-time")
@@ -114,13 +112,6 @@ def sim_run(tmp_path: Path) -> Iterator[SimRun]:
         sim.watch.poke()
         run.thread.join(120)
 
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser: Browser, url: str, width: int, errors: list[str]) -> Page:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from dashboard.demo import DemoFleet, NodeCredentials
 from dashboard.server import DashboardHandle, run_in_thread
@@ -24,7 +24,6 @@ from dashboard.settings import DashboardSettings
 from simulate.site_brokers import SiteBrokers, start_sites
 from simulate.telemetry import EventLog
 from tests.integration.test_dashboard_browser import (
-    CHROMIUM_ARGS,
     ROUND_SHOWN,
     save_screenshot,
     wait_within_rounds,
@@ -90,13 +89,6 @@ def fleet(brokers: SiteBrokers) -> Iterator[DemoFleet]:
     yield demo
     demo.stop()
 
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def bridge_shown(site: str, state: str) -> str:
