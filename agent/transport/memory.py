@@ -298,15 +298,29 @@ class MemoryBus:
                 self.retained.pop(topic, None)
             else:
                 self.retained[topic] = (payload, nbytes)
-        arrive = self._transit(sender, link, nbytes)
         fanout = self.loss > 0 and "/fanout/" in topic  # one publish, a QoS 0 copy per reader
-        for target in self._subscribers(topic):
-            if fanout and self.rng.random() < self.loss:
-                self.stats.lost += 1
-                continue
-            self._schedule_delivery(target, topic, payload, nbytes, arrive)
+        targets = [t for t in self._subscribers(topic) if not (fanout and self._lost_copy())]
+        latency = self.link_latency.get(link, self.latency) if link is not None else self.latency
 
-    def _transit(self, sender: str, link: tuple[int, int] | None, nbytes: int) -> float:
+        def through_broker() -> None:
+            # The broker's queue takes messages as they reach it, not as they were sent: a
+            # message on a slow link does not hold up the ones that came in meanwhile.
+            t = self.clock.now()
+            if self.broker_bandwidth:
+                t = self._broker_free = max(t, self._broker_free) + nbytes / self.broker_bandwidth
+            for target in targets:
+                self._schedule_delivery(target, topic, payload, nbytes, t + latency)
+
+        self.call_at(self._sent(sender, link, nbytes), through_broker)
+
+    def _lost_copy(self) -> bool:
+        if self.rng.random() < self.loss:
+            self.stats.lost += 1
+            return True
+        return False
+
+    def _sent(self, sender: str, link: tuple[int, int] | None, nbytes: int) -> float:
+        """When the message has left its sender's egress queue and its link (FIFO each)."""
         t = self.clock.now()
         if self.bandwidth:
             t = max(t, self._egress_free.get(sender, 0.0)) + nbytes / self.bandwidth
@@ -314,18 +328,23 @@ class MemoryBus:
         if link is not None and link in self.link_bandwidth:
             t = max(t, self._link_free.get(link, 0.0)) + nbytes / self.link_bandwidth[link]
             self._link_free[link] = t
-        if self.broker_bandwidth:
-            t = max(t, self._broker_free) + nbytes / self.broker_bandwidth
-            self._broker_free = t
-        latency = self.link_latency.get(link, self.latency) if link is not None else self.latency
-        return t + latency
+        return t
 
     def _schedule_delivery(self, client: Client, topic: str, payload: Any, size: int, t: float) -> None:
         generation = client.generation
         if self.ingress_bandwidth:
-            t = max(t, self._ingress_free.get(client.name, 0.0)) + size / self.ingress_bandwidth
-            self._ingress_free[client.name] = t
+            self.call_at(t, lambda: self._ingress(client, topic, payload, size, generation))
+            return
+        self.call_at(t, self._deliverer(client, topic, payload, size, generation))
 
+    def _ingress(self, client: Client, topic: str, payload: Any, size: int, generation: int) -> None:
+        """The receiver's downlink takes messages in the order they reach it."""
+        assert self.ingress_bandwidth
+        name = client.name
+        done = self._ingress_free[name] = max(self.clock.now(), self._ingress_free.get(name, 0.0)) + size / self.ingress_bandwidth
+        self.call_at(done, self._deliverer(client, topic, payload, size, generation))
+
+    def _deliverer(self, client: Client, topic: str, payload: Any, size: int, generation: int) -> Callable[[], None]:
         def deliver() -> None:
             if client.crashed or client.generation != generation or self.clients.get(client.name) is not client:
                 return
@@ -338,7 +357,7 @@ class MemoryBus:
             self.stats.delivered += 1
             client.handler(topic, payload, size)
 
-        self.call_at(t, deliver)
+        return deliver
 
     def _subscribers(self, topic: str) -> list[Client]:
         found = self._match_cache.get(topic)

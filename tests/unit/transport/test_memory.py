@@ -155,3 +155,22 @@ def test_ingress_bandwidth_queues_every_sender_behind_the_receivers_downlink() -
     bus.run_until(10.0)
     # Both arrive after the latency; the receiver's downlink takes them one after the other.
     assert [round(t, 6) for t, _, _ in got] == [pytest.approx(0.101), pytest.approx(0.201)]
+
+
+@pytest.mark.parametrize("shared", ["broker", "ingress"])
+def test_a_message_on_a_slow_link_holds_up_no_later_one_that_arrives_first(shared: str) -> None:
+    """The broker's queue and a receiver's downlink take messages as they reach them: one
+    sent first on a 2 MB/s link does not delay a sibling's sent just after on a fast one (it
+    did: both queues were reserved in the order of sending, as if the slow link were theirs)."""
+    kwargs = {"broker_bandwidth": 1e9} if shared == "broker" else {"ingress_bandwidth": 1e9}
+    bus = MemoryBus(FakeClock(), latency=0.001, **kwargs)  # type: ignore[arg-type]
+    got = collecting(bus, "parent", ["link/+/1"])
+    bus.connect("slow", lambda *_: None, [])
+    bus.connect("fast", lambda *_: None, [])
+    bus.set_link(3, 1, bandwidth=2e6)
+    bus.publish("slow", "link/3/1", b"s" * 1_000_000)
+    bus.publish("fast", "link/4/1", b"f" * 1_000_000)
+    bus.run_until(10.0)
+    assert [p[:1] for _, _, p in got] == [b"f", b"s"]  # type: ignore[index]
+    assert got[0][0] == pytest.approx(0.001 + 0.001, abs=1e-4)  # 1 MB at 1 GB/s, + latency
+    assert got[1][0] == pytest.approx(0.5 + 0.001 + 0.001, abs=1e-4)
