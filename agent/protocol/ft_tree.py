@@ -185,6 +185,7 @@ class FtTreeRound:
         if frame.round != scope.round or frame.job != scope.cfg.job:
             scope.stats.dropped += 1
             return scope.flush()  # (floods released above)
+        self.watch.paced(frame.sender, frame_size(frame), now)
         if first:
             self.watch.first_frame(frame.sender, now)
         handler = _HANDLERS.get(frame.kind)

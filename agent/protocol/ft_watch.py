@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY
 from agent.protocol.ft_scope import RoundScope, latest
 from agent.protocol.notes import NoteKind
+from agent.protocol.rto import MIN_RATE_SAMPLE_BYTES
 from agent.protocol.wire import Flag, Frame, Kind
 
 # A leaf child silent this many times its usual first-frame time, plus one timeout, is
@@ -40,6 +41,7 @@ class PeerWatch:
         now = scope.start_time
         self.silence_at: dict[int, float] = {c: now + self.silence_span(c) for c in scope.children}
         self.relay_watch: dict[int, float] = {}  # relay target -> first relay not answered yet
+        self.large_from: dict[int, float] = {}  # peer -> when its last large frame of this round came
 
     # ------------------------------------------------------------------ what we hear
 
@@ -54,6 +56,15 @@ class PeerWatch:
         if not (frame.kind == Kind.PROBE and frame.flags & Flag.PROGRESS):
             self.heard_of[frame.sender] = self.heard_of[frame.origin] = now
         return first
+
+    def paced(self, sender: int, nbytes: int, now: float) -> None:
+        """A frame of this round from ``sender``: the gap since its previous large one shows
+        how fast its uplink brings us its bytes (``arrival``)."""
+        if nbytes < MIN_RATE_SAMPLE_BYTES:
+            return
+        previous, self.large_from[sender] = self.large_from.get(sender), now
+        if previous is not None:
+            self.scope.links.observe_inbound(sender, nbytes, now - previous)
 
     def first_frame(self, sender: int, now: float) -> None:
         """A child's first frame, before any verdict on it: how long it usually takes."""
@@ -123,7 +134,7 @@ class PeerWatch:
         scope, tree = self.scope, self.scope.tree
         below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
         # Its first frame may wait behind its own children's data and its siblings' units.
-        drain = scope.arrival(child, scope.unit_bytes * max(1, len(scope.children)))
+        drain = scope.arrival(child, scope.unit_bytes, len(scope.children))
         span = (2 * scope.rto(child) + drain) * (below + 1)
         usual = scope.links.first_frame(child)
         if below == 0 and usual is not None and not scope.ctx.irregular_start:
@@ -178,7 +189,7 @@ class PeerWatch:
         span of its subtree's depth, with no shortcut for a leaf (see ``silence_span``)."""
         scope, tree = self.scope, self.scope.tree
         below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
-        drain = scope.arrival(child, scope.unit_bytes * max(1, len(scope.children)))
+        drain = scope.arrival(child, scope.unit_bytes, len(scope.children))
         return (2 * scope.rto(child) + drain) * (below + 1)
 
     def _quiet_until(self, child: int) -> float | None:

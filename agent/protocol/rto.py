@@ -42,6 +42,9 @@ MIN_RATE_SAMPLE_BYTES = 16_384  # smaller ACKed units measure the round trip, no
 # link may get this much slower between two samples without a unit on it judged lost.
 RATE_HEADROOM = 8.0
 RATE_SAMPLES_KEPT = 5  # the last rate samples of a link that typical_rate takes the median of
+# A peer's units reaching us are trusted to show its uplink from this many samples on: the first
+# rounds count at the floor (a link slowed early, as a device's fault at round 1, is no silence).
+INBOUND_SAMPLES_TRUSTED = 3
 
 
 class RecentRates:
@@ -75,6 +78,9 @@ class LinkEstimate:
     # slowly (a slow round raises it for the next ones).
     first_frame: float | None = None
     drains: RecentRates = field(default_factory=lambda: RecentRates(RATE_SAMPLES_KEPT))
+    # Bytes/s at which the peer's large frames followed each other to us: its uplink, as far
+    # as we can see it (the broker passes a message on whole, so its own speed hides it).
+    inbound: RecentRates = field(default_factory=lambda: RecentRates(RATE_SAMPLES_KEPT))
 
     def observe_first_frame(self, seconds: float) -> None:
         previous = self.first_frame if self.first_frame is not None else seconds
@@ -177,17 +183,26 @@ class LinkEstimators:
             return 0.0
         return nbytes / self.rate(peer)
 
-    def arrival_time(self, peer: int, nbytes: int, downlink: float | None) -> float:
-        """How long ``nbytes`` from ``peer`` take to reach us: at the rate our link to it
-        showed, or, never measured, at ``downlink`` (how fast large messages reach us lately;
-        None: unknown), each counted as ``rate`` counts it (0 with fixed timeouts). A parent
-        sends its children no large unit with the fan-out broadcast: at the floor, the bytes
-        its children queue for it added 1 s per tree level to its silence verdicts on them."""
+    def arrival_time(self, peer: int, nbytes: int, sharing: int = 1) -> float:
+        """How long ``nbytes`` from ``peer`` take to reach us while ``sharing`` peers send us
+        as much (0 with fixed timeouts). Once trusted, at the rate its frames followed each
+        other lately (the lower quartile): that shows its uplink and our share of the path
+        alike. Else all ``sharing`` shares at our link's measured rate, or at the floor; each
+        counted as ``rate`` counts it. Not at our downlink's rate: a device's slow uplink is
+        not ours (a leaf on 2 MB/s among fast links was taken for silent every round)."""
         if self.fixed is not None or nbytes <= 0:
             return 0.0
         est = self.peers.get(peer)
-        measured = est.rate if est is not None and est.rate is not None else downlink
-        return nbytes / self._counted(measured)
+        if est is not None and len(est.inbound) >= INBOUND_SAMPLES_TRUSTED:
+            return nbytes / self._counted(est.inbound.lower_quartile())
+        return nbytes * max(1, sharing) / self._counted(None if est is None else est.rate)
+
+    def observe_inbound(self, peer: int, nbytes: int, seconds: float) -> None:
+        """A large frame of ``nbytes`` from ``peer`` came ``seconds`` after its previous one in
+        this round. Errs slow when the peer paused between them; read together after a stall
+        of ours (0 s) it is not taken, and the lower quartile outvotes a few read late."""
+        if nbytes >= MIN_RATE_SAMPLE_BYTES and seconds > 0:
+            self.peers.setdefault(peer, LinkEstimate()).inbound.add(nbytes / seconds)
 
     def observe_rate(self, peer: int, nbytes: int, seconds: float) -> None:
         """``nbytes`` of units sent once were ACKed ``seconds`` after the link started on them."""

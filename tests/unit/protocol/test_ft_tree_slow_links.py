@@ -11,7 +11,7 @@ from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send, frame_
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topology import Tree
 from agent.protocol.wire import DType, Flag, Frame, Kind
-from simulate.virtual_fleet import run_fleet
+from simulate.virtual_fleet import FleetConfig, VirtualFleet, run_fleet
 
 CHUNK = 262_144  # 1 MB frames in float32, the default
 FLOOR = 2e6
@@ -115,6 +115,22 @@ def test_a_fleet_on_slow_links_neither_degrades_nor_resends(rate: float, dtype: 
     for r in records:
         sent = sum(res.stats.bytes_sent for res in r.results.values())
         assert sent <= 1.1 * 12 * data_bytes, r.round
+
+
+@pytest.mark.parametrize("slow", [(3, 1), (1, 0)], ids=["leaf", "inner"])
+def test_one_device_on_a_slow_uplink_among_fast_links_is_never_taken_for_silent(slow: tuple[int, int]) -> None:
+    """One device's uplink at 2 MB/s (a Pi on weak Wi-Fi), every other link and downlink fast:
+    its units reach its parent 0.5 s a MB apart. Counted at the parent's own fast downlink,
+    the parent took it and its sibling for silent, and the root the parent, every round."""
+    fleet = VirtualFleet(FleetConfig(nodes=7, rounds=10, length=MODEL, allreduce=AllreduceConfig(round_deadline=5.0),
+                                     latency=0.0005, compute_time=0.03, ingress_bandwidth=500e6, max_time=1e3))
+    fleet.bus.set_link(*slow, bandwidth=2e6)
+    records = fleet.run()
+    assert [r.round for r in records] == list(range(10)), "the fleet halted"
+    taken = [(r.round, n, x.peer) for r in records for n, notes in r.notes.items() for x in notes
+             if x.kind in ("silent", "suspected")]
+    assert taken == []
+    assert all(sorted(r.results) == list(range(7)) and not r.degraded for r in records)
 
 
 def test_the_wait_for_contributions_follows_a_slow_fleets_clean_rounds() -> None:

@@ -170,10 +170,13 @@ CUT_PHASES: dict[str, tuple[Phase, float]] = {"compute": ("reduce", 0.0), "early
               "late_reduce": ("reduce", 0.04), "broadcast": ("broadcast", 0.0)}
 CUT_SETS = {"inner_child_leaf": (1, 4, 5), "subtree": (1, 3, 4), "subtree_15": SPLITS[15]}
 # Survivors' time of the round they go silent in (compute 30 ms, 100 MB/s through the
-# broker: 0.11 s rounds). Measured: 1.24-1.35 s at 7 and 1.61 s at 15 (1.56-2.51 s and
+# broker: 0.11 s rounds). Measured: 1.33-1.41 s at 7 and 1.86 s at 15 (1.56-2.51 s and
 # 2.51 s before: the root's silence span for an inner child counted 1 MB a level at the
-# 2 MB/s floor of a link it never sends a large unit on, 2.9 s at 7, 4.35 s at 15).
-CUT_ROUND_LIMIT = {7: 1.5, 15: 1.75}
+# 2 MB/s floor of a link it never sends a large unit on, 2.9 s at 7, 4.35 s at 15). A child's
+# units count at the pace they came lately; 14 senders sharing the broker's 100 MB/s show the
+# root 10-20 MB/s (at our downlink's rate instead: 1.25-1.35 and 1.61 s, but a device on a
+# slow uplink was taken for silent, test_ft_tree_slow_links.py).
+CUT_ROUND_LIMIT = {7: 1.5, 15: 2.0}
 
 
 # Every phase at 7; at 15 (a fleet twice the size, 4x the time) the two slowest before.
@@ -182,7 +185,7 @@ CUT_CASES += [("subtree_15", "late_reduce"), ("subtree_15", "broadcast")]
 
 
 @pytest.mark.parametrize(("which", "phase"), CUT_CASES)
-def test_with_the_real_vector_a_minority_cut_off_together_ends_its_round_well_under_2_s(which: str, phase: str) -> None:
+def test_with_the_real_vector_a_minority_cut_off_together_ends_its_round_within_2_s(which: str, phase: str) -> None:
     """The round of the cut ended at the root's wait cap (2.5 s: no survivor had reported
     anyone) when node 1 was cut after its live child's units reached it, and in every run
     of a whole subtree cut off; at best the orphan's span after its parent's grace made it
