@@ -35,6 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
+from agent.transport.reach_probe import ReachProbe
 from agent.transport.reconnect_pace import ReconnectPace
 from agent.transport.tcp_link import close_gently, queued_in_socket, unacked_for
 
@@ -100,6 +101,7 @@ class _Client(paho.Client):
     arrival = 0.0  # seconds the PUBLISH being handed over took to arrive (0: small)
     _arriving_since = 0.0  # monotonic: the current packet's first byte
     _arriving_told = 0.0  # monotonic: its last report (0: none yet)
+    _repinged_at = 0.0  # paho.time_func(): our last PINGREQ sent while one was pending
 
     def _recv_byte(self) -> bytes | MQTTErrorCode:
         """One byte of the packet's header, or why there is none (paho's error codes)."""
@@ -186,10 +188,20 @@ class _Client(paho.Client):
         """A PINGREQ when nothing arrived for ``quiet_for`` s and none is pending: then bytes
         of ours wait for an ACK, and a dead path shows (tcp_link.unacked_for) even when we had
         nothing else to send. paho's own ping comes only after the whole keepalive."""
+        now = paho.time_func()
         with self._msgtime_mutex:
-            quiet = paho.time_func() - self._last_bytes_received
-        if quiet >= quiet_for and not self._ping_t and self.is_connected():
+            quiet = now - self._last_bytes_received
+        if quiet < quiet_for or not self.is_connected():
+            return
+        if not self._ping_t:
             self._send_pingreq()
+        elif now - max(self._ping_t, self._repinged_at) >= quiet_for:
+            # A PINGREQ the broker's TCP ACKed before a cut, whose PINGRESP the cut then took,
+            # stays pending with nothing of ours unACKed: a node with nothing else to send
+            # noticed the cut only when it had (8-12 s in, 2 s after the heal). Another one,
+            # with paho's ping time kept: its keepalive still judges a broker that is hung.
+            self._repinged_at = now
+            self._send_simple_command(paho.PINGREQ)
 
     def _tell_arriving(self, data: Any, got: int) -> None:
         """Report the PUBLISH being read when it has been arriving long enough (see
@@ -459,6 +471,9 @@ class MqttTransport:
         self._reconnect_min_s, self._reconnect_max_s = reconnect_min_s, reconnect_max_s
         self._reconnect_delay = reconnect_min_s
         self._reconnect_at = 0.0  # inline mode: the next reconnect attempt (monotonic)
+        self._send_blocked = False  # inline mode: the socket took nothing in the last flush
+        self._peer: tuple[int, tuple[str, int]] | None = None  # the broker's family, address
+        self._probe: ReachProbe | None = None  # inline mode, attempts unanswered: is it back?
         self._connected_at = 0.0
         self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
         self._backlog_since: float | None = None  # monotonic: SENDING_BACKLOG unsent since then
@@ -573,6 +588,10 @@ class MqttTransport:
             return
         self._counts["connects"] += 1
         self._connected_at = time.monotonic()
+        self._send_blocked = False
+        sock: Any = client.socket()
+        with contextlib.suppress(OSError, AttributeError):
+            self._peer = (sock.family, sock.getpeername())
         self._reconnect_delay = self._reconnect_min_s
         if self._counts["connects"] > 1:
             with self._arrived:  # tell the runtime: retained state on the broker may be gone
@@ -666,9 +685,10 @@ class MqttTransport:
             sent = info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         if not self._threaded:
             self._check_backlog()
-        if not self._threaded and self._client.want_write():
+        if not self._threaded and self._client.want_write() and not self._send_blocked:
             # The socket took only part of it: write what it takes readily, the rest from
-            # ``receive`` (see SEND_BUFFER).
+            # ``receive`` (see SEND_BUFFER). Not while it takes nothing (a cut path: each of a
+            # round's hundred small publishes waited, and the transport went unread for 9 s).
             self._write_for(PUBLISH_FLUSH_S)
         if sent or reliable:
             with self._publish_lock:
@@ -711,6 +731,8 @@ class MqttTransport:
         if self._closed:
             return
         self._closed = True
+        if self._probe is not None:
+            self._probe.close()
         if self._started:
             self._shutdown()
 
@@ -765,6 +787,7 @@ class MqttTransport:
                 if self._counts["messages_received"] == count:
                     break
         if writable and client.socket() is not None:
+            self._send_blocked = False
             client.loop_write()
         if client.socket() is not None:
             client.loop_misc()  # keepalive: PINGREQ, and a dead broker noticed
@@ -784,6 +807,7 @@ class MqttTransport:
         elif waited >= STALLED_AFTER_S:
             with contextlib.suppress(OSError, ValueError):
                 sock.shutdown(socket.SHUT_RDWR)
+            self._reconnect_pace.timed_out()  # nobody answers: probe before the next attempt
 
     def backlog(self) -> int:
         return unsent_bytes(self._client)
@@ -814,6 +838,9 @@ class MqttTransport:
         if now < self._reconnect_at:
             time.sleep(min(timeout, self._reconnect_at - now))
             return
+        if not self._reachable(timeout):
+            return
+        now = time.monotonic()
         self._reconnect_at = now + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
         self._bound_reconnect_time()
@@ -826,6 +853,19 @@ class MqttTransport:
             self._reconnect_pace.refused()
         else:
             self._reconnect_pace.answered(time.monotonic() - now)
+
+    def _reachable(self, timeout: float) -> bool:
+        """While attempts go unanswered (a cut network), an attempt waits for an answer to a
+        probe (``ReachProbe``): the first SYN after a heal goes out within PROBE_EVERY_S, not at
+        the kernel's resend a second into an attempt. Probes wait at most ``timeout`` s here."""
+        if not self._reconnect_pace.unanswered or self._peer is None:
+            return True
+        if self._probe is None:
+            self._probe = ReachProbe(*self._peer, lifetime=self._reconnect_pace.full_timeout)
+        if not self._probe.wait(timeout):
+            return False
+        self._probe = None
+        return True
 
     def _bound_reconnect_time(self) -> None:
         """Reconnects wait for the handshake as ``ReconnectPace`` says (RECONNECT_TIMEOUT_S at
@@ -845,6 +885,7 @@ class MqttTransport:
                 _, writable, _ = select.select([], [sock], [], left)
             except (OSError, ValueError, TypeError):
                 return
+            self._send_blocked = not writable
             if writable and client.loop_write() != MQTTErrorCode.MQTT_ERR_SUCCESS:
                 return
 

@@ -3,6 +3,8 @@ against a real mosquitto: round trip of many frames, the Will, reconnect after a
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -109,6 +111,28 @@ def test_reconnects_resubscribes_and_rebirths_after_a_broker_restart(
     publish_until_received(a2, TOPICS.link(2, 1), b"after", a1)
     dash = transport_factory(mosquitto_broker, "dashboard", [TOPICS.status(1)])
     assert collect(dash, lambda ms: len(ms) >= 1)[0].payload == b"online"
+
+
+def test_a_hung_broker_is_left_at_the_keepalive_although_quiet_links_ping_again(
+    mosquitto_broker: MosquittoBroker, transport_factory: TransportFactory
+) -> None:
+    """A stopped mosquitto: its kernel still ACKs our bytes, but no PINGRESP comes. A quiet
+    transport pings again every PROBE_QUIET_S while one is pending (a cut may have taken the
+    PINGRESP after the ACK); the keepalive still counts from the first ping, so the broker that
+    is hung is left after it, not never."""
+    a1 = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False, keepalive=4)
+    pid = mosquitto_broker.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        got = collect(a1, lambda ms: any(m.notice is Notice.DISCONNECTED for m in ms), timeout=15)
+        left_after = time.monotonic() - stopped
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print(f"hung broker left after {left_after:.2f} s (keepalive 4 s)")
+    assert any(m.notice is Notice.DISCONNECTED for m in got) and left_after <= 8
+    collect(a1, lambda ms: any(m.notice is Notice.RECONNECTED for m in ms), timeout=15)
 
 
 def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
