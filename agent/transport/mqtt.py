@@ -35,8 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from agent.protocol.chunking import DOWNLINK_SAMPLE_BYTES
 from agent.transport.base import Message, Notice, TransportError, Will
-from agent.transport.reach_probe import ReachProbe
-from agent.transport.reconnect_pace import ReconnectPace
+from agent.transport.reconnects import Reconnects
 from agent.transport.tcp_link import close_gently, queued_in_socket, unacked_for
 
 ProtocolName = Literal["3.1.1", "5"]
@@ -45,8 +44,6 @@ _PROTOCOLS: dict[str, MQTTProtocolVersion] = {
     "5": MQTTProtocolVersion.MQTTv5,
 }
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
-SHORT_LIVED_S = 1.0  # a connection the broker closes sooner counts towards reconnect backoff
-SHORT_LIVED_BACKOFF_STEPS = 2  # at most 4x the minimum delay: a flapping link is back soon after
 # Failed reconnects double their delay up to RECONNECT_MAX_S only: a node cut off the network
 # (a Wi-Fi access point that reboots) is back within about a second of the heal, where a 5 s
 # cap kept a healed group away for ~4 s more. A broker that is down costs an attempt a second.
@@ -428,7 +425,6 @@ class MqttTransport:
         self._protocol = _PROTOCOLS[protocol]
         self._keepalive = keepalive
         self._connect_timeout = connect_timeout
-        self._reconnect_pace = ReconnectPace(reconnect_timeout_s)
         # One lock for the whole hand-over (queue.Queue takes three per message, and the
         # runtime drains hundreds of frames a round: ~2x less overhead in the profile).
         self._queue: deque[Message] = deque()
@@ -447,16 +443,16 @@ class MqttTransport:
         # Apart from the CONNACK's: in threaded mode the SUBACK can arrive before the connect
         # check runs, which then reported a refused subscription as a refused client.
         self._sub_refusal: str | None = None
-        self._init_sending(max_publish_bytes_per_s, publish_burst_bytes, threaded,
-                           reconnect_min_s, reconnect_max_s)
+        self._init_sending(max_publish_bytes_per_s, publish_burst_bytes, threaded)
+        self._reconnects = Reconnects(reconnect_min_s, reconnect_max_s, reconnect_timeout_s)
         self._client = self._make_client(username, password, tls_ca, tls_insecure,
                                          reconnect_min_s, reconnect_max_s)
 
     # -- set-up ---------------------------------------------------------------------------
 
     def _init_sending(self, max_publish_bytes_per_s: float | None, publish_burst_bytes: int,
-                      threaded: bool, reconnect_min_s: float, reconnect_max_s: float) -> None:
-        """Publishing, pacing, counters and the reconnect schedule."""
+                      threaded: bool) -> None:
+        """Publishing, pacing and counters."""
         self._closed = False
         self._started = False
         self._publish_lock = threading.Lock()
@@ -468,14 +464,8 @@ class MqttTransport:
                         "messages_received": 0, "dropped": 0, "unsent": 0, "connects": 0}
         self._paced_seconds = 0.0
         self._threaded = threaded
-        self._reconnect_min_s, self._reconnect_max_s = reconnect_min_s, reconnect_max_s
-        self._reconnect_delay = reconnect_min_s
-        self._reconnect_at = 0.0  # inline mode: the next reconnect attempt (monotonic)
         self._send_blocked = False  # inline mode: the socket took nothing in the last flush
-        self._peer: tuple[int, tuple[str, int]] | None = None  # the broker's family, address
-        self._probe: ReachProbe | None = None  # inline mode, attempts unanswered: is it back?
         self._connected_at = 0.0
-        self._short_lived = 0  # connections in a row that the broker closed within SHORT_LIVED_S
         self._backlog_since: float | None = None  # monotonic: SENDING_BACKLOG unsent since then
         self._small_send_buffer = False  # SEND_BUFFER set on the current socket
         self._backlog_told = 0.0
@@ -589,10 +579,7 @@ class MqttTransport:
         self._counts["connects"] += 1
         self._connected_at = time.monotonic()
         self._send_blocked = False
-        sock: Any = client.socket()
-        with contextlib.suppress(OSError, AttributeError):
-            self._peer = (sock.family, sock.getpeername())
-        self._reconnect_delay = self._reconnect_min_s
+        self._reconnects.connected(client.socket())
         if self._counts["connects"] > 1:
             with self._arrived:  # tell the runtime: retained state on the broker may be gone
                 self._queue.append(Message.of_notice(Notice.RECONNECTED))
@@ -621,26 +608,14 @@ class MqttTransport:
             with self._arrived:  # the runtime stops starting rounds it could not take part in
                 self._queue.append(Message.of_notice(Notice.DISCONNECTED))
                 self._arrived.notify()
-            self._back_off(client, time.monotonic() - self._connected_at)
+            self._reconnects.back_off(client, time.monotonic() - self._connected_at)
         self._connected.clear()
-        self._bound_reconnect_time()
+        self._reconnects.bound(client)
         if not self._first_connack.is_set():
             # e.g. plain MQTT sent to a TLS port: fail now instead of after connect_timeout.
             self._refusal = (f"the connection was closed before CONNACK ({reason_code}); "
                              "is it the right port, TLS setting and protocol version?")
             self._first_connack.set()
-
-    def _back_off(self, client: paho.Client, lived: float) -> None:
-        """paho retries at the minimum delay after every successful CONNACK: two clients with
-        one client id (a duplicate agent) would take the session from each other forever, and
-        a flapping link would be hammered. Connections that die young back off exponentially,
-        which also gives a displaced agent the quiet moment to see who displaced it."""
-        self._short_lived = min(self._short_lived + 1, SHORT_LIVED_BACKOFF_STEPS) if lived < SHORT_LIVED_S else 0
-        delay = min(self._reconnect_max_s, self._reconnect_min_s * 2 ** self._short_lived)
-        client.reconnect_delay_set(delay, self._reconnect_max_s)  # type: ignore[arg-type]
-        self._reconnect_delay = delay  # the inline loop's backoff
-        if self._short_lived:
-            self._reconnect_at = time.monotonic() + delay
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         payload = bytes(msg.payload)
@@ -731,8 +706,7 @@ class MqttTransport:
         if self._closed:
             return
         self._closed = True
-        if self._probe is not None:
-            self._probe.close()
+        self._reconnects.close()
         if self._started:
             self._shutdown()
 
@@ -767,7 +741,7 @@ class MqttTransport:
         client = self._client
         sock: Any = client.socket()
         if sock is None:
-            self._reconnect(timeout)
+            self._reconnects.attempt(client, timeout)
             return False
         pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, not selectable
         if pending is not None and pending() > 0:
@@ -807,7 +781,7 @@ class MqttTransport:
         elif waited >= STALLED_AFTER_S:
             with contextlib.suppress(OSError, ValueError):
                 sock.shutdown(socket.SHUT_RDWR)
-            self._reconnect_pace.timed_out()  # nobody answers: probe before the next attempt
+            self._reconnects.stalled()
 
     def backlog(self) -> int:
         return unsent_bytes(self._client)
@@ -831,47 +805,6 @@ class MqttTransport:
             with self._arrived:
                 if len(self._queue) < self._queue_size:
                     self._queue.append(Message.of_notice(Notice.SENDING))
-
-    def _reconnect(self, timeout: float) -> None:
-        """Not connected: try again when the backoff allows (doubling, as paho's thread does)."""
-        now = time.monotonic()
-        if now < self._reconnect_at:
-            time.sleep(min(timeout, self._reconnect_at - now))
-            return
-        if not self._reachable(timeout):
-            return
-        now = time.monotonic()
-        self._reconnect_at = now + self._reconnect_delay
-        self._reconnect_delay = min(self._reconnect_max_s, self._reconnect_delay * 2)
-        self._bound_reconnect_time()
-        try:
-            self._client.reconnect()  # CONNACK then arrives through _step -> on_connect
-        except TimeoutError:  # nobody answered: a cut network, not a broker refusing
-            self._reconnect_pace.timed_out()
-            self._reconnect_at = time.monotonic()
-        except (OSError, ValueError, ssl.SSLError, paho.WebsocketConnectionError):
-            self._reconnect_pace.refused()
-        else:
-            self._reconnect_pace.answered(time.monotonic() - now)
-
-    def _reachable(self, timeout: float) -> bool:
-        """While attempts go unanswered (a cut network), an attempt waits for an answer to a
-        probe (``ReachProbe``): the first SYN after a heal goes out within PROBE_EVERY_S, not at
-        the kernel's resend a second into an attempt. Probes wait at most ``timeout`` s here."""
-        if not self._reconnect_pace.unanswered or self._peer is None:
-            return True
-        if self._probe is None:
-            self._probe = ReachProbe(*self._peer, lifetime=self._reconnect_pace.full_timeout)
-        if not self._probe.wait(timeout):
-            return False
-        self._probe = None
-        return True
-
-    def _bound_reconnect_time(self) -> None:
-        """Reconnects wait for the handshake as ``ReconnectPace`` says (RECONNECT_TIMEOUT_S at
-        most). paho refuses the change while its connection is open (then nothing to bound)."""
-        with contextlib.suppress(RuntimeError, ValueError):
-            self._client.connect_timeout = self._reconnect_pace.timeout()
 
     def _write_for(self, seconds: float) -> None:
         """Write what paho holds for at most ``seconds`` (inline mode), reading nothing."""

@@ -119,9 +119,11 @@ def test_a_cut_off_agent_tries_the_broker_again_at_least_every_two_seconds(
     Attempts nobody answers follow one another at once, most of them short (ReconnectPace):
     a SYN several times a second; refused ones keep the backoff and the full wait."""
     from agent.transport import mqtt as mqtt_module
+    from agent.transport import reconnects
 
     clock = _Clock()
     monkeypatch.setattr(mqtt_module, "time", clock)
+    monkeypatch.setattr(reconnects, "time", clock)
     transport = MqttTransport("edgegrove-test-3", "mqtt://127.0.0.1:1", threaded=False)
     broker = _UnreachableBroker(clock, blocks)
     transport._client = broker  # type: ignore[assignment]
