@@ -123,12 +123,12 @@ class RoundScope(Outbox):
             return 0.0
         return self.ctx.links.transmit_time(peer, nbytes)
 
-    def arrival(self, peer: int, nbytes: int, sharing: int = 1) -> float:
+    def arrival(self, peer: int, nbytes: int, sharing: int = 1, headroom: bool = True) -> float:
         """Seconds ``nbytes`` from ``peer`` take to reach us while ``sharing`` peers send us as
-        much (0 with fixed timeouts)."""
+        much (0 with fixed timeouts); ``headroom``: as timers count a rate (see rto.py)."""
         if not self.adaptive:
             return 0.0
-        return self.ctx.links.arrival_time(peer, nbytes, sharing)
+        return self.ctx.links.arrival_time(peer, nbytes, sharing, headroom)
 
     def frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = NO_NODE) -> Frame:
         return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,

@@ -131,11 +131,9 @@ class PeerWatch:
         timeout, if that is sooner: the rest of the two timeouts is start-up skew that
         a leaf has shown it does not have (not when this round starts irregularly: after
         an evaluation, a degraded round or a view change, the skew varies)."""
-        scope, tree = self.scope, self.scope.tree
-        below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
-        # Its first frame may wait behind its own children's data and its siblings' units.
-        drain = scope.arrival(child, scope.unit_bytes, len(scope.children))
-        span = (2 * scope.rto(child) + drain) * (below + 1)
+        scope = self.scope
+        below = self._below(child)
+        span = self._subtree_span(child, below)
         usual = scope.links.first_frame(child)
         if below == 0 and usual is not None and not scope.ctx.irregular_start:
             span = min(span, FIRST_FRAME_MARGIN * usual + scope.rto(child))
@@ -187,10 +185,23 @@ class PeerWatch:
     def quiet_span(self, child: int) -> float:
         """How long a child heard from may go quiet while it still owes us data: the whole
         span of its subtree's depth, with no shortcut for a leaf (see ``silence_span``)."""
-        scope, tree = self.scope, self.scope.tree
-        below = max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
-        drain = scope.arrival(child, scope.unit_bytes, len(scope.children))
-        return (2 * scope.rto(child) + drain) * (below + 1)
+        return self._subtree_span(child, self._below(child))
+
+    def _below(self, child: int) -> int:
+        """Levels of ``child``'s subtree under it."""
+        tree = self.scope.tree
+        return max(tree.depth(m) for m in tree.subtree(child)) - tree.depth(child)
+
+    def _subtree_span(self, child: int, below: int) -> float:
+        """Two timeouts a level, and a unit's way up each level: behind its siblings' units,
+        at the pace ``child``'s frames came lately (the pipeline's pace below it). One level
+        counts it as timers count a rate (RATE_HEADROOM slower), the others as measured: one
+        stage of the subtree may slow down that much, not all at once (each at RATE_HEADROOM
+        put 0.32 s a level, 1.5 s in all, on the root's wait for a subtree of 7 on 2 cores)."""
+        scope = self.scope
+        slow = scope.arrival(child, scope.unit_bytes, len(scope.children))
+        usual = scope.arrival(child, scope.unit_bytes, len(scope.children), headroom=False)
+        return 2 * scope.rto(child) * (below + 1) + slow + below * usual
 
     def _quiet_until(self, child: int) -> float | None:
         heard = self.heard_of.get(child)

@@ -183,18 +183,21 @@ class LinkEstimators:
             return 0.0
         return nbytes / self.rate(peer)
 
-    def arrival_time(self, peer: int, nbytes: int, sharing: int = 1) -> float:
+    def arrival_time(self, peer: int, nbytes: int, sharing: int = 1, headroom: bool = True) -> float:
         """How long ``nbytes`` from ``peer`` take to reach us while ``sharing`` peers send us
         as much (0 with fixed timeouts). Once trusted, at the rate its frames followed each
         other lately (the lower quartile): that shows its uplink and our share of the path
-        alike. Else all ``sharing`` shares at our link's measured rate, or at the floor; each
-        counted as ``rate`` counts it. Not at our downlink's rate: a device's slow uplink is
-        not ours (a leaf on 2 MB/s among fast links was taken for silent every round)."""
+        alike, counted as ``rate`` counts it (``headroom``) or as measured. Else all
+        ``sharing`` shares at our link's measured rate, or at the floor, counted so. Not at
+        our downlink's rate: a device's slow uplink is not ours (a leaf on 2 MB/s among fast
+        links was taken for silent every round)."""
         if self.fixed is not None or nbytes <= 0:
             return 0.0
         est = self.peers.get(peer)
         if est is not None and len(est.inbound) >= INBOUND_SAMPLES_TRUSTED:
-            return nbytes / self._counted(est.inbound.lower_quartile())
+            pace = est.inbound.lower_quartile()
+            assert pace is not None
+            return nbytes / (self._counted(pace) if headroom else pace)
         return nbytes * max(1, sharing) / self._counted(None if est is None else est.rate)
 
     def observe_inbound(self, peer: int, nbytes: int, seconds: float) -> None:

@@ -102,3 +102,12 @@ def test_the_lower_quartile_of_a_peers_pace_outvotes_frames_read_together_after_
 def test_fixed_timeouts_count_no_arrival_time() -> None:
     links = LinkEstimators(fixed=0.2)
     assert links.arrival_time(1, 1_000_000, sharing=3) == 0.0
+
+
+def test_without_headroom_a_trusted_pace_counts_as_measured_and_an_unknown_one_at_the_floor() -> None:
+    links = LinkEstimators(rate_floor=2e6)
+    assert links.arrival_time(1, 1_000_000, sharing=2, headroom=False) == pytest.approx(1.0)
+    for _ in range(INBOUND_SAMPLES_TRUSTED):
+        links.observe_inbound(1, 1_000_000, 0.04)  # 25 MB/s
+    assert links.arrival_time(1, 1_000_000, headroom=False) == pytest.approx(0.04)
+    assert links.arrival_time(1, 1_000_000) == pytest.approx(RATE_HEADROOM * 0.04)
