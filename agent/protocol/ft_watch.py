@@ -196,8 +196,7 @@ class PeerWatch:
         """Two timeouts a level, and a unit's way up each level: behind its siblings' units,
         at the pace ``child``'s frames came lately (the pipeline's pace below it). One level
         counts it as timers count a rate (RATE_HEADROOM slower), the others as measured: one
-        stage of the subtree may slow down that much, not all at once (each at RATE_HEADROOM
-        put 0.32 s a level, 1.5 s in all, on the root's wait for a subtree of 7 on 2 cores)."""
+        stage of the subtree may slow down that much, not all at once."""
         scope = self.scope
         slow = scope.arrival(child, scope.unit_bytes, len(scope.children))
         usual = scope.arrival(child, scope.unit_bytes, len(scope.children), headroom=False)
