@@ -65,7 +65,7 @@ class ReachProbe:
         probe.setblocking(False)
         code = probe.connect_ex(self.address)
         self.launched += 1
-        if code in (0, errno.EINPROGRESS) or code in _ANSWERED:
+        if code == errno.EINPROGRESS or code in _ANSWERED:
             self._open[probe] = now
         else:  # no route (an interface that is down): nothing to wait for; the next one in a while
             probe.close()

@@ -30,6 +30,7 @@ from simulate.brokers import (
     start_embedded,
     start_mosquitto,
 )
+from simulate.injector import NetNamespace, free_slot, slots_reserved
 
 JOB = "itest"
 TOPICS = Topics(JOB)
@@ -158,3 +159,16 @@ def browser() -> Iterator[Browser]:
         chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+def created_namespace(name: str, preferred_slot: int) -> NetNamespace:
+    """A network namespace on a free slot, created (removed again if creating it failed); the
+    caller removes it."""
+    with slots_reserved() as taken:
+        ns = NetNamespace(name, slot=free_slot(preferred_slot, taken))
+        try:
+            ns.create()
+        except BaseException:
+            ns.remove()
+            raise
+    return ns

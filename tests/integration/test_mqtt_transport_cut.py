@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from simulate.brokers import MosquittoBroker
-from simulate.injector import NetNamespace, free_slot, netns_supported, slots_reserved
-from tests.integration.conftest import TOPICS
+from simulate.injector import NetNamespace, netns_supported
+from tests.integration.conftest import TOPICS, created_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(netns_supported()), reason="needs root, ip and iptables")]
 
@@ -55,13 +55,7 @@ while True:
 @pytest.fixture
 def namespace(mosquitto_broker: MosquittoBroker) -> Iterator[tuple[NetNamespace, int]]:
     port = 21_000 + os.getpid() % 20_000
-    with slots_reserved() as taken:
-        ns = NetNamespace(f"egc{os.getpid() % 10000}", slot=free_slot(220, taken))
-        try:
-            ns.create()
-        except BaseException:
-            ns.remove()
-            raise
+    ns = created_namespace(f"egc{os.getpid() % 10000}", 220)
     try:
         ns.forward(port, int(mosquitto_broker.url.rsplit(":", 1)[1]))
         yield ns, port

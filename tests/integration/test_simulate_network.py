@@ -20,13 +20,11 @@ import pytest
 from simulate.injector import (
     NETNS_MTU,
     NetNamespace,
-    free_slot,
     kernel_shaping_supported,
     netns_supported,
-    slots_reserved,
 )
 from simulate.proxy import MOST_HELD_BYTES, TcpProxy
-from tests.integration.conftest import wait_until
+from tests.integration.conftest import created_namespace, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -216,13 +214,7 @@ with socket.create_connection((host, port), timeout=20) as s:
 @pytest.mark.skipif(bool(kernel_shaping_supported()), reason="needs root, ip, tc and iptables")
 def test_kernel_shaping_limits_both_directions_with_no_process_in_the_path(echo_server: int) -> None:
     fwd_port = 18_000 + os.getpid() % 20_000  # on the veth's host end only: the DNAT matches there
-    with slots_reserved() as taken:
-        ns = NetNamespace(f"egk{os.getpid() % 10000}", slot=free_slot(230, taken))
-        try:
-            ns.create()
-        except BaseException:
-            ns.remove()
-            raise
+    ns = created_namespace(f"egk{os.getpid() % 10000}", 230)
     try:
         ns.forward(fwd_port, echo_server)
         # Both veth ends take the large MTU (not Ethernet's 1,500: see NETNS_MTU).
