@@ -72,6 +72,12 @@ PROGRESS_EVERY = 0.1
 # this long before it at most (the transport and PROGRESS repeat every 0.05-0.1 s while a frame
 # still arrives), or after it.
 BUSY_AT_REPORT = 2 * PROGRESS_EVERY
+# A node with children waits for their data before it sends its parent anything, for as long
+# as its subtree's depth of timeouts when one of them is slow or cut: its parent could tell it
+# from a node cut off only after that whole wait. So until its round has a result it tells its
+# parent every WAITING_EVERY s that it is in the round (a PROBE with the WAITING flag), and
+# its parent finds it silent WAITING_EVERY and two timeouts after its last word.
+WAITING_EVERY = 0.1
 DEADLINE_STRETCH = 4.0
 
 @dataclass(frozen=True)

@@ -453,11 +453,13 @@ class Courier:
             scope.note(NoteKind.LINK_HEALED, peer)
 
     def on_probe(self, frame: Frame, now: float) -> None:
-        """A PROBE: a peer's downlink is busy (PROGRESS), or a round trip to it worked (REPLY),
-        or it asks whether ours works (answered)."""
+        """A PROBE: a peer's downlink is busy (PROGRESS), a child waits for its children
+        (WAITING), a round trip to it worked (REPLY), or it asks whether ours works (answered)."""
         scope = self.scope
         if frame.flags & Flag.PROGRESS:
             self.watch.progress(frame.sender, now)
+        elif frame.flags & Flag.WAITING:
+            pass  # a child's word that it is in the round (PeerWatch.heard took it)
         elif frame.flags & Flag.REPLY:
             self.heal(frame.sender)
         else:

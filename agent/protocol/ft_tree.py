@@ -167,6 +167,7 @@ class FtTreeRound:
 
     def start(self, now: float) -> list[Action]:
         self.courier.probe_remembered_dead()
+        self.uplink.start_beats(now)
         for j, (lo, hi) in enumerate(self.scope.bounds):
             self.reducer.accept(j, frozenset({self.scope.node}), self.scope.grad[lo:hi])
             self._try_forward(j, now)
@@ -210,6 +211,7 @@ class FtTreeRound:
             self.watch.check_quiet_children(now, self.wait.owes)
         self.watch.check_relay_targets(now)
         self.courier.expire(now)
+        self.uplink.beat(now, self.result is not None)
         self.broadcast.on_timer(now)
         # Once the result is in (it may skip chunks), nothing is pulled: next_timer agrees.
         if self.result is None and self.pull.at is not None and now >= self.pull.at:
@@ -265,6 +267,8 @@ class FtTreeRound:
         if (due := self.courier.next_due()) is not None:
             times.append(due)
         times.extend(self.watch.relay_timers())
+        if self.uplink.beat_at is not None and self.result is None:
+            times.append(self.uplink.beat_at)
         times.extend(self.receipts.timers())
         times.extend(self.broadcast.timers())
         return min(times)

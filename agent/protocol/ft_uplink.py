@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.protocol.allreduce import WAITING_EVERY
 from agent.protocol.ft_courier import Courier, Pending, Route
 from agent.protocol.ft_reducer import ChunkReducer
 from agent.protocol.ft_scope import Hop, RoundScope
@@ -17,6 +18,24 @@ from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
 class Uplink:
     def __init__(self, scope: RoundScope, reducer: ChunkReducer, courier: Courier) -> None:
         self.scope, self.reducer, self.courier = scope, reducer, courier
+        self.beat_at: float | None = None  # when we next tell our parent we are in the round
+
+    def start_beats(self, now: float) -> None:
+        """A node with children tells its parent every WAITING_EVERY that it waits for them
+        (see WAITING_EVERY); a leaf's data goes up at once."""
+        scope = self.scope
+        if scope.adaptive and scope.children and scope.parent is not None:
+            self.beat_at = now + WAITING_EVERY
+
+    def beat(self, now: float, has_result: bool) -> None:
+        scope, parent = self.scope, self.scope.parent
+        if self.beat_at is None or now < self.beat_at:
+            return
+        if has_result or parent is None or parent in scope.down:
+            self.beat_at = None
+            return
+        scope.send(parent, scope.frame(Kind.PROBE, 0, Flag.WAITING, frozenset(), target=parent))
+        self.beat_at = now + WAITING_EVERY
 
     def forward(self, j: int, now: float, ready: bool) -> None:
         """Chunk ``j``'s units not sent up yet, once the chunk is ``ready`` (or opened)."""

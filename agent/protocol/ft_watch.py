@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY
+from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY, WAITING_EVERY
 from agent.protocol.ft_scope import RoundScope, latest
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import MIN_RATE_SAMPLE_BYTES
 from agent.protocol.wire import Flag, Frame, Kind
 
-# A leaf child silent this many times its usual first-frame time, plus one timeout, is
-# reported (see PeerWatch.silence_span).
+# A child silent this many times its usual first-frame time, plus one timeout, is reported
+# (see PeerWatch.silence_span).
 FIRST_FRAME_MARGIN = 1.25
 
 
@@ -127,16 +127,18 @@ class PeerWatch:
     def silence_span(self, child: int) -> float:
         """How long a healthy child's first frame can take before we ask the fleet: two
         timeouts of its link per level of its subtree (an inner child waits for its own
-        children first). A leaf child's first frame comes when it usually does, plus one
-        timeout, if that is sooner: the rest of the two timeouts is start-up skew that
-        a leaf has shown it does not have (not when this round starts irregularly: after
-        an evaluation, a degraded round or a view change, the skew varies)."""
+        children first). Its first frame comes when it usually does, plus one timeout, if
+        that is sooner: the rest of the two timeouts is start-up skew that it has shown it
+        does not have (not when this round starts irregularly: after an evaluation, a
+        degraded round or a view change, the skew varies). An inner child's first frame may
+        be its word that it waits (WAITING_EVERY after its start), not its data."""
         scope = self.scope
         below = self._below(child)
         span = self._subtree_span(child, below)
         usual = scope.links.first_frame(child)
-        if below == 0 and usual is not None and not scope.ctx.irregular_start:
-            span = min(span, FIRST_FRAME_MARGIN * usual + scope.rto(child))
+        if usual is not None and not scope.ctx.irregular_start:
+            beat = WAITING_EVERY if below else 0.0
+            span = min(span, FIRST_FRAME_MARGIN * usual + beat + scope.rto(child))
         return span
 
     def orphaned(self, lost: int, now: float, since: float | None = None, gone: bool = True) -> None:
@@ -148,9 +150,12 @@ class PeerWatch:
         ``lost`` is silent (see ``orphan_start``)."""
         scope = self.scope
         start = orphan_start(scope.start_time, now, since)
-        # It found its parent silent meanwhile (as the fleet did): one timeout on its backup
-        # link, one to us, and its unit's transfer (our link to ``lost`` is the estimate).
-        at = start + 2 * scope.rto(lost) + scope.transmit(lost, scope.unit_bytes)
+        # It found its parent silent meanwhile (as the fleet did): a timeout on its link to
+        # ``lost``, one on its backup route, one for its start and the way to us, and its
+        # unit's way to us at the pace of ``lost``'s frames lately (our link to ``lost``
+        # carries no large frame with the fan-out broadcast: at its floor rate the orphans
+        # of a subtree cut off came 0.4 s after it on mosquitto).
+        at = start + 3 * scope.rto(lost) + scope.arrival(lost, scope.unit_bytes)
         if gone:
             # Gone for the fleet: one that lives goes around it now (its courier's peer_down,
             # its custody sent on), and its unit comes within a timeout and its transfer.
@@ -176,16 +181,27 @@ class PeerWatch:
             if not may_be_silent(child):
                 continue
             # Reported to the fleet: a live child (only its links are slow or cut) refutes at
-            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting. A child
-            # of ours was waited for over its subtree's depth: a node under it that lives and
-            # went around it would have been heard of by now (``orphaned``).
-            since = self.scope.start_time if child in self.scope.children else None
+            # once; unrefuted, the report comes back as ``excuse`` and we stop waiting. The
+            # nodes under it are reported with it once we waited over its subtree's depth
+            # (``orphaned`` from the round's start); sooner, they get their own wait.
+            whole = child in self.scope.children
+            since = self.scope.start_time if whole else None
             self.report_silent(child, "nothing from it for a whole wait", now, since)
 
     def quiet_span(self, child: int) -> float:
         """How long a child heard from may go quiet while it still owes us data: the whole
-        span of its subtree's depth, with no shortcut for a leaf (see ``silence_span``)."""
-        return self._subtree_span(child, self._below(child))
+        span of its subtree's depth, with no shortcut for a leaf (see ``silence_span``). An
+        inner child tells us every WAITING_EVERY that it waits: two timeouts after that."""
+        below = self._below(child)
+        span = self._subtree_span(child, below)
+        if below and self.scope.adaptive:
+            span = min(span, WAITING_EVERY + 2 * self.scope.rto(child))
+        return span
+
+    def whole_span_over(self, child: int, now: float) -> bool:
+        """We waited for ``child`` over its whole subtree's depth: a node under it that lives
+        and went around it would have been heard of by now."""
+        return now >= self.scope.start_time + self._subtree_span(child, self._below(child))
 
     def _below(self, child: int) -> int:
         """Levels of ``child``'s subtree under it."""
@@ -216,7 +232,8 @@ class PeerWatch:
         for child in self.scope.children:
             at = self._quiet_until(child)
             if at is not None and now >= at and owes(child):
-                self.report_silent(child, "nothing more from it for a whole wait", now, self.scope.start_time)
+                since = self.scope.start_time
+                self.report_silent(child, "nothing more from it for a whole wait", now, since)
 
     def quiet_timers(self, owes: Callable[[int], bool]) -> list[float]:
         return [at for c in self.scope.children if (at := self._quiet_until(c)) is not None and owes(c)]

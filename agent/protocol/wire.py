@@ -53,6 +53,7 @@ class Flag(enum.IntFlag):
     FINAL = 2  # the chunk's value is final (root result), not a partial mean
     REPLY = 4  # PROBE: the answer to a probe, which proves the link works both ways
     PROGRESS = 8  # PROBE: "my downlink is busy with a large frame: yours may be queued behind it"
+    WAITING = 0x10  # PROBE to the parent: "I am in this round, waiting for my children's data"
     FLOOD = 0x80  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
 
 
@@ -80,7 +81,7 @@ def value_bytes(dtype: DType) -> int:
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}
 _DTYPES: dict[int, DType] = {int(d): d for d in DType}
 _FLAGS: dict[int, Flag] = {
-    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.REPLY | Flag.PROGRESS | Flag.FLOOD)
+    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.REPLY | Flag.PROGRESS | Flag.WAITING | Flag.FLOOD)
 }
 
 
