@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD, PROGRESS_EVERY, WAITING_EVERY
+from agent.protocol.allreduce import (
+    DOWNLINK_BUSY_HOLD,
+    OWN_LINK_HOLD,
+    PROGRESS_EVERY,
+    WAITING_EVERY,
+)
 from agent.protocol.ft_scope import RoundScope, latest
 from agent.protocol.notes import NoteKind
 from agent.protocol.rto import MIN_RATE_SAMPLE_BYTES
@@ -110,6 +115,17 @@ class PeerWatch:
         busy = latest(self.down_busy_at, *progress)
         return None if busy is None else busy + DOWNLINK_BUSY_HOLD
 
+    def child_hold_end(self, child: int) -> float | None:
+        """When a verdict on ``child``'s silence may come, as far as busy links go: a hold
+        after the last PROGRESS of a node in its subtree (it may wait for what its downlink
+        still reads), OWN_LINK_HOLD after our own links' last report (None: no evidence)."""
+        if not self.scope.adaptive:
+            return None
+        subtree = self.scope.tree.subtree(child)
+        progress = latest(*(t for p, t in self.progress_from.items() if p in subtree))
+        own = None if self.down_busy_at is None else self.down_busy_at + OWN_LINK_HOLD
+        return latest(own, None if progress is None else progress + DOWNLINK_BUSY_HOLD)
+
     def busy_towards(self, peer: int) -> float | None:
         """Until when a unit to ``peer`` counts as queued, not lost: our link was busy, or the
         peer's downlink was, DOWNLINK_BUSY_HOLD ago at the latest."""
@@ -172,8 +188,9 @@ class PeerWatch:
             if now < at:
                 continue
             # Its first frame may queue behind what we receive, or wait for what its subtree
-            # receives: until the hold after the last such report, and one timeout.
-            end = self.drain_end(self.scope.tree.subtree(child))
+            # receives: until the hold after the last such report (see child_hold_end), and one
+            # timeout.
+            end = self.child_hold_end(child)
             if end is not None and now < end:
                 self.silence_at[child] = end + self.scope.rto(child)
                 continue
@@ -223,7 +240,7 @@ class PeerWatch:
         if heard is None or child in self.reported_silent or child in self.scope.down:
             return None  # not heard of at all: the first frame's watch (check_children)
         due = heard + self.quiet_span(child)
-        end = self.drain_end(self.scope.tree.subtree(child))
+        end = self.child_hold_end(child)
         return due if end is None else max(due, end + self.scope.rto(child))
 
     def check_quiet_children(self, now: float, owes: Callable[[int], bool]) -> None:

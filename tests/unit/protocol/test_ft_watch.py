@@ -7,6 +7,7 @@ import pytest
 
 from agent.protocol.allreduce import (
     DOWNLINK_BUSY_HOLD,
+    OWN_LINK_HOLD,
     PROGRESS_EVERY,
     AllreduceConfig,
     Note,
@@ -63,13 +64,17 @@ def test_a_busy_downlink_tells_every_other_member_at_most_every_progress_interva
 
 
 def test_a_silent_child_is_reported_once_its_span_ran_out_unless_links_drain() -> None:
+    """Our downlink busy, the child's frame may queue behind what we read: it comes once that
+    is read, so the verdict waits OWN_LINK_HOLD after the last report (a whole
+    DOWNLINK_BUSY_HOLD kept a root's verdicts 1 s past its children's data), and a timeout."""
     w = watch()
     span = w.silence_at[3]
     assert span == pytest.approx(w.silence_span(3)) and set(w.silence_at) == {3, 4}
-    w.arriving(0, span - 0.1)  # our downlink is busy: the child's frame may queue behind it
+    w.arriving(0, span - 0.1)
     w.scope.flush()
     w.check_children(span, lambda child: True)
-    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + DOWNLINK_BUSY_HOLD + w.scope.rto(3))
+    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + OWN_LINK_HOLD + w.scope.rto(3))
+    assert OWN_LINK_HOLD < DOWNLINK_BUSY_HOLD
     later = w.silence_at[3]
     w.check_children(later, lambda child: child == 3)
     assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
