@@ -175,11 +175,12 @@ class PeerWatch:
         start = orphan_start(scope.start_time, now, since)
         # It found its parent silent meanwhile (as the fleet did) and tried its routes in turn:
         # a timeout on its link to ``lost``, two on a relay through a backup (two hops), one
-        # for its start; then its unit's way to us at the pace of ``lost``'s frames lately
-        # (our link to ``lost`` carries no large frame with the fan-out broadcast: at its
-        # floor rate the orphans of a subtree cut off came 0.4 s after it on mosquitto; with
-        # three timeouts a live orphan was reported in 2 of 3 runs of 3 of 7, then refuted).
-        at = start + 4 * scope.rto(lost) + scope.arrival(lost, scope.unit_bytes)
+        # for its start; then its unit's way to us at the pace of ``lost``'s frames lately,
+        # as measured: the timeouts hold the headroom. (Our link to ``lost`` carries no large
+        # frame with the fan-out broadcast: at its floor rate the orphans of a subtree cut off
+        # came 0.4 s after it on mosquitto. With three timeouts a live orphan was reported in
+        # 2 of 3 runs of 3 of 7, then refuted.)
+        at = start + 4 * scope.rto(lost) + scope.arrival(lost, scope.unit_bytes, headroom=False)
         if gone:
             # Gone for the fleet: one that lives goes around it now (its courier's peer_down,
             # its custody sent on), and its unit comes within a timeout and its transfer.

@@ -119,7 +119,7 @@ def test_the_nodes_under_a_lost_node_are_watched_from_the_fleets_first_report_of
     for the fleet, a live orphan goes around it at once) a timeout and a unit's arrival after
     the excusal, if that is sooner. Our own report of 1 is no excusal: the span only."""
     w = watch(node=0)
-    span = 4 * w.scope.rto(1) + w.scope.arrival(1, w.scope.unit_bytes)
+    span = 4 * w.scope.rto(1) + w.scope.arrival(1, w.scope.unit_bytes, headroom=False)
     around = w.scope.rto(1) + w.scope.arrival(1, w.scope.unit_bytes)
     w.orphaned(1, 2.0, since=1.6)
     due = min(1.6 + span, 2.0 + around)
