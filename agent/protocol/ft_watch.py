@@ -208,10 +208,9 @@ class PeerWatch:
                 continue
             # Reported to the fleet: a live child (only its links are slow or cut) refutes at
             # once; unrefuted, the report comes back as ``excuse`` and we stop waiting. The
-            # nodes under it are reported with it once we waited over its subtree's depth
-            # (``orphaned`` from the round's start); sooner, they get their own wait.
-            whole = child in self.scope.children
-            since = self.scope.start_time if whole else None
+            # nodes under a child of ours are watched from the round's start (``orphaned``):
+            # one that lives went around it from then on.
+            since = self.scope.start_time if child in self.scope.children else None
             self.report_silent(child, "nothing from it for a whole wait", now, since)
 
     def quiet_span(self, child: int) -> float:
@@ -223,11 +222,6 @@ class PeerWatch:
         if below and self.scope.adaptive:
             span = min(span, WAITING_EVERY + 2 * self.scope.rto(child))
         return span
-
-    def whole_span_over(self, child: int, now: float) -> bool:
-        """We waited for ``child`` over its whole subtree's depth: a node under it that lives
-        and went around it would have been heard of by now."""
-        return now >= self.scope.start_time + self._subtree_span(child, self._below(child))
 
     def _below(self, child: int) -> int:
         """Levels of ``child``'s subtree under it."""
@@ -258,8 +252,7 @@ class PeerWatch:
         for child in self.scope.children:
             at = self._quiet_until(child)
             if at is not None and now >= at and owes(child):
-                since = self.scope.start_time
-                self.report_silent(child, "nothing more from it for a whole wait", now, since)
+                self.report_silent(child, "nothing more from it for a whole wait", now, self.scope.start_time)
 
     def quiet_timers(self, owes: Callable[[int], bool]) -> list[float]:
         return [at for c in self.scope.children if (at := self._quiet_until(c)) is not None and owes(c)]
