@@ -110,10 +110,12 @@ class PeerWatch:
         ``about``: the peers whose PROGRESS counts (None: every member's)."""
         if not self.scope.adaptive:
             return None
-        progress = self.progress_from.values() if about is None else [
-            t for p, t in self.progress_from.items() if p in about]
-        busy = latest(self.down_busy_at, *progress)
+        busy = latest(self.down_busy_at, self._last_progress(about))
         return None if busy is None else busy + DOWNLINK_BUSY_HOLD
+
+    def _last_progress(self, about: Collection[int] | None) -> float | None:
+        """The last PROGRESS of a peer in ``about`` (None: of any member)."""
+        return latest(*(t for p, t in self.progress_from.items() if about is None or p in about))
 
     def child_hold_end(self, child: int) -> float | None:
         """When a verdict on ``child``'s silence may come, as far as busy links go (None: no
@@ -126,12 +128,10 @@ class PeerWatch:
         scope = self.scope
         if not scope.adaptive:
             return None
-        subtree = scope.tree.subtree(child)
-        progress = latest(*(t for p, t in self.progress_from.items() if p in subtree))
-        own = None if self.down_busy_at is None else self.down_busy_at + OWN_LINK_HOLD
-        if progress is None:
-            return own
-        return latest(own, progress + PROGRESS_EVERY + scope.unit_bytes / scope.cfg.link_rate_floor)
+        progress = self._last_progress(scope.tree.subtree(child))
+        next_progress = PROGRESS_EVERY + scope.unit_bytes / scope.cfg.link_rate_floor
+        return latest(None if self.down_busy_at is None else self.down_busy_at + OWN_LINK_HOLD,
+                      None if progress is None else progress + next_progress)
 
     def busy_towards(self, peer: int) -> float | None:
         """Until when a unit to ``peer`` counts as queued, not lost: our link was busy, or the
