@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,16 +40,18 @@ def _listener(broker: MosquittoBroker) -> FleetListener:
     return FleetListener(broker.url, JOB, creds.username, creds.password)
 
 
-def _stop(fleet, listener, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def _stop(fleet, listener, tmp_path: Path) -> None:
     forced = fleet.stop_all(grace=10)
     listener.close()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+    # Called in the test's finally: an exception on its way out is the test failing, and
+    # the agents' logs then go to the report's captured output.
+    if sys.exc_info()[1] is not None:
         print(agent_logs(tmp_path))
     assert forced == [], f"agents did not exit on SIGTERM: {forced}\n{agent_logs(tmp_path)}"
 
 
 def test_seven_agents_train_to_identical_models_and_reject_garbage(
-    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+    broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     listener = _listener(broker)
     fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 30})
@@ -65,7 +68,7 @@ def test_seven_agents_train_to_identical_models_and_reject_garbage(
             assert rejected.get(reason, 0) >= 1, f"{reason} not counted: {rejected}"
         wait_exited(fleet, 30)
     finally:
-        _stop(fleet, listener, tmp_path, request)
+        _stop(fleet, listener, tmp_path)
     codes = {n: a.popen.returncode for n, a in fleet.agents.items() if a.popen is not None}
     assert set(codes.values()) == {0}, f"exit codes {codes}\n{agent_logs(tmp_path)}"
 
@@ -96,7 +99,7 @@ def _publish_garbage(broker: MosquittoBroker, tmp_path: Path) -> None:
 
 
 def test_link_revoked_at_the_broker_is_rerouted(
-    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+    broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     listener = _listener(broker)
     fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 25, "timeout_mode": "fixed"})
@@ -112,12 +115,12 @@ def test_link_revoked_at_the_broker_is_rerouted(
         states = {t.links.get("1") for t in listener.telemetry[3][6:]}
         assert states & {"failed", "rerouted"}, f"node 3 never saw link 3-1 fail: {states}"
     finally:
-        _stop(fleet, listener, tmp_path, request)
+        _stop(fleet, listener, tmp_path)
 
 
 @pytest.mark.parametrize("broadcast", ["tree", "fanout"])
 def test_a_finished_round_still_reroutes_its_broadcast_over_a_one_way_cut(
-    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest, broadcast: str
+    broker: MosquittoBroker, tmp_path: Path, broadcast: str
 ) -> None:
     # 0 -> 1 revoked, 1 -> 0 works: 1's data reaches the root directly, so the root finishes
     # its round at once; relayed down the tree, its broadcast to 1 must still time out and take
@@ -146,11 +149,11 @@ def test_a_finished_round_still_reroutes_its_broadcast_over_a_one_way_cut(
                          if any(e.get("kind") == "reroute" and e.get("peer") == 1 for e in t.events)}
             assert len(rerouting) >= 5, f"the root rerouted its broadcast to 1 only in {rerouting}"
     finally:
-        _stop(fleet, listener, tmp_path, request)
+        _stop(fleet, listener, tmp_path)
 
 
 def test_crash_is_announced_and_the_restarted_agent_rejoins(
-    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+    broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     listener = _listener(broker)
     fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 0})
@@ -178,11 +181,11 @@ def test_crash_is_announced_and_the_restarted_agent_rejoins(
 
         listener.wait_for(same_hash, 90, "node 5 with the fleet's model hash")
     finally:
-        _stop(fleet, listener, tmp_path, request)
+        _stop(fleet, listener, tmp_path)
 
 
 def test_hung_agent_is_survived_and_resyncs(
-    broker: MosquittoBroker, tmp_path: Path, request: pytest.FixtureRequest
+    broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     listener = _listener(broker)
     fleet = start_fleet(broker, tmp_path, NODES, {"rounds": 0, "timeout_mode": "fixed"})
@@ -203,10 +206,10 @@ def test_hung_agent_is_survived_and_resyncs(
 
         listener.wait_for(back_in_sync, 120, "node 4 back with the fleet's model hash")
     finally:
-        _stop(fleet, listener, tmp_path, request)
+        _stop(fleet, listener, tmp_path)
 
 
-def test_same_fleet_on_the_embedded_broker(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_same_fleet_on_the_embedded_broker(tmp_path: Path) -> None:
     # The same 7-agent fleet and round deadlines as on mosquitto: the embedded broker is a
     # compiled one (rumqttd), so a loaded host starves it no more than mosquitto.
     with start_embedded() as broker:
@@ -221,4 +224,4 @@ def test_same_fleet_on_the_embedded_broker(tmp_path: Path, request: pytest.Fixtu
             codes = {n: a.popen.returncode for n, a in fleet.agents.items() if a.popen is not None}
             assert set(codes.values()) == {0}, f"exit codes {codes}\n{agent_logs(tmp_path)}"
         finally:
-            _stop(fleet, listener, tmp_path, request)
+            _stop(fleet, listener, tmp_path)
