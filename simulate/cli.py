@@ -315,6 +315,7 @@ class Simulation:
             stack.callback(sites.stop)
             log = self.log
             stack.callback(lambda: log.add("uplinks", **sites.uplinks_record()))  # before the stop
+            stack.callback(lambda: sites.write_uplink_trace(self.run_dir / "uplink-trace.json"))
             creds = sites.admin_credentials
             self.log.add("broker", kind="mosquitto-sites", url=sites.core.url, pid=sites.core.pid,
                          sites={n: b.url for n, b in sites.sites.items()})

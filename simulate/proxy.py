@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +58,13 @@ class _Pump:
     """One direction of one connection: read, stamp a due time, write when due."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 shaping: Shaping, counter: list[int]) -> None:
+                 shaping: Shaping, counter: list[int],
+                 trace: Callable[[], list[tuple[float, int]] | None] = lambda: None) -> None:
         self.reader = reader
         self.writer = writer
         self.shaping = shaping
         self.counter = counter
+        self.trace = trace  # where to note (wall-clock time, bytes) of each write: the proxy's, now
         self.queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         self.last_due = 0.0
         self.last_read = 0.0
@@ -106,6 +109,8 @@ class _Pump:
             # Counted as handed on, before the write: a reader that got every byte must
             # never see the counter short.
             self.counter[0] += len(data)
+            if (trace := self.trace()) is not None:
+                trace.append((time.time(), len(data)))
             self.writer.write(data)
             await self.writer.drain()
             self.held -= len(data)
@@ -139,6 +144,10 @@ class TcpProxy:
         self.shaping_down = Shaping()  # broker -> agent
         self.bytes_up = [0]
         self.bytes_down = [0]
+        # When traced (start_trace): (wall-clock time, bytes) of every write each way, so that a
+        # run's rounds can be laid beside what the link carried when (`bench sites --real`).
+        self.trace_up: list[tuple[float, int]] | None = None
+        self.trace_down: list[tuple[float, int]] | None = None
         self.connections = 0
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,6 +191,9 @@ class TcpProxy:
         if bytes_per_second is not None and bytes_per_second <= 0:
             raise ValueError(f"bandwidth must be > 0 bytes/s, got {bytes_per_second}")
         self.shaping_up.bytes_per_second = self.shaping_down.bytes_per_second = bytes_per_second
+
+    def start_trace(self) -> None:
+        self.trace_up, self.trace_down = [], []
 
     def clear(self) -> None:
         self.set_latency(0.0)
@@ -237,8 +249,8 @@ class TcpProxy:
             client_writer.close()
             return
         self.connections += 1
-        up = _Pump(client_reader, broker_writer, self.shaping_up, self.bytes_up)
-        down = _Pump(broker_reader, client_writer, self.shaping_down, self.bytes_down)
+        up = _Pump(client_reader, broker_writer, self.shaping_up, self.bytes_up, lambda: self.trace_up)
+        down = _Pump(broker_reader, client_writer, self.shaping_down, self.bytes_down, lambda: self.trace_down)
         tasks = [self._spawn(p.read_loop()) for p in (up, down)]
         tasks += [self._spawn(p.write_loop()) for p in (up, down)]
         try:

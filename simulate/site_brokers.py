@@ -97,6 +97,22 @@ class SiteBrokers:
             proxy.set_bandwidth(bytes_per_second)
             proxy.set_latency(rtt / 2)
 
+    def trace_uplinks(self) -> None:
+        """From now on every uplink notes when it carried how many bytes, each way."""
+        for proxy in self.uplinks.values():
+            proxy.start_trace()
+
+    def write_uplink_trace(self, path: Path) -> None:
+        """What ``trace_uplinks`` noted, as JSON: site -> {"up"|"down": [[time, bytes], ...]}
+        (wall-clock seconds, the agents' clock on this machine); nothing when not traced."""
+        traces = {name: {"up": list(p.trace_up or []), "down": list(p.trace_down or [])}
+                  for name, p in self.uplinks.items()
+                  if p.trace_up is not None and p.trace_down is not None}
+        if traces:
+            path.write_text(json.dumps({name: {way: [[round(t, 4), n] for t, n in writes]
+                                               for way, writes in ways.items()}
+                                        for name, ways in traces.items()}))
+
     def is_cut(self, site: str) -> bool:
         return site in self._cut
 
@@ -114,6 +130,7 @@ class SiteBrokers:
         proxy = TcpProxy(*old.target, listen_port=old.port, name=f"uplink-{site}")
         proxy.shaping_up, proxy.shaping_down = old.shaping_up, old.shaping_down
         proxy.bytes_up, proxy.bytes_down = old.bytes_up, old.bytes_down
+        proxy.trace_up, proxy.trace_down = old.trace_up, old.trace_down
         proxy.start()
         self.uplinks[site] = proxy
         self._cut.discard(site)

@@ -26,6 +26,7 @@ class SitesOptions:
     uplink_rate: float | None = None  # bytes/s each way of every uplink; None: unlimited
     uplink_rtt: float = 0.0  # s
     site_aware: bool = True  # off: the agents are not told their site (a site-blind tree)
+    trace: bool = False  # note every uplink write (uplink-trace.json in the run directory)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,15 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --sites: the agents are not told their site, so their tree "
                              "ignores the sites (the comparison of `edgegrove bench sites --real`; "
                              "a cut bridge then reads as lost members, not a cut site)")
+    parser.add_argument("--uplink-trace", action="store_true",
+                        help="with --sites: note when each uplink carried how many bytes, each way, "
+                             "into uplink-trace.json in the run directory (`bench sites --real` "
+                             "reads it to split each round into its parts)")
 
 
 def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | None:
     """The sites to run, or UsageError (before anything starts)."""
     count = int(args.sites)
     if count == 0:
-        if args.uplink_rate is not None or args.uplink_rtt or args.site_blind:
-            raise UsageError("--uplink-rate, --uplink-rtt and --site-blind are about the uplinks "
-                             "of --sites: add --sites N")
+        if args.uplink_rate is not None or args.uplink_rtt or args.site_blind or args.uplink_trace:
+            raise UsageError("--uplink-rate, --uplink-rtt, --uplink-trace and --site-blind are about "
+                             "the uplinks of --sites: add --sites N")
         _no_site_faults(scenario, "")
         return None
     if not 1 <= count <= scenario.fleet.nodes:
@@ -66,7 +71,7 @@ def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | 
                          "runs to the single broker only; use bridge-cut or site-broker-restart")
     _no_site_faults(scenario, ", ".join(split_sites(list(range(scenario.fleet.nodes)), count)))
     rate = None if args.uplink_rate is None else args.uplink_rate * 1e6
-    return SitesOptions(count, rate, args.uplink_rtt / 1000, not args.site_blind)
+    return SitesOptions(count, rate, args.uplink_rtt / 1000, not args.site_blind, args.uplink_trace)
 
 
 def _no_site_faults(scenario: Scenario, names: str) -> None:
@@ -84,4 +89,6 @@ def start(run_dir: Path, job: str, nodes: int, options: SitesOptions, persistenc
     brokers = start_sites(run_dir / "brokers", job=job, nodes=nodes, sites=options.count,
                           persistence=persistence)
     brokers.shape_uplinks(options.uplink_rate, options.uplink_rtt)
+    if options.trace:
+        brokers.trace_uplinks()
     return brokers

@@ -112,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parts(parts: dict[str, Any]) -> list[Any]:
+    """A round's median in-site start, crossing and in-site end (sites_real.round_parts)."""
+    return [parts.get("in_site_start_s"), parts.get("crossing_s"), parts.get("in_site_end_s")]
+
+
 def _run_real(args: argparse.Namespace) -> int:
     if args.values != THESIS_VALUES:
         progress("edgegrove bench sites: --values is the in-memory fleet's; --real trains the thesis MLP")
@@ -129,19 +134,21 @@ def _run_real(args: argparse.Namespace) -> int:
                    cut_seconds=args.cut_seconds, outage_s=args.outage)
     table = format_table(
         ["tree", "into sites MB/round", "minimum MB", "x minimum", "both ways MB", "busiest uplink MB",
-         "uplink bound s", "median round s", "x bound", "compute s", "degraded", "load", "CPU busy"],
+         "uplink bound s", "median round s", "x bound", "in-site start s", "crossing s", "in-site end s",
+         "compute s", "degraded", "load", "CPU busy"],
         [[r["tree"], r.get("into_sites_bytes_per_round", 0) / 1e6, r.get("minimum_bytes_per_round", 0) / 1e6,
           r.get("over_minimum"), r.get("both_ways_bytes_per_round", 0) / 1e6,
           r.get("busiest_uplink_bytes_per_round_each_way", 0) / 1e6, r.get("uplink_bound_s"),
-          r.get("median_round_s"), r.get("over_bound"), r.get("compute_s_median"), r.get("degraded_rounds"),
+          r.get("median_round_s"), r.get("over_bound"), *_parts(r.get("round_parts") or {}),
+          r.get("compute_s_median"), r.get("degraded_rounds"),
           f"{r['load_1min']['before']:.1f}-{r['load_1min']['after']:.1f}", r["load_1min"].get("cpu_busy")]
          for r in trees])
     if faults:
         table += "\n\n" + format_table(
-            ["fault", "seconds", "rounds in it", "others degraded", "split rounds", "back in rounds",
-             "back in s", "load"],
+            ["fault", "seconds", "rounds in it", "others degraded", "split rounds", "site heard after s",
+             "back in rounds", "back in s", "load"],
             [[f["fault"], f.get("fault_s"), f.get("rounds_in_fault"), len(f.get("others_degraded_rounds", [])),
-              len(f.get("split_rounds", [])), f.get("back_in_rounds"), f.get("back_in_s"),
+              len(f.get("split_rounds", [])), f.get("site_heard_s"), f.get("back_in_rounds"), f.get("back_in_s"),
               f"{f['load_1min']['before']:.1f}-{f['load_1min']['after']:.1f}"] for f in faults])
     emit(doc, args, table)
     errors = [r["error"] for r in trees + faults if r.get("error")]

@@ -18,6 +18,8 @@ the members, rounds from the heal until s1 is back with the fleet's model.
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
 import os
 import statistics
 import tempfile
@@ -29,9 +31,13 @@ from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from simulate.bench.fleetrun import FleetRun, FleetScenario, run_events, run_fleet
 
 WARMUP_ROUNDS = 3  # the fleet settles its chunks and timeouts in these: not measured
+# An uplink write this large carries vector chunks (a proxy reads up to 64 KiB at once), not
+# the statuses, telemetry and ACKs that also cross (a site's telemetry of a round: ~15 KB).
+VECTOR_WRITE_BYTES = 32 * 1024
 RUN_BUDGET_S = 600.0
 FAULT_AT_ROUND = 10
 FAULT_SITE = "s1"
+ROOT_SITE = "s0"  # the root is the lowest id, and make-sites puts the lowest ids in s0
 
 
 def vector_bytes(values: int) -> int:
@@ -81,6 +87,47 @@ def round_figures(rows: list[dict[str, Any]], bound: float | None) -> dict[str, 
     }
 
 
+def round_parts(trace: dict[str, dict[str, list[list[float]]]], events: list[dict[str, Any]],
+                root_site: str) -> dict[str, Any]:
+    """Each round past the warm-up, laid beside what the uplinks carried when (the simulator's
+    ``--uplink-trace``): from the round's start (its first agent's) until vector bytes first
+    leave a site other than the root's ("in-site start": the agents compute and reduce in
+    their site), until the last result bytes enter such a site ("crossing": what the uplink
+    bound counts), until the round's end (its last agent's; "in-site end": the result spreads
+    in the site). Medians in seconds, and the rounds they come from."""
+    others = [site for site in trace if site != root_site]
+    ups = sorted(t for site in others for t, n in trace[site]["up"] if n >= VECTOR_WRITE_BYTES)
+    downs = sorted(t for site in others for t, n in trace[site]["down"] if n >= VECTOR_WRITE_BYTES)
+    spans: dict[int, list[float]] = {}
+    for e in events:
+        if e.get("type") == "telemetry" and isinstance(e.get("round"), int) and e["round"] >= WARMUP_ROUNDS:
+            end = float(e["wall_time"])
+            start = end - float((e.get("phase_seconds") or {}).get("total", 0.0))
+            span = spans.setdefault(e["round"], [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    parts: list[tuple[float, float, float]] = []
+    for start, end in spans.values():
+        i, j = bisect.bisect_left(ups, start), bisect.bisect_right(downs, end)
+        if i < len(ups) and j > 0 and ups[i] <= downs[j - 1]:
+            parts.append((ups[i] - start, downs[j - 1] - ups[i], end - downs[j - 1]))
+    if not parts:
+        return {"error": "no round with vector bytes both ways in the uplink trace"}
+    return {
+        "in_site_start_s": round(statistics.median(p[0] for p in parts), 3),
+        "crossing_s": round(statistics.median(p[1] for p in parts), 3),
+        "in_site_end_s": round(statistics.median(p[2] for p in parts), 3),
+        "rounds": len(parts),
+    }
+
+
+def load_trace(run_dir: Path) -> dict[str, dict[str, list[list[float]]]]:
+    try:
+        trace: dict[str, dict[str, list[list[float]]]] = json.loads((run_dir / "uplink-trace.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return trace
+
+
 def uplink_snapshots(events: list[dict[str, Any]]) -> list[tuple[int, dict[str, list[int]]]]:
     return [(e["round"], e["bytes"]) for e in events
             if e.get("type") == "uplinks" and isinstance(e.get("round"), int)]
@@ -118,8 +165,11 @@ def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int
     others_degraded = [r for r in fault_rounds
                        if any(x.get("degraded") for n, x in rounds[r].items() if n not in site_nodes)]
     split = [r for r in sorted(rounds) if len({x["model_hash"] for x in rounds[r].values() if _averaged(x)}) > 1]
+    # The site's first status after the heal: its bridge has dialled the core again.
+    heard = [e["t"] for e in events if e.get("type") == "status" and e.get("node") in site_nodes and e["t"] >= end]
     return {
         "fault_s": round(end - start, 1),
+        "site_heard_s": round(min(heard) - end, 2) if heard else None,
         "rounds_in_fault": sum(1 for r in rounds if start <= first_at[r] < end),
         "others_degraded_rounds": others_degraded,
         "split_rounds": split,
@@ -174,7 +224,7 @@ def _run(args: argparse.Namespace, workdir: Path, name: str, aware: bool, rounds
     agent = _agent_options() if aware else {**_agent_options(), "chunk_size": SLOW_LINK_CHUNK_VALUES}
     scenario = FleetScenario(name=name, nodes=args.nodes, rounds=rounds, agent=agent, faults_toml=faults)
     extra = ("--sites", str(args.sites), "--uplink-rate", str(args.uplink_rate),
-             "--uplink-rtt", str(args.uplink_rtt)) + (() if aware else ("--site-blind",))
+             "--uplink-rtt", str(args.uplink_rtt), "--uplink-trace") + (() if aware else ("--site-blind",))
     load = {"before": os.getloadavg()[0]}
     jiffies = cpu_jiffies()
     run = run_fleet(scenario, workdir / name, RUN_BUDGET_S, extra)
@@ -192,7 +242,8 @@ def measure_tree(args: argparse.Namespace, workdir: Path, aware: bool) -> dict[s
     links = uplink_figures(uplink_snapshots(events), args.rounds, args.sites, args.values,
                            args.uplink_rate * 1e6, args.uplink_rtt / 1000)
     rows = round_figures(run.rows, links.get("uplink_bound_s"))
-    return {"tree": name, **links, **rows, "load_1min": load, "run_dir": str(run.run_dir),
+    parts = round_parts(load_trace(run.run_dir), events, ROOT_SITE)
+    return {"tree": name, **links, **rows, "round_parts": parts, "load_1min": load, "run_dir": str(run.run_dir),
             "finished": run.finished, "error": run.error}
 
 

@@ -89,6 +89,36 @@ def test_a_cut_bridge_stops_cross_site_frames_until_healed(sites: SiteBrokers) -
             t.close()
 
 
+def test_a_traced_uplink_notes_when_it_carried_a_frame_each_way_across_a_cut(
+        sites: SiteBrokers, tmp_path: Path) -> None:
+    sites.trace_uplinks()
+    a0 = _agent(sites, 0, [TOPICS.links_to(0)])
+    a4 = _agent(sites, 4, [TOPICS.links_to(4)])
+    frame = bytes(200_000)
+    try:
+        before = {n: sites.bridge_connections(n) for n in sites.sites}
+        sites.cut_bridge("s1")
+        sites.heal_bridge("s1")  # the trace goes on in the new proxy
+        sites.wait_bridged(after={"s1": before["s1"]})
+        sent = time.time()
+        publish_until_received(a0, TOPICS.link(0, 4), frame, a4)
+        sites.write_uplink_trace(tmp_path / "trace.json")
+    finally:
+        for t in (a0, a4):
+            t.close()
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    for site, way in (("s0", "up"), ("s1", "down")):  # out of site s0, into site s1
+        writes = [(t, n) for t, n in trace[site][way] if t >= sent]
+        assert sum(n for _, n in writes) >= len(frame), (site, way, writes)
+        assert all(t <= time.time() for t, _ in writes)
+    assert sum(n for _, n in trace["s0"]["down"]) < len(frame)  # nothing of it came back
+
+
+def test_an_untraced_set_writes_no_uplink_trace(sites: SiteBrokers, tmp_path: Path) -> None:
+    sites.write_uplink_trace(tmp_path / "trace.json")
+    assert not (tmp_path / "trace.json").exists()
+
+
 def test_a_bridge_cut_for_long_redials_within_seconds_of_the_heal(sites: SiteBrokers) -> None:
     """The site's broker keeps dialling the core every 1-2 s however long the cut: its agents
     rejoin as soon as the uplink is back. (mosquitto's default backoff, or a single

@@ -10,6 +10,7 @@ from simulate.bench.sites_real import (
     cpu_jiffies,
     fault_figures,
     round_figures,
+    round_parts,
     uplink_figures,
 )
 
@@ -75,6 +76,12 @@ def test_fault_figures_a_site_that_waits_and_comes_back() -> None:
     assert got["others_degraded_rounds"] == []  # round 3's degraded report is before the fault
     assert got["split_rounds"] == []
     assert got["first_round_after_heal"] == 30 and got["back_in_rounds"] == 2 and got["back_in_s"] == 2.0
+    assert got["site_heard_s"] is None  # no status of s1 after the heal
+
+
+def test_fault_figures_time_the_cut_sites_first_status_after_the_heal() -> None:
+    statuses = [{"type": "status", "t": t, "node": node} for t, node in ((12.0, 3), (30.5, 0), (31.25, 4))]
+    assert fault_figures(_cut_run(second_fleet=False) + statuses, {3, 4, 5}, 6)["site_heard_s"] == 1.25
 
 
 def test_fault_figures_a_second_fleet_is_a_split() -> None:
@@ -104,3 +111,32 @@ def test_the_hosts_cpu_busy_share_leaves_idle_and_iowait_out() -> None:
     assert busy_share(after, after) is None
     busy, total = cpu_jiffies()  # this host's
     assert 0 <= busy <= total
+
+
+def _round(rnd: int, start: float, end: float) -> list[dict[str, Any]]:
+    """Two agents' reports of a round that ran from ``start`` to ``end``."""
+    return [{"type": "telemetry", "round": rnd, "node": n, "wall_time": at,
+             "phase_seconds": {"total": at - begin}} for n, (begin, at) in enumerate(((start, end - 0.01), (start + 0.02, end)))]
+
+
+def test_round_parts_split_a_round_at_its_first_vector_byte_up_and_last_one_down() -> None:
+    trace: dict[str, dict[str, list[list[float]]]] = {
+        # the root's site: its bytes never count (its uplink takes the means, sends the result up)
+        "s0": {"up": [[100.05, 65536]], "down": [[100.02, 65536]]},
+        "s1": {"up": [[100.01, 2000],  # telemetry and ACKs: not the mean
+                      [100.2, 65536], [100.3, 65536]],
+               "down": [[100.03, 65536],  # the last round's result, still coming in
+                        [100.5, 65536], [100.58, 65536], [100.7, 900]]},
+        "s2": {"up": [[100.25, 65536]], "down": [[100.6, 65536]]},
+    }
+    events = _round(WARMUP_ROUNDS, 100.0, 100.7) + _round(WARMUP_ROUNDS - 1, 99.0, 99.9)
+    got = round_parts(trace, events, "s0")
+    assert got["rounds"] == 1  # the warm-up round is not measured
+    assert (got["in_site_start_s"], got["crossing_s"], got["in_site_end_s"]) == (0.2, 0.4, 0.1)
+
+
+def test_round_parts_say_so_without_a_round_that_crossed_both_ways() -> None:
+    trace: dict[str, dict[str, list[list[float]]]] = {"s0": {"up": [], "down": []},
+                                                      "s1": {"up": [[100.2, 65536]], "down": []}}
+    assert "error" in round_parts(trace, _round(WARMUP_ROUNDS, 100.0, 100.7), "s0")
+    assert "error" in round_parts({}, _round(WARMUP_ROUNDS, 100.0, 100.7), "s0")

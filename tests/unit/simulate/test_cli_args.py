@@ -48,6 +48,7 @@ def test_broker_choice_is_checked() -> None:
     ["--tls", "--broker", "embedded"],
     ["--tls", "--broker", "mqtt://10.0.0.2:1883"],
     ["--tls", "--broker", "mosquitto", "--scenario", "partition-minority"],
+    ["--uplink-trace"],  # no --sites: no uplinks to trace
 ])
 def test_bad_input_exits_2_and_starts_nothing(argv: list[str], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
