@@ -132,7 +132,7 @@ def _run_real(args: argparse.Namespace) -> int:
                    uplink_rate_mb_s=args.uplink_rate, uplink_rtt_ms=args.uplink_rtt,
                    warmup_rounds=sites_real.WARMUP_ROUNDS, trees=trees, faults=faults,
                    cut_seconds=args.cut_seconds, outage_s=args.outage)
-    table = format_table(
+    table = "" if not trees else format_table(
         ["tree", "into sites MB/round", "minimum MB", "x minimum", "both ways MB", "busiest uplink MB",
          "uplink bound s", "median round s", "x bound", "in-site start s", "crossing s", "in-site end s",
          "compute s", "degraded", "load", "CPU busy"],
@@ -144,7 +144,7 @@ def _run_real(args: argparse.Namespace) -> int:
           f"{r['load_1min']['before']:.1f}-{r['load_1min']['after']:.1f}", r["load_1min"].get("cpu_busy")]
          for r in trees])
     if faults:
-        table += "\n\n" + format_table(
+        table += ("\n\n" if table else "") + format_table(
             ["fault", "seconds", "rounds in it", "others degraded", "split rounds", "site heard after s",
              "back in rounds", "back in s", "load"],
             [[f["fault"], f.get("fault_s"), f.get("rounds_in_fault"), len(f.get("others_degraded_rounds", [])),
