@@ -354,7 +354,7 @@ class AgentCore(RoundSteps):
         came (their own come back when it heals: the brokers resend the retained statuses)."""
         out: list[CoreAction] = []
         if site == self.config.site:
-            self.membership.our_bridge_down()
+            self.membership.cut_off()
         for peer in cut_off(self.membership.sites, self.config.site, site):
             if peer != self.node and self.membership.states.get(peer) in LIVE_STATES:
                 out += self._on_status(self.membership.will_of(peer), now)
@@ -401,8 +401,10 @@ class AgentCore(RoundSteps):
         self.connected = False
         self.disconnected_at = now
         # The broker may have published everybody's Will as it went down: none of that is
-        # news about the peers until it is back and they could say otherwise.
+        # news about the peers until it is back and they could say otherwise. The fleet may
+        # have had ours, or lost our site: its view without us is news when we are back.
         self.membership.hold(float("inf"))
+        self.membership.cut_off()
         self.outbox.note(NoteKind.DISCONNECTED, None, "no new round until the broker is back")
         return []
 

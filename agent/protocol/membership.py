@@ -467,9 +467,12 @@ class Membership:
         self.on_view(view)
         return None
 
-    def our_bridge_down(self) -> None:
-        """The fleet hears none of our site, as if our Will came: its view without us drops our
-        site's members, whom we saw not go (held back, a site never rejoined after a cut)."""
+    def cut_off(self) -> None:
+        """The fleet heard nothing of us for a while, as if our Will came: our site's bridge
+        went down, or our own broker connection (a restarted site broker publishes none of our
+        Wills; the bridge's going down took our whole site out). The fleet's view without us
+        drops our site's members, whom we saw not go: held back, a site never rejoined after a
+        cut, and after its broker's restart waited out its round's deadline first."""
         self.seen += 1
         self.cut_at = self.seen
 

@@ -28,6 +28,7 @@ from agent.core import (
 )
 from agent.core_events import (
     Arriving,
+    Disconnected,
     FrameArrived,
     GradientReady,
     MessageArrived,
@@ -135,6 +136,40 @@ def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_noth
     assert not published(core.handle(StatusSeen(Status(2, "offline")), 6.0), View)
     later = core.handle(Tick(), 8.1)  # the hold is over: now the coordinator acts on what it knows
     assert [v.members for v in published(later, View)] == [[0, 1]]
+
+
+def _hall_member_in_a_round() -> AgentCore:
+    """Node 4 of the hall (3, 4, 5) in round 0 of a fleet with the barn (0, 1, 2)."""
+    core = AgentCore(CoreConfig(node=4, rounds=50, allreduce=CONFIG, state_size=4, site="hall"), 3)
+    sites = ["barn"] * 3 + ["hall"] * 3
+    core.handle(ViewSeen(View(1, list(range(6)), 2, 0, 0, sites=sites)), 0.0)
+    for peer in range(6):
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 4 else 0, site=sites[peer])), 0.0)
+    core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
+    assert core.phase == Phase.RUNNING
+    return core
+
+
+# The barn's coordinator went on without the hall: the hall's broker restarted (its bridge down),
+# and it published none of the hall's Wills, so node 4 saw none of its site go.
+WITHOUT_THE_HALL = View(2, [0, 1, 2], 2, 0, 3, sites=["barn"] * 3)
+
+
+def test_back_from_its_broker_away_a_node_takes_the_fleets_view_without_its_site_and_rejoins_at_once() -> None:
+    core = _hall_member_in_a_round()
+    core.handle(Disconnected(), 0.1)
+    core.handle(Reconnected(), 5.1)
+    actions = core.handle(ViewSeen(WITHOUT_THE_HALL, 0), 5.2)
+    assert core.phase == Phase.JOINING  # not the round's deadline first
+    assert [s.state for s in published(actions, Status)] == ["joining"]
+
+
+def test_a_view_without_our_site_is_held_while_our_broker_stayed_with_us() -> None:
+    # A compromised or wrong coordinator cannot evict a site nobody saw go.
+    core = _hall_member_in_a_round()
+    actions = core.handle(ViewSeen(WITHOUT_THE_HALL, 0), 0.2)
+    assert core.phase == Phase.RUNNING and not published(actions, Status)
+    assert core.counters.rejected["view_removal_unwitnessed"] == 1
 
 
 def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),

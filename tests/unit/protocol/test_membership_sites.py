@@ -83,7 +83,7 @@ def _cut_site_member() -> tuple[Membership, View]:
 
 def test_a_site_cut_off_takes_the_fleets_view_without_it_once_its_bridge_went_down() -> None:
     member, without_hall = _cut_site_member()
-    member.our_bridge_down()  # its own broker's word: the bridge to the core is down
+    member.cut_off()  # its own broker's word: the bridge to the core is down
     assert member.offer_view(without_hall, 0) is None
     assert member.newest == without_hall and 4 not in member.newest.members  # it rejoins
 
