@@ -99,7 +99,7 @@ from agent.protocol.membership import (
 from agent.protocol.messages import StateDigest, Status, Suspect, View
 from agent.protocol.notes import NoteKind
 from agent.protocol.ps_ledger import ServerLedger
-from agent.protocol.rounds import server_holds_the_state
+from agent.protocol.rounds import root_finishes_first, server_holds_the_state
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES, state_digest
 from agent.protocol.sync_period import PeriodRule
 from agent.protocol.topics import Topics
@@ -180,7 +180,8 @@ class AgentCore(RoundSteps):
         self.downlink = DownlinkRate()
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
-            offline_settle=config.offline_settle, identity=config.model)
+            offline_settle=config.offline_settle, identity=config.model,
+            root_finishes_first=root_finishes_first(config.allreduce.algorithm))
         self.counters = Counters()
         self.book = SuspicionBook(config.node, incarnation)
         self.outbox = CoreOutbox(config.node, self.counters, self.book)

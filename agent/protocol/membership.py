@@ -8,10 +8,13 @@ status) is ignored, so a restarted agent is never mistaken for its dead predeces
 The coordinator, the lowest live id of the newest view (an online node outside it only when no
 member is left), publishes a retained ``View(epoch + 1, members, arity, coordinator,
 from_round)`` when the live set differs from the newest view; ``from_round`` lies two rounds
-ahead so the view reaches everybody before it applies. While a published view has not taken
-effect yet, a further change replaces it (same ``from_round``) as long as nobody can have
-reached its first round, else it is a view of its own from two rounds ahead: a group healed
-together comes back in one view, and ``from_round`` never runs ahead of the fleet. A node
+ahead so the view reaches everybody before it applies. A view that only adds members applies
+right after the furthest round a member can have started: under a tree whose root coordinates,
+the round after the coordinator's (nobody starts it before the root's result, which leaves
+after the view). While a published view has not taken effect yet, a further change replaces
+it (same ``from_round``) as long as nobody can have reached its first round, else it is a view
+of its own from two rounds ahead: a group healed together comes back in one view, and
+``from_round`` never runs ahead of the fleet. A node
 that went offline is taken back only after ``STABLE_ROUNDS``: a burst of flaps is one change. Every node uses, in round r,
 the newest view (highest epoch) whose ``from_round <= r``, so all members switch trees at the
 same round; with none, the newest view it has (never waiting for a view that cannot come).
@@ -266,9 +269,12 @@ class Tuning:
 class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
                  gate: StartupGate | None = None, grace: float = 0.0,
-                 offline_settle: float = 0.0, identity: ModelIdentity | None = None) -> None:
+                 offline_settle: float = 0.0, identity: ModelIdentity | None = None,
+                 root_finishes_first: bool = False) -> None:
         self.node = node
         self.arity = arity
+        # A round's result leaves from the view's root and the next round starts on it (``front``).
+        self.root_finishes_first = root_finishes_first
         self.identity = identity or ModelIdentity()
         self.foreign: set[int] = set()  # live nodes whose model is not ours: never admitted
         self.models: dict[int, str] = {}  # node -> the fingerprint its latest live status names
@@ -702,20 +708,19 @@ class Membership:
         live = sorted((current - gone) | (returning - (settling - current)))
         if (list(self.newest.members) == live and not self.new_lives & set(live)) or self.mass_down.holds(self.newest.members, gone, self.now) or not self.has_quorum(live):
             return []
+        first = first_round(self, live, gone)
         if self.newest.from_round > self.round:
-            return self._amend_pending(live)
-        # Without its root no round of the current tree can finish, so nobody gets past the
-        # next round with it (the core waits): the new tree applies from there.
-        lead = 1 if view_root(self.newest) in gone else LEAD_ROUNDS
-        return self._publish(live, self.newest.epoch + 1, self.round + lead)
+            return self._amend_pending(live, first)
+        return self._publish(live, self.newest.epoch + 1, first)
 
-    def _amend_pending(self, live: list[int]) -> list[PublishView]:
+    def _amend_pending(self, live: list[int], first: int) -> list[PublishView]:
         """The last change has not taken effect yet. While nobody can have reached its first
-        round, the pending view is replaced (same ``from_round``) by one of ``live``: a group
-        healed together gets one view. Else the change is a view of its own right after it."""
-        amend = self.newest.coordinator == self.node and self.newest.from_round >= self.round + LEAD_ROUNDS
-        return self._publish(live, self.newest.epoch + 1,
-                             self.newest.from_round if amend else self.round + LEAD_ROUNDS)
+        round (and it is not too soon for this change), the pending view is replaced (same
+        ``from_round``) by one of ``live``: a group healed together gets one view. Else the
+        change is a view of its own right after it."""
+        pending = self.newest.from_round
+        amend = self.newest.coordinator == self.node and pending > front(self) and pending >= first
+        return self._publish(live, self.newest.epoch + 1, pending if amend else max(first, front(self) + 1))
 
     def has_quorum(self, live: list[int] | set[int]) -> bool:
         """Whether a view of ``live`` may follow the newest one: it keeps more than half of
@@ -761,6 +766,31 @@ class Membership:
                     sites=sites_of(self.sites, members))
         self.on_view(view)
         return [PublishView(view)]
+
+
+def front(m: Membership) -> int:
+    """The furthest round a member can have started: ours while we are the root of the round
+    under way and its result leaves from us (the next round starts on that result, and our
+    view goes out before it), else the next one."""
+    view = m.view_for(m.round)
+    root_leads = m.root_finishes_first and view is not None and view_root(view) == m.node
+    return m.round if root_leads else m.round + 1
+
+
+def first_round(m: Membership, live: list[int], gone: set[int]) -> int:
+    """The round a new view of ``live`` applies from, published by coordinator ``m``. Without
+    its root no round of the current tree can finish, so nobody gets past the next round with
+    it (the core waits): the next. A view that only adds members (a site back from a cut)
+    applies right after the furthest round anybody can have started: a round sooner than
+    LEAD_ROUNDS, which a view that removes members keeps (each member takes it only once it
+    has seen them go), and so does one that takes back a member a pending view drops (its
+    removal stands)."""
+    if view_root(m.newest) in gone:
+        return m.round + 1
+    in_effect = m.view_for(m.round) or m.newest
+    dropping = set(in_effect.members) - set(m.newest.members)
+    adds_only = set(m.newest.members) <= set(live) and not dropping & set(live)
+    return front(m) + 1 if adds_only else m.round + LEAD_ROUNDS
 
 
 def fleet_finished(node: int, rounds: int, members: list[int] | tuple[int, ...],

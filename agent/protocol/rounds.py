@@ -45,6 +45,12 @@ def indispensable(algorithm: str, members: Sequence[int], root: int) -> frozense
     return frozenset(members) if algorithm == "ring" else frozenset({root})
 
 
+def root_finishes_first(algorithm: str) -> bool:
+    """Whether a round's result leaves from the view's root and nobody starts the next round
+    before it: the trees' (a ring's members finish together, ps-async has no rounds in step)."""
+    return algorithm in ("ft-tree", "tree")
+
+
 def server_holds_the_state(algorithm: str) -> bool:
     """Whether only the server (the coordinator) holds the fleet's state: under ps-async each
     worker's model lags the server's by its own updates in flight, so no two members agree

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
-from agent.protocol.membership import Membership, ModelIdentity, StartupGate, admits, refusal
+from agent.protocol.membership import Membership, ModelIdentity, StartupGate, admits, front, refusal
 from agent.protocol.messages import Status, Suspect, View
 
 START = View(epoch=0, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0)
@@ -820,3 +820,62 @@ def test_a_member_restarted_before_its_will_removed_it_gets_a_view_to_join() -> 
     for p in back:
         m.on_view(p.view)
     assert m.on_status(Status(2, "joining", 4, incarnation=2), 1.6) == [], "one view per new life"
+
+
+def _root_coordinator(root_finishes_first: bool, round: int = 10) -> Membership:
+    m = Membership(1, 2, View(1, [1, 2, 3], 2, 1, 5), root_finishes_first=root_finishes_first)
+    for s in online(1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(round, 0.0)
+    return m
+
+
+def test_under_a_tree_whose_root_coordinates_joiners_are_in_from_the_next_round() -> None:
+    """Nobody starts round 11 before the root's result of round 10, which leaves after the
+    view: the joiners need not wait a round more (a site back from a cut took 6 rounds)."""
+    m = _root_coordinator(True)
+    out = m.on_status(Status(0, "joining", incarnation=1), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([0, 1, 2, 3], 11)]
+    # A second joiner in the same round is amended into it (one view for a site back).
+    out = m.on_status(Status(4, "joining", incarnation=1), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([0, 1, 2, 3, 4], 11)]
+
+
+def test_without_a_root_that_finishes_first_joiners_wait_the_whole_lead() -> None:
+    m = _root_coordinator(False)
+    out = m.on_status(Status(0, "joining", incarnation=1), 0.0)
+    assert [p.view.from_round for p in out] == [12]
+
+
+def test_a_removal_keeps_the_whole_lead_under_a_root_that_finishes_first() -> None:
+    m = _root_coordinator(True)
+    out = m.on_status(Status(3, "offline"), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([1, 2], 12)]
+    # A joiner now is amended into that pending view, not ahead of it.
+    out = m.on_status(Status(0, "joining", incarnation=1), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([0, 1, 2], 12)]
+
+
+def test_a_member_the_pending_view_drops_is_not_taken_back_a_round_sooner() -> None:
+    """Node 3 was found silent and the view without it is pending; it speaks again a round
+    later: its removal stands (the view taking it back is of its own, from round 13), not
+    undone in the pending view of round 12."""
+    m = _root_coordinator(True)
+    out = m.on_suspect(Suspect(2, 10, 3), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([1, 2], 12)]
+    m.round_started(11, 0.0)
+    out = m.on_status(Status(3, "online", round=11), 0.0)
+    assert [(p.view.members, p.view.from_round) for p in out] == [([1, 2, 3], 13)]
+    assert m.members_for(12) == (1, 2)
+
+
+def test_only_the_root_of_the_round_under_way_counts_nobody_ahead() -> None:
+    """Coordinator 1 of a newest view whose round under way still runs on node 0's tree (0
+    went offline): a member may be a round ahead of us, so a joiner waits the whole lead."""
+    m = Membership(1, 2, View(1, [0, 1, 2, 3], 2, 0, 5), root_finishes_first=True)
+    for s in online(0, 1, 2, 3):
+        m.on_status(s, 0.0)
+    m.round_started(10, 0.0)
+    assert front(m) == 11
+    m.on_view(View(2, [0, 1, 2, 3], 2, 1, 10))  # now ours: our tree from round 10
+    assert front(m) == 10
