@@ -27,6 +27,11 @@ ANSWERING_ROUNDS = 1
 # A drop of our broker connection this short is our link flapping (the broker stayed); a longer
 # one may be the broker's own restart (paho reconnects in 20-140 ms here; a restart takes secs).
 FLAP_MAX_AWAY = 1.0
+# After a longer drop, for this long neither the round's unACKed units go again nor does a new
+# round start: if only our broker was away (a site broker's restart) the fleet went on without
+# us, and the view that says so comes in moments. Sent at once, a site's stale round (~16 MB)
+# went up its uplink, and its joining statuses waited 0.3-2 s behind it in the bridge.
+ABSENCE_SETTLE_S = 0.3
 
 
 class Recovery(enum.Enum):
@@ -48,6 +53,7 @@ class Rounds:
         self.grace = RootGrace(node, algorithm)
         self.recovery: tuple[int, Recovery] | None = None  # for that round's start (``reconnected``)
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
+        self.held_resend: tuple[float, float] | None = None  # (when, away): see ABSENCE_SETTLE_S
 
     def get(self, round: int) -> RoundMachine | None:
         return self.machines.get(round)
@@ -69,10 +75,16 @@ class Rounds:
 
     def deadlines(self) -> list[float]:
         times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]
-        return times + self.grace.deadlines(self.machines)
+        held = [self.held_resend[0]] if self.held_resend is not None else []
+        return times + held + self.grace.deadlines(self.machines)
 
     def timers(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
+        if self.held_resend is not None and now >= self.held_resend[0]:
+            away, self.held_resend = self.held_resend[1], None
+            # The machines still running: a view that left us out has ended ours meanwhile.
+            running = [rnd for rnd, machine in self.machines.items() if machine.result is None]
+            out += self.each(lambda m: m.reconnected(now, away), running)
         for rnd, machine in list(self.machines.items()):
             if (wake := machine.next_timer()) is not None and now >= wake:
                 out += self.outbox.run(machine.on_timer(now), rnd)
@@ -117,7 +129,11 @@ class Rounds:
         # around us on our Will at once. After a long one the broker itself may have been
         # away (restarted: everybody was), and the round under way ends by its deadline.
         flapped = away <= FLAP_MAX_AWAY
-        out = self.each(lambda m: m.reconnected(now, away) + (m.went_on(now) if flapped else []), running)
+        out: list[CoreAction] = []
+        if flapped:
+            out = self.each(lambda m: m.reconnected(now, away) + m.went_on(now), running)
+        elif running:
+            self.held_resend = (now + ABSENCE_SETTLE_S, away)
         # Between rounds: the peers may run the next one without us (our Will), so that
         # round's machine recovers as it starts (see ``start``). After a drop within a
         # round they may have started the next one while we were away: its machine asks its

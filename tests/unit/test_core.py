@@ -39,6 +39,7 @@ from agent.core_events import (
     Tick,
     ViewSeen,
 )
+from agent.core_rounds import ABSENCE_SETTLE_S
 from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
@@ -138,9 +139,9 @@ def test_after_a_reconnect_the_coordinator_says_again_who_it_is_and_decides_noth
     assert [v.members for v in published(later, View)] == [[0, 1]]
 
 
-def _hall_member_in_a_round() -> AgentCore:
+def _hall_member_in_a_round(allreduce: AllreduceConfig = CONFIG) -> AgentCore:
     """Node 4 of the hall (3, 4, 5) in round 0 of a fleet with the barn (0, 1, 2)."""
-    core = AgentCore(CoreConfig(node=4, rounds=50, allreduce=CONFIG, state_size=4, site="hall"), 3)
+    core = AgentCore(CoreConfig(node=4, rounds=50, allreduce=allreduce, state_size=4, site="hall"), 3)
     sites = ["barn"] * 3 + ["hall"] * 3
     core.handle(ViewSeen(View(1, list(range(6)), 2, 0, 0, sites=sites)), 0.0)
     for peer in range(6):
@@ -162,6 +163,32 @@ def test_back_from_its_broker_away_a_node_takes_the_fleets_view_without_its_site
     actions = core.handle(ViewSeen(WITHOUT_THE_HALL, 0), 5.2)
     assert core.phase == Phase.JOINING  # not the round's deadline first
     assert [s.state for s in published(actions, Status)] == ["joining"]
+
+
+def test_back_from_its_broker_away_a_node_the_fleet_went_on_without_resends_nothing() -> None:
+    """Its round's units would go to a fleet long past that round (16 MB up a site's uplink
+    after a site broker's restart): they are held ABSENCE_SETTLE_S, and the view leaving the
+    site out ends the round first."""
+    core = _hall_member_in_a_round(replace(CONFIG, round_deadline=30.0))
+    core.handle(Disconnected(), 0.1)
+    sent = [a for a in core.handle(Reconnected(), 5.1) if is_send(a)]
+    sent += [a for a in core.handle(ViewSeen(WITHOUT_THE_HALL, 0), 5.15) if is_send(a)]
+    sent += [a for a in core.handle(Tick(), 5.1 + ABSENCE_SETTLE_S) if is_send(a)]
+    assert sent == [] and core.phase == Phase.JOINING
+
+
+def test_back_from_its_broker_away_a_node_still_in_the_round_resends_after_the_hold() -> None:
+    """The whole broker restarted (everybody was away): nobody says we are out, and the round's
+    units go again once the hold is over; after a flap they go at once."""
+    core = _hall_member_in_a_round(replace(CONFIG, round_deadline=30.0))
+    core.handle(Disconnected(), 0.1)
+    assert not [a for a in core.handle(Reconnected(), 5.1) if is_send(a)]
+    assert core.next_deadline() is not None and core.next_deadline() <= 5.1 + ABSENCE_SETTLE_S
+    resent = [a for a in core.handle(Tick(), 5.1 + ABSENCE_SETTLE_S) if is_send(a)]
+    assert 3 in {a.dst for a in resent}  # its units to its parent, the hall's site root
+    flapping = _hall_member_in_a_round(replace(CONFIG, round_deadline=30.0))
+    flapping.handle(Disconnected(), 0.1)
+    assert [a for a in flapping.handle(Reconnected(), 0.3) if is_send(a)]
 
 
 def test_a_view_without_our_site_is_held_while_our_broker_stayed_with_us() -> None:
