@@ -191,6 +191,29 @@ def test_back_from_its_broker_away_a_node_still_in_the_round_resends_after_the_h
     assert [a for a in flapping.handle(Reconnected(), 0.3) if is_send(a)]
 
 
+def _computes(actions: list[Any]) -> bool:
+    return any(isinstance(a, ComputeGradient) for a in actions)
+
+
+@pytest.mark.parametrize("away", [0.2, 2.0])
+def test_back_from_a_long_absence_a_node_starts_no_round_until_the_settle_is_over(away: float) -> None:
+    """Its stale round, started at once, sent a site's agents' units up the uplink ahead of
+    their joining statuses. After a flap the round starts at once."""
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=4), 3)
+    for peer in range(3):
+        core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
+    core.handle(Disconnected(), 0.1)
+    back = 0.1 + away
+    actions = core.handle(Reconnected(), back) + core.handle(ViewSeen(View(1, [0, 1, 2], 2, 0, 0), 0), back)
+    if away < 1.0:
+        assert _computes(actions)
+        return
+    assert not _computes(actions) and core.phase == Phase.WAITING
+    assert core.next_deadline() == pytest.approx(back + ABSENCE_SETTLE_S)
+    assert not _computes(core.handle(Tick(), back + ABSENCE_SETTLE_S / 2))
+    assert _computes(core.handle(Tick(), back + ABSENCE_SETTLE_S))
+
+
 def test_a_view_without_our_site_is_held_while_our_broker_stayed_with_us() -> None:
     # A compromised or wrong coordinator cannot evict a site nobody saw go.
     core = _hall_member_in_a_round()
