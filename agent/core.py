@@ -75,7 +75,7 @@ from agent.core_outbox import CoreOutbox
 from agent.core_period import PeriodPolicy
 from agent.core_phase import Phase, Trigger
 from agent.core_report import Counters, RoundInProgress, RoundReport, telemetry_for
-from agent.core_rounds import ABSENCE_SETTLE_S, FLAP_MAX_AWAY, Rounds
+from agent.core_rounds import Rounds
 from agent.core_steps import RoundSteps
 from agent.protocol.allreduce import (
     AllreduceConfig,
@@ -209,7 +209,6 @@ class AgentCore(RoundSteps):
         self.current: RoundInProgress | None = None
         self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
         self.disconnected_at = -1e9
-        self.settle_until = -1e9  # back from a long absence: no round starts before (ABSENCE_SETTLE_S)
         self.connected = True  # to the broker (the transport tells us when it drops)
         self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
         self.gate = RoundGate(config.node, self.membership, config.allreduce.round_deadline,
@@ -239,8 +238,8 @@ class AgentCore(RoundSteps):
             times.append(gate.started_at + gate.join_grace)  # the start-up gate opens by time
         if self.phase == Phase.WAITING and self.gate.root_wait_until is not None:
             times.append(self.gate.root_wait_until)
-        if self.phase == Phase.WAITING and self.settle_until > self.membership.now:
-            times.append(self.settle_until)
+        if self.phase == Phase.WAITING and self.rounds.settle_until > self.membership.now:
+            times.append(self.rounds.settle_until)  # the round start a long absence held
         if (t := self.membership.next_check()) is not None:
             times.append(t)
         return min(times) if times else None
@@ -423,10 +422,7 @@ class AgentCore(RoundSteps):
         out: list[CoreAction] = []
         if self.phase not in (Phase.CONNECTING, Phase.DONE):
             out.append(self._my_status())
-        away = now - self.disconnected_at
-        if away > FLAP_MAX_AWAY:
-            self.settle_until = now + ABSENCE_SETTLE_S
-        out += self.rounds.reconnected(self.round, away, now)
+        out += self.rounds.reconnected(self.round, now - self.disconnected_at, now)
         out += self.fetch.retry_now(now, self.round)
         latest = self.membership.latest
         if latest is not None and latest.coordinator == self.node and self.membership.coordinator() == self.node:

@@ -53,7 +53,8 @@ class Rounds:
         self.grace = RootGrace(node, algorithm)
         self.recovery: tuple[int, Recovery] | None = None  # for that round's start (``reconnected``)
         self.asked_went_on = -1  # the last round we asked for the result the fleet went on with
-        self.held_resend: tuple[float, float] | None = None  # (when, away): see ABSENCE_SETTLE_S
+        self.settle_until = -1e9  # back from a long absence: no resend, no round start before
+        self.held_away: float | None = None  # the absence whose resends wait for settle_until
 
     def get(self, round: int) -> RoundMachine | None:
         return self.machines.get(round)
@@ -75,13 +76,17 @@ class Rounds:
 
     def deadlines(self) -> list[float]:
         times = [t for m in self.machines.values() if (t := m.next_timer()) is not None]
-        held = [self.held_resend[0]] if self.held_resend is not None else []
+        held = [self.settle_until] if self.held_away is not None else []
         return times + held + self.grace.deadlines(self.machines)
+
+    def settling(self, now: float) -> bool:
+        """Back from a long absence a moment ago: no round starts yet (ABSENCE_SETTLE_S)."""
+        return now < self.settle_until
 
     def timers(self, now: float) -> list[CoreAction]:
         out: list[CoreAction] = []
-        if self.held_resend is not None and now >= self.held_resend[0]:
-            away, self.held_resend = self.held_resend[1], None
+        if self.held_away is not None and not self.settling(now):
+            away, self.held_away = self.held_away, None
             # The machines still running: a view that left us out has ended ours meanwhile.
             running = [rnd for rnd, machine in self.machines.items() if machine.result is None]
             out += self.each(lambda m: m.reconnected(now, away), running)
@@ -132,8 +137,9 @@ class Rounds:
         out: list[CoreAction] = []
         if flapped:
             out = self.each(lambda m: m.reconnected(now, away) + m.went_on(now), running)
-        elif running:
-            self.held_resend = (now + ABSENCE_SETTLE_S, away)
+        else:
+            self.settle_until = now + ABSENCE_SETTLE_S
+            self.held_away = away if running else None
         # Between rounds: the peers may run the next one without us (our Will), so that
         # round's machine recovers as it starts (see ``start``). After a drop within a
         # round they may have started the next one while we were away: its machine asks its

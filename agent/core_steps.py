@@ -64,7 +64,6 @@ class RoundSteps:
     resumed: bool
     round_known_at: float  # when our first round was the fleet's (a checkpoint's: when written)
     connected: bool
-    settle_until: float
     current: RoundInProgress | None
     pending_report: RoundReport | None
     steady_round: tuple[int, int] | None
@@ -268,7 +267,7 @@ class RoundSteps:
             return out
         if self.node not in view.members:
             return out + self._rejoin()
-        if root_down or not self.connected or now < self.settle_until or self.gate.mostly_down(view):
+        if root_down or not self.connected or self.rounds.settling(now) or self.gate.mostly_down(view):
             self.gate.hold(self.round, now)
             return out
         self.current = RoundInProgress(view=view, started=now, waited=self.gate.open(self.round, now))

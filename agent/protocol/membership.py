@@ -718,9 +718,9 @@ class Membership:
         round (and it is not too soon for this change), the pending view is replaced (same
         ``from_round``) by one of ``live``: a group healed together gets one view. Else the
         change is a view of its own right after it."""
-        pending = self.newest.from_round
-        amend = self.newest.coordinator == self.node and pending > front(self) and pending >= first
-        return self._publish(live, self.newest.epoch + 1, pending if amend else max(first, front(self) + 1))
+        pending, ahead = self.newest.from_round, front(self)
+        amend = self.newest.coordinator == self.node and pending > ahead and pending >= first
+        return self._publish(live, self.newest.epoch + 1, pending if amend else max(first, ahead + 1))
 
     def has_quorum(self, live: list[int] | set[int]) -> bool:
         """Whether a view of ``live`` may follow the newest one: it keeps more than half of
