@@ -146,10 +146,10 @@ def _run_real(args: argparse.Namespace) -> int:
     if faults:
         table += ("\n\n" if table else "") + format_table(
             ["fault", "seconds", "rounds in it", "others degraded", "split rounds", "site heard after s",
-             "back in rounds", "back in s", "load"],
+             "back in rounds", "back in s", "back after heard", "load"],
             [[f["fault"], f.get("fault_s"), f.get("rounds_in_fault"), len(f.get("others_degraded_rounds", [])),
               len(f.get("split_rounds", [])), f.get("site_heard_s"), f.get("back_in_rounds"), f.get("back_in_s"),
-              f"{f['load_1min']['before']:.1f}-{f['load_1min']['after']:.1f}"] for f in faults])
+              f.get("back_after_heard_rounds"), f"{f['load_1min']['before']:.1f}-{f['load_1min']['after']:.1f}"] for f in faults])
     emit(doc, args, table)
     errors = [r["error"] for r in trees + faults if r.get("error")]
     return 1 if errors else 0

@@ -167,6 +167,9 @@ def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int
     split = [r for r in sorted(rounds) if len({x["model_hash"] for x in rounds[r].values() if _averaged(x)}) > 1]
     # The site's first status after the heal: its bridge has dialled the core again.
     heard = [e["t"] for e in events if e.get("type") == "status" and e.get("node") in site_nodes and e["t"] >= end]
+    # Rounds from the first round begun once the site is heard: the fleet's part of the return,
+    # apart from how long the bridge took to dial the core again.
+    after_heard = [r for r in after if heard and first_at[r] >= min(heard)]
     return {
         "fault_s": round(end - start, 1),
         "site_heard_s": round(min(heard) - end, 2) if heard else None,
@@ -176,6 +179,7 @@ def fault_figures(events: list[dict[str, Any]], site_nodes: set[int], nodes: int
         "first_round_after_heal": after[0] if after else None,
         "back_in_rounds": None if back is None or not after else back - after[0],
         "back_in_s": None if back is None else round(first_at[back] - end, 1),
+        "back_after_heard_rounds": None if back is None or not after_heard else max(0, back - after_heard[0]),
     }
 
 

@@ -77,11 +77,17 @@ def test_fault_figures_a_site_that_waits_and_comes_back() -> None:
     assert got["split_rounds"] == []
     assert got["first_round_after_heal"] == 30 and got["back_in_rounds"] == 2 and got["back_in_s"] == 2.0
     assert got["site_heard_s"] is None  # no status of s1 after the heal
+    assert got["back_after_heard_rounds"] is None
 
 
 def test_fault_figures_time_the_cut_sites_first_status_after_the_heal() -> None:
     statuses = [{"type": "status", "t": t, "node": node} for t, node in ((12.0, 3), (30.5, 0), (31.25, 4))]
-    assert fault_figures(_cut_run(second_fleet=False) + statuses, {3, 4, 5}, 6)["site_heard_s"] == 1.25
+    got = fault_figures(_cut_run(second_fleet=False) + statuses, {3, 4, 5}, 6)
+    assert got["site_heard_s"] == 1.25
+    # heard at 31.25: round 32 is the first begun after it, and the site is back in round 32
+    assert got["back_in_rounds"] == 2 and got["back_after_heard_rounds"] == 0
+    later = [{"type": "status", "t": 30.5, "node": 5}]
+    assert fault_figures(_cut_run(second_fleet=False) + later, {3, 4, 5}, 6)["back_after_heard_rounds"] == 1
 
 
 def test_fault_figures_a_second_fleet_is_a_split() -> None:
