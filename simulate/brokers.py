@@ -174,6 +174,7 @@ class MosquittoBroker:
         self._admin: DynsecAdmin | None = None
         self._revoked: set[tuple[int, int]] = set()
         self._acl_base = (workdir / "acl").read_text()
+        self.command_prefix: tuple[str, ...] = ()  # e.g. ``ip netns exec NS``: a site's namespace
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class MosquittoBroker:
             raise BrokerError("mosquitto is not installed: run scripts/setup.sh (apt-get install "
                               "mosquitto) or use the embedded broker (--kind embedded)")
         self._proc = subprocess.Popen(
-            [binary, "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            [*self.command_prefix, binary, "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True,
         )
         assert self._proc.stderr is not None

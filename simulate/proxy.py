@@ -43,6 +43,9 @@ class Shaping:
 
     latency: float = 0.0
     bytes_per_second: float | None = None
+    # The rate of a link another shaper limits (the kernel's tbf on a site's veth): not applied
+    # here, but what is in flight on it at ``latency`` must fit in what this side holds.
+    line_rate: float | None = None
 
 
 def hold_limit(shaping: Shaping) -> int:
@@ -50,7 +53,7 @@ def hold_limit(shaping: Shaping) -> int:
     latency and a rate, the bytes in flight on the wire (rate x latency). Without them a 10 MB/s
     link with 20 ms each way carried 64 KiB per 20 ms: 3.2 MB/s (a 3x3 sites fleet's round took
     1.4 s instead of 0.4)."""
-    rate = shaping.bytes_per_second
+    rate = shaping.bytes_per_second or shaping.line_rate
     return HOLD_BYTES + (int(rate * shaping.latency) if rate else 0)
 
 

@@ -5,6 +5,12 @@ core through a ``TcpProxy`` of its own: the proxy is the site's uplink, so it ca
 (bandwidth, latency), counted (bytes each way) and cut (``cut_bridge``: the proxy goes away and
 every bridge connection through it drops; ``heal_bridge`` listens again on the same port and
 the bridge reconnects by itself).
+
+With ``netns``, each site's broker (and the agents the simulator starts there) runs in a
+network namespace of its own, joined to the host by a veth pair: the agents can reach nothing
+but their site's broker, and the bridge leaves the site over the veth, whose rate the kernel
+limits (tbf on both ends). The proxy on the host end then adds only the uplink's latency: this
+kernel has no netem.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import secrets
 import time
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -25,6 +32,7 @@ from simulate.brokers import (
     free_port,
     set_persistence,
 )
+from simulate.injector import NetNamespace, free_slot, slots_reserved
 from simulate.proxy import TcpProxy
 
 
@@ -48,11 +56,13 @@ class SiteBrokers:
     """The running set. Create with ``start_sites``; a context manager."""
 
     def __init__(self, workdir: Path, doc: dict[str, Any], core: MosquittoBroker,
-                 sites: dict[str, MosquittoBroker], uplinks: dict[str, TcpProxy]) -> None:
+                 sites: dict[str, MosquittoBroker], uplinks: dict[str, TcpProxy],
+                 namespaces: dict[str, NetNamespace] | None = None) -> None:
         self.workdir = workdir
         self.core = core
         self.sites = sites
         self.uplinks = uplinks
+        self.namespaces = namespaces or {}
         self.credentials_path = workdir / "credentials.json"
         self.job: str = doc["job"]
         self.prefix: str = doc["prefix"]
@@ -70,6 +80,11 @@ class SiteBrokers:
     def url_for(self, node: int) -> str:
         """The broker agent ``node`` connects to: its site's."""
         return self.sites[self._site_of[node]].url
+
+    def command_prefix(self, node: int) -> tuple[str, ...]:
+        """What runs agent ``node`` in its site's network namespace; () without namespaces."""
+        ns = self.namespaces.get(self._site_of[node])
+        return ns.prefix() if ns is not None else ()
 
     def credentials_for(self, node: int) -> Credentials:
         return self.core.credentials_for(node)
@@ -92,10 +107,19 @@ class SiteBrokers:
         return {"bytes": self.uplink_bytes(), "cut": sorted(self._cut)}
 
     def shape_uplinks(self, bytes_per_second: float | None, rtt: float) -> None:
-        """Every uplink: a rate limit each way and half the round-trip time each way."""
-        for proxy in self.uplinks.values():
-            proxy.set_bandwidth(bytes_per_second)
+        """Every uplink: a rate limit each way and half the round-trip time each way. In
+        namespaces the kernel limits the rate (the site's veth) and the proxy adds the latency."""
+        for name, proxy in self.uplinks.items():
             proxy.set_latency(rtt / 2)
+            ns = self.namespaces.get(name)
+            if ns is None:
+                proxy.set_bandwidth(bytes_per_second)
+                continue
+            proxy.shaping_up.line_rate = proxy.shaping_down.line_rate = bytes_per_second
+            if bytes_per_second is None:
+                ns.unlimit()
+            else:
+                ns.limit(bytes_per_second)
 
     def trace_uplinks(self) -> None:
         """From now on every uplink notes when it carried how many bytes, each way."""
@@ -127,7 +151,7 @@ class SiteBrokers:
         if site not in self._cut:
             return
         old = self.uplinks[site]
-        proxy = TcpProxy(*old.target, listen_port=old.port, name=f"uplink-{site}")
+        proxy = TcpProxy(*old.target, listen_host=old.listen[0], listen_port=old.port, name=f"uplink-{site}")
         proxy.shaping_up, proxy.shaping_down = old.shaping_up, old.shaping_down
         proxy.bytes_up, proxy.bytes_down = old.bytes_up, old.bytes_down
         proxy.trace_up, proxy.trace_down = old.trace_up, old.trace_down
@@ -168,6 +192,8 @@ class SiteBrokers:
         for proxy in self.uplinks.values():
             proxy.stop()
         self.core.stop()
+        for ns in self.namespaces.values():
+            ns.remove()
 
     def __enter__(self) -> SiteBrokers:
         return self
@@ -178,33 +204,40 @@ class SiteBrokers:
 
 
 def start_sites(workdir: str | Path, *, job: str, nodes: int, sites: int,
-                persistence: bool = True) -> SiteBrokers:
+                persistence: bool = True, netns: bool = False) -> SiteBrokers:
     """Render ``make-sites`` into ``workdir`` and start the core, the uplink proxies and the
-    site brokers (each on a free 127.0.0.1 port); return once every broker runs."""
+    site brokers (each on a free 127.0.0.1 port, in the site's namespace with ``netns``);
+    return once every broker runs."""
     workdir = Path(workdir).resolve()
     make_sites = _load_make_sites()
     plan = make_sites.split_sites(list(range(nodes)), sites)
     core_port = free_port()
-    uplinks = {name: TcpProxy("127.0.0.1", core_port, name=f"uplink-{name}") for name in plan}
+    namespaces = _site_namespaces(list(plan)) if netns else {}
+    listen = {name: namespaces[name].host_ip if name in namespaces else "127.0.0.1" for name in plan}
+    uplinks = {name: TcpProxy("127.0.0.1", core_port, listen_host=listen[name], name=f"uplink-{name}")
+               for name in plan}
     ports = {name: free_port() for name in plan}
     started: list[MosquittoBroker] = []
     try:
-        address = {name: f"127.0.0.1:{proxy.start()}" for name, proxy in uplinks.items()}
+        address = {name: f"{listen[name]}:{proxy.start()}" for name, proxy in uplinks.items()}
         doc = make_sites.make_sites(workdir, list(range(nodes)), plan, job, core_port=core_port,
                                     site_ports=ports, core_address=address)
         core = _broker(workdir / "core", core_port, doc, persistence)
         started.append(core)
         site_brokers: dict[str, MosquittoBroker] = {}
         for name in plan:
-            site_brokers[name] = _broker(workdir / f"site-{name}", ports[name], doc, persistence)
+            prefix = namespaces[name].prefix() if name in namespaces else ()
+            site_brokers[name] = _broker(workdir / f"site-{name}", ports[name], doc, persistence, prefix)
             started.append(site_brokers[name])
     except (BrokerError, OSError, ValueError):
         for broker in started:
             broker.stop()
         for proxy in uplinks.values():
             proxy.stop()
+        for ns in namespaces.values():
+            ns.remove()
         raise
-    brokers = SiteBrokers(workdir, doc, core, site_brokers, uplinks)
+    brokers = SiteBrokers(workdir, doc, core, site_brokers, uplinks, namespaces)
     try:
         brokers.wait_bridged()
     except BrokerError:
@@ -215,10 +248,30 @@ def start_sites(workdir: str | Path, *, job: str, nodes: int, sites: int,
     return brokers
 
 
-def _broker(directory: Path, port: int, doc: dict[str, Any], persistence: bool) -> MosquittoBroker:
+def _site_namespaces(names: list[str]) -> dict[str, NetNamespace]:
+    """A network namespace per site, joined to the host by a veth (simulate.injector)."""
+    tag = secrets.token_hex(2)
+    made: dict[str, NetNamespace] = {}
+    try:
+        with slots_reserved() as taken:
+            for k, name in enumerate(names):
+                slot = free_slot(200 + k % 49, taken)
+                taken.add(slot)
+                made[name] = NetNamespace(f"eg{tag}s{name}", slot=slot)
+                made[name].create()
+    except (RuntimeError, ValueError):
+        for ns in made.values():
+            ns.remove()
+        raise
+    return made
+
+
+def _broker(directory: Path, port: int, doc: dict[str, Any], persistence: bool,
+            prefix: tuple[str, ...] = ()) -> MosquittoBroker:
     conf = directory / "mosquitto.conf"
     set_persistence(conf, persistence)
     broker = MosquittoBroker(directory, conf, port, "127.0.0.1", doc, dynsec=False, tls=False)
     broker.credentials_path = directory.parent / "credentials.json"
+    broker.command_prefix = prefix
     broker.start()
     return broker

@@ -4,6 +4,8 @@ Each agent connects to its site's broker and announces its site (``--site sK``);
 simulator's collector, dashboard and admin talk to the core broker. The uplinks (each site's
 bridge to the core) run through a proxy each, shaped with ``--uplink-rate`` and
 ``--uplink-rtt``; scenario faults ``bridge-cut`` and ``site-broker-restart`` act on them.
+With ``--site-netns`` each site (its broker and its agents) runs in a network namespace of its
+own and the kernel limits each uplink's rate; the proxy adds its RTT.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.validate import UsageError
+from simulate.injector import kernel_shaping_supported
 from simulate.scenario import BridgeCutFault, Scenario, SiteBrokerRestartFault
 from simulate.site_brokers import SiteBrokers, split_sites, start_sites
 
@@ -27,6 +30,7 @@ class SitesOptions:
     uplink_rtt: float = 0.0  # s
     site_aware: bool = True  # off: the agents are not told their site (a site-blind tree)
     trace: bool = False  # note every uplink write (uplink-trace.json in the run directory)
+    netns: bool = False  # each site in a network namespace, its uplink's rate limited by the kernel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,15 +49,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --sites: note when each uplink carried how many bytes, each way, "
                              "into uplink-trace.json in the run directory (`bench sites --real` "
                              "reads it to split each round into its parts)")
+    parser.add_argument("--site-netns", action="store_true",
+                        help="with --sites: run each site's broker and agents in a network namespace "
+                             "of its own (they reach nothing but their site's broker) and limit each "
+                             "uplink's rate in the kernel (tbf on the site's veth); the RTT stays in "
+                             "the uplink's proxy, as this kernel has no netem. Needs root, ip and tc")
 
 
 def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | None:
     """The sites to run, or UsageError (before anything starts)."""
     count = int(args.sites)
     if count == 0:
-        if args.uplink_rate is not None or args.uplink_rtt or args.site_blind or args.uplink_trace:
-            raise UsageError("--uplink-rate, --uplink-rtt, --uplink-trace and --site-blind are about "
-                             "the uplinks of --sites: add --sites N")
+        if (args.uplink_rate is not None or args.uplink_rtt or args.site_blind or args.uplink_trace
+                or args.site_netns):
+            raise UsageError("--uplink-rate, --uplink-rtt, --uplink-trace, --site-blind and --site-netns "
+                             "are about the uplinks of --sites: add --sites N")
         _no_site_faults(scenario, "")
         return None
     if not 1 <= count <= scenario.fleet.nodes:
@@ -70,8 +80,11 @@ def check_sites(args: argparse.Namespace, scenario: Scenario) -> SitesOptions | 
         raise UsageError(f"--sites: the fault {network[0]!r} shapes one agent's own link, which "
                          "runs to the single broker only; use bridge-cut or site-broker-restart")
     _no_site_faults(scenario, ", ".join(split_sites(list(range(scenario.fleet.nodes)), count)))
+    if args.site_netns and (problem := kernel_shaping_supported()):
+        raise UsageError(f"--site-netns: {problem}")
     rate = None if args.uplink_rate is None else args.uplink_rate * 1e6
-    return SitesOptions(count, rate, args.uplink_rtt / 1000, not args.site_blind, args.uplink_trace)
+    return SitesOptions(count, rate, args.uplink_rtt / 1000, not args.site_blind, args.uplink_trace,
+                        args.site_netns)
 
 
 def _no_site_faults(scenario: Scenario, names: str) -> None:
@@ -87,7 +100,7 @@ def _no_site_faults(scenario: Scenario, names: str) -> None:
 
 def start(run_dir: Path, job: str, nodes: int, options: SitesOptions, persistence: bool) -> SiteBrokers:
     brokers = start_sites(run_dir / "brokers", job=job, nodes=nodes, sites=options.count,
-                          persistence=persistence)
+                          persistence=persistence, netns=options.netns)
     brokers.shape_uplinks(options.uplink_rate, options.uplink_rtt)
     if options.trace:
         brokers.trace_uplinks()

@@ -22,6 +22,7 @@ from agent.protocol.allreduce import AllreduceConfig
 from agent.validate import arg, whole
 from simulate.bench import sites_real
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
+from simulate.injector import kernel_shaping_supported
 from simulate.virtual_fleet import FleetConfig, VirtualFleet
 
 DESCRIPTION = __doc__
@@ -49,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --faults: seconds the site broker is down")
     parser.add_argument("--fault-rounds", type=arg(whole(20, 2000, "a number of rounds")), default=120,
                         help="with --faults: rounds of each fault run (the fault at round 10)")
+    parser.add_argument("--shaper", choices=("proxy", "kernel"), default="proxy",
+                        help="with --real: what limits each uplink's rate. proxy: the uplink's "
+                             "user-space TCP proxy, on the host's CPU; kernel: tbf on the veth of a "
+                             "network namespace per site (simulate --site-netns: each site's broker "
+                             "and agents in it; needs root, ip and tc). The RTT is the proxy's either way")
     parser.add_argument("--work-dir", default=None, metavar="DIR",
                         help="with --real: where the runs go (default: a new temporary directory)")
     add_output_arguments(parser)
@@ -121,15 +127,18 @@ def _run_real(args: argparse.Namespace) -> int:
     if args.values != THESIS_VALUES:
         progress("edgegrove bench sites: --values is the in-memory fleet's; --real trains the thesis MLP")
         return 2
+    if args.shaper == "kernel" and (problem := kernel_shaping_supported()):
+        progress(f"edgegrove bench sites: --shaper kernel: {problem}")
+        return 2
     args.rounds = args.rounds or 40
     workdir = sites_real.work_directory(args)
     progress(f"bench sites --real: {args.sites} sites x {args.nodes} agents, uplinks "
-             f"{args.uplink_rate} MB/s {args.uplink_rtt} ms, runs in {workdir}")
+             f"{args.uplink_rate} MB/s {args.uplink_rtt} ms ({args.shaper} shaper), runs in {workdir}")
     trees = [] if args.faults_only else [sites_real.measure_tree(args, workdir, aware) for aware in (True, False)]
     faults = ([sites_real.measure_fault(args, workdir, kind) for kind in ("bridge-cut", "site-broker-restart")]
               if args.faults else [])
     doc = document("sites-real", sites=args.sites, nodes=args.nodes, rounds=args.rounds, values=args.values,
-                   uplink_rate_mb_s=args.uplink_rate, uplink_rtt_ms=args.uplink_rtt,
+                   uplink_rate_mb_s=args.uplink_rate, uplink_rtt_ms=args.uplink_rtt, shaper=args.shaper,
                    warmup_rounds=sites_real.WARMUP_ROUNDS, trees=trees, faults=faults,
                    cut_seconds=args.cut_seconds, outage_s=args.outage)
     table = "" if not trees else format_table(

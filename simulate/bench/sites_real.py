@@ -229,6 +229,8 @@ def _run(args: argparse.Namespace, workdir: Path, name: str, aware: bool, rounds
     scenario = FleetScenario(name=name, nodes=args.nodes, rounds=rounds, agent=agent, faults_toml=faults)
     extra = ("--sites", str(args.sites), "--uplink-rate", str(args.uplink_rate),
              "--uplink-rtt", str(args.uplink_rtt), "--uplink-trace") + (() if aware else ("--site-blind",))
+    if args.shaper == "kernel":
+        extra += ("--site-netns",)
     load = {"before": os.getloadavg()[0]}
     jiffies = cpu_jiffies()
     run = run_fleet(scenario, workdir / name, RUN_BUDGET_S, extra)

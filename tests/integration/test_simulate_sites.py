@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from simulate.brokers import mosquitto_available
+from simulate.injector import kernel_shaping_supported
 from tests.integration.simulate_helpers import FAST, read_events, run_simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
@@ -48,11 +49,18 @@ def _one_time(events: list[dict[str, Any]], type_: str, **match: Any) -> float:
     return min(e["t"] for e in events if e["type"] == type_ and all(e.get(k) == v for k, v in match.items()))
 
 
-def test_a_site_cut_off_the_core_waits_and_comes_back_with_the_fleets_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", [
+    "one-network",
+    # Each site's broker and agents in a namespace of their own, the uplinks' rate in the kernel.
+    pytest.param("site-namespaces", marks=pytest.mark.skipif(
+        bool(kernel_shaping_supported()), reason="needs root, ip, tc and iptables")),
+])
+def test_a_site_cut_off_the_core_waits_and_comes_back_with_the_fleets_model(tmp_path: Path, where: str) -> None:
     scenario = tmp_path / "bridge-cut.toml"
     scenario.write_text(BRIDGE_CUT)
     run_dir = tmp_path / "run"
-    done = run_simulate("--scenario", str(scenario), "--sites", "2", "--out", str(run_dir), "--json",
+    netns = ("--site-netns", "--uplink-rate", "50") if where == "site-namespaces" else ()
+    done = run_simulate("--scenario", str(scenario), "--sites", "2", *netns, "--out", str(run_dir), "--json",
                         *FAST, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)

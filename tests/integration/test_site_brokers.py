@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.transport.mqtt import MqttTransport
+from simulate.injector import kernel_shaping_supported
 from simulate.site_brokers import SiteBrokers, start_sites
 from tests.integration.conftest import TOPICS, collect, publish_until_received
 
@@ -161,3 +163,53 @@ def test_broker_command_starts_bridged_sites(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+# -- sites in network namespaces (simulate --site-netns) ----------------------------------
+
+_PUBLISH_FROM_INSIDE = """
+import sys, time
+from agent.transport.mqtt import MqttTransport
+url, user, password, client_id = sys.argv[1:5]
+t = MqttTransport(client_id, url, username=user, password=password)
+t.connect([])
+for _ in range(40):
+    for topic in sys.argv[5:]:
+        t.publish(topic, b"from-inside")
+    time.sleep(0.1)
+t.close()
+"""
+
+
+@pytest.mark.skipif(bool(kernel_shaping_supported()), reason="needs root, ip, tc and iptables")
+def test_sites_in_namespaces_reach_the_core_only_over_their_shaped_uplink(tmp_path: Path) -> None:
+    with start_sites(tmp_path / "brokers", job=TOPICS.job, nodes=6, sites=2, netns=True) as sites:
+        names = {site: ns.name for site, ns in sites.namespaces.items()}
+        host_ns = os.readlink("/proc/self/ns/net")
+        broker_ns = {site: os.readlink(f"/proc/{b.pid}/ns/net") for site, b in sites.sites.items()}
+        assert host_ns not in broker_ns.values() and broker_ns["s0"] != broker_ns["s1"]
+        with pytest.raises(OSError):  # the site's broker listens in its namespace only
+            socket.create_connection(("127.0.0.1", sites.sites["s1"].port), timeout=2).close()
+        sites.shape_uplinks(2e6, 0.02)
+        ns = sites.namespaces["s1"]
+        qdisc = subprocess.run([*ns.prefix(), "tc", "qdisc", "show", "dev", ns.ns_if],
+                               capture_output=True, text=True, check=True).stdout
+        assert "tbf" in qdisc and "rate 16" in qdisc, qdisc  # 2 MB/s of payload: 16.0xMbit
+        assert sites.uplinks["s1"].shaping_up.bytes_per_second is None  # the proxy: latency only
+        core = _core_watcher(sites)
+        try:
+            creds = sites.credentials_for(3)
+            inside = subprocess.run(
+                [*sites.command_prefix(3), sys.executable, "-c", _PUBLISH_FROM_INSIDE, sites.url_for(3),
+                 creds.username, creds.password, creds.client_id or "a3",
+                 TOPICS.link(3, 0), TOPICS.link(3, 4)],
+                capture_output=True, text=True, timeout=60, cwd=REPO)
+            assert inside.returncode == 0, inside.stderr[-2000:]
+            at_core = {m.topic for m in core.receive(1.0)}
+            assert TOPICS.link(3, 0) in at_core  # across the bridge, over the veth
+            assert TOPICS.link(3, 4) not in at_core  # site-local: stays in s1
+            assert sites.uplink_bytes()["s1"][0] > 0
+        finally:
+            core.close()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not any(name in listed for name in names.values()), listed

@@ -42,6 +42,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "simulate-not-a-url": (["simulate", "--broker", "not a url"], "not a broker URL"),
     "simulate-port-99999": (["simulate", "--broker", "mqtt://127.0.0.1:99999"], "1..65535"),
     "simulate-site-blind-without-sites": (["simulate", "--site-blind"], "add --sites N"),
+    "simulate-site-netns-without-sites": (["simulate", "--site-netns"], "add --sites N"),
     "simulate-credentials-dir": (["simulate", "--broker", "mqtt://127.0.0.1:1883", "--credentials", "{tmp}"],
                                  "is a directory"),
     "simulate-credentials-not-json": (["simulate", "--broker", "mqtt://127.0.0.1:1883",
@@ -170,6 +171,26 @@ def test_a_bad_argument_is_one_line_and_exit_2_before_anything_starts(
     assert "Traceback" not in err and out == ""
     assert nothing_may_start == []
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing may be created"
+
+
+@pytest.mark.parametrize("argv, module", [
+    (["simulate", "--sites", "2", "--site-netns"], "simulate.sites_sim"),
+    (["bench", "sites", "--real", "--shaper", "kernel"], "simulate.bench.sites"),
+])
+def test_sites_in_namespaces_where_they_cannot_run_is_one_line_and_exit_2(
+    argv: list[str], module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    nothing_may_start: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Not root here (or no tc): the check that says so, as on a user's laptop.
+    reason = "limiting links in the kernel needs root (ip, tc, iptables); run the simulator as root"
+    monkeypatch.setattr(f"{module}.kernel_shaping_supported", lambda: reason)
+    monkeypatch.chdir(tmp_path)
+    code = _run(argv)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert code == 2, err
+    assert err.count("\n") == 1 and reason in err, err
+    assert nothing_may_start == [] and list(tmp_path.iterdir()) == []
 
 
 def test_the_first_word_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:

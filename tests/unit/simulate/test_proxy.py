@@ -52,3 +52,6 @@ def test_a_link_with_latency_and_a_rate_holds_its_bytes_in_flight_before_it_push
     assert hold_limit(Shaping(latency=0.02, bytes_per_second=10e6)) == HOLD_BYTES + 200_000
     assert hold_limit(Shaping(latency=0.02)) == HOLD_BYTES  # no rate: nothing to fill
     assert hold_limit(Shaping(bytes_per_second=10e6)) == HOLD_BYTES  # no latency: nothing in flight
+    # The kernel limits the rate (a site's veth), the proxy only delays: the bytes in flight
+    # are the line's, or the delay alone would cap the link at HOLD_BYTES per 20 ms.
+    assert hold_limit(Shaping(latency=0.02, line_rate=10e6)) == HOLD_BYTES + 200_000
