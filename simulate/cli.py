@@ -445,7 +445,7 @@ class Simulation:
             elif node in namespaces:  # the kernel forwards the host end's port to the broker
                 node_url = f"{scheme}://{namespaces[node].host_ip}:{broker_port}"
             prefix = namespaces[node].prefix() if node in namespaces else ()
-            if self.site_brokers is not None:
+            if self.site_brokers is not None:  # per-agent namespaces do not run with sites
                 prefix = self.site_brokers.command_prefix(node)
             specs.append(AgentSpec(node, node_url, {**options, **self.model.agent_options(node)},
                                    self.run_dir / "checkpoints" / str(node),
