@@ -158,7 +158,10 @@ def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
         for proxy in proxies:
             proxy.set_bandwidth(1_000_000)
         bulk = [np.random.default_rng(i).bytes(500_000) for i in range(4)]
-        tx.publish(TOPICS.link(2, 1), bulk[0])
+        # Two frames, a second's backlog at 1 MB/s: with one, a host loaded enough to stall
+        # this thread for half a second (CI beside a fleet) saw it drain before it looked.
+        for payload in bulk[:2]:
+            tx.publish(TOPICS.link(2, 1), payload)
         got: list[Message] = []
         sending = 0
         deadline = time.monotonic() + 20.0
@@ -166,7 +169,7 @@ def test_a_slow_link_shows_its_backlog_and_small_messages_overtake_bulk_data(
             sending += sum(m.notice is Notice.SENDING for m in tx.receive(0.01))
             got += rx.receive(0.01)
         assert sending
-        for payload in bulk[1:]:
+        for payload in bulk[2:]:
             tx.publish(TOPICS.link(2, 1), payload)
         tx.publish(TOPICS.link(2, 1), b"ack")
         while sum(m.topic == TOPICS.link(2, 1) for m in got) < 5 and time.monotonic() < deadline:
