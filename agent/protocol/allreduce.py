@@ -309,11 +309,13 @@ class RoundMachine(Protocol):
 
 
 class Outbox:
-    """What every round machine shares: the actions one call queues, handed back by ``_flush``.
-    Subclasses set ``self.stats`` and ``self._out = []`` in their constructor."""
+    """What every round machine shares: the actions one call queues, handed back by ``_flush``,
+    and the round's counts of what it sent. It owns both; a round machine calls
+    ``super().__init__()`` first."""
 
-    stats: RoundStats
-    _out: list[Action]
+    def __init__(self) -> None:
+        self.stats = RoundStats()
+        self._out: list[Action] = []
 
     def _send(self, dst: int, frame: Frame) -> None:
         self._count(frame)

@@ -18,7 +18,6 @@ from agent.protocol.allreduce import (
     LinkBook,
     Outbox,
     RoundContext,
-    RoundStats,
     chunk_bounds,
 )
 from agent.protocol.chunking import cross_site_timeout
@@ -38,6 +37,7 @@ class Hop(enum.StrEnum):
 
 class RoundScope(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
+        super().__init__()
         self.ctx = ctx
         # Adaptive timeouts (not fixed ones): asked by every timer computation, so kept here.
         self.adaptive = ctx.config.timeout_mode != "fixed"
@@ -52,10 +52,8 @@ class RoundScope(Outbox):
         self.unit_bytes = HEADER_SIZE + max(hi - lo for lo, hi in self.bounds) * value_bytes(ctx.config.wire_dtype)
         vector_bytes = len(ctx.gradient) * value_bytes(ctx.config.wire_dtype)
         self.cross_site_floor = cross_site_timeout(vector_bytes, ctx.config.max_timeout)
-        self.stats = RoundStats()
         self.book = LinkBook()
         self.book.known(self.neighbours)
-        self._out = []
         # Membership, this round: peers known offline, and peers whose Will came and that are
         # given a moment to come back.
         self.down: set[int] = set()

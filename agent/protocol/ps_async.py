@@ -30,7 +30,6 @@ from agent.protocol.allreduce import (
     Outbox,
     RoundContext,
     RoundResult,
-    RoundStats,
     chunk_bounds,
     frame_size,
 )
@@ -42,6 +41,7 @@ from agent.protocol.wire import Flag, Frame, Kind
 
 class PsAsyncRound(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
+        super().__init__()
         self.cfg, self.tree, self.node, self.round = ctx.config, ctx.tree, ctx.node, ctx.round
         self.grad, self.model_hash = ctx.gradient, ctx.model_hash
         self.members = ctx.tree.members
@@ -56,9 +56,7 @@ class PsAsyncRound(Outbox):
         self.expected: set[int] = set(self.members)
         self.gather_at = ctx.now + ctx.config.round_deadline * ctx.config.reduce_fraction
         self.deadline = ctx.now + ctx.config.round_deadline
-        self.stats = RoundStats()
         self.result: RoundResult | None = None
-        self._out: list[Action] = []
 
     @property
     def serving(self) -> bool:

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent.protocol.allreduce import Action, Note, RoundContext, RoundResult, RoundStats
-from agent.protocol.notes import NoteKind
+from agent.protocol.allreduce import Action, RoundContext, RoundResult, RoundStats
 from agent.protocol.rps import RpsRound
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Frame
@@ -48,11 +47,12 @@ class PsSyncRound(RpsRound):
             self.root_hash = frame.model_hash
         return super().on_frame(frame, now)
 
-    def _finish(self, now: float) -> None:
-        self.result = finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
-                                     self.final, self.root_hash, self.stats, now)
-        if self.result.degraded:
-            self._out.append(Note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members)))
+    def _result(self, now: float) -> RoundResult:
+        return finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
+                              self.final, self.root_hash, self.stats, now)
+
+    def _degraded_detail(self, result: RoundResult) -> str:
+        return skip_detail(self.final, self.members)
 
 
 def finish_as_sent(

@@ -29,7 +29,6 @@ from agent.protocol.allreduce import (
     Outbox,
     RoundContext,
     RoundResult,
-    RoundStats,
     frame_size,
     merge_means,
 )
@@ -46,6 +45,7 @@ def ring_segments(length: int, members: int) -> list[tuple[int, int]]:
 
 class RingRound(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
+        super().__init__()
         self.cfg, self.tree, self.node, self.round = ctx.config, ctx.tree, ctx.node, ctx.round
         self.grad, self.model_hash = ctx.gradient, ctx.model_hash
         self.members = ctx.tree.members
@@ -58,9 +58,7 @@ class RingRound(Outbox):
         self.final: list[tuple[frozenset[int], np.ndarray] | None] = [None] * self.n
         self.root_hash: int | None = ctx.model_hash if ctx.node == ctx.tree.root else None
         self.deadline = ctx.now + ctx.config.round_deadline
-        self.stats = RoundStats()
         self.result: RoundResult | None = None
-        self._out: list[Action] = []
 
     def completer(self, k: int) -> int:
         """The member that completes segment k's mean: the one before segment k's start."""

@@ -12,11 +12,9 @@ import numpy as np
 
 from agent.protocol.allreduce import (
     Action,
-    Note,
     Outbox,
     RoundContext,
     RoundResult,
-    RoundStats,
     chunk_bounds,
     frame_size,
     merge_means,
@@ -28,6 +26,7 @@ from agent.protocol.wire import Flag, Frame, Kind
 
 class RpsRound(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
+        super().__init__()
         config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
         model_hash, now = ctx.model_hash, ctx.now
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
@@ -41,9 +40,7 @@ class RpsRound(Outbox):
         self.expected: set[int] = set(self.members)
         self.gather_at = now + config.round_deadline * config.reduce_fraction
         self.deadline = now + config.round_deadline
-        self.stats = RoundStats()
         self.result: RoundResult | None = None
-        self._out: list[Action] = []
 
     def owner(self, j: int) -> int:
         return self.members[j % len(self.members)]
@@ -139,7 +136,14 @@ class RpsRound(Outbox):
                      model_hash=self.model_hash, contributors=ids)
 
     def _finish(self, now: float) -> None:
-        self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
-                                           self.final, None, self.stats, now)
+        self.result = self._result(now)
         if self.result.degraded:
-            self._out.append(Note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing"))
+            self._note(NoteKind.DEGRADED, None, self._degraded_detail(self.result))
+
+    def _result(self, now: float) -> RoundResult:
+        """What the round applies; a chunk whose mean never came falls back to our own."""
+        return finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
+                                    self.final, None, self.stats, now)
+
+    def _degraded_detail(self, result: RoundResult) -> str:
+        return f"{len(result.missing_chunks)} chunks missing"

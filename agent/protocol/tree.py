@@ -27,6 +27,7 @@ from agent.protocol.wire import Flag, Frame, Kind
 
 class PlainTreeRound(Outbox):
     def __init__(self, ctx: RoundContext) -> None:
+        super().__init__()
         config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
         model_hash, now = ctx.model_hash, ctx.now
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
@@ -39,9 +40,7 @@ class PlainTreeRound(Outbox):
         self.final: list[tuple[frozenset[int], np.ndarray] | None] = [None] * self.n
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
-        self.stats = RoundStats()
         self.result: RoundResult | None = None
-        self._out: list[Action] = []
 
     def start(self, now: float) -> list[Action]:
         for j in range(self.n):

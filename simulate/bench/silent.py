@@ -34,7 +34,6 @@ import math
 import statistics
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +65,6 @@ def _role_node(case: str, nodes: int) -> int:
     return {"root": 0, "inner": 1, "leaf": nodes - 1}[case.split("-")[1]]
 
 
-@dataclass(frozen=True)
-class SilentScenario(FleetScenario):
-    """A fleet scenario with hang or crash fault tables."""
-
-    faults_toml: str = ""
-
-    def toml(self) -> str:
-        return super().toml() + self.faults_toml
-
-
 def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]]) -> FleetScenario:
     agent = {"eval_every": EVAL_EVERY, "checkpoint_every": CHECKPOINT_EVERY}
     node = _role_node(case, nodes) if case != "fault-free" else 0
@@ -88,8 +77,8 @@ def _scenario(case: str, nodes: int, rounds: int, episodes: list[tuple[int, int]
         kind, end_field = ("crash", "restart_round") if case.startswith("crash") else ("hang", "resume_round")
         lines += ["", "[[faults]]", f'kind = "{kind}"', f"node = {node}", f"at_round = {start}",
                   f"{end_field} = {end}"]
-    return SilentScenario(f"{case}-{nodes}", nodes, rounds, agent,
-                          faults_toml="\n".join(lines) + ("\n" if lines else ""))
+    return FleetScenario(f"{case}-{nodes}", nodes, rounds, agent,
+                         faults_toml="\n".join(lines) + ("\n" if lines else ""))
 
 
 def _telemetry(records: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any]]]:

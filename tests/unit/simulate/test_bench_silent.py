@@ -115,3 +115,9 @@ def test_an_episode_also_has_its_own_runs_median_from_the_ordinary_rounds_before
     assert e["before_median_s"] == 0.2
     assert silent._over(e["silent_ordinary_times_s"], e["before_median_s"]) == "0 of 4 (0 %)"
     assert silent._over(e["silent_ordinary_times_s"], 0.15) == "4 of 4 (100 %)"  # a quieter host's median
+
+
+def test_a_scenario_injects_each_of_its_faults_once() -> None:
+    toml = silent._scenario("crash-inner", 7, 20, [(5, 8), (12, 14)]).toml()
+    assert toml.count("[[faults]]") == 2
+    assert toml.count("at_round = 5") == 1 and toml.count("restart_round = 14") == 1
