@@ -9,7 +9,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
@@ -36,13 +36,13 @@ from dashboard.models import (
     HealthModel,
     IncidentModel,
     LogTailModel,
-    NodePointModel,
     NodeSeriesModel,
     RoundModel,
     SnapshotMessage,
     event_model,
     fleet_model,
     incident_model,
+    node_series_model,
     round_model,
 )
 from dashboard.replay import RecordedRun, RoundSnapshot, load_run, replay_into, snapshot_at
@@ -170,25 +170,11 @@ class Dashboard:
 def create_app(settings: DashboardSettings, publisher: Publisher | None = None) -> FastAPI:
     """The app for one job. ``publisher`` replaces the MQTT publish of controls (tests)."""
     dash = Dashboard(settings, publisher)
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        dash.loop = asyncio.get_running_loop()
-        if settings.broker_url is not None and settings.replay is None:
-            dash.listener = MqttListener(settings, dash.store)
-            await dash.listener.start()
-        try:
-            yield
-        finally:
-            if dash.listener is not None:
-                await dash.listener.stop()
-            dash.store.close()
-
     app = FastAPI(
         title="Edgegrove dashboard",
         description="The live state of one Edgegrove training job: fleet, tree, rounds, events.",
         version="0.1.0",
-        lifespan=lifespan,
+        lifespan=_lifespan(dash),
         # FastAPI's own /docs and /redoc load their scripts from a CDN: blank offline.
         docs_url=None,
         redoc_url=None,
@@ -197,16 +183,63 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
                        allowed_hosts=settings.allowed_hosts,
                        on_refused=lambda reason: dash.refused.update([reason]))
     app.state.dashboard = dash
-    _add_api_routes(app, dash)
+    _add_health_routes(app, dash)
+    _add_history_routes(app, dash)
+    _add_node_routes(app, dash)
     _add_websocket(app, dash)
     _add_control(app, dash)
+    _add_page(app)
+    return app
+
+
+def _lifespan(dash: Dashboard) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The listener follows the broker while the app serves (not in a replay)."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        dash.loop = asyncio.get_running_loop()
+        if dash.settings.broker_url is not None and dash.settings.replay is None:
+            dash.listener = MqttListener(dash.settings, dash.store)
+            await dash.listener.start()
+        try:
+            yield
+        finally:
+            if dash.listener is not None:
+                await dash.listener.stop()
+            dash.store.close()
+
+    return lifespan
+
+
+def _add_page(app: FastAPI) -> None:
+    """The page, its files, and the API described as one plain page."""
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(str(STATIC_DIR / "index.html"))
 
+    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
+    async def docs() -> str:
+        return api_docs_page(app.openapi())
+
+
+# The query parameters that page a history: /api/rounds, /api/events, a node's series.
+Since = Annotated[int | None, Query(description="only those numbered above this (a round by its "
+                                     "number, an event by its seq)")]
+Before = Annotated[int | None, Query(description="only those numbered below this")]
+Limit = Annotated[int | None, Query(ge=1, description="at most this many: the first after `since`, "
+                                   "or the last before `before`")]
+NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
+
+
+def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
     registry = fleet_registry(lambda: dash.store.state, dash.job)
+
+    @app.get("/healthz", response_model=HealthModel, tags=["health"])
+    async def healthz() -> HealthModel:
+        return HealthModel(ok=True, broker_connected=dash.broker().connected,
+                           version=dash.store.state.version)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
@@ -214,24 +247,13 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
         rounds, reroutes, suspicions, rejected frames, bytes, RSS, CPU, online)."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
-    async def docs() -> str:
-        return api_docs_page(app.openapi())
-
-    return app
-
-
-def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
-    @app.get("/healthz", response_model=HealthModel, tags=["health"])
-    async def healthz() -> HealthModel:
-        return HealthModel(ok=True, broker_connected=dash.broker().connected,
-                           version=dash.store.state.version)
-
     @app.get("/api/config", response_model=ConfigModel, tags=["fleet"])
     async def config() -> ConfigModel:
         return ConfigModel(job=dash.job, controls_enabled=dash.settings.controls_enabled,
                            push_interval=dash.settings.push_interval)
 
+
+def _add_history_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/fleet", response_model=FleetModel, tags=["fleet"],
              responses={404: {"description": "no state at that round (not a replay, or before its first)"}})
     async def fleet(
@@ -244,30 +266,27 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
             raise HTTPException(status_code=404, detail=str(exc)) from None
 
     @app.get("/api/rounds", response_model=list[RoundModel], tags=["fleet"])
-    async def rounds(
-        since: Annotated[int | None, Query(description="only rounds numbered above this")] = None,
-        before: Annotated[int | None, Query(description="only rounds numbered below this")] = None,
-        limit: Annotated[int | None, Query(ge=1, description="at most this many: the first after "
-                                           "`since`, or the last before `before`")] = None,
-    ) -> list[RoundModel]:
-        """Every round of the run, oldest first (the whole history; page it with
+    async def rounds(since: Since = None, before: Before = None, limit: Limit = None) -> list[RoundModel]:
+        """Every round of the run by number, oldest first (the whole history; page it with
         since/before/limit)."""
         return [round_model(r) for r in dash.store.rounds_page(since, before, limit)]
 
     @app.get("/api/events", response_model=list[EventModel], tags=["fleet"])
-    async def events(
-        since: Annotated[int | None, Query(description="only events with seq above this")] = None,
-        before: Annotated[int | None, Query(description="only events with seq below this")] = None,
-        limit: Annotated[int | None, Query(ge=1, description="at most this many: the first after "
-                                           "`since`, or the last before `before`")] = None,
-    ) -> list[EventModel]:
-        """Every event of the run (the whole history; page it with since/before/limit)."""
+    async def events(since: Since = None, before: Before = None, limit: Limit = None) -> list[EventModel]:
+        """Every event of the run by seq (the whole history; page it with since/before/limit)."""
         return dash.events(since, before, limit)
 
+    @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
+    async def incidents() -> list[IncidentModel]:
+        """Fault windows and incidents (inject -> detect -> heal), oldest first."""
+        return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+
+
+def _add_node_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/nodes/{node}/log", response_model=LogTailModel, tags=["fleet"],
              responses={404: {"description": "no run directory, or no log for that node in it"}})
     async def node_log(
-        node: Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")],
+        node: NodeId,
         lines: Annotated[int, Query(ge=1, le=5000, description="how many last lines")] = 200,
     ) -> LogTailModel:
         """The tail of the node's agent log in the run directory (agents/agent-N.log)."""
@@ -281,9 +300,7 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/nodes/{node}/series", response_model=NodeSeriesModel, tags=["fleet"],
              responses={404: {"description": "no node with that id has reported a round"}})
     async def node_series(
-        node: Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")],
-        since: Annotated[int | None, Query(description="only rounds numbered above this")] = None,
-        before: Annotated[int | None, Query(description="only rounds numbered below this")] = None,
+        node: NodeId, since: Since = None, before: Before = None,
         limit: Annotated[int | None, Query(ge=1, le=SERIES_PAGE, description="at most this many: the "
                                            "first after `since`, or the last before `before`")] = SERIES_PAGE,
     ) -> NodeSeriesModel:
@@ -292,17 +309,7 @@ def _add_api_routes(app: FastAPI, dash: Dashboard) -> None:
         book = dash.store.node_series
         if node not in book:
             raise HTTPException(status_code=404, detail=f"node {node} has reported no round")
-        page = book.page(node, since, before, limit)
-        return NodeSeriesModel(
-            node=node, first_round=page.first_round, last_round=page.last_round, dropped=page.dropped,
-            points=[NodePointModel(round=p.round, round_seconds=p.round_seconds, cpu_percent=p.cpu_percent,
-                                   rss_bytes=p.rss_bytes, bytes_sent=p.bytes_sent,
-                                   bytes_received=p.bytes_received) for p in page.points])
-
-    @app.get("/api/incidents", response_model=list[IncidentModel], tags=["fleet"])
-    async def incidents() -> list[IncidentModel]:
-        """Fault windows and incidents (inject -> detect -> heal), oldest first."""
-        return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+        return node_series_model(node, book.page(node, since, before, limit))
 
 
 def _add_control(app: FastAPI, dash: Dashboard) -> None:

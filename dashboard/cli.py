@@ -23,6 +23,14 @@ TOKEN_ENV = "EDGEGROVE_CONTROL_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_broker_arguments(parser.add_argument_group("broker", "the job's broker, and as whom to connect"))
+    _add_server_arguments(parser.add_argument_group(
+        "server", "who may reach the page and the API, and who may control the fleet"))
+    _add_history_arguments(parser.add_argument_group(
+        "history", "what the dashboard keeps and writes, or which finished run it replays"))
+
+
+def _add_broker_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--broker", default="mqtt://127.0.0.1:1883",
                         help="MQTT broker URL, mqtt://HOST:PORT (mqtts:// for TLS)")
     parser.add_argument("--ca-file", type=Path, default=None, metavar="FILE",
@@ -39,12 +47,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its admin entry when controls are on, since only the admin may "
                              "publish on control), JSON {\"username\": ..., \"password\": ...}, "
                              "or one line USER:PASSWORD")
+
+
+def _add_server_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; 0.0.0.0 exposes the dashboard to the network")
     parser.add_argument("--port", type=int, default=8080, help="HTTP port; 0 picks a free one")
     parser.add_argument("--control-token", default=None,
                         help=f"enable fault controls for clients sending this bearer token "
                              f"(at least 8 characters; default: ${TOKEN_ENV}, else disabled)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
+                             "WebSocket; the dashboard's own host is always allowed (repeatable)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="also answer requests whose Host is NAME (a DNS name the dashboard is "
+                             "reached by); the bind address, localhost and IP addresses always "
+                             "work; '*' answers any name (repeatable)")
+    parser.add_argument("--max-websockets", type=int, default=32,
+                        help="WebSocket connections served at once; more are refused")
+    parser.add_argument("--url-file", type=Path, metavar="PATH",
+                        help="also write the dashboard's URL to this file once it listens")
+
+
+def _add_history_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--event-log", type=Path, metavar="PATH",
                         help="append every event of the timeline to this JSON-lines file")
     parser.add_argument("--max-rounds", type=int, default=2000,
@@ -59,23 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hung-after", type=float, default=15.0,
                         help="seconds without telemetry, while the fleet moves on, before a node "
                              "is shown as hung (suspected after a third of it)")
-    parser.add_argument("--url-file", type=Path, metavar="PATH",
-                        help="also write the dashboard's URL to this file once it listens")
     parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
                         help="serve a finished `edgegrove simulate` run (its directory, with "
                              "events.jsonl) instead of following a broker")
     parser.add_argument("--run-dir", type=Path, metavar="RUN_DIR",
                         help="the live run's directory: the page shows the tail of its "
                              "agents/agent-N.log (a --replay reads its own run's)")
-    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                        help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
-                             "WebSocket; the dashboard's own host is always allowed (repeatable)")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                        help="also answer requests whose Host is NAME (a DNS name the dashboard is "
-                             "reached by); the bind address, localhost and IP addresses always "
-                             "work; '*' answers any name (repeatable)")
-    parser.add_argument("--max-websockets", type=int, default=32,
-                        help="WebSocket connections served at once; more are refused")
 
 
 def read_credentials(path: Path, role: str = "dashboard") -> tuple[str, str]:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from agent.protocol.messages import View
 from agent.protocol.topology import Tree
 from dashboard.incidents import Incident
+from dashboard.node_series import SeriesPage
 from dashboard.state import (
     BridgeInfo,
     ControlOutcome,
@@ -486,3 +487,11 @@ def event_model(e: FleetEvent, wall_offset: float) -> EventModel:
         seq=e.seq, time=round(e.time + wall_offset, 3), kind=e.kind, node=e.node, peer=e.peer,
         round=e.round, detail=e.detail,
     )
+
+
+def node_series_model(node: int, page: SeriesPage) -> NodeSeriesModel:
+    return NodeSeriesModel(
+        node=node, first_round=page.first_round, last_round=page.last_round, dropped=page.dropped,
+        points=[NodePointModel(round=p.round, round_seconds=p.round_seconds, cpu_percent=p.cpu_percent,
+                               rss_bytes=p.rss_bytes, bytes_sent=p.bytes_sent,
+                               bytes_received=p.bytes_received) for p in page.points])
