@@ -14,39 +14,17 @@ import json
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.validate import arg, output_dir, output_file
+from simulate.bench import flower_report
 from simulate.bench.common import REPO_ROOT, machine_info, markdown_table
+from simulate.evaluation_context import Context, pyplot
 from simulate.thesis import THESIS_COLUMNS, THESIS_STEP_S
 
 DESCRIPTION = __doc__
-
-
-
-@dataclass
-class Context:
-    """What renderers share: every loaded document, where images go, what was drawn."""
-
-    docs: dict[str, dict[str, Any]]
-    img_dir: Path
-    img_prefix: str
-    images: list[Path] = field(default_factory=list)
-
-    def image(self, name: str, draw: Callable[[Path], None], alt: str) -> str:
-        """Draw a plot into img_dir/name; the markdown that embeds it (or why it is absent)."""
-        path = self.img_dir / name
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            draw(path)
-        except ModuleNotFoundError:
-            return f"_(plot {name} not drawn: matplotlib is not installed)_"
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"_(plot {name} not drawn: {exc})_"
-        self.images.append(path)
-        return f"![{alt}]({self.img_prefix}{name})"
 
 
 Renderer = Callable[[dict[str, Any], Context], str]
@@ -59,15 +37,6 @@ class Section:
     command: str  # how to measure it (and store the JSON where the report looks)
     why: str
     render: Renderer | None = None  # None: a generic table of its results
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,7 +76,7 @@ def _thesis_ms(nodes: int) -> str:
 
 
 def _plot_broker(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     labels = [f"{r['broker']}\n{_size_label(r['payload_bytes'])} x{r['subscribers']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
     xs = range(len(rows))
@@ -162,7 +131,7 @@ def render_gloo(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def _plot_gloo(rows: list[dict[str, Any]], bound: dict[int, float], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     nodes = [r["nodes"] for r in rows]
     ax.plot(nodes, [r["ms"]["median"] for r in rows], "o-", label="gloo (direct TCP), median")
@@ -274,7 +243,7 @@ def render_allreduce(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def _plot_allreduce(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     scenarios = ["no_faults", "one_fault", "two_parallel", "two_serial"]
     timeouts = sorted({r["timeout"] for r in rows if r["scenario"] != "no_faults"}) or ["adaptive"]
     sizes = sorted({r["nodes"] for r in rows if r["scenario"] != "no_faults"}) or sorted({r["nodes"] for r in rows})
@@ -348,7 +317,7 @@ def render_figure13(doc: dict[str, Any], ctx: Context) -> str:
              f"{doc['target']:.0%}. {figure13.METHOD}",
              *([str(doc["note"])] if doc.get("note") else []),  # what the sitting's JSON alone does not say
              markdown_table(TABLE_HEADERS, table_rows(doc)),
-             ctx.image("figure13.png", lambda p: figure13.plot(doc, p, _pyplot()),
+             ctx.image("figure13.png", lambda p: figure13.plot(doc, p, pyplot()),
                        "test accuracy vs wall time: ps-sync, ps-async, ring, tree, ft-tree"),
              "\n".join(figure13.sentences(doc)),
              figure13.reading(doc),
@@ -374,7 +343,7 @@ def render_tta(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def _plot_accuracy(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(11, 4))
     series = [(r["label"], r["curve"]) for r in doc["results"] if r.get("curve")]
     base = doc.get("baseline") or {}
@@ -407,7 +376,7 @@ def render_loss(doc: dict[str, Any], ctx: Context) -> str:
 
 
 def _plot_loss(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for nodes in sorted({r["nodes"] for r in doc["results"]}):
         rows = sorted((r for r in doc["results"] if r["nodes"] == nodes and r["final_accuracy"] is not None),
@@ -510,7 +479,7 @@ def render_links(doc: dict[str, Any], ctx: Context) -> str:
 def _plot_links(doc: dict[str, Any], path: Path) -> None:
     from simulate.bench.links import MAX_RATIO_TO_BOUND
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, (times, ratios) = plt.subplots(1, 2, figsize=(11, 4))
     for i, dtype in enumerate(dict.fromkeys(r["wire_dtype"] for r in doc["results"])):
         rows = [r for r in doc["results"] if r["wire_dtype"] == dtype and r.get("allreduce_s_median")
@@ -543,9 +512,7 @@ def _plot_links(doc: dict[str, Any], path: Path) -> None:
 
 
 def render_flower(doc: dict[str, Any], ctx: Context) -> str:
-    from simulate.bench.flower_report import render
-
-    return render(doc, ctx)
+    return flower_report.render(doc, ctx)
 
 
 def render_allreduce_reference() -> str:

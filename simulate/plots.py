@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-if TYPE_CHECKING:
-    from simulate.report import FaultOutcome, RoundRow
+from simulate.report_rows import FaultOutcome, RoundRow
 
 _FAULT_COLOURS = {"link": "tab:red", "crash": "tab:purple", "hang": "tab:orange", "loss": "tab:olive",
                   "latency": "tab:cyan", "bandwidth": "tab:blue", "isolate": "tab:brown"}

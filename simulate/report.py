@@ -34,12 +34,13 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.protocol.notes import LINK_EVIDENCE, NoteKind
 from agent.runtime import REFUSED_EXIT
+from simulate.report_rows import FaultOutcome, RoundRow
 
 Record = dict[str, Any]
 LINK_EVENT_KINDS = LINK_EVIDENCE
@@ -50,54 +51,6 @@ ROUND_COLUMNS = (
     "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active", "wire_frames",
     "after_last_gradient_s", "local_steps", "samples", "compute_s_median", "bytes_per_sample",
 )
-
-
-@dataclass
-class RoundRow:
-    round: int
-    reporters: int = 0
-    members: int = 0
-    loss: float | None = None
-    accuracy: float | None = None
-    allreduce_s_max: float = 0.0
-    allreduce_s_median: float = 0.0
-    round_s_max: float = 0.0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    reroutes: int = 0
-    timeouts: int = 0
-    nacks: int = 0
-    missing_chunks: int = 0
-    degraded_nodes: int = 0
-    distinct_hashes: int = 0
-    faults_active: str = ""
-    # Frames of values the agents sent, by wire format: "float32:4 int8:20" (see wire_frames_text)
-    wire_frames: str = ""
-    # From the moment the last agent had its gradient to the moment the last agent had the
-    # result (see after_last_gradient); None when an agent did not say when its round ended.
-    after_last_gradient_s: float | None = None
-    # Periodic averaging: optimizer steps per agent behind the round (1: every-step averaging),
-    # training samples the reporters' contributions cover, the median compute phase (the local
-    # steps) and the bytes sent per sample trained (None: no agent said its samples).
-    local_steps: int = 1
-    samples: int = 0
-    compute_s_median: float = 0.0
-    bytes_per_sample: float | None = None
-
-
-@dataclass
-class FaultOutcome:
-    index: int
-    kind: str
-    description: str
-    mechanism: str
-    status: str  # injected | skipped | not_reached
-    at_round: int | None = None
-    end_round: int | None = None  # the round at which it was undone (None: lasted to the end)
-    injected_t: float | None = None
-    detected: bool = False
-    evidence: str = ""
-    targets: list[int] = field(default_factory=list)
 
 
 def _median(values: Sequence[float]) -> float | None:

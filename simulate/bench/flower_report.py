@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulate.bench.common import markdown_table
-
-if TYPE_CHECKING:
-    from simulate.evaluation import Context
+from simulate.evaluation_context import Context, pyplot
 
 FAULT_TEXT = {
     "none": "no fault",
@@ -88,9 +86,7 @@ def _cell(text: str) -> str:
 
 
 def _plot(clean: list[dict[str, Any]], target: float, path: Path) -> None:
-    from simulate.evaluation import _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in clean:
         for system in ("flower", "edgegrove"):

@@ -4,6 +4,9 @@ Each rule is a "never": files matching ``importer`` never import a module under 
 ``forbidden``. An import is an ``import``/``from ... import`` statement anywhere in the file (a
 lazy one inside a function too, relative ones resolved) or a module named as a string where
 the command line imports it lazily: ``Command("module", ...)`` and ``import_module("module")``.
+``RULES`` are the design's layering of the device package; ``PACKAGE_RULES`` what each package
+may know of the others. Import loops are held apart: none at all, and none closed behind
+``TYPE_CHECKING`` but the known ones.
 """
 
 from __future__ import annotations
@@ -26,13 +29,23 @@ class Rule:
     importers: tuple[str, ...]  # fnmatch patterns of repository-relative paths
     forbidden: tuple[str, ...]  # module names; their submodules are forbidden too
     exempt: tuple[str, ...] = ()  # patterns of paths the rule does not apply to
+    # Modules under ``forbidden`` that may be imported all the same (fnmatch patterns; their
+    # submodules too, and the packages above them: ``from agent import protocol``).
+    allowed: tuple[str, ...] = ()
 
     def applies_to(self, path: str) -> bool:
         return (any(fnmatch.fnmatch(path, p) for p in self.importers)
                 and not any(fnmatch.fnmatch(path, p) for p in self.exempt))
 
     def forbids(self, module: str) -> bool:
-        return any(module == f or module.startswith(f + ".") for f in self.forbidden)
+        return (any(_under(module, f) for f in self.forbidden)
+                and not any(_under(module, a) or _under(a, module) for a in self.allowed))
+
+
+def _under(module: str, pattern: str) -> bool:
+    """``module`` is ``pattern`` or inside it (``agent.core_*`` takes in agent.core_steps.x)."""
+    parts = module.split(".")
+    return any(fnmatch.fnmatch(".".join(parts[:i]), pattern) for i in range(1, len(parts) + 1))
 
 
 SANS_IO = ("agent.transport", "agent.model", "agent.clock", "paho", "socket", "threading", "time")
@@ -49,8 +62,40 @@ RULES = (
          ("*",), ("simulate",), exempt=("simulate/*", "edgegrove/*", "tests/*")),
 )
 
-# Known exceptions to the rules: none.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+# The rules over every package: what each may know of the others. The device (all of agent/,
+# the jobs and the device service included) runs no web stack; the dashboard knows the agent
+# only by its protocol (messages, topics, notes, the tree); the core only itself and the
+# protocol; nothing but the command line and the tests import the command line or the tests.
+WEB_STACK = ("fastapi", "uvicorn", "starlette")
+CORE = ("agent/core.py", "agent/core_*.py", "agent/core/*")
+PACKAGE_RULES = (
+    Rule("the device runs no web stack", ("agent/*",), WEB_STACK),
+    Rule("the dashboard knows the agent only by its protocol, and no command line above it",
+         ("dashboard/*",), ("agent", "edgegrove"), allowed=("agent.protocol",)),
+    Rule("the core knows of the agent only itself and the protocol", CORE, ("agent",),
+         allowed=("agent.core", "agent.core_*", "agent.protocol")),
+    Rule("the protocol stands on nothing of the agent but itself", ("agent/protocol/*",), ("agent",),
+         allowed=("agent.protocol",)),
+    Rule("the transport knows of the agent only itself and the protocol's wire", ("agent/transport/*",),
+         ("agent",), allowed=("agent.transport", "agent.protocol")),
+    Rule("nothing imports the command line but the command line and the tests", ("*",), ("edgegrove",),
+         exempt=("edgegrove/*", "tests/*")),
+    Rule("nothing imports the tests but the tests", ("*",), ("tests",), exempt=("tests/*",)),
+)
+
+# Known exceptions to the rules, as (path, module): the core reaching the runtime beside it
+# (issue 53 item 1 moves state_fetch, state_server and suspicion into the core and gives it its
+# own config; the lead empties this after merging that work).
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
+    ("agent/core.py", "agent.state_fetch"),
+    ("agent/core.py", "agent.state_server"),
+    ("agent/core.py", "agent.suspicion"),
+    ("agent/core_config.py", "agent.config"),
+    ("agent/core_outbox.py", "agent.suspicion"),
+    ("agent/core_steps.py", "agent.state_fetch"),
+    ("agent/core_steps.py", "agent.state_server"),
+    ("agent/core_steps.py", "agent.suspicion"),
+})
 
 
 @dataclass(frozen=True)
@@ -114,7 +159,7 @@ def violations(sources: Mapping[str, str]) -> list[Violation]:
     violation per import and rule, naming the first forbidden module of the import."""
     found = []
     for path, source in sorted(sources.items()):
-        rules = [r for r in RULES if r.applies_to(path)]
+        rules = [r for r in (*RULES, *PACKAGE_RULES) if r.applies_to(path)]
         for line, candidates in imports(source, path) if rules else ():
             for rule in rules:
                 module = next((m for m in candidates if rule.forbids(m)), None)
@@ -132,6 +177,109 @@ def repository_sources() -> dict[str, str]:
     return sources
 
 
+# ---------------------------------------------------------------- import loops
+#
+# No module imports one that imports it back, however far round: not at the top, not lazily in a
+# function, not behind ``if TYPE_CHECKING:`` (a loop a type checker still walks, and the sign
+# that two modules are one). A TYPE_CHECKING import that closes a loop is counted apart: such
+# loops are allowed below, each by its import, and may only go.
+
+PACKAGES = ("agent/", "dashboard/", "simulate/", "edgegrove/", "scripts/")
+
+# TYPE_CHECKING imports that close a loop, as (path, module): the core's nine-module loop (issue
+# 53 item 1 removes it; the lead empties this after merging that work).
+KNOWN_TYPE_CHECKING_LOOPS: frozenset[tuple[str, str]] = frozenset({
+    ("agent/core_report.py", "agent.core"),
+    ("agent/core_steps.py", "agent.core"),
+})
+
+
+@dataclass(frozen=True)
+class Edge:
+    path: str
+    line: int
+    importer: str
+    module: str
+    type_checking: bool
+
+    def __str__(self) -> str:
+        how = "under TYPE_CHECKING " if self.type_checking else ""
+        return f"{self.path}:{self.line} imports {self.module} {how}and {self.module} imports {self.importer} back"
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_statements(node: ast.AST, type_checking: bool = False
+                       ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement under ``node``, and whether it runs only for a type checker."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child, type_checking
+        elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            for statement in child.body:
+                yield from _import_statements(ast.Module([statement], []), True)
+            for statement in child.orelse:
+                yield from _import_statements(ast.Module([statement], []), type_checking)
+        else:
+            yield from _import_statements(child, type_checking)
+
+
+def import_edges(sources: Mapping[str, str]) -> list[Edge]:
+    """Each import of one module of ``sources`` by another (``from a import b`` imports the
+    module a.b if there is one, else a)."""
+    modules = {_module_of(path)[0] for path in sources}
+    edges = []
+    for path, source in sorted(sources.items()):
+        importer = _module_of(path)[0]
+        for node, type_checking in _import_statements(ast.parse(source, path)):
+            if isinstance(node, ast.Import):
+                targets = {a.name for a in node.names}
+            else:
+                base = _resolve(node, path)
+                targets = {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+            edges += [Edge(path, node.lineno, importer, t, type_checking)
+                      for t in sorted(targets & modules - {importer})]
+    return edges
+
+
+def loops(edges: list[Edge]) -> list[Edge]:
+    """Every import of ``edges`` that closes a loop: its module imports the importer back, at
+    any depth."""
+    graph: dict[str, set[str]] = {}
+    for edge in edges:
+        graph.setdefault(edge.importer, set()).add(edge.module)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    return [e for e in edges if reaches(e.module, e.importer)]
+
+
+def runtime_loops(sources: Mapping[str, str]) -> list[Edge]:
+    """Imports that close a loop of imports that run (at the top of a module or in a function)."""
+    return loops([e for e in import_edges(sources) if not e.type_checking])
+
+
+def type_checking_loops(sources: Mapping[str, str]) -> list[Edge]:
+    """TYPE_CHECKING imports that close a loop: their module imports the importer back."""
+    return [e for e in loops(import_edges(sources)) if e.type_checking]
+
+
+def package_sources() -> dict[str, str]:
+    return {p: s for p, s in repository_sources().items() if p.startswith(PACKAGES)}
+
+
 # ---------------------------------------------------------------- the repository
 
 
@@ -143,6 +291,19 @@ def test_the_repository_keeps_the_layering() -> None:
     assert broken == [], "\n".join(broken)
     stale = KNOWN_VIOLATIONS - {(v.path, v.module) for v in found}
     assert not stale, f"no longer violated, delete from KNOWN_VIOLATIONS: {sorted(stale)}"
+
+
+def test_no_import_loop_at_all() -> None:
+    found = runtime_loops(package_sources())
+    assert found == [], "\n".join(map(str, found))
+
+
+def test_no_loop_closed_by_type_checking_but_the_known_ones() -> None:
+    found = type_checking_loops(package_sources())
+    loose = [str(e) for e in found if (e.path, e.module) not in KNOWN_TYPE_CHECKING_LOOPS]
+    assert loose == [], "\n".join(loose)
+    stale = KNOWN_TYPE_CHECKING_LOOPS - {(e.path, e.module) for e in found}
+    assert not stale, f"no longer closing a loop, delete from KNOWN_TYPE_CHECKING_LOOPS: {sorted(stale)}"
 
 
 # ---------------------------------------------------------------- the check can say no
@@ -192,3 +353,67 @@ def test_relative_imports_resolve_from_the_files_package() -> None:
         (1, ("agent.protocol.notes", "agent.protocol.notes.NoteKind"))]
     assert list(imports("from .. import clock, model\n", "agent/protocol/__init__.py")) == [
         (1, ("agent", "agent.clock", "agent.model"))]
+
+
+# ---------------------------------------------------------------- the rules over every package
+
+
+@pytest.mark.parametrize(("path", "source", "module"), [
+    ("agent/jobs/runner.py", "import fastapi\n", "fastapi"),
+    ("agent/device/service.py", "from uvicorn import Server\n", "uvicorn"),
+    ("agent/device/service.py", "from simulate.fleet import Fleet\n", "simulate.fleet"),
+    ("agent/jobs/submit.py", "def f():\n    import dashboard.app\n", "dashboard.app"),
+    ("dashboard/state.py", "from agent.runtime import AgentRuntime\n", "agent.runtime"),
+    ("dashboard/app.py", "from agent import runtime\n", "agent.runtime"),
+    ("dashboard/cli.py", "from edgegrove.cli import main\n", "edgegrove.cli"),
+    ("agent/core.py", "from agent.suspicion import SuspicionBook\n", "agent.suspicion"),
+    ("agent/core/progress.py", "from agent.config import AgentConfig\n", "agent.config"),
+    ("agent/core_steps.py", "from agent.jobs import Job\n", "agent.jobs"),
+    ("agent/protocol/membership.py", "from agent.core_config import CoreConfig\n", "agent.core_config"),
+    ("agent/transport/mqtt.py", "from agent.core import AgentCore\n", "agent.core"),
+    ("simulate/cli.py", "from edgegrove import cli\n", "edgegrove"),
+    ("agent/runtime.py", "from tests.unit.test_core import make_core\n", "tests.unit.test_core"),
+])
+def test_a_planted_violation_of_a_package_rule_is_found(path: str, source: str, module: str) -> None:
+    assert module in {v.module for v in violations({path: source})}
+
+
+@pytest.mark.parametrize(("path", "source"), [
+    ("dashboard/state.py", "from agent.protocol.membership import view_tree\nfrom agent import protocol\n"),
+    ("agent/core/progress.py", "from agent.core.events import Tick\nfrom agent.protocol.notes import NoteKind\n"),
+    ("agent/core_steps.py", "from agent.core_actions import Send\nfrom agent.core import CoreConfig\n"),
+    ("agent/transport/memory.py", "from agent.protocol.wire import Frame\nfrom .base import Transport\n"),
+    ("agent/config.py", "from pydantic import BaseModel\n"),  # a validation library, not a web stack
+    ("edgegrove/__main__.py", "from edgegrove.cli import main\n"),
+    ("tests/unit/x.py", "from tests.unit.test_layering import violations\n"),
+])
+def test_what_the_package_rules_allow_passes(path: str, source: str) -> None:
+    assert violations({path: source}) == []
+
+
+LOOP = {
+    "agent/core.py": "from agent.core_steps import RoundSteps\n",
+    "agent/core_steps.py": "from agent.core_report import report\n",
+    "agent/core_report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agent.core import AgentCore\n",
+}
+
+
+def test_a_loop_closed_by_type_checking_is_found_however_far_round() -> None:
+    found = type_checking_loops(LOOP)
+    assert [(e.path, e.module, e.line) for e in found] == [("agent/core_report.py", "agent.core", 3)]
+    assert runtime_loops(LOOP) == []
+
+
+def test_a_loop_of_runtime_imports_is_found_lazy_ones_too() -> None:
+    sources = {
+        "simulate/report.py": "def write():\n    from simulate import plots\n",
+        "simulate/plots.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    from simulate.report import Row\n",
+    }
+    assert {(e.path, e.module) for e in runtime_loops(sources)} == {
+        ("simulate/report.py", "simulate.plots"), ("simulate/plots.py", "simulate.report")}
+    assert type_checking_loops(sources) == []
+
+
+def test_a_type_checking_import_that_closes_no_loop_passes() -> None:
+    sources = dict(LOOP, **{"agent/core_steps.py": "x = 1\n"})
+    assert type_checking_loops(sources) == [] and runtime_loops(sources) == []
