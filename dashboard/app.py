@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -24,6 +24,7 @@ from agent.protocol.messages import Control, MessageError
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
+from dashboard.kinds import page_module
 from dashboard.listener import BrokerUnavailable, MqttListener
 from dashboard.metrics import fleet_registry
 from dashboard.models import (
@@ -51,6 +52,7 @@ from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
 
 STATIC_DIR = resources.files("dashboard") / "static"
+KINDS_MODULE = page_module()  # /kinds.js: the page's kinds, from the enums
 SERIES_PAGE = 5000  # a node's rounds per /api/nodes/{node}/series page
 FIRST_EVENTS = 5000  # events in a page's first snapshot; earlier ones by /api/events?before=
 HEARTBEAT_SECONDS = 2.0  # a snapshot at least this often, so silence ages move on the page
@@ -218,6 +220,10 @@ def _add_page(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(str(STATIC_DIR / "index.html"))
+
+    @app.get("/kinds.js", include_in_schema=False)
+    async def kinds() -> Response:
+        return Response(KINDS_MODULE, media_type="text/javascript")
 
     @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
     async def docs() -> str:

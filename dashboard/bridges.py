@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.protocol.messages import MessageError
+from dashboard.kinds import EventKind
 from dashboard.state import (
     BridgeInfo,
     BridgeState,
@@ -116,7 +117,8 @@ def _with_connection(bridge: BridgeInfo, report: BridgeReport, now: float,
         return changed, []  # a bridge seen for the first time, working: not news
     said = "the broker says" if report.source == "broker" else "the simulator's uplink"
     detail = f"site {bridge.site}: bridge {bridge.state} -> {state} ({said})"
-    return changed, [Draft(f"bridge_{state}", None, None, round_no, detail)]
+    kind = EventKind.BRIDGE_UP if state == "up" else EventKind.BRIDGE_DOWN
+    return changed, [Draft(kind, None, None, round_no, detail)]
 
 
 def _with_bytes(bridge: BridgeInfo, report: BridgeReport, now: float) -> BridgeInfo:

@@ -16,41 +16,47 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from agent.protocol.notes import NoteKind
+from dashboard.kinds import EventKind, IncidentKind, Kind
 
 IncidentSource = Literal["injected", "detected", "operator"]
-Key = tuple[str, tuple[int, ...]]
+Key = tuple[IncidentKind, tuple[int, ...]]
 
 MAX_INCIDENTS = 500
 MAX_EVIDENCE = 6
 
 # Fleet events that reveal a fault, as (incident kind, whether the event may open one).
-_DETECTS: dict[str, tuple[str, bool]] = {
-    "crash": ("crash", True),
-    "hung": ("hang", True),
-    "link_failed": ("link", True),
+_DETECTS: dict[Kind, tuple[IncidentKind, bool]] = {
+    EventKind.CRASH: (IncidentKind.CRASH, True),
+    EventKind.HUNG: (IncidentKind.HANG, True),
+    EventKind.LINK_FAILED: (IncidentKind.LINK, True),
     # A node running another model than the fleet's (it is refused and stops).
-    "model_mismatch": ("model", True),
+    EventKind.MODEL_MISMATCH: (IncidentKind.MODEL, True),
     # A rerouted link may be the backup route in use, working as designed: evidence only.
-    "link_rerouted": ("link", False),
+    EventKind.LINK_REROUTED: (IncidentKind.LINK, False),
 }
 # Fleet events that show a fault is over: they close a detected incident of that kind. A node
 # that crashed or hung is recovered only once back in the view with the fleet's hash (settle).
-_RECOVERS: dict[str, str] = {"link_ok": "link", "offline": "model"}  # the refused node left
+_RECOVERS: dict[Kind, IncidentKind] = {
+    EventKind.LINK_OK: IncidentKind.LINK,
+    EventKind.OFFLINE: IncidentKind.MODEL,  # the refused node left
+}
 # Kinds that end on the fleet's evidence (settle), not on an event.
-SETTLED_KINDS = frozenset({"crash", "hang", "isolate", "loss", "latency", "bandwidth", "link"})
+SETTLED_KINDS = frozenset({IncidentKind.CRASH, IncidentKind.HANG, IncidentKind.ISOLATE, IncidentKind.LOSS,
+                           IncidentKind.LATENCY, IncidentKind.BANDWIDTH, IncidentKind.LINK})
 # Titles of detected incidents whose kind alone does not say it ("crash node 3 ...").
-_TITLES = {"model": "model mismatch: node {}"}
+_TITLES = {IncidentKind.MODEL: "model mismatch: node {}"}
 # Events that count as evidence for any active incident touching the event's node or peer:
 # the agents' notes, then the dashboard's own events.
-_SYMPTOMS = frozenset({NoteKind.TIMEOUT, NoteKind.NACK, NoteKind.DEGRADED, NoteKind.REROUTE,
-                       NoteKind.SUSPECTED,
-                       "link_suspected", "crash", "hung", "link_failed", "link_rerouted", "offline"})
+_SYMPTOMS: frozenset[Kind] = frozenset({
+    NoteKind.TIMEOUT, NoteKind.NACK, NoteKind.DEGRADED, NoteKind.REROUTE, NoteKind.SUSPECTED,
+    EventKind.LINK_SUSPECTED, EventKind.CRASH, EventKind.HUNG, EventKind.LINK_FAILED,
+    EventKind.LINK_REROUTED, EventKind.OFFLINE})
 
 
 @dataclass(frozen=True)
 class Incident:
     id: int
-    kind: str  # link | crash | hang | loss | latency | bandwidth | isolate | broker-restart | model
+    kind: IncidentKind
     targets: tuple[int, ...]
     title: str
     source: IncidentSource
@@ -76,20 +82,20 @@ class Incident:
 class Observation:
     """One fleet event as incidents see it (state.FleetEvent without the import cycle)."""
 
-    kind: str
+    kind: Kind
     node: int | None
     peer: int | None
     round: int | None
     detail: str
 
 
-def targets_of(kind: str, nodes: Iterable[int]) -> tuple[int, ...]:
+def targets_of(kind: IncidentKind, nodes: Iterable[int]) -> tuple[int, ...]:
     """A link's two ends in order (a cut of 3-1 is the cut of 1-3); any other fault's as given."""
     ids = tuple(nodes)
-    return tuple(sorted(ids)) if kind == "link" else ids
+    return tuple(sorted(ids)) if kind is IncidentKind.LINK else ids
 
 
-def inject(incidents: tuple[Incident, ...], kind: str, nodes: Iterable[int], title: str,
+def inject(incidents: tuple[Incident, ...], kind: IncidentKind, nodes: Iterable[int], title: str,
            round_no: int | None, now: float, source: IncidentSource = "injected"
            ) -> tuple[Incident, ...]:
     """The simulator (or the operator) made a fault. A detected incident it explains becomes
@@ -104,7 +110,7 @@ def inject(incidents: tuple[Incident, ...], kind: str, nodes: Iterable[int], tit
     return (*incidents, new)[-MAX_INCIDENTS:]
 
 
-def heal(incidents: tuple[Incident, ...], kind: str, nodes: Iterable[int], round_no: int | None,
+def heal(incidents: tuple[Incident, ...], kind: IncidentKind, nodes: Iterable[int], round_no: int | None,
          now: float) -> tuple[Incident, ...]:
     """The fault was undone. A kind the fleet must show recovered stays active until it does."""
     found = _find_active(incidents, (kind, targets_of(kind, nodes)))
@@ -167,8 +173,8 @@ def _observe_one(incidents: tuple[Incident, ...], e: Observation, fleet_round: i
     return incidents
 
 
-def _event_key(kind: str, e: Observation) -> Key:
-    nodes = (e.node,) if kind != "link" or e.peer is None else (e.node, e.peer)
+def _event_key(kind: IncidentKind, e: Observation) -> Key:
+    nodes = (e.node,) if kind is not IncidentKind.LINK or e.peer is None else (e.node, e.peer)
     return kind, targets_of(kind, [n for n in nodes if n is not None])
 
 
@@ -212,8 +218,8 @@ def _targets_text(targets: tuple[int, ...]) -> str:
 
 def _explained(incidents: tuple[Incident, ...], key: Key) -> bool:
     """A link failing next to a crashed, hung or isolated node is that node's incident."""
-    return key[0] == "link" and any(
-        i.active and i.kind != "link" and set(i.targets) & set(key[1]) for i in incidents)
+    return key[0] is IncidentKind.LINK and any(
+        i.active and i.kind is not IncidentKind.LINK and set(i.targets) & set(key[1]) for i in incidents)
 
 
 def _find_active(incidents: tuple[Incident, ...], key: Key) -> Incident | None:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from agent.protocol.messages import View
 from agent.protocol.topology import Tree
 from dashboard.incidents import Incident
+from dashboard.kinds import IncidentKind, Kind
 from dashboard.node_series import SeriesPage
 from dashboard.state import (
     BridgeInfo,
@@ -25,7 +26,8 @@ from dashboard.state import (
 )
 
 _BAD_LINK = ("suspected", "rerouted", "failed")
-_NODE_FAULTS = ("crash", "hang", "loss", "latency", "bandwidth", "isolate")
+_NODE_FAULTS = frozenset({IncidentKind.CRASH, IncidentKind.HANG, IncidentKind.LOSS, IncidentKind.LATENCY,
+                          IncidentKind.BANDWIDTH, IncidentKind.ISOLATE})
 
 
 class ViewModel(BaseModel):
@@ -70,7 +72,7 @@ class NodeModel(BaseModel):
     rss_bytes: int | None = Field(None, description="its process's resident memory (null: never said)")
     rejected: dict[str, int] = Field(description="frames this agent rejected, by reason")
     at_fault: bool = Field(description="the node is the likely cause of its links' trouble")
-    faults: list[str] = Field(description="kinds of the active incidents that target it")
+    faults: list[IncidentKind] = Field(description="kinds of the active incidents that target it")
     fingerprint: str = Field("", description="its model's fingerprint, as its status says")
     model: str = Field("", description="its model's name")
     params: int = Field(0, description="its model's parameter count")
@@ -115,7 +117,7 @@ class SiteModel(BaseModel):
 
 class IncidentModel(BaseModel):
     id: int
-    kind: str
+    kind: IncidentKind
     targets: list[int]
     title: str
     source: Literal["injected", "detected", "operator"] = Field(
@@ -222,7 +224,7 @@ class RoundModel(BaseModel):
     degraded_nodes: int
     missing_chunks: int
     contributors: int
-    event_kinds: list[str]
+    event_kinds: list[Kind]
     local_steps: int = Field(1, description="optimizer steps each agent took before the round's average")
     samples: int = Field(0, description="training samples behind the round's reports (0: not said)")
     compute_seconds: float = Field(0.0, description="the slowest agent's local steps, seconds")
@@ -233,7 +235,7 @@ class RoundModel(BaseModel):
 class EventModel(BaseModel):
     seq: int
     time: float = Field(description="Unix time (seconds) when the dashboard saw it")
-    kind: str
+    kind: Kind = Field(description="an agent's note (NoteKind) or the dashboard's own event (EventKind)")
     node: int | None
     peer: int | None
     round: int | None
@@ -312,7 +314,7 @@ def node_state(info: NodeInfo, outside_view: bool) -> NodeState:
 
 
 def node_model(info: NodeInfo, tree: Tree | None, now: float, blamed: frozenset[int],
-               faults: list[str], view: View | None = None, site: str = "") -> NodeModel:
+               faults: list[IncidentKind], view: View | None = None, site: str = "") -> NodeModel:
     in_view = tree is not None and info.node in tree
     return NodeModel(
         node=info.node,

@@ -13,8 +13,10 @@ from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from agent.protocol.messages import MessageError, Status, Telemetry, View
+from agent.protocol.notes import NoteKind
 from dashboard import incidents as inc
 from dashboard.bridges import apply_bridges, uplink_reports
+from dashboard.kinds import EventKind, IncidentKind, Kind
 from dashboard.state import (
     ControlOutcome,
     Draft,
@@ -78,30 +80,30 @@ def _fault(state: FleetState, record: Record, now: float) -> Result:
     """``inject`` opens an incident (with the fleet's round), ``heal`` closes it."""
     round_no = record.get("round")
     round_no = round_no if isinstance(round_no, int) else state.fleet_round
-    index, kind = int(record["index"]), str(record["kind"])
+    index, kind = int(record["index"]), IncidentKind(str(record["kind"]))
     if record["action"] == "inject":
         targets = tuple(int(t) for t in record.get("targets", []))
         title = f"{record.get('description', kind)} ({record.get('mechanism', '')})"
         state = _with_fault_targets(state, index, kind, targets)
         incidents = inc.inject(state.incidents, kind, targets, title, round_no, now)
-        draft = _fault_draft("fault_injected", targets, round_no, title)
+        draft = _fault_draft(NoteKind.FAULT_INJECTED, targets, round_no, title)
     elif record["action"] == "heal":
         kind, targets = state.fault_targets.get(index, (kind, ()))
         incidents = inc.heal(state.incidents, kind, targets, round_no, now)
-        draft = _fault_draft("fault_healed", targets, round_no, f"{kind} undone")
+        draft = _fault_draft(EventKind.FAULT_HEALED, targets, round_no, f"{kind} undone")
     else:
         return state, ()
     return with_events(replace(state, incidents=incidents), [draft], now)
 
 
-def _with_fault_targets(state: FleetState, index: int, kind: str, targets: tuple[int, ...]
+def _with_fault_targets(state: FleetState, index: int, kind: IncidentKind, targets: tuple[int, ...]
                         ) -> FleetState:
     known = dict(state.fault_targets)
     known[index] = (kind, inc.targets_of(kind, targets))
     return replace(state, fault_targets=known)
 
 
-def _fault_draft(kind: str, targets: tuple[int, ...], round_no: int | None, detail: str) -> Draft:
+def _fault_draft(kind: Kind, targets: tuple[int, ...], round_no: int | None, detail: str) -> Draft:
     node = targets[0] if targets else None
     peer = targets[1] if len(targets) > 1 else None
     return Draft(kind, node, peer, round_no, detail[:200])
@@ -119,14 +121,14 @@ def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
         state = _operator_fault(state, entry, now)
     target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
     detail = f"{entry.action} {target}: {outcome}"
-    draft = Draft("control", entry.node, entry.peer, state.fleet_round, detail)
+    draft = Draft(EventKind.CONTROL, entry.node, entry.peer, state.fleet_round, detail)
     return with_events(state, [draft], now)
 
 
 # Commands the simulator carries out for the dashboard's operator: the fault each makes, and
 # the fault each undoes.
-_OPERATOR_MAKES = {"crash": "crash", "hang": "hang", "isolate": "isolate"}
-_OPERATOR_UNDOES = {"restart": "crash", "resume": "hang", "rejoin": "isolate"}
+_OPERATOR_MAKES = {"crash": IncidentKind.CRASH, "hang": IncidentKind.HANG, "isolate": IncidentKind.ISOLATE}
+_OPERATOR_UNDOES = {"restart": IncidentKind.CRASH, "resume": IncidentKind.HANG, "rejoin": IncidentKind.ISOLATE}
 
 
 def _operator_fault(state: FleetState, entry: ControlOutcome, now: float) -> FleetState:
@@ -164,4 +166,4 @@ def _run(state: FleetState, record: Record, now: float) -> Result:
     state = replace(state, run=run, incidents=incidents)
     if phase == "stopping":
         return replace(state, version=state.version + 1), ()
-    return with_events(state, [Draft("run_end", None, None, state.fleet_round, "run finished")], now)
+    return with_events(state, [Draft(EventKind.RUN_END, None, None, state.fleet_round, "run finished")], now)

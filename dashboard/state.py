@@ -21,6 +21,7 @@ from agent.protocol.notes import NoteKind
 from agent.protocol.topology import Tree
 from dashboard import incidents as inc
 from dashboard.incidents import Incident, Observation
+from dashboard.kinds import EventKind, IncidentKind, Kind, note_kind
 
 NodeDisplay = Literal["online", "joining", "rejoining", "suspected", "hung", "offline", "unknown"]
 LinkDisplay = Literal["ok", "suspected", "failed", "rerouted", "unknown"]
@@ -35,17 +36,18 @@ RunPhase = Literal["live", "ending", "finished"]
 
 # Worst wins when the two ends of a link disagree: a link is as bad as its worst report.
 _LINK_SEVERITY: dict[str, int] = {"unknown": 0, "ok": 1, "suspected": 2, "rerouted": 3, "failed": 4}
-_LINK_EVENT: dict[str, str] = {
-    "suspected": "link_suspected",
-    "rerouted": "link_rerouted",
-    "failed": "link_failed",
-    "ok": "link_ok",
+_LINK_EVENT: dict[str, EventKind] = {
+    "suspected": EventKind.LINK_SUSPECTED,
+    "rerouted": EventKind.LINK_REROUTED,
+    "failed": EventKind.LINK_FAILED,
+    "ok": EventKind.LINK_OK,
 }
 _MAX_TEXT = 200
-_SUSPICION_KINDS = frozenset({NoteKind.SUSPECTED, "hung"})
+_SUSPICION_KINDS: frozenset[Kind] = frozenset({NoteKind.SUSPECTED, EventKind.HUNG})
+_SILENCE_EVENT: dict[Silence, Kind] = {"suspected": NoteKind.SUSPECTED, "hung": EventKind.HUNG}
 # An agent reports every Control it applies as "fault_injected", a heal (loss 0) included:
 # on the page that is a control the agent applied; injections are the simulator's to report.
-_AGENT_KIND_ALIASES: dict[str, str] = {NoteKind.FAULT_INJECTED: "control_applied"}
+_AGENT_KIND_ALIASES: dict[NoteKind, Kind] = {NoteKind.FAULT_INJECTED: EventKind.CONTROL_APPLIED}
 
 
 def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
@@ -58,7 +60,7 @@ class FleetEvent:
 
     seq: int
     time: float
-    kind: str
+    kind: Kind
     node: int | None = None
     peer: int | None = None
     round: int | None = None
@@ -169,7 +171,7 @@ class RoundSummary:
     degraded_nodes: int = 0
     missing_chunks: int = 0
     contributors: int = 0
-    event_kinds: tuple[str, ...] = ()
+    event_kinds: tuple[Kind, ...] = ()
     model_hashes: tuple[str, ...] = ()  # every report's model hash: the fleet's is the common one
     local_steps: int = 1  # optimizer steps each agent took before this round's average
     samples: int = 0  # training samples behind the reports' contributions
@@ -261,7 +263,7 @@ class FleetState:
     controls: tuple[ControlOutcome, ...] = ()
     run: RunInfo = field(default_factory=RunInfo)
     # The simulator's fault index -> (kind, targets): its heal records name only the index.
-    fault_targets: Mapping[int, tuple[str, tuple[int, ...]]] = field(
+    fault_targets: Mapping[int, tuple[IncidentKind, tuple[int, ...]]] = field(
         default_factory=lambda: _frozen({}))
     bridges: Mapping[str, BridgeInfo] = field(default_factory=lambda: _frozen({}))
 
@@ -305,14 +307,14 @@ def apply_status(state: FleetState, msg: Status, now: float) -> Result:
         return state, ()  # its exit is known: a repeated offline status says nothing new
     if msg.state == "offline" and old is not None and old.status in ("online", "joining"):
         kind = _offline_kind(state, msg.node)
-        exiting = kind == "exit"
+        exiting = kind is EventKind.EXIT
         drafts.append(Draft(kind, msg.node, None, at,
                              f"status offline (Last Will or exit) at fleet round {at}"))
     elif returning:
         detail = f"{msg.state}, restart {node.restarts + 1}, resumes from round {msg.round}"
         drafts.append(Draft(NoteKind.REJOIN, msg.node, None, at, detail))
     elif (old is None or old.status == "unknown") and msg.state != "offline":
-        drafts.append(Draft("join", msg.node, None, at, msg.state))
+        drafts.append(Draft(EventKind.JOIN, msg.node, None, at, msg.state))
     rejoining = (returning or node.rejoining) and msg.state == "joining"
     restarted = old is not None and old.incarnation != 0 and msg.incarnation > old.incarnation
     node = replace(
@@ -352,18 +354,18 @@ def _mismatch_drafts(state: FleetState, view: View | None, nodes: Iterable[NodeI
         old = state.nodes.get(node.node)
         if model_mismatch(view, node) and not (old is not None and model_mismatch(state.view, old)):
             assert view is not None
-            drafts.append(Draft("model_mismatch", node.node, None, at,
+            drafts.append(Draft(EventKind.MODEL_MISMATCH, node.node, None, at,
                                 f"model {node.model or '?'} ({node.params:,} params, fingerprint "
                                 f"{node.fingerprint or 'none'}) is not the fleet's {view.model or '?'} "
                                 f"({view.params:,} params, {view.fingerprint})"))
     return drafts
 
 
-def _offline_kind(state: FleetState, node: int) -> str:
+def _offline_kind(state: FleetState, node: int) -> EventKind:
     if state.run.phase != "live" or _finished_its_rounds(state, node):
-        return "exit"  # the run is over or being stopped: not a failure
+        return EventKind.EXIT  # the run is over or being stopped: not a failure
     in_view = state.view is not None and node in state.view.members
-    return "crash" if in_view else "offline"
+    return EventKind.CRASH if in_view else EventKind.OFFLINE
 
 
 def _finished_its_rounds(state: FleetState, node: int) -> bool:
@@ -376,7 +378,7 @@ def apply_view(state: FleetState, msg: View, now: float) -> Result:
     drafts: list[Draft] = []
     old = state.view
     if old is None or (old.epoch, old.members, old.arity) != (msg.epoch, msg.members, msg.arity):
-        drafts.append(Draft("view_change", msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
+        drafts.append(Draft(EventKind.VIEW_CHANGE, msg.coordinator, None, msg.from_round, _view_detail(old, msg)))
     drafts += _mismatch_drafts(state, msg, tuple(state.nodes.values()), msg.from_round)
     state = replace(state, view=msg)
     for member in msg.members:
@@ -394,7 +396,7 @@ def apply_telemetry(state: FleetState, msg: Telemetry, now: float) -> Result:
     node = state.nodes.get(msg.node) or NodeInfo(msg.node)
     if node.silence:
         detail = f"was {node.silence}, reports round {msg.round}"
-        drafts.append(Draft("recovered", msg.node, None, state.fleet_round, detail))
+        drafts.append(Draft(EventKind.RECOVERED, msg.node, None, state.fleet_round, detail))
     updated = _node_with_telemetry(node, msg, now)
     state = _with_node(state, updated)
     state = _merge_round(state, msg, now, [d.kind for d in drafts])
@@ -413,13 +415,13 @@ def _settle(state: FleetState, now: float) -> tuple[FleetState, list[Draft]]:
     drafts: list[Draft] = []
     for incident in inc.awaiting_recovery(state.incidents):
         rounds = [_back_in_fleet(state, n, inc.evidence_from(incident)) for n in incident.targets]
-        if incident.kind == "link" and len(incident.targets) == 2 and not _link_reported_ok(state, *incident.targets):
+        if incident.kind is IncidentKind.LINK and len(incident.targets) == 2 and not _link_reported_ok(state, *incident.targets):
             continue
         if rounds and all(r is not None for r in rounds):
             at = max(r for r in rounds if r is not None)
             recovered[incident.id] = at
             what = f"{incident.kind} {'-'.join(map(str, incident.targets))}"
-            drafts.append(Draft("fault_recovered", incident.targets[0],
+            drafts.append(Draft(EventKind.FAULT_RECOVERED, incident.targets[0],
                                 incident.targets[1] if len(incident.targets) == 2 else None, at,
                                 f"{what}: back in the view with the fleet's model hash"))
     if not recovered:
@@ -465,7 +467,7 @@ def tick(state: FleetState, now: float) -> Result:
             if silence:
                 quiet = now - (node.last_seen or now)
                 detail = f"silent {quiet:.1f} s, last reported round {node.last_round}"
-                drafts.append(Draft(silence, node.node, None, state.fleet_round, detail))
+                drafts.append(Draft(_SILENCE_EVENT[silence], node.node, None, state.fleet_round, detail))
     if not drafts:
         return state, ()
     return _finish(state, drafts, now)
@@ -501,7 +503,7 @@ def events_since(state: FleetState, since: int | None) -> list[FleetEvent]:
 class Draft:
     """An event before it gets its sequence number and time."""
 
-    kind: str
+    kind: Kind
     node: int | None
     peer: int | None
     round: int | None
@@ -561,14 +563,14 @@ def _view_detail(old: View | None, new: View) -> str:
 def _telemetry_event(msg: Telemetry, raw: Mapping[str, Any]) -> Draft:
     peer = raw.get("peer")
     valid_peer = isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer <= 1023
-    kind = str(raw.get("kind", "unknown"))[:32]
-    return Draft(
-        _AGENT_KIND_ALIASES.get(kind, kind),
-        msg.node,
-        peer if valid_peer else None,
-        msg.round,
-        str(raw.get("detail", ""))[:_MAX_TEXT],
-    )
+    text, detail = str(raw.get("kind", ""))[:32], str(raw.get("detail", ""))
+    note = note_kind(text)
+    if note is None:  # a kind no agent of ours notes: shown as unknown, with what it said
+        kind: Kind = EventKind.UNKNOWN
+        detail = f"{text}: {detail}" if text else detail
+    else:
+        kind = _AGENT_KIND_ALIASES.get(note, note)
+    return Draft(kind, msg.node, peer if valid_peer else None, msg.round, detail[:_MAX_TEXT])
 
 
 def _parse_links(raw: Mapping[str, str]) -> dict[int, str]:
@@ -622,7 +624,7 @@ def _round_degraded_count(state: FleetState, round_no: int) -> int:
     return 0 if summary is None else summary.degraded_nodes
 
 
-def _merge_round(state: FleetState, msg: Telemetry, now: float, kinds: list[str]) -> FleetState:
+def _merge_round(state: FleetState, msg: Telemetry, now: float, kinds: list[Kind]) -> FleetState:
     rounds = dict(state.rounds)
     counters = state.counters
     summary = rounds.get(msg.round)
@@ -640,7 +642,7 @@ def _merge_round(state: FleetState, msg: Telemetry, now: float, kinds: list[str]
     return replace(state, rounds=_frozen(rounds), counters=counters)
 
 
-def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[str], version: int) -> RoundSummary:
+def _summary_with(s: RoundSummary, msg: Telemetry, kinds: list[Kind], version: int) -> RoundSummary:
     total = _phase(msg, "total")
     new_kinds = tuple(k for k in dict.fromkeys(kinds) if k not in s.event_kinds)
     return replace(

@@ -6,37 +6,21 @@ const COLORS = {
   ok: "#2e9e5b", suspected: "#e0a100", failed: "#d63b3b", rerouted: "#7b4fd6", unknown: "#b8c0cc",
   online: "#2e9e5b", joining: "#3a7bd5", rejoining: "#13a3b5", hung: "#e46a17", evicted: "#a4262c", offline: "#6b7280",
 };
+// Every kind, and each table keyed by kinds, comes from /kinds.js (dashboard/kinds.py).
+const { note: NOTE, event: EVENT, incident: INCIDENT } = KINDS;
 // One colour per fault kind: its window's shading on the charts, its incident, its marks.
-const FAULT_COLORS = {
-  link: "#d63b3b", crash: "#b42318", hang: "#e46a17", loss: "#e0a100", latency: "#7b4fd6",
-  bandwidth: "#7b4fd6", isolate: "#6b7280", "broker-restart": "#1f2937", model: "#a4262c",
-  "bridge-cut": "#b42318", "site-broker-restart": "#1f2937",
-};
+const FAULT_COLORS = KINDS.faultColors;
 // One colour per label in a node's label bar (tab10, as the report's labels.png).
 const LABEL_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
   "#7f7f7f", "#bcbd22", "#17becf"];
-const MARK_COLORS = { ...FAULT_COLORS, rejoin: "#13a3b5", view_change: "#3a7bd5" };
+const MARK_COLORS = { ...FAULT_COLORS, ...KINDS.markColors };
 const BRIDGE_COLORS = { up: "#2e9e5b", down: "#d63b3b", unknown: "#b8c0cc" };
-const EVENT_BADGE = {
-  crash: "failed", offline: "offline", exit: "offline", link_failed: "failed", timeout: "suspected",
-  link_suspected: "suspected", suspected: "suspected", hung: "hung", reroute: "rerouted",
-  link_rerouted: "rerouted", degraded: "suspected", rejoin: "rejoining", join: "joining",
-  view_change: "joining", link_ok: "ok", recovered: "ok", resync: "rejoining", pull: "rerouted",
-  nack: "suspected", link_dead: "failed", link_healed: "ok", fault_injected: "failed",
-  fault_healed: "ok", control: "joining", run_end: "offline", control_applied: "joining",
-  model_mismatch: "failed", fault_recovered: "ok", bridge_down: "failed", bridge_up: "ok",
-};
+const EVENT_BADGE = KINDS.badge; // an event kind -> the COLORS entry of its badge
 // Who made an incident, in the operator's words.
 const SOURCE_TEXT = { injected: "injected by the scenario", operator: "made by the operator", detected: "seen by the fleet" };
 // Timeline filters. Chatty per-chunk kinds are collapsed into one row with a count.
-const FILTERS = {
-  faults: new Set(["fault_injected", "fault_healed", "fault_recovered", "crash", "hung", "suspected", "recovered",
-    "rejoin", "control", "control_applied", "link_failed", "run_end", "offline", "bridge_down", "bridge_up"]),
-  membership: new Set(["join", "rejoin", "offline", "exit", "crash", "view_change", "resync", "run_end"]),
-  links: new Set(["link_failed", "link_rerouted", "link_suspected", "link_ok", "link_dead",
-    "link_healed", "reroute", "timeout"]),
-};
-const CHATTY = new Set(["pull", "relay", "nack", "degraded", "timeout", "reroute", "resync"]);
+const FILTERS = Object.fromEntries(Object.entries(KINDS.filters).map(([name, kinds]) => [name, new Set(kinds)]));
+const CHATTY = new Set(KINDS.chatty);
 const MAX_EVENTS_KEPT = 200000; // the whole history of a long run; earlier pages load on request
 const EARLIER_PAGE = 5000;
 const EARLIER_ROUNDS_PAGE = 5000;
@@ -287,9 +271,10 @@ function renderLegend() {
   parts.push(item(`<span class="bar" style="background:${COLORS.rerouted}"></span>`, "backup route in use"));
   legend.innerHTML = parts.join("");
   const markers = document.getElementById("marker-legend");
-  const windows = ["link", "crash", "hang", "loss", "latency"].map((k) =>
+  const windows = [INCIDENT.LINK, INCIDENT.CRASH, INCIDENT.HANG, INCIDENT.LOSS, INCIDENT.LATENCY].map((k) =>
     item(`<span class="band" style="background:${FAULT_COLORS[k]}"></span>`, `${k} window`));
-  const marks = [["crash", "crash"], ["rejoin", "rejoin"], ["hang", "hung"], ["view_change", "view change"]]
+  const marks = [[INCIDENT.CRASH, "crash"], [NOTE.REJOIN, "rejoin"], [INCIDENT.HANG, "hung"],
+    [EVENT.VIEW_CHANGE, "view change"]]
     .map(([k, name]) => item(`<span class="mark" style="background:${MARK_COLORS[k]}"></span>`, name));
   markers.innerHTML = `<span>charts:</span>${windows.join("")}${marks.join("")}`;
 }

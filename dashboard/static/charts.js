@@ -39,12 +39,12 @@ function chartMarks(fleet) {
   const marks = [];
   for (const i of fleet.incidents) {
     if (i.start_round !== null) marks.push({ round: i.start_round, kind: i.kind, text: `${i.kind} ${targetsText(i.targets)}` });
-    if (i.recovered_round !== null && i.kind === "crash") {
-      marks.push({ round: i.recovered_round, kind: "rejoin", text: `node ${i.targets[0]} rejoined` });
+    if (i.recovered_round !== null && i.kind === INCIDENT.CRASH) {
+      marks.push({ round: i.recovered_round, kind: NOTE.REJOIN, text: `node ${i.targets[0]} rejoined` });
     }
   }
   for (const e of model.events) {
-    if (e.kind === "view_change" && e.round !== null) marks.push({ round: e.round, kind: "view_change", text: e.detail });
+    if (e.kind === EVENT.VIEW_CHANGE && e.round !== null) marks.push({ round: e.round, kind: EVENT.VIEW_CHANGE, text: e.detail });
   }
   // One mark per kind and round: four links failing in one round are one mark.
   const seen = new Map();
