@@ -21,11 +21,16 @@ from pathlib import Path
 import pytest
 
 from agent.protocol.notes import NoteKind
+from dashboard.kinds import EventKind, IncidentKind
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("agent", "dashboard", "edgegrove", "simulate", "scripts")
 THE_ENUM = "agent/protocol/notes.py"
 NOTE_KINDS = frozenset(k.value for k in NoteKind)
+# The dashboard's own kinds, spelled once in dashboard/kinds.py (the simulator's fault kinds,
+# the same words as IncidentKind's, are its scenario's: not held here).
+DASHBOARD_ENUM = "dashboard/kinds.py"
+DASHBOARD_KINDS = frozenset(k.value for enum in (EventKind, IncidentKind) for k in enum)
 KIND_MAKERS = {"Note", "Draft", "Observation"}
 
 
@@ -100,10 +105,10 @@ def _kind_positions(tree: ast.Module) -> Iterator[ast.Constant]:
                     yield from _strings(value)
 
 
-def spelled_note_kinds(source: str, path: str = "<source>") -> list[str]:
-    """``path:line: 'kind'`` for every note kind spelled as a string in a kind position."""
+def spelled_note_kinds(source: str, path: str = "<source>", kinds: frozenset[str] = NOTE_KINDS) -> list[str]:
+    """``path:line: 'kind'`` for every one of ``kinds`` spelled as a string in a kind position."""
     tree = ast.parse(source, path)
-    hits = {(c.lineno, c.value) for c in _kind_positions(tree) if c.value in NOTE_KINDS}
+    hits = {(c.lineno, c.value) for c in _kind_positions(tree) if c.value in kinds}
     return [f"{path}:{line}: {value!r}" for line, value in sorted(hits)]
 
 
@@ -116,6 +121,21 @@ def test_no_shipped_source_spells_a_note_kind() -> None:
         if path != THE_ENUM:
             hits += spelled_note_kinds(file.read_text(), path)
     assert hits == [], "use agent.protocol.notes.NoteKind:\n" + "\n".join(hits)
+
+
+def test_no_dashboard_source_spells_its_own_kinds() -> None:
+    files = sorted((ROOT / "dashboard").rglob("*.py"))
+    hits = []
+    for file in files:
+        path = file.relative_to(ROOT).as_posix()
+        if path != DASHBOARD_ENUM:
+            hits += spelled_note_kinds(file.read_text(), path, DASHBOARD_KINDS)
+    assert hits == [], "use dashboard.kinds.EventKind or IncidentKind:\n" + "\n".join(hits)
+
+
+def test_a_planted_dashboard_kind_literal_is_found() -> None:
+    assert spelled_note_kinds('drafts.append(Draft("view_change", 0, None, 3, ""))\n', kinds=DASHBOARD_KINDS)
+    assert spelled_note_kinds('if incident.kind == "link":\n    pass\n', kinds=DASHBOARD_KINDS)
 
 
 # ---------------------------------------------------------------- the check can say no
