@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from agent.config import AgentConfig
-from agent.core_actions import Publish
-from agent.core_config import allreduce_config
+from agent.core.actions import Publish
 from agent.protocol.messages import Suspect
+from agent.runtime_config import allreduce_config
 from simulate.virtual_fleet import (
     FaultSpec,
     FleetConfig,

@@ -10,9 +10,9 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from agent.core_actions import CoreAction
-from agent.core_outbox import CoreOutbox
-from agent.core_wills import RootGrace
+from agent.core.actions import CoreAction
+from agent.core.outbox import CoreOutbox
+from agent.core.wills import RootGrace
 from agent.protocol.allreduce import Fanout, Note, RoundMachine, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import view_root

@@ -1,11 +1,11 @@
-"""What leaves an agent (agent/core_actions.py): each kind of message on its topic, retained
+"""What leaves an agent (agent/core/actions.py): each kind of message on its topic, retained
 and reliable as decided once, for the agent and the in-memory fleet alike."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from agent.core_actions import Channel, Publish
+from agent.core.actions import Channel, Publish
 from agent.protocol.messages import StateDigest, Status, Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind, decode

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.core_events import BridgeSeen, ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
-from agent.core_report import Counters
+from agent.core.events import BridgeSeen, ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
+from agent.core.report import Counters
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.membership import StatusSource, status_source
 from agent.protocol.messages import Control, MessageError, StateDigest, Status, Suspect, View

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agent.core_actions import ApplyUpdate, CoreAction
-from agent.core_outbox import CoreOutbox
+from agent.core.actions import ApplyUpdate, CoreAction
+from agent.core.outbox import CoreOutbox
 from agent.protocol.allreduce import Note
 from agent.protocol.membership import Membership
 from agent.protocol.messages import StateDigest

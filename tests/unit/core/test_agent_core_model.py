@@ -1,4 +1,4 @@
-"""One model per fleet, as the agent core (agent/core.py) lives it: the model it announces in
+"""One model per fleet, as the agent core (agent/core/) lives it: the model it announces in
 its status, its refusal by a fleet of another model (said once, then done), and frames of
 another model rejected as a foreign job (the job hash mixes in the fingerprint)."""
 
@@ -8,12 +8,12 @@ import numpy as np
 
 from agent.config import AgentConfig
 from agent.core import AgentCore, CoreConfig, Phase
-from agent.core_config import core_config
-from agent.core_events import MessageArrived, StatusSeen, ViewSeen
+from agent.core.events import MessageArrived, StatusSeen, ViewSeen
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Status, View
 from agent.protocol.wire import Frame, Kind, encode, job_hash
+from agent.runtime_config import core_config
 
 OURS = ModelIdentity("0123456789abcdef", "digits-mlp", 2410)
 THEIRS = ModelIdentity("fedcba9876543210", "mnist-cnn", 1234)
@@ -53,8 +53,8 @@ def test_the_same_model_takes_the_view_and_trains() -> None:
     for node in (0, 1):
         core.handle(StatusSeen(Status(node, "online", incarnation=7 if node == 1 else 0,
                                      fingerprint=OURS.fingerprint)), 0.0)
-    assert core.membership.refused is None and core.phase != Phase.DONE
-    assert core.membership.members_for(0) == (0, 1)
+    assert core.parts.membership.refused is None and core.phase != Phase.DONE
+    assert core.parts.membership.members_for(0) == (0, 1)
 
 
 def test_frames_of_another_model_are_rejected_as_a_foreign_job() -> None:
@@ -63,8 +63,8 @@ def test_frames_of_another_model_are_rejected_as_a_foreign_job() -> None:
     core.handle(StatusSeen(Status(1, "online", incarnation=7, fingerprint=OURS.fingerprint)), 0.0)
     theirs = Frame(Kind.DATA, job_hash("default", THEIRS.fingerprint), 0, 0, 0, 1)
     theirs = theirs.with_values(np.ones(4, np.float32))
-    core.handle(MessageArrived(core.topics.link(0, 1), encode(theirs)), 0.01)
-    assert core.counters.rejected["foreign_job"] == 1
+    core.handle(MessageArrived(core.parts.topics.link(0, 1), encode(theirs)), 0.01)
+    assert core.parts.counters.rejected["foreign_job"] == 1
 
 
 def test_the_job_hash_mixes_in_the_fingerprint() -> None:

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agent.protocol.allreduce import Note, RoundResult
 from agent.protocol.messages import Telemetry, View
-
-if TYPE_CHECKING:
-    from agent.core import AgentCore
 
 
 @dataclass
@@ -47,17 +43,17 @@ class RoundReport:
         return self.result is None or self.result.degraded
 
 
-def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model_hash: int,
+def telemetry_for(node: int, counters: Counters, report: RoundReport, *, algorithm: str, model_hash: int,
                   wall_time: float, machine: str = "", reduced_at: float = 0.0,
                   cpu_percent: float | None = None, rss_bytes: int = 0) -> Telemetry:
-    """The telemetry message of one reported round; ``reduced_at``: the wall-clock time the
-    round's allreduce ended (0: not said); ``cpu_percent``/``rss_bytes``: what the driver
+    """The telemetry message of one reported round of ``node`` (``counters``: its core's);
+    ``reduced_at``: the wall-clock time the round's allreduce ended (0: not said); ``cpu_percent``/``rss_bytes``: what the driver
     measured of its process (None/0: not said)."""
     result = report.result
     stats = result.stats if result is not None else None
     contributors = set().union(*result.contributors) if result is not None and result.contributors else set()
     return Telemetry(
-        node=core.node, round=report.round, epoch=report.epoch, algorithm=algorithm,
+        node=node, round=report.round, epoch=report.epoch, algorithm=algorithm,
         wall_time=wall_time, loss=_finite(report.loss), accuracy=report.accuracy,
         phase_seconds={k: round(v, 6) for k, v in report.phase_seconds.items()},
         bytes_sent=report.bytes_sent, bytes_received=report.bytes_received,
@@ -68,7 +64,7 @@ def telemetry_for(core: AgentCore, report: RoundReport, *, algorithm: str, model
         wire_frames=dict(stats.wire_frames) if stats else {},
         degraded=report.degraded,
         missing_chunks=len(result.missing_chunks) if result is not None else 0,
-        rejected=dict(core.counters.rejected),
+        rejected=dict(counters.rejected),
         links={str(k): v for k, v in result.link_states.items()} if result is not None else {},
         model_hash=f"{model_hash:08x}",
         events=[{"kind": n.kind, "peer": n.peer, "detail": n.detail} for n in report.notes][:50],

@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.core_actions import Publish
-from agent.core_outbox import CoreOutbox
-from agent.core_report import Counters
-from agent.protocol.membership import Membership
-from agent.protocol.messages import StateDigest, Status, View
-from agent.protocol.notes import NoteKind
-from agent.protocol.state_transfer import serve_model_pull, state_digest
-from agent.protocol.wire import Frame, Kind
-from agent.state_fetch import (
+from agent.core.actions import Publish
+from agent.core.outbox import CoreOutbox
+from agent.core.report import Counters
+from agent.core.state_fetch import (
     ANNOUNCED_ROUNDS,
     REPLAY_ROUNDS,
     RETRY_BASE_S,
@@ -21,7 +16,12 @@ from agent.state_fetch import (
     StateFetch,
     site_first,
 )
-from agent.suspicion import SuspicionBook
+from agent.core.suspicion import SuspicionBook
+from agent.protocol.membership import Membership
+from agent.protocol.messages import StateDigest, Status, View
+from agent.protocol.notes import NoteKind
+from agent.protocol.state_transfer import serve_model_pull, state_digest
+from agent.protocol.wire import Frame, Kind
 
 
 def _pulls(actions: list[object]) -> list[int]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.core_actions import CoreAction, Publish
-from agent.core_report import Counters
+from agent.core.actions import CoreAction, Publish
+from agent.core.report import Counters
+from agent.core.suspicion import SuspicionBook
 from agent.protocol.allreduce import Fanout, Note, Send, frame_size
 from agent.protocol.membership import PublishView
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Frame
-from agent.suspicion import SuspicionBook
 
 
 class CoreOutbox:

@@ -1,12 +1,18 @@
-"""The phases of an agent core and the one table of their transitions (like h11's _state.py).
+"""Where an agent is in its run: the phases, the one table of their transitions (like h11's
+_state.py), and ``Progress``, the one owner of the phase, the round, the round under way and
+the report held back for the final sync.
 
-``next_phase(phase, trigger)`` is the only way a phase changes; a pair the table does not
-list is a bug in the core, raised as ``PhaseError``, never a silent jump.
+``Progress.go(trigger)`` is the only way a phase changes, by ``next_phase``; a pair the table
+does not list is a bug in the core, raised as ``PhaseError``, never a silent jump. Joining is a
+phase (``Phase.JOINING``), not a flag beside one. Which trigger fires when is the steps'
+(agent/core/steps.py, its ``ADVANCE`` table); each trigger's comment says the condition.
 """
 
 from __future__ import annotations
 
 import enum
+
+from agent.core.report import RoundInProgress, RoundReport
 
 
 class Phase(enum.Enum):
@@ -75,3 +81,39 @@ def next_phase(phase: Phase, trigger: Trigger) -> Phase:
         return TRANSITIONS[phase, trigger]
     except KeyError:
         raise PhaseError(f"no transition from {phase.name} on {trigger.name}") from None
+
+
+class Progress:
+    """The phase, the round, the round under way (``current``) and the report held during
+    the final sync (``pending_report``); what the steps decide moves them."""
+
+    def __init__(self, *, rounds: int, resumed_round: int | None, round_known_at: float,
+                 deadline: float | None) -> None:
+        self.rounds = rounds  # the run's last round (0: until stopped)
+        self.phase = Phase.CONNECTING
+        self.deadline = deadline  # when the phase gives up waiting (None: it does not)
+        self.resumed = resumed_round is not None
+        self.round = resumed_round or 0
+        # A restart before the Will removed us keeps us in the view, and no new view says
+        # the fleet's round: the states served are of rounds past our checkpoint's by as
+        # many as the fleet ran since it was written.
+        self.round_known_at = round_known_at
+        self.current: RoundInProgress | None = None
+        self.pending_report: RoundReport | None = None  # held during FINAL_SYNC
+        self.steady_round: tuple[int, int] | None = None  # (round, epoch) last run cleanly here
+
+    def go(self, trigger: Trigger) -> None:
+        """The one place the phase changes: as the transition table says."""
+        self.phase = next_phase(self.phase, trigger)
+
+    @property
+    def joining(self) -> bool:
+        return self.phase is Phase.JOINING
+
+    @property
+    def done(self) -> bool:
+        """The run's last round is behind us."""
+        return self.rounds > 0 and self.round >= self.rounds
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline

@@ -1,9 +1,9 @@
-"""The suspicion book (agent/suspicion.py): what one agent reported, was told and answered."""
+"""The suspicion book (agent/core/suspicion.py): what one agent reported, was told and answered."""
 
 from __future__ import annotations
 
+from agent.core.suspicion import SuspicionBook, first_report_at
 from agent.protocol.messages import Suspect
-from agent.suspicion import SuspicionBook, first_report_at
 
 
 def test_a_silent_peer_is_reported_once_per_round() -> None:

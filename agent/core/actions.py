@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.core_report import RoundReport
+from agent.core.report import RoundReport
 from agent.protocol.membership import Refusal
 from agent.protocol.messages import Control, StateDigest, Status, Suspect, Telemetry, View
 from agent.protocol.topics import Topics

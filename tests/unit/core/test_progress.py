@@ -1,10 +1,10 @@
-"""The phases of the agent core and their one transition table (agent/core_phase.py)."""
+"""The phases of the agent core and their one transition table (agent/core/progress.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.core_phase import TRANSITIONS, Phase, PhaseError, Trigger, next_phase
+from agent.core.progress import TRANSITIONS, Phase, PhaseError, Trigger, next_phase
 
 
 def test_a_round_goes_from_waiting_through_computing_and_running_back_to_waiting() -> None:

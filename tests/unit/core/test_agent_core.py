@@ -1,4 +1,4 @@
-"""The agent core (agent/core.py): the dispatch of frames to round machines around round
+"""The agent core (agent/core/): the dispatch of frames to round machines around round
 boundaries, the end of a run, the phases. The same core runs in the real agent
 (agent/runtime.py) and in the in-memory fleet (simulate/virtual_fleet.py); these tests drive it
 through the fleet harness and directly."""
@@ -26,7 +26,7 @@ from agent.core import (
     SendState,
     telemetry_for,
 )
-from agent.core_events import (
+from agent.core.events import (
     Arriving,
     Disconnected,
     FrameArrived,
@@ -39,7 +39,7 @@ from agent.core_events import (
     Tick,
     ViewSeen,
 )
-from agent.core_rounds import ABSENCE_SETTLE_S
+from agent.core.rounds import ABSENCE_SETTLE_S
 from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
@@ -80,7 +80,7 @@ def test_late_frames_of_a_finished_round_reach_its_machine_between_rounds() -> N
     notes = [n.kind for rec in records for ns in rec.notes.values() for n in ns]
     assert "link_dead" not in notes and "timeout" not in notes
     for agent in fleet.agents.values():
-        assert agent.core.counters.rejected["stale_round"] == 0, agent.node
+        assert agent.core.parts.counters.rejected["stale_round"] == 0, agent.node
 
 
 def test_frames_of_the_last_round_are_answered_during_the_linger() -> None:
@@ -90,11 +90,11 @@ def test_frames_of_the_last_round_are_answered_during_the_linger() -> None:
     for agent in fleet.agents.values():
         core = agent.core
         assert core.phase == Phase.LINGERING and core.round == 3
-        last = core.machines[2]
+        last = core.parts.rounds.machines[2]
         # Every ACK of the last broadcast reached it: nothing was resent, nothing timed out.
         stats = last.stats  # type: ignore[attr-defined]
         assert stats.retransmits == 0 and stats.timeouts == 0, (agent.node, stats)
-        assert core.counters.rejected["stale_round"] == 0
+        assert core.parts.counters.rejected["stale_round"] == 0
         received = stats.frames_received
         pull = Frame(Kind.PULL, CONFIG.job, 2, (agent.node + 1) % 7, 0, 1).with_indices([0])
         core.handle(FrameArrived(pull), fleet.clock.now())
@@ -109,10 +109,10 @@ def test_a_state_of_a_round_after_the_last_one_is_installed_not_run() -> None:
     core.handle(ViewSeen(View(1, [0, 1], 2, 0, 0)), 0.0)
     actions = core.handle(StatusSeen(Status(1, "online", incarnation=5)), 0.0)
     assert [type(a) for a in actions] == [ComputeGradient] and core.phase == Phase.COMPUTING
-    core.fetch.received = (3, np.zeros(4, np.float32))  # the fleet's final state arrived
+    core.parts.fetch.received = (3, np.zeros(4, np.float32))  # the fleet's final state arrived
     core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     assert core.phase == Phase.LINGERING and core.round == 3
-    assert 3 not in core.machines and core.next_deadline() is not None
+    assert 3 not in core.parts.rounds.machines and core.next_deadline() is not None
 
 
 def test_a_fleet_that_runs_without_us_makes_us_join() -> None:
@@ -219,7 +219,7 @@ def test_a_view_without_our_site_is_held_while_our_broker_stayed_with_us() -> No
     core = _hall_member_in_a_round()
     actions = core.handle(ViewSeen(WITHOUT_THE_HALL, 0), 0.2)
     assert core.phase == Phase.RUNNING and not published(actions, Status)
-    assert core.counters.rejected["view_removal_unwitnessed"] == 1
+    assert core.parts.counters.rejected["view_removal_unwitnessed"] == 1
 
 
 def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),
@@ -231,7 +231,7 @@ def _running_core(node: int = 1, members: tuple[int, ...] = (0, 1, 2, 3),
     for peer in members:
         core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == node else 0)), 0.0)
     for _ in range(8 if downlink_rate else 0):
-        core.handle(MessageArrived(core.topics.link(0, node), _big_frame(0), BIG_FRAME_BYTES / downlink_rate), 0.005)
+        core.handle(MessageArrived(core.parts.topics.link(0, node), _big_frame(0), BIG_FRAME_BYTES / downlink_rate), 0.005)
     core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
     return core
 
@@ -240,7 +240,7 @@ def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     core = _running_core()
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)
     sent = [a for _ in range(100) for a in core.handle(FrameArrived(pull), 0.02) if type(a).__name__ == "SendState"]
-    assert len(sent) == 1 and core.counters.rejected["model_pull_repeat"] == 99
+    assert len(sent) == 1 and core.parts.counters.rejected["model_pull_repeat"] == 99
 
 
 def _striped_core() -> AgentCore:
@@ -263,36 +263,36 @@ def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None
     assert all(s.frame.model_hash == state_hash(np.arange(40, dtype=np.float32)) for s in frames)
     everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # one stripe is its share
     assert not [a for a in core.handle(FrameArrived(everything), 0.03) if isinstance(a, SendState)]
-    assert core.counters.rejected["model_pull_budget"] == 1
+    assert core.parts.counters.rejected["model_pull_budget"] == 1
     # Another member pulls this round too (a fault made several drift): the rest, then nothing.
     core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 3, 0, 1).with_indices([1])), 0.032)
     rest = [a for a in core.handle(FrameArrived(everything), 0.035) if isinstance(a, SendState)]
     assert len(rest) == 1 and rest[0].chunks == (1, 3, 5, 7, 9)
     again = [a for a in core.handle(FrameArrived(everything), 0.04) if isinstance(a, SendState)]
-    assert again == [] and core.counters.rejected["model_pull_repeat"] == 1
+    assert again == [] and core.parts.counters.rejected["model_pull_repeat"] == 1
 
 
 def test_one_peer_claiming_the_fleet_is_ahead_does_not_make_us_fetch_its_state() -> None:
     core = _running_core()
     ahead = Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)
     assert not [a for a in core.handle(FrameArrived(ahead), 0.02) if is_send(a)]
-    assert core.fetch.transfer is None and core.phase == Phase.RUNNING
+    assert core.parts.fetch.transfer is None and core.phase == Phase.RUNNING
     # A second member shows the same: now it is the fleet, and the coordinator is asked first.
     core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
-    assert core.fetch.transfer is not None and core.fetch.transfer.peers[0] == 0
+    assert core.parts.fetch.transfer is not None and core.parts.fetch.transfer.peers[0] == 0
 
 
 def test_a_state_with_nan_is_never_installed_and_the_next_peer_is_asked() -> None:
     core = _running_core()
     core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)), 0.02)
     core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
-    assert core.fetch.transfer is not None
-    asked = core.fetch.transfer.peer
+    assert core.parts.fetch.transfer is not None
+    asked = core.parts.fetch.transfer.peer
     nan = np.array([1.0, np.nan, 0.0, 0.0], np.float32)
     bad = Frame(Kind.MODEL, CONFIG.job, 8, asked, 0, 1, target=1, model_hash=state_hash(nan)).with_values(nan)
     out = core.handle(FrameArrived(bad), 0.05)
-    assert core.fetch.received is None and core.counters.rejected["state_not_finite"] == 1
-    assert [a.dst for a in out if is_send(a)] == [core.fetch.transfer.peer] != [asked]
+    assert core.parts.fetch.received is None and core.parts.counters.rejected["state_not_finite"] == 1
+    assert [a.dst for a in out if is_send(a)] == [core.parts.fetch.transfer.peer] != [asked]
 
 
 def test_a_newer_agent_with_our_id_makes_us_stop_without_a_fight() -> None:
@@ -306,18 +306,18 @@ def test_a_newer_agent_with_our_id_makes_us_stop_without_a_fight() -> None:
 
 def test_a_self_report_routes_around_its_sender_and_only_its_sender_can_make_it() -> None:
     core = _running_core(node=1, members=(0, 1, 2, 3))  # node 3 is our child in round 0
-    topics = core.topics
+    topics = core.parts.topics
     forged = Suspect(3, 0, 3).encode()  # "3 is absent", published on node 2's topic
     assert core.handle(MessageArrived(topics.suspect(2), forged), 0.02) == []
-    assert core.counters.rejected["suspect_forged"] == 1 and 3 not in core.book.absent
+    assert core.parts.counters.rejected["suspect_forged"] == 1 and 3 not in core.parts.book.absent
     core.handle(MessageArrived(topics.suspect(3), forged), 0.02)
-    assert core.book.absent == {3: 0}
-    assert 3 in core.machines[0].scope.down  # nobody waits a timeout for it in round 0
+    assert core.parts.book.absent == {3: 0}
+    assert 3 in core.parts.rounds.machines[0].scope.down  # nobody waits a timeout for it in round 0
 
 
 def test_a_suspect_that_announced_its_absence_says_so_again_and_still_refutes() -> None:
     core = _running_core(node=1)
-    core.book.absent_through = 2  # we fell behind: no part in rounds up to 2
+    core.parts.book.absent_through = 2  # we fell behind: no part in rounds up to 2
     actions = core.handle(SuspectSeen(Suspect(0, 1, 1)), 0.05)
     reports = published(actions, Suspect)
     assert reports == [Suspect(1, 2, 1, 3)]
@@ -326,8 +326,8 @@ def test_a_suspect_that_announced_its_absence_says_so_again_and_still_refutes() 
 
 def test_a_pull_for_a_round_we_no_longer_answer_tells_the_puller_where_we_are() -> None:
     core = _running_core(node=1)
-    core.round = 9  # as if we had gone on: round 0's machine is long gone, round 9 runs
-    core.rounds.machines = {9: core.machines.pop(0)}
+    core.progress.round = 9  # as if we had gone on: round 0's machine is long gone, round 9 runs
+    core.parts.rounds.machines = {9: core.parts.rounds.machines.pop(0)}
     pull = Frame(Kind.PULL, CONFIG.job, 0, 3, 0, 1)
     probes = [a for a in core.handle(FrameArrived(pull), 0.1) if is_send(a)]
     assert [(p.dst, p.frame.kind, p.frame.round) for p in probes] == [(3, Kind.PROBE, 9)]
@@ -356,8 +356,8 @@ def _taken_back_after_the_end() -> AgentCore:
 def test_taken_back_after_the_last_round_we_fetch_the_final_state_and_finish() -> None:
     core = _taken_back_after_the_end()
     assert core.phase == Phase.JOINING and core.round == 20
-    assert core.fetch.transfer is not None and core.fetch.transfer.round == 20  # the fleet's final state
-    core.fetch.received = (20, np.zeros(4, np.float32))
+    assert core.parts.fetch.transfer is not None and core.parts.fetch.transfer.round == 20  # the fleet's final state
+    core.parts.fetch.received = (20, np.zeros(4, np.float32))
     actions = core.handle(Tick(), 0.1)
     assert core.phase == Phase.LINGERING and core.round == 20
     assert not any(isinstance(a, ComputeGradient) for a in actions)  # no round 20 or 21
@@ -380,17 +380,17 @@ def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too
     """A drifted member takes a stripe from each of two peers; one that asks us for the whole
     state every round (a flooder) took one every 4 rounds: that round was 2.5x the root's."""
     core = _striped_core()
-    machine = core.machines.pop(0)
+    machine = core.parts.rounds.machines.pop(0)
     got: list[tuple[int, ...]] = []
     for rnd in range(1, 9):
-        core.round, core.rounds.machines = rnd, {rnd: machine}  # as if the rounds went by
+        core.progress.round, core.parts.rounds.machines = rnd, {rnd: machine}  # as if the rounds went by
         for _ in range(3):
             got += _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1), 0.1 * rnd)
     assert got == [(0, 1, 2, 3, 4)] * 8, got
-    assert core.counters.rejected["model_pull_budget"] == 8 * 2
+    assert core.parts.counters.rejected["model_pull_budget"] == 8 * 2
     # Several members drifted at once (a broker restart): no two peers may agree, and the
     # coordinator's word alone resyncs them, so each gets the whole state from it.
-    core.round, core.rounds.machines = 9, {9: machine}
+    core.progress.round, core.parts.rounds.machines = 9, {9: machine}
     first = {p: _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, 9, p, 0, 1).with_indices([0, 2]), 1.0)
              for p in (2, 3)}
     assert first == {2: [(0, 2)], 3: [(0, 2)]}
@@ -400,8 +400,8 @@ def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too
 
 def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
     core = _running_core(node=1)
-    core.round, core.rounds.machines = 5, {5: core.machines.pop(0)}
-    core.handle(MessageArrived(core.topics.suspect(2), Suspect(2, 6, 2).encode()), 0.5)  # it fell behind
+    core.progress.round, core.parts.rounds.machines = 5, {5: core.parts.rounds.machines.pop(0)}
+    core.handle(MessageArrived(core.parts.topics.suspect(2), Suspect(2, 6, 2).encode()), 0.5)  # it fell behind
     pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
     assert any(isinstance(a, SendState) for a in core.handle(FrameArrived(pull), 0.6))
 
@@ -410,12 +410,12 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
     """Behind or joining, a puller asks each peer for one stripe; a device that claims to be
     behind and asks us for everything, every round, took a whole state every round."""
     core = _striped_core()
-    core.handle(MessageArrived(core.topics.suspect(2), Suspect(2, 10**6, 2).encode()), 0.02)  # "behind, for good"
+    core.handle(MessageArrived(core.parts.topics.suspect(2), Suspect(2, 10**6, 2).encode()), 0.02)  # "behind, for good"
     core.handle(StatusSeen(Status(3, "joining", incarnation=4)), 0.02)  # 3 rejoins, as a joiner does
-    machine = core.machines.pop(0)
+    machine = core.parts.rounds.machines.pop(0)
     got: dict[int, list[tuple[int, ...]]] = {2: [], 3: []}
     for rnd in range(1, 13):
-        core.round, core.rounds.machines = rnd, {rnd: machine}
+        core.progress.round, core.parts.rounds.machines = rnd, {rnd: machine}
         everything = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)
         stripe = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9])
         # The joiner pulls in the even rounds (two pullers at once: see the test above).
@@ -425,10 +425,10 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
                     got[a.request.sender].append(a.chunks or ())
     assert got[2] == [(0, 1, 2, 3, 4)] * 12, got[2]  # half a state a round, never the whole
     assert got[3] == [(1, 3, 5, 7, 9)] * 6  # a joiner's stripe, every round it asks
-    assert core.counters.rejected["model_pull_budget"] == 12 * 4  # the other asks of 2
+    assert core.parts.counters.rejected["model_pull_budget"] == 12 * 4  # the other asks of 2
     # The run over (lingering), the final sync of a member taken back late takes it whole.
-    core.phase = Phase.LINGERING
-    core.round, core.rounds.machines = 13, {13: machine}
+    core.progress.phase = Phase.LINGERING
+    core.progress.round, core.parts.rounds.machines = 13, {13: machine}
     last = [a for a in core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1)), 2.0)
             if isinstance(a, SendState)]
     assert [len(a.chunks or ()) for a in last] == [10]
@@ -439,8 +439,8 @@ def test_a_member_late_to_a_round_whose_root_died_does_not_wait_once_the_next_vi
     starts at 31, as the others were at 30 already. Our round 30 (still the dead root's
     tree) ends at once, as theirs did, instead of waiting the whole root wait for a view."""
     core = _running_core(node=6, members=(0, 1, 2, 3, 4, 5, 6))
-    core.round, core.rounds.machines = 30, {}
-    core.phase = Phase.WAITING
+    core.progress.round, core.parts.rounds.machines = 30, {}
+    core.progress.phase = Phase.WAITING
     core.handle(StatusSeen(Status(0, "offline")), 1.0)
     assert not any(isinstance(a, ComputeGradient) for a in core.handle(Tick(), 1.1))  # waits: no view yet
     out = core.handle(ViewSeen(View(2, [1, 2, 3, 4, 5, 6], 2, 1, 31)), 1.3)  # the root wait: 1 s
@@ -467,7 +467,7 @@ def test_a_drift_resync_state_that_comes_rounds_late_is_installed_with_the_updat
     def drift(agent: SimAgent, action: ComputeGradient, grad: np.ndarray, params_hash: int) -> None:
         record_start(agent, action, grad, params_hash)
         if action.round == 3 and agent.node in (2, 3):
-            agent.state[0] += 0.5
+            agent.vector[0] += 0.5
 
     fleet.send, fleet.record_start = slow_coordinator, drift  # type: ignore[method-assign]
     records = fleet.run()
@@ -489,8 +489,8 @@ def test_a_round_that_fell_back_is_never_replayed_on_a_late_state() -> None:
                                      faults=faults, compute_time=0.01))
     records = fleet.run()
     assert records[4].results[6].missing_chunks and not records[4].results[0].missing_chunks
-    assert 4 not in fleet.agents[6].core.fetch.applied
-    assert sorted(fleet.agents[0].core.fetch.applied) == [4, 5, 6]
+    assert 4 not in fleet.agents[6].core.parts.fetch.applied
+    assert sorted(fleet.agents[0].core.parts.fetch.applied) == [4, 5, 6]
 
 
 def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() -> None:
@@ -498,11 +498,11 @@ def test_a_drift_resync_leans_on_the_coordinator_only_over_a_link_that_worked() 
     for it in every pair left node 1 drifted to the end of the run (test_agent_fleet's
     one-way cut). Then the peers rotate as for a joiner."""
     core = _running_core(node=1)
-    core._request_resync("drift", {0}, 0.1)
-    assert core.fetch.transfer is not None and not core.fetch.transfer.anchor_decides
-    core.fetch.transfer = None
-    core._request_resync("drift", set(), 0.2)
-    assert core.fetch.transfer is not None and core.fetch.transfer.anchor_decides and core.fetch.transfer.peer == 0
+    core.steps.request_resync("drift", {0}, 0.1)
+    assert core.parts.fetch.transfer is not None and not core.parts.fetch.transfer.anchor_decides
+    core.parts.fetch.transfer = None
+    core.steps.request_resync("drift", set(), 0.2)
+    assert core.parts.fetch.transfer is not None and core.parts.fetch.transfer.anchor_decides and core.parts.fetch.transfer.peer == 0
 
 
 def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_coordinator() -> None:
@@ -513,12 +513,12 @@ def test_a_drift_resync_replaces_a_catch_up_transfer_that_does_not_lean_on_the_c
     core = _running_core()
     core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 3, 0, 5, origin=3)), 0.02)
     core.handle(FrameArrived(Frame(Kind.DATA, CONFIG.job, 7, 2, 0, 5, origin=2)), 0.03)
-    assert core.fetch.transfer is not None and not core.fetch.transfer.anchor_decides
-    core._request_resync("drift", set(), 0.05)
-    resync = core.fetch.transfer
+    assert core.parts.fetch.transfer is not None and not core.parts.fetch.transfer.anchor_decides
+    core.steps.request_resync("drift", set(), 0.05)
+    resync = core.parts.fetch.transfer
     assert resync is not None and resync.anchor_decides
-    core._request_resync("drift", set(), 0.06)
-    assert core.fetch.transfer is resync
+    core.steps.request_resync("drift", set(), 0.06)
+    assert core.parts.fetch.transfer is resync
 
 
 def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> float:
@@ -528,9 +528,9 @@ def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> fl
         core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
     for peer, rtt in rtts.items():
         for _ in range(4):
-            core.links.observe(peer, rtt)
+            core.parts.links.observe(peer, rtt)
     core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
-    return core.membership.grace
+    return core.parts.membership.grace
 
 
 def test_the_suspicion_grace_follows_the_links_measured_with_fixed_timeouts_too() -> None:
@@ -552,7 +552,7 @@ def test_the_telemetry_of_a_round_counts_its_retransmits() -> None:
     core = _running_core()
     result = RoundResult(0, np.zeros(4, np.float32), (frozenset({0, 1}),), (), False, None,
                          RoundStats(retransmits=3, nacks=1), {})
-    tel = telemetry_for(core, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
+    tel = telemetry_for(core.parts.node, core.parts.counters, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
                         model_hash=0, wall_time=1.0)
     assert tel.retransmits == 3 and tel.nacks == 1
     assert Telemetry.decode(tel.encode()).retransmits == 3
@@ -561,12 +561,12 @@ def test_the_telemetry_of_a_round_counts_its_retransmits() -> None:
 def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_round_counts() -> None:
     adaptive = AllreduceConfig(chunk_size=8, round_deadline=1.0)
     core = _running_core(node=1)
-    core.config = replace(core.config, allreduce=adaptive)
-    machine = core.machines[0]
+    core.parts.config = replace(core.parts.config, allreduce=adaptive)
+    machine = core.parts.rounds.machines[0]
     assert isinstance(machine, FtTreeRound)
     machine.cfg = adaptive
     # Our transport: a large frame from node 0 still arriving (link topic 0 -> 1).
-    actions = core.handle(Arriving(core.topics.link(0, 1)), 0.2)
+    actions = core.handle(Arriving(core.parts.topics.link(0, 1)), 0.2)
     assert machine.down_busy_at == 0.2 and machine.last_heard[0] == 0.2
     assert {a.dst for a in actions if is_send(a) and a.frame.flags & Flag.PROGRESS} == {0, 2, 3}
     core.handle(Sending(), 0.3)
@@ -574,7 +574,7 @@ def test_busy_links_reach_every_round_machine_and_a_peers_progress_of_another_ro
     # Node 3 is still in round 5: its PROGRESS holds our timers towards it in ours.
     core.handle(FrameArrived(Frame(Kind.PROBE, CONFIG.job, 5, 3, 0, 1, Flag.PROGRESS, target=1)), 0.4)
     assert machine.progress_from == {3: 0.4} and machine.last_heard[3] == 0.4
-    assert core.counters.rejected["stale_round"] == 0
+    assert core.parts.counters.rejected["stale_round"] == 0
 
 
 def _big_frame(sender: int, round: int = 0) -> bytes:
@@ -595,8 +595,8 @@ def _views_after_arrivals(seconds: float, *, node: int = 0, adapt: bool = True,
     core.handle(ViewSeen(View(1, [0, 1, 2], 2, 0, 0)), 0.0)
     sender = 1 if node != 1 else 0
     for _ in range(8):
-        core.handle(MessageArrived(core.topics.link(sender, node), _big_frame(sender), seconds), 0.1)
-    assert core.counters.rejected == {}
+        core.handle(MessageArrived(core.parts.topics.link(sender, node), _big_frame(sender), seconds), 0.1)
+    assert core.parts.counters.rejected == {}
     out = []
     for peer in (0, 1, 2):
         out += core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == node else 0)), 0.2)
@@ -629,10 +629,10 @@ def test_a_coordinator_on_a_slow_downlink_has_the_root_fan_the_result_out_by_a_v
 
 def test_every_round_machine_knows_our_own_links_rate_from_large_messages_arrival() -> None:
     """What wire_dtype auto narrows by besides each link's drains (agent/protocol/wire_choice.py)."""
-    machine = _running_core(downlink_rate=50e6).machines[0]
+    machine = _running_core(downlink_rate=50e6).parts.rounds.machines[0]
     assert isinstance(machine, FtTreeRound)
     assert machine.own_link_rate == pytest.approx(50e6)
-    assert _running_core().machines[0].own_link_rate is None  # nothing large arrived yet
+    assert _running_core().parts.rounds.machines[0].own_link_rate is None  # nothing large arrived yet
 
 
 def _first_round(view: View, broadcast: Broadcast = "tree", **options: Any) -> tuple[AgentCore, list[Any]]:
@@ -654,22 +654,22 @@ def _fanned_result(round: int = 0) -> bytes:
 
 def test_a_member_takes_the_fan_out_in_the_rounds_whose_view_says_so_and_refuses_it_in_the_others() -> None:
     core, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0, broadcast="fanout"))
-    assert core.topics.all_fanout() in core.subscriptions()
-    assert core.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
-    applied = [a for a in core.handle(MessageArrived(core.topics.fanout(0), _fanned_result()), 0.02)
+    assert core.parts.topics.all_fanout() in core.subscriptions()
+    assert core.parts.rounds.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
+    applied = [a for a in core.handle(MessageArrived(core.parts.topics.fanout(0), _fanned_result()), 0.02)
                if isinstance(a, ApplyUpdate)]
-    assert core.counters.rejected == {} and [a.values.tolist() for a in applied] == [[0.5] * 4]
+    assert core.parts.counters.rejected == {} and [a.values.tolist() for a in applied] == [[0.5] * 4]
     tree, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0))
-    assert tree.machines[0].cfg.broadcast == "tree"  # type: ignore[attr-defined]
-    assert not [a for a in tree.handle(MessageArrived(tree.topics.fanout(0), _fanned_result()), 0.02)
+    assert tree.parts.rounds.machines[0].cfg.broadcast == "tree"  # type: ignore[attr-defined]
+    assert not [a for a in tree.handle(MessageArrived(tree.parts.topics.fanout(0), _fanned_result()), 0.02)
                 if isinstance(a, ApplyUpdate)]
-    assert dict(tree.counters.rejected) == {"fanout_in_tree_round": 1}
+    assert dict(tree.parts.counters.rejected) == {"fanout_in_tree_round": 1}
     quiet, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), adapt_broadcast=False)
-    assert quiet.topics.all_fanout() not in quiet.subscriptions()  # nothing can switch it
+    assert quiet.parts.topics.all_fanout() not in quiet.subscriptions()  # nothing can switch it
     fanout, _ = _first_round(View(1, [0, 1, 2], 2, 0, 0), broadcast="fanout")  # the default
-    assert fanout.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
-    assert fanout.topics.all_fanout() in fanout.subscriptions()
-    assert [a.values.tolist() for a in fanout.handle(MessageArrived(fanout.topics.fanout(0), _fanned_result()), 0.02)
+    assert fanout.parts.rounds.machines[0].cfg.broadcast == "fanout"  # type: ignore[attr-defined]
+    assert fanout.parts.topics.all_fanout() in fanout.subscriptions()
+    assert [a.values.tolist() for a in fanout.handle(MessageArrived(fanout.parts.topics.fanout(0), _fanned_result()), 0.02)
             if isinstance(a, ApplyUpdate)] == [[0.5] * 4]
 
 
@@ -692,10 +692,10 @@ def test_the_telemetry_of_a_round_says_which_wire_formats_its_frames_of_values_u
     core = _running_core()
     stats = RoundStats(wire_frames={"float32": 2, "int8": 4})
     result = RoundResult(0, np.zeros(4, np.float32), (frozenset({0, 1}),), (), False, None, stats, {})
-    tel = telemetry_for(core, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
+    tel = telemetry_for(core.parts.node, core.parts.counters, RoundReport(0, 1, 4, 1.0, result, {}, []), algorithm="ft-tree",
                         model_hash=0, wall_time=1.0)
     assert Telemetry.decode(tel.encode()).wire_frames == {"float32": 2, "int8": 4}
-    none = telemetry_for(core, RoundReport(0, 1, 4, 1.0, None, {}, []), algorithm="ft-tree",
+    none = telemetry_for(core.parts.node, core.parts.counters, RoundReport(0, 1, 4, 1.0, None, {}, []), algorithm="ft-tree",
                          model_hash=0, wall_time=1.0)
     assert none.wire_frames == {}
 
@@ -707,24 +707,24 @@ def test_a_status_speaking_for_another_node_is_refused_and_counted() -> None:
     core = _running_core(node=0)
     # On node 3's own topic: "node 0 is offline, a newer life": it made node 0 exit (code 4).
     forged = Status(0, "offline", incarnation=99).encode()
-    assert core.handle(MessageArrived(core.topics.status(3), forged), 0.02) == []
-    assert core.phase != Phase.DONE and core.counters.rejected["status_forged"] == 1
+    assert core.handle(MessageArrived(core.parts.topics.status(3), forged), 0.02) == []
+    assert core.phase != Phase.DONE and core.parts.counters.rejected["status_forged"] == 1
     honest = Status(3, "offline", incarnation=1).encode()  # node 3's own, on its own topic
-    core.handle(MessageArrived(core.topics.status(3), honest), 0.03)
-    assert core.membership.states[3] == "offline" and core.counters.rejected["status_forged"] == 1
+    core.handle(MessageArrived(core.parts.topics.status(3), honest), 0.03)
+    assert core.parts.membership.states[3] == "offline" and core.parts.counters.rejected["status_forged"] == 1
 
 
 def test_a_suspicion_beyond_the_next_round_is_refused_and_counted() -> None:
     core = _running_core(node=0)
-    topics = core.topics
+    topics = core.parts.topics
     core.handle(MessageArrived(topics.suspect(3), Suspect(3, 10**6, 1).encode()), 0.02)
-    assert core.counters.rejected["suspect_future_round"] == 1 and 1 not in core.membership.reports
+    assert core.parts.counters.rejected["suspect_future_round"] == 1 and 1 not in core.parts.membership.reports
     core.handle(MessageArrived(topics.suspect(3), Suspect(3, 1, 1).encode()), 0.03)  # the next round
-    assert 1 in core.membership.reports and core.counters.rejected["suspect_future_round"] == 1
+    assert 1 in core.parts.membership.reports and core.parts.counters.rejected["suspect_future_round"] == 1
 
 
 def _unit(sender: int, j: int, ids: set[int], core: AgentCore, **fields: Any) -> Frame:
-    machine = core.machines[0]
+    machine = core.parts.rounds.machines[0]
     assert isinstance(machine, FtTreeRound)
     lo, hi = machine.scope.bounds[j]
     frame = Frame(Kind.DATA, CONFIG.job, 0, sender, j, machine.n, contributors=frozenset(ids), **fields)
@@ -734,18 +734,18 @@ def _unit(sender: int, j: int, ids: set[int], core: AgentCore, **fields: Any) ->
 def test_a_unit_claiming_contributors_outside_its_senders_subtree_is_refused_and_counted() -> None:
     core = _running_core(node=0)  # the root: 1 and 2 below it, 3 below 1
     core.handle(FrameArrived(_unit(3, 0, {1, 2, 3}, core)), 0.02)  # straight to the root (an ancestor)
-    machine = core.machines[0]
+    machine = core.parts.rounds.machines[0]
     assert isinstance(machine, FtTreeRound)
-    assert machine.reducer.covered(0) == {0} and core.counters.rejected["contributors_outside_subtree"] == 1
+    assert machine.reducer.covered(0) == {0} and core.parts.counters.rejected["contributors_outside_subtree"] == 1
     core.handle(FrameArrived(_unit(3, 0, {3}, core)), 0.03)  # its own contribution: counted
     assert machine.reducer.covered(0) == {0, 3}
 
 
 def test_a_result_from_a_node_that_is_not_above_us_is_refused_and_counted() -> None:
     core = _running_core(node=2)  # 2's parent is 0; 3 is a leaf below 1
-    machine = core.machines[0]
+    machine = core.parts.rounds.machines[0]
     assert isinstance(machine, FtTreeRound)
     core.handle(FrameArrived(_unit(3, 0, {0, 1, 2, 3}, core, flags=Flag.BROADCAST | Flag.FINAL, target=2)), 0.02)
-    assert not machine.results.has(0) and core.counters.rejected["result_not_from_above"] == 1
+    assert not machine.results.has(0) and core.parts.counters.rejected["result_not_from_above"] == 1
     core.handle(FrameArrived(_unit(0, 0, {0, 1, 2, 3}, core, flags=Flag.BROADCAST | Flag.FINAL, target=2)), 0.03)
-    assert machine.results.has(0) and core.counters.rejected["result_not_from_above"] == 1
+    assert machine.results.has(0) and core.parts.counters.rejected["result_not_from_above"] == 1

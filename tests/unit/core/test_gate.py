@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.core_gate import RoundGate
+from agent.core.gate import RoundGate
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, View
 from agent.protocol.rounds import indispensable

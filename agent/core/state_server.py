@@ -12,10 +12,16 @@ from collections import Counter
 
 import numpy as np
 
-from agent.core_actions import SendState
+from agent.core.actions import AnnounceState, SendState
 from agent.protocol.allreduce import Send
 from agent.protocol.membership import Membership
-from agent.protocol.state_transfer import STATE_STRIPES, serve_model_pull, state_chunk_count
+from agent.protocol.messages import StateDigest
+from agent.protocol.state_transfer import (
+    STATE_STRIPES,
+    serve_model_pull,
+    state_chunk_count,
+    state_digest,
+)
 from agent.protocol.wire import Flag, Frame, Kind
 
 
@@ -29,6 +35,7 @@ class StateServer:
         self.pending: dict[int, Frame] = {}  # puller -> its MODEL_PULL
         self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
+        self.announced_round = -1  # the last round whose state digest we announced
 
     def asked(self, request: Frame) -> None:
         """A MODEL_PULL came: answered as soon as we are at its round (``due``)."""
@@ -51,6 +58,14 @@ class StateServer:
                     continue  # nothing left for it this round (counted)
                 out.append(SendState(request, round, chunks))
         return out
+
+    def announcement(self, action: AnnounceState, state: np.ndarray) -> StateDigest | None:
+        """The digest of ``state`` (ours at the start of ``action.round``) to announce; None
+        when that round's was announced already."""
+        if action.round <= self.announced_round:
+            return None
+        self.announced_round = action.round
+        return StateDigest(self.node, action.round, state_digest(state))
 
     def frames(self, action: SendState, state: np.ndarray) -> list[Send]:
         """The MODEL frames answering ``action`` with ``state`` (the driver's current state)."""

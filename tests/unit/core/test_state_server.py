@@ -1,4 +1,4 @@
-"""Serving our state to pullers (agent/state_server.py), without a core around it."""
+"""Serving our state to pullers (agent/core/state_server.py), without a core around it."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from collections import Counter
 
 import numpy as np
 
-from agent.core_actions import SendState
+from agent.core.actions import SendState
+from agent.core.state_server import StateServer
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.wire import Frame, Kind
-from agent.state_server import StateServer
 
 JOB = 7
 
