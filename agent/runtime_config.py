@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.config import AgentConfig
 from agent.core.config import CoreConfig, build_core_config
-from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.allreduce import Algorithm, AllreduceConfig
 from agent.protocol.membership import ModelIdentity
 from agent.protocol.sync_period import AUTO_START
 from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
@@ -14,7 +14,7 @@ from agent.protocol.wire import WIRE_DTYPES, DType, job_hash
 def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceConfig:
     # The model's fingerprint is part of the frames' job: another model's frames are foreign.
     return AllreduceConfig(
-        job=job_hash(config.job, fingerprint), algorithm=config.algorithm, chunk_size=config.chunk_size,
+        job=job_hash(config.job, fingerprint), algorithm=Algorithm(config.algorithm), chunk_size=config.chunk_size,
         # auto: each frame's format from its link, float32 at the widest
         wire_dtype=WIRE_DTYPES.get(config.wire_dtype, DType.F32), wire_auto=config.wire_dtype == "auto",
         wire_budget=config.wire_budget, timeout_mode=config.timeout_mode,

@@ -118,7 +118,7 @@ class AgentCore:
             times.append(t)
         if self.progress.deadline is not None:
             times.append(self.progress.deadline)
-        if phase == Phase.WAITING and membership.latest is None:
+        if phase == Phase.WAITING and membership.views.latest is None:
             times.append(membership.gate.started_at + membership.gate.join_grace)  # the start-up gate opens by time
         if phase == Phase.WAITING and parts.gate.root_wait_until is not None:
             times.append(parts.gate.root_wait_until)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from agent.protocol.allreduce import AllreduceConfig, Broadcast, Note
+from agent.protocol.allreduce import Algorithm, AllreduceConfig, Broadcast, Note
 from agent.protocol.chunking import DownlinkRate, broadcast_for, chunk_values_for, rate_across_sites
 from agent.protocol.membership import Membership, PublishView
 from agent.protocol.messages import View
@@ -39,14 +39,14 @@ class ChunkPolicy:
     def choose(self, node: int, membership: Membership, downlink: DownlinkRate) -> tuple[list[PublishView], Note | None]:
         """As coordinator: the chunk size and the broadcast the fleet's next rounds use, from
         our downlink; the views that say so and the note about it."""
-        view = membership.latest
+        view = membership.views.latest
         if not (self.adapt_chunks or self.adapt_broadcast) or view is None or membership.coordinator() != node:
             return [], None
         rate = rate_across_sites(downlink.rate(), view.sites)
         chunks, broadcast = view.chunk_values, view.broadcast
         if self.adapt_chunks:
             chunks = chunk_values_for(rate, chunks, self.base.chunk_size)
-        if self.adapt_broadcast and self.base.algorithm == "ft-tree":
+        if self.adapt_broadcast and self.base.algorithm == Algorithm.FT_TREE:
             broadcast = broadcast_for(rate, broadcast)
         out = list(membership.change_chunks(chunks, broadcast))
         if not out or rate is None:
@@ -55,4 +55,4 @@ class ChunkPolicy:
         how = broadcast or self.base.broadcast
         why = "uplinks between sites" if len(set(view.sites)) > 1 else "downlink"
         return out, Note(NoteKind.CHUNKS, None, f"{size:,} values per chunk, broadcast {how}, from round "
-                                                f"{membership.newest.from_round}: {why} {rate / 1e6:.1f} MB/s")
+                                                f"{membership.views.newest.from_round}: {why} {rate / 1e6:.1f} MB/s")

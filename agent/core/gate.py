@@ -6,13 +6,15 @@ how long a round waited before it could start."""
 
 from __future__ import annotations
 
+from agent.protocol.allreduce import Algorithm
 from agent.protocol.membership import Membership, view_root
 from agent.protocol.messages import View
 from agent.protocol.rounds import indispensable
 
 
 class RoundGate:
-    def __init__(self, node: int, membership: Membership, root_wait: float, algorithm: str = "ft-tree") -> None:
+    def __init__(self, node: int, membership: Membership, root_wait: float,
+                 algorithm: Algorithm = Algorithm.FT_TREE) -> None:
         self.node, self.membership, self.root_wait = node, membership, root_wait
         self.algorithm = algorithm
         self.root_wait_until: float | None = None  # waiting for a view without a dead root (or ring member)
@@ -27,7 +29,7 @@ class RoundGate:
         member so: wait (bounded) for the coordinator's view without it rather than run to the
         deadline, or (a ring) skip round after round and race ahead of the fleet's views."""
         needed = indispensable(self.algorithm, view.members, view_root(view)) - {self.node}
-        newest = self.membership.latest
+        newest = self.membership.views.latest
         if (not any(self.membership.is_down(m) for m in needed) or len(view.members) == 1
                 or (newest is not None and newest.epoch > view.epoch)):
             # A newer view (from a later round) says where the new tree starts: the rounds

@@ -27,7 +27,7 @@ class FrameIntake:
 
     def link_frame(self, read: LinkFrame, now: float) -> list[CoreAction]:
         parts = self.parts
-        if read.fanned and parts.chunks.broadcast_in(parts.membership.view_for(read.frame.round)) != "fanout":
+        if read.fanned and parts.chunks.broadcast_in(parts.membership.views.view_for(read.frame.round)) != "fanout":
             # A round whose result is relayed down the tree takes none from a fan-out.
             parts.counters.rejected["fanout_in_tree_round"] += 1
             return []
@@ -39,7 +39,7 @@ class FrameIntake:
         machine = parts.rounds.get(frame.round)
         progress = frame.kind == Kind.PROBE and bool(frame.flags & Flag.PROGRESS)
         if progress:
-            parts.membership.peer_busy(frame.sender, now)  # a report about it waits behind that
+            parts.membership.witnesses.peer_busy(frame.sender, now)  # a report about it waits behind that
         if frame.kind == Kind.MODEL_PULL:
             parts.server.asked(frame)
             out += self.steps.serve_pulls()
@@ -70,5 +70,5 @@ class FrameIntake:
         slow), or (None) what we published is still waiting to leave (our uplink is): the
         rounds under way hold their verdicts on silence (issue 19); the last round's
         broadcast may still drain."""
-        self.parts.membership.links_busy(now)
+        self.parts.membership.witnesses.links_busy(now)
         return self.parts.rounds.each(lambda m: m.arriving(sender, now))

@@ -80,7 +80,7 @@ class PeriodPolicy:
 
     def choose(self, node: int, membership: Membership, round: int) -> tuple[list[PublishView], Note | None]:
         """As coordinator of an auto fleet: the period of the rounds from ``LEAD_ROUNDS`` on."""
-        view = membership.latest
+        view = membership.views.latest
         if not self.auto or view is None or membership.coordinator() != node:
             return [], None
         current = self.local_steps(view)
@@ -96,4 +96,4 @@ class PeriodPolicy:
         if not out:
             return [], None
         return out, Note(NoteKind.SYNC_PERIOD, None,
-                         f"{decision.describe(current)}, from round {membership.newest.from_round}")
+                         f"{decision.describe(current)}, from round {membership.views.newest.from_round}")

@@ -28,9 +28,9 @@ class Presence:
         peer = status.node
         parts.period.heard(status)
         was_down = membership.is_down(peer)
-        was_reported = peer in membership.reports
+        was_reported = peer in membership.witnesses.reports
         out: list[CoreAction] = parts.outbox.views(membership.on_status(status, now))
-        if was_reported and peer not in membership.reports:
+        if was_reported and peer not in membership.witnesses.reports:
             # It refuted a report of silence: what the machines held for the verdict goes.
             out += parts.rounds.each(lambda m: m.peer_spoke(peer, now))
         back = was_down and not membership.is_down(peer)
@@ -92,7 +92,7 @@ class Presence:
             out.append(self.steps.my_status())
         out += parts.rounds.reconnected(self.progress.round, now - parts.broker.disconnected_at, now)
         out += parts.fetch.retry_now(now, self.progress.round)
-        latest = membership.latest
+        latest = membership.views.latest
         if latest is not None and latest.coordinator == parts.node and membership.coordinator() == parts.node:
             out += parts.outbox.views([PublishView(latest)])
         return out

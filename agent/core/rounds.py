@@ -13,7 +13,7 @@ from dataclasses import replace
 from agent.core.actions import CoreAction
 from agent.core.outbox import CoreOutbox
 from agent.core.wills import RootGrace
-from agent.protocol.allreduce import Fanout, Note, RoundMachine, Send
+from agent.protocol.allreduce import Algorithm, Fanout, Note, RoundMachine, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.membership import view_root
 from agent.protocol.messages import View
@@ -45,7 +45,7 @@ MachineCall = Callable[[RoundMachine], list[Send | Fanout | Note]]
 
 
 class Rounds:
-    def __init__(self, node: int, algorithm: str, outbox: CoreOutbox) -> None:
+    def __init__(self, node: int, algorithm: Algorithm, outbox: CoreOutbox) -> None:
         self.outbox = outbox
         self.machines: dict[int, RoundMachine] = {}
         self.future: list[Frame] = []

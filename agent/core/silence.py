@@ -27,7 +27,7 @@ class SilenceReports:
         parts = self.parts
         if report.is_self_report:
             return self._absent(report.node, report.round, now)
-        if (why := parts.membership.judge_suspect(report)) is not None:
+        if (why := parts.membership.witnesses.judge(report, parts.membership.round)) is not None:
             parts.counters.rejected[why] += 1
             return []
         out: list[CoreAction] = parts.outbox.views(parts.membership.on_suspect(report, now))
@@ -68,9 +68,9 @@ class SilenceReports:
         fleet's witnesses found silent are routed around in every machine."""
         parts = self.parts
         out: list[CoreAction] = []
-        for peer, rnd in parts.book.to_excuse(parts.membership.unrefuted(now), parts.rounds.machines):
-            out += parts.rounds.excuse(rnd, peer, now, first_report_at(parts.membership.reports, peer))
-        for peer in parts.book.newly_suspected(parts.membership.suspected()):
+        for peer, rnd in parts.book.to_excuse(parts.membership.witnesses.unrefuted(now), parts.rounds.machines):
+            out += parts.rounds.excuse(rnd, peer, now, first_report_at(parts.membership.witnesses.reports, peer))
+        for peer in parts.book.newly_suspected(parts.membership.witnesses.suspected()):
             parts.outbox.note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses")
             out += parts.rounds.each(partial(_peer_down, peer=peer, now=now))
         return out

@@ -116,7 +116,7 @@ class StateFetch:
         fetch its state for the next round, first from peers not in ``avoid``."""
         self.outbox.note(NoteKind.DRIFT, None, why)
         avoid = avoid | set(self.disputed)  # kept REPLAY_ROUNDS rounds (forget_before)
-        view = self.membership.view_for(round)
+        view = self.membership.views.view_for(round)
         peers = self.membership.online_peers(view.members if view is not None else [])
         peers = sorted(peers, key=lambda p: p in avoid)  # stable: the usual order otherwise
         lean_on_coordinator = self.membership.coordinator() not in avoid
@@ -205,7 +205,7 @@ class StateFetch:
         held, transfer = self.held, self.transfer
         if held is None or transfer is None:
             return []
-        view = self.membership.view_for(held.round)
+        view = self.membership.views.view_for(held.round)
         members = [m for m in (view.members if view is not None else []) if m != self.node]
         coordinator = self.membership.coordinator()
         announced = {n: rounds[held.round] for n, rounds in self.digests.items() if held.round in rounds}

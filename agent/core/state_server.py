@@ -100,7 +100,7 @@ class StateServer:
             return None
         if self.sole_source and membership.coordinator() == self.node:
             return None  # the pullers' only source (see ``server_holds_the_state``)
-        view = membership.view_for(round)
+        view = membership.views.view_for(round)
         sources = [m for m in (view.members if view is not None else [])
                    if m != puller and (m == self.node or membership.is_online(m))]
         if len(sources) < STATE_STRIPES:

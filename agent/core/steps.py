@@ -103,7 +103,7 @@ class Steps:
         # 0.1-0.2 s to every silent round at 15 agents: a refutation is one small message.
         rtt = max((r for p in tree.members if p != self.parts.node
                    and (r := self.parts.links.measured_rtt(p)) is not None), default=0.0)
-        self.parts.membership.grace = max(self.parts.config.suspicion_grace, SUSPICION_RTTS * rtt)
+        self.parts.membership.witnesses.grace = max(self.parts.config.suspicion_grace, SUSPICION_RTTS * rtt)
         away: list[tuple[int, bool]] = []
         for peer in tree.members:
             absent, later = self.parts.book.peer_absent_in(peer, self.progress.round), self._joins_later(peer)
@@ -115,18 +115,18 @@ class Steps:
         """A member restarted before its Will removed it: it has no state to run our round
         with until the view that takes it in again (none yet, or one starting later).
         Waited for, it cost this round its whole deadline."""
-        latest, membership = self.parts.membership.latest, self.parts.membership
+        latest, membership = self.parts.membership.views.latest, self.parts.membership
         if peer == self.parts.node or membership.states.get(peer) not in LIVE_STATES:
             return False
-        return peer in membership.new_lives or (
+        return peer in membership.admission.new_lives or (
             membership.states.get(peer) == "joining" and latest is not None and self.progress.round < latest.from_round)
 
     def advance(self, now: float) -> list[CoreAction]:
         """Move through the phases as far as the facts allow: the first step of ``ADVANCE``
         whose phase and condition hold, again while the phase changes."""
-        if self.parts.membership.refused is not None and self.progress.phase != Phase.DONE:
+        if self.parts.membership.admission.refused is not None and self.progress.phase != Phase.DONE:
             self.progress.go(Trigger.REFUSED)
-            return [self.parts.membership.refused]
+            return [self.parts.membership.admission.refused]
         out: list[CoreAction] = []
         for _ in range(8):  # every step changes the phase or returns; bounded to be safe
             before = self.progress.phase
@@ -138,7 +138,7 @@ class Steps:
         return out
 
     def connected(self, now: float) -> list[CoreAction]:
-        latest = self.parts.membership.latest
+        latest = self.parts.membership.views.latest
         fresh_fleet = latest is None or (
             self.parts.node in latest.members and latest.from_round == self.progress.round == 0 and not self.progress.resumed)
         self.progress.deadline = None
@@ -164,7 +164,7 @@ class Steps:
         return []
 
     def _step_joining(self, now: float) -> list[CoreAction]:
-        latest = self.parts.membership.latest
+        latest = self.parts.membership.views.latest
         if latest is None or self.parts.node not in latest.members:
             return []
         # The view takes us from its from_round: a state of an earlier round (fetched before
@@ -198,13 +198,14 @@ class Steps:
         """Every other member of the newest view ran the last round, and we are short of
         it by more than the round under way (whose end the final sync covers): cut off or
         hung while the fleet finished, nothing is left for us to run or to fetch."""
-        latest = self.parts.membership.latest
+        latest = self.parts.membership.views.latest
         return (latest is not None and self.progress.round < self.parts.config.rounds - 1
                 and self.parts.membership.finished(self.parts.config.rounds, latest.members))
 
     def _fleet_finished(self, now: float) -> list[CoreAction]:
         """The fleet ended while we were away: no state will come, no view will take us."""
-        members = self.parts.membership.latest.members if self.parts.membership.latest is not None else []
+        latest = self.parts.membership.views.latest
+        members = latest.members if latest is not None else []
         self.parts.outbox.note(NoteKind.STATE_PULL_FAILED, None, f"the fleet finished its {self.parts.config.rounds} rounds")
         self.parts.fetch.transfer = None
         self.progress.current = None
@@ -215,7 +216,7 @@ class Steps:
         out: list[CoreAction] = self._install_fleet_state()
         if self.progress.done:
             return out + self._start_linger(now)
-        view = self.parts.membership.view_for(self.progress.round)
+        view = self.parts.membership.views.view_for(self.progress.round)
         root_down = self.parts.gate.dead_root_blocks(view, now)
         if not root_down:
             # Not while a dead root blocks this round: nobody can have run it on that tree,
@@ -225,7 +226,7 @@ class Steps:
             out += self.parts.outbox.views(self.parts.membership.round_started(self.progress.round, now))
             out += self._choose_chunks()
             out += self._choose_period()
-            if (newer := self.parts.membership.view_for(self.progress.round)) is not view:
+            if (newer := self.parts.membership.views.view_for(self.progress.round)) is not view:
                 view, root_down = newer, self.parts.gate.dead_root_blocks(newer, now)
         if view is None:
             return out
@@ -267,7 +268,7 @@ class Steps:
     def _evicted(self) -> bool:
         """The fleet went on without us (we hung and were taken for silent, or the Will
         took us out): whatever round we were in, it is not ours any more."""
-        latest = self.parts.membership.latest
+        latest = self.parts.membership.views.latest
         return not self.progress.joining and latest is not None and self.parts.node not in latest.members
 
     def _leave_and_rejoin(self, now: float) -> list[CoreAction]:
@@ -284,7 +285,7 @@ class Steps:
         through the join path, with its state, instead of running rounds nobody expects."""
         self.parts.outbox.note(NoteKind.REJOIN_NEEDED, None, f"not in the view of round {self.progress.round}")
         self.progress.go(Trigger.LEFT_OUT)
-        latest = self.parts.membership.latest
+        latest = self.parts.membership.views.latest
         # Views before the one without us may still list us: nobody should wait for us there.
         absent = self.parts.outbox.absence(latest.from_round - 1, self.progress.round) if latest is not None else []
         return [self.my_status(), *absent]
@@ -315,7 +316,7 @@ class Steps:
         """A newer view for the round under way (the old tree lost its root): run the round
         again on the new tree with the same gradient."""
         current = self.progress.current
-        view = self.parts.membership.view_for(self.progress.round)
+        view = self.parts.membership.views.view_for(self.progress.round)
         if current is None or view is None or view.epoch <= current.view.epoch or self.parts.node not in view.members:
             return []
         self.parts.outbox.note(NoteKind.RESTARTED, None, f"view epoch {view.epoch} for round {self.progress.round}")

@@ -94,6 +94,6 @@ class SuspicionBook:
 
 
 def first_report_at(reports: Mapping[int, Mapping[int, tuple[int, float]]], peer: int) -> float | None:
-    """When the first report standing about ``peer`` came (``Membership.reports``: suspect ->
+    """When the first report standing about ``peer`` came (``Witnesses.reports``: suspect ->
     reporter -> (round, when)); None: none stands."""
     return min((t for _, t in reports.get(peer, {}).values()), default=None)

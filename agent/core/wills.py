@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from agent.protocol.allreduce import ROOT_WILL_GRACE, RoundMachine
+from agent.protocol.allreduce import ROOT_WILL_GRACE, Algorithm, RoundMachine
 
 
 class RootGrace:
-    def __init__(self, node: int, algorithm: str) -> None:
+    def __init__(self, node: int, algorithm: Algorithm) -> None:
         self.node, self.algorithm = node, algorithm
         self.wills: dict[int, tuple[float, int]] = {}  # peer -> (when, incarnation) of its last Will
         self.rounds: set[int] = set()  # rounds whose root's Will came: waiting for it to come back
@@ -21,7 +21,7 @@ class RootGrace:
     def grants(self, machine: RoundMachine, peer: int) -> bool:
         """``peer`` is the root of ``machine``'s unfinished round (rps has no root to wait for)."""
         return (machine.tree.root == peer != self.node and machine.result is None
-                and self.algorithm != "rps")
+                and self.algorithm != Algorithm.RPS)
 
     def recent_will(self, peer: int, now: float) -> bool:
         will = self.wills.get(peer)

@@ -12,6 +12,7 @@ contribution is counted at most once (``merge_means`` only ever merges disjoint 
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,9 +33,21 @@ from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 # round-profile` at 7, 15 and 31 agents, 262,144 beat 16,384, 65,536, 131,072 and one chunk
 # (docs/PROFILE.md).
 DEFAULT_CHUNK_VALUES = 262_144
-Algorithm = Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"]
+
+
+class Algorithm(enum.StrEnum):
+    """The allreduce a fleet runs; the value is its name on the command line and in telemetry."""
+
+    FT_TREE = "ft-tree"
+    TREE = "tree"
+    RPS = "rps"
+    PS_SYNC = "ps-sync"
+    PS_ASYNC = "ps-async"
+    RING = "ring"
+
+
 TimeoutMode = Literal["adaptive", "fixed"]
-ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring")
+ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)
 # How ft-tree's root hands the result down: "tree" (every inner node relays it to its children,
 # each unit ACKed, routed around dead links) or "fanout" (the root publishes each chunk once on
 # its fan-out topic, which every member reads; a member that misses one pulls it from its
@@ -87,7 +100,7 @@ OWN_LINK_HOLD = 2 * PROGRESS_EVERY
 
 @dataclass(frozen=True)
 class AllreduceConfig:
-    algorithm: Algorithm = "ft-tree"
+    algorithm: Algorithm = Algorithm.FT_TREE  # a name given is taken as its Algorithm
     chunk_size: int = DEFAULT_CHUNK_VALUES
     wire_dtype: DType = DType.F32  # every frame's format; with wire_auto, the widest one
     # ft-tree: each frame's format from its link's measured rate (agent/protocol/wire_choice.py),
@@ -119,6 +132,7 @@ class AllreduceConfig:
     straggler_deadline: float = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", Algorithm(self.algorithm))  # ValueError: no such algorithm
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.broadcast not in BROADCASTS:
@@ -133,7 +147,7 @@ class AllreduceConfig:
             raise ValueError("need 0 < min_timeout <= max_timeout")
         if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
             raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
-        if self.wire_auto and self.algorithm != "ft-tree":
+        if self.wire_auto and self.algorithm is not Algorithm.FT_TREE:
             raise ValueError(f"wire_auto is for ft-tree, not {self.algorithm!r}")
         if self.wire_budget <= 0:
             raise ValueError("wire_budget must be > 0")

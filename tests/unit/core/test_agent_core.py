@@ -530,7 +530,7 @@ def _grace_after_start(allreduce: AllreduceConfig, rtts: dict[int, float]) -> fl
         for _ in range(4):
             core.parts.links.observe(peer, rtt)
     core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
-    return core.parts.membership.grace
+    return core.parts.membership.witnesses.grace
 
 
 def test_the_suspicion_grace_follows_the_links_measured_with_fixed_timeouts_too() -> None:
@@ -718,9 +718,9 @@ def test_a_suspicion_beyond_the_next_round_is_refused_and_counted() -> None:
     core = _running_core(node=0)
     topics = core.parts.topics
     core.handle(MessageArrived(topics.suspect(3), Suspect(3, 10**6, 1).encode()), 0.02)
-    assert core.parts.counters.rejected["suspect_future_round"] == 1 and 1 not in core.parts.membership.reports
+    assert core.parts.counters.rejected["suspect_future_round"] == 1 and 1 not in core.parts.membership.witnesses.reports
     core.handle(MessageArrived(topics.suspect(3), Suspect(3, 1, 1).encode()), 0.03)  # the next round
-    assert 1 in core.parts.membership.reports and core.parts.counters.rejected["suspect_future_round"] == 1
+    assert 1 in core.parts.membership.witnesses.reports and core.parts.counters.rejected["suspect_future_round"] == 1
 
 
 def _unit(sender: int, j: int, ids: set[int], core: AgentCore, **fields: Any) -> Frame:

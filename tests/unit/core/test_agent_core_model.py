@@ -53,8 +53,8 @@ def test_the_same_model_takes_the_view_and_trains() -> None:
     for node in (0, 1):
         core.handle(StatusSeen(Status(node, "online", incarnation=7 if node == 1 else 0,
                                      fingerprint=OURS.fingerprint)), 0.0)
-    assert core.parts.membership.refused is None and core.phase != Phase.DONE
-    assert core.parts.membership.members_for(0) == (0, 1)
+    assert core.parts.membership.admission.refused is None and core.phase != Phase.DONE
+    assert core.parts.membership.views.members_for(0) == (0, 1)
 
 
 def test_frames_of_another_model_are_rejected_as_a_foreign_job() -> None:

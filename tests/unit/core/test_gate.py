@@ -44,4 +44,4 @@ def test_a_newer_view_lets_the_ring_round_before_it_run_at_once() -> None:
     membership.on_view(View(epoch=2, members=[0, 1, 3], arity=2, coordinator=0, from_round=7))
     # Round 6 still has node 2 in its ring: it runs now and ends at once, as on every member.
     assert not gate.dead_root_blocks(VIEW, 1.1)
-    assert not gate.dead_root_blocks(membership.view_for(7), 1.1)
+    assert not gate.dead_root_blocks(membership.views.view_for(7), 1.1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.core.progress import TRANSITIONS, Phase, PhaseError, Trigger, next_phase
+from agent.core.progress import TRANSITIONS, Phase, PhaseError, Progress, Trigger, next_phase
 
 
 def test_a_round_goes_from_waiting_through_computing_and_running_back_to_waiting() -> None:
@@ -33,3 +33,28 @@ def test_every_phase_can_be_reached_and_every_trigger_is_used() -> None:
         reached |= {to for (src, _), to in TRANSITIONS.items() if src in reached}
     assert reached == set(Phase)
     assert {trigger for _, trigger in TRANSITIONS} == set(Trigger)
+
+
+def _progress(resumed_round: int | None = None) -> Progress:
+    return Progress(rounds=5, resumed_round=resumed_round, round_known_at=0.0, deadline=10.0)
+
+
+def test_joining_is_the_phase_itself_not_a_flag_beside_it() -> None:
+    progress = _progress()
+    assert not progress.joining and progress.phase is Phase.CONNECTING
+    progress.go(Trigger.FLEET_RUNS)
+    assert progress.joining
+    progress.go(Trigger.STATE_INSTALLED)
+    assert not progress.joining and progress.phase is Phase.WAITING
+    progress.go(Trigger.LEFT_OUT)  # the fleet went on without us
+    assert progress.joining
+
+
+def test_progress_knows_its_round_deadline_and_the_end_of_the_run() -> None:
+    progress = _progress(resumed_round=4)
+    assert progress.resumed and progress.round == 4 and not progress.done
+    assert not progress.expired(9.9) and progress.expired(10.0)
+    progress.round += 1
+    assert progress.done
+    assert not _progress().resumed and not Progress(rounds=0, resumed_round=9, round_known_at=0.0,
+                                                   deadline=None).done  # 0: until stopped

@@ -45,7 +45,7 @@ def test_a_crashed_site_root_is_replaced_from_its_site_and_the_fleet_goes_on() -
     records = fleet.run()
     last = records[-1]
     assert 7 not in last.members and not last.degraded and count_problems(last, 100) == []
-    tree = view_tree(fleet.agents[0].core.parts.membership.newest)
+    tree = view_tree(fleet.agents[0].core.parts.membership.views.newest)
     assert tree.site_root(8) == 8 and tree.parent(8) == 0
     assert len({r.values.tobytes() for r in last.results.values()}) == 1
 
@@ -66,9 +66,9 @@ def test_a_fleet_over_sites_cuts_small_chunks_and_fans_out_from_the_start() -> N
                    site_aware=False)
     aware.run()
     blind.run()
-    view = aware.agents[0].core.parts.membership.newest
+    view = aware.agents[0].core.parts.membership.views.newest
     assert (view.chunk_values, view.broadcast) == (SLOW_LINK_CHUNK_VALUES, SLOW_LINK_BROADCAST)
-    assert blind.agents[0].core.parts.membership.newest.chunk_values == 0
+    assert blind.agents[0].core.parts.membership.views.newest.chunk_values == 0
 
 
 def test_a_site_back_from_a_cut_takes_the_state_across_once_not_once_per_agent() -> None:

@@ -85,11 +85,11 @@ def test_a_site_cut_off_takes_the_fleets_view_without_it_once_its_bridge_went_do
     member, without_hall = _cut_site_member()
     member.cut_off()  # its own broker's word: the bridge to the core is down
     assert member.offer_view(without_hall, 0) is None
-    assert member.newest == without_hall and 4 not in member.newest.members  # it rejoins
+    assert member.views.newest == without_hall and 4 not in member.views.newest.members  # it rejoins
 
 
 def test_a_view_dropping_our_site_is_held_while_our_bridge_stayed_up() -> None:
     # The coordinator (compromised, or wrong) cannot evict a site nobody saw go.
     member, without_hall = _cut_site_member()
     assert member.offer_view(without_hall, 0) is not None
-    assert member.newest == START
+    assert member.views.newest == START

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.protocol.allreduce import DOWNLINK_BUSY_HOLD
-from agent.protocol.membership import Membership, ModelIdentity, StartupGate, admits, front, refusal
+from agent.protocol.membership import Membership, ModelIdentity, StartupGate, admits, refusal
 from agent.protocol.messages import Status, Suspect, View
 
 START = View(epoch=0, members=[0, 1, 2, 3], arity=2, coordinator=0, from_round=0)
@@ -24,7 +24,7 @@ def test_only_the_lowest_live_id_publishes_a_view_when_a_node_goes_offline() -> 
     out = coordinator.on_status(Status(3, "offline"), 1.0)
     assert [p.view for p in out] == [View(1, [0, 1, 2], 2, 0, 9)]
     assert other.on_view(out[0].view) and not other.on_view(out[0].view)
-    assert other.members_for(8) == (0, 1, 2, 3) and other.members_for(9) == (0, 1, 2)
+    assert other.views.members_for(8) == (0, 1, 2, 3) and other.views.members_for(9) == (0, 1, 2)
 
 
 def test_the_next_lowest_takes_over_when_the_coordinator_dies() -> None:
@@ -48,7 +48,7 @@ def test_a_joiner_is_added_but_never_coordinates() -> None:
     # The joiner adopts the view; the fleet's state comes from online members only.
     assert joiner.on_view(out[0].view)
     assert joiner.online_peers(joiner.live()) == [1, 2, 3]
-    assert joiner.members_for(11) == (1, 2, 3) and joiner.members_for(12) == (0, 1, 2, 3)
+    assert joiner.views.members_for(11) == (1, 2, 3) and joiner.views.members_for(12) == (0, 1, 2, 3)
 
 
 def test_a_joiner_back_from_a_cut_asks_the_views_members_for_the_state_not_one_it_left_out() -> None:
@@ -71,7 +71,7 @@ def test_a_dropped_nodes_status_from_far_behind_is_no_return_until_it_rejoins() 
     assert m.on_view(View(1, [0, 1, 2], 2, 0, 14))  # 3 was found silent
     m.round_started(60, 0.0)
     assert m.on_status(Status(3, "online", round=11), 0.0) == []
-    assert m.newest.members == [0, 1, 2]
+    assert m.views.newest.members == [0, 1, 2]
     out = m.on_status(Status(3, "joining", round=11), 0.0)
     assert out[0].view.members == [0, 1, 2, 3] and out[0].view.from_round == 62
 
@@ -128,13 +128,13 @@ def test_a_burst_of_flaps_collapses_into_one_view_change_that_the_fleet_can_reac
         published += m.on_status(Status(3, "offline" if i % 2 == 0 else "online"), 0.0)
     assert [p.view.from_round for p in published] == [62]  # one change, two rounds ahead
     m.round_started(62, 0.0)  # the flapping ended with node 3 offline
-    assert m.newest.members == [0, 1, 2]
-    assert m.view_for(61) is not None and m.view_for(61).epoch == 0
+    assert m.views.newest.members == [0, 1, 2]
+    assert m.views.view_for(61) is not None and m.views.view_for(61).epoch == 0
 
 
 def test_a_node_without_a_view_for_its_round_uses_the_newest_it_has() -> None:
     m = Membership(5, 2, View(4, [0, 5], 2, 0, 90))
-    assert m.view_for(12) == View(4, [0, 5], 2, 0, 90)
+    assert m.views.view_for(12) == View(4, [0, 5], 2, 0, 90)
 
 
 def test_an_unrefuted_report_suspects_a_silent_node_and_the_next_lowest_takes_over() -> None:
@@ -146,7 +146,7 @@ def test_an_unrefuted_report_suspects_a_silent_node_and_the_next_lowest_takes_ov
     one, two = members[1], members[2]
     # Node 0 (root, coordinator) froze: its child 1 reports it; it cannot refute.
     out = one.on_suspect(Suspect(1, 10, 0), 0.0)
-    assert one.suspected() == {0} and one.coordinator() == 1
+    assert one.witnesses.suspected() == {0} and one.coordinator() == 1
     # The root is gone: no round of its tree can finish, so the new tree applies next round.
     assert [p.view for p in out] == [View(1, [1, 2, 3], 2, 1, 11)]
     assert two.on_suspect(Suspect(1, 10, 0), 0.0) == []  # not the coordinator
@@ -157,7 +157,7 @@ def test_an_unrefuted_report_suspects_a_silent_node_and_the_next_lowest_takes_ov
     # It rejoins (joining): no longer suspected, and the coordinator takes it back.
     one.round_started(12, 0.0)
     back = one.on_status(Status(0, "joining"), 0.0)
-    assert not one.suspected() and back[0].view.members == [0, 1, 2, 3]
+    assert not one.witnesses.suspected() and back[0].view.members == [0, 1, 2, 3]
 
 
 def test_old_reports_and_a_silent_majority_evict_nobody() -> None:
@@ -166,12 +166,12 @@ def test_old_reports_and_a_silent_majority_evict_nobody() -> None:
         m.on_status(s, 0.0)
     m.round_started(20, 0.0)
     assert m.on_suspect(Suspect(2, 15, 3), 0.0) == []  # a report from long ago
-    assert not m.suspected()
+    assert not m.witnesses.suspected()
     m.on_suspect(Suspect(1, 20, 3), 0.0)
-    assert m.suspected() == {3}
+    assert m.witnesses.suspected() == {3}
     # A congested broker: reports about half the fleet stand unrefuted. Not frozen nodes.
     m.on_suspect(Suspect(1, 20, 2), 0.0)
-    assert m.suspected() == {3}
+    assert m.witnesses.suspected() == {3}
 
 
 def test_absent_statuses_do_not_shrink_the_view_at_start_up() -> None:
@@ -189,7 +189,7 @@ def test_the_first_view_waits_for_the_expected_members() -> None:
     assert m.round_started(0, 102.0) == []  # 2 of 3, grace not over
     out = m.on_status(Status(1, "online"), 103.0)
     assert [p.view for p in out] == [View(1, [0, 1, 2], 2, 0, 0)]  # applies at once, round 0
-    assert m.view_for(0) == out[0].view
+    assert m.views.view_for(0) == out[0].view
     assert m.round_started(0, 104.0) == []  # published once
 
 
@@ -210,9 +210,9 @@ def test_only_the_coordinator_passes_the_gate() -> None:
     m = Membership(1, 2, gate=GATE)
     for s in online(0, 1, 2):
         assert m.on_status(s, 200.0) == []
-    assert m.latest is None and m.view_for(0) is None
+    assert m.views.latest is None and m.views.view_for(0) is None
     m.on_view(View(1, [0, 1, 2], 2, 0, 0))
-    assert m.members_for(0) == (0, 1, 2)
+    assert m.views.members_for(0) == (0, 1, 2)
 
 
 def test_a_retained_view_of_a_running_fleet_skips_the_gate() -> None:
@@ -230,22 +230,22 @@ def test_a_report_counts_only_after_the_grace_and_a_refutation_cancels_it() -> N
         m.on_status(s, 0.0)
     m.round_started(10, 0.0)
     m.on_suspect(Suspect(1, 10, 0), 1.0)
-    assert m.on_suspect(Suspect(2, 10, 0), 1.1) == [] and not m.suspected()
-    assert m.next_check() == 1.3 and m.unrefuted(1.2) == []
+    assert m.on_suspect(Suspect(2, 10, 0), 1.1) == [] and not m.witnesses.suspected()
+    assert m.next_check() == 1.3 and m.witnesses.unrefuted(1.2) == []
     # Node 0 is alive (cut links around it, not frozen): it refutes at the fleet's round.
     m.on_status(Status(0, "online", round=10), 1.15)
-    assert m.check(2.0) == [] and not m.suspected() and m.unrefuted(2.0) == []
+    assert m.check(2.0) == [] and not m.witnesses.suspected() and m.witnesses.unrefuted(2.0) == []
     # Frozen this time: the reports stand, and after the grace node 0 is suspected.
     m.on_suspect(Suspect(1, 11, 0), 3.0)
     m.on_suspect(Suspect(2, 11, 0), 3.0)
-    assert m.unrefuted(3.3) == [(0, 11), (0, 11)]
-    assert m.check(3.3)[0].view.members == [1, 2, 3] and m.suspected() == {0}
+    assert m.witnesses.unrefuted(3.3) == [(0, 11), (0, 11)]
+    assert m.check(3.3)[0].view.members == [1, 2, 3] and m.witnesses.suspected() == {0}
     # Resumed far behind, its status does not clear the suspicion; rejoining does.
     m.round_started(20, 4.0)
     m.on_status(Status(0, "online", round=11), 4.0)
-    assert m.suspected() == {0}
+    assert m.witnesses.suspected() == {0}
     m.on_status(Status(0, "joining", round=11), 4.1)
-    assert not m.suspected()
+    assert not m.witnesses.suspected()
 
 
 def test_a_witness_reporting_again_does_not_restart_the_grace() -> None:
@@ -255,7 +255,7 @@ def test_a_witness_reporting_again_does_not_restart_the_grace() -> None:
     m.round_started(30, 0.0)
     m.on_suspect(Suspect(1, 30, 3), 1.0)  # node 1's round 30 waits for its silent child 3
     m.on_suspect(Suspect(1, 29, 3), 1.3)  # node 1's round 29, lingering for 3's ACKs, gives up
-    assert m.unrefuted(1.4) == [(3, 30)] and m.check(1.4)[0].view.members == [0, 1, 2]
+    assert m.witnesses.unrefuted(1.4) == [(3, 30)] and m.check(1.4)[0].view.members == [0, 1, 2]
     # Once the suspect spoke, a new report starts a new grace.
     m2 = Membership(0, 2, START, grace=0.4)
     for s in online(0, 1, 2, 3):
@@ -264,7 +264,7 @@ def test_a_witness_reporting_again_does_not_restart_the_grace() -> None:
     m2.on_suspect(Suspect(1, 30, 3), 1.0)
     m2.on_status(Status(3, "online", round=30), 1.1)
     m2.on_suspect(Suspect(1, 31, 3), 1.3)
-    assert m2.unrefuted(1.4) == [] and m2.unrefuted(1.8) == [(3, 31)]
+    assert m2.witnesses.unrefuted(1.4) == [] and m2.witnesses.unrefuted(1.8) == [(3, 31)]
 
 
 def test_while_our_links_show_a_backlog_a_report_stands_a_busy_hold_longer() -> None:
@@ -277,25 +277,25 @@ def test_while_our_links_show_a_backlog_a_report_stands_a_busy_hold_longer() -> 
         return m
 
     busy = fleet()
-    busy.links_busy(0.9)  # a large frame was still arriving just before the report
+    busy.witnesses.links_busy(0.9)  # a large frame was still arriving just before the report
     busy.on_suspect(Suspect(3, 1, 1), 1.0)
     assert busy.next_check() == 1.0 + 0.4 + DOWNLINK_BUSY_HOLD
-    assert busy.check(1.5) == [] and busy.unrefuted(1.5) == [] and not busy.suspected()
+    assert busy.check(1.5) == [] and busy.witnesses.unrefuted(1.5) == [] and not busy.witnesses.suspected()
     busy.on_status(Status(1, "online", round=1), 1.8)  # the refutation, late but in time
-    assert busy.check(3.0) == [] and not busy.suspected()
+    assert busy.check(3.0) == [] and not busy.witnesses.suspected()
     # Frozen after all: it is suspected, a busy hold later than on idle links.
     busy.on_suspect(Suspect(3, 2, 1), 3.0)
-    busy.links_busy(3.1)
+    busy.witnesses.links_busy(3.1)
     assert busy.check(3.5) == [] and busy.check(3.0 + 0.4 + DOWNLINK_BUSY_HOLD)[0].view.members == [0, 2, 3]
     # The suspect's downlink busy (its PROGRESS): it hears the report late, the same hold.
     slow = fleet()
     slow.on_suspect(Suspect(3, 1, 1), 1.0)
-    slow.peer_busy(1, 1.1)
-    slow.peer_busy(2, 0.5)  # another node's busy link says nothing about node 1
+    slow.witnesses.peer_busy(1, 1.1)
+    slow.witnesses.peer_busy(2, 0.5)  # another node's busy link says nothing about node 1
     assert slow.next_check() == 1.0 + 0.4 + DOWNLINK_BUSY_HOLD and slow.check(1.5) == []
     # Idle links: the grace alone (a backlog long before the report does not count).
     idle = fleet()
-    idle.links_busy(1.0 - DOWNLINK_BUSY_HOLD - 0.1)
+    idle.witnesses.links_busy(1.0 - DOWNLINK_BUSY_HOLD - 0.1)
     idle.on_suspect(Suspect(3, 1, 1), 1.0)
     assert idle.next_check() == 1.4 and idle.check(1.4)[0].view.members == [0, 2, 3]
 
@@ -308,8 +308,8 @@ def test_a_backlog_that_ended_before_the_report_adds_nothing_to_its_grace() -> N
     for s in online(0, 1, 2, 3):
         m.on_status(s, 0.0)
     m.round_started(1, 0.0)
-    m.links_busy(0.5)
-    m.peer_busy(1, 0.5)
+    m.witnesses.links_busy(0.5)
+    m.witnesses.peer_busy(1, 0.5)
     m.on_suspect(Suspect(3, 1, 1), 1.0)
     assert m.next_check() == 1.4 and m.check(1.4)[0].view.members == [0, 2, 3]
 
@@ -321,21 +321,21 @@ def test_only_the_coordinators_view_counts_and_epochs_advance_by_small_steps() -
     m.round_started(40, 0.0)
     # Node 3 (valid credentials, not the coordinator) on its own view topic: two members left.
     forged = View(1, [2, 3], 2, 3, 41)
-    assert m.offer_view(forged, 3) == "view_not_coordinator" and m.newest == START  # held back, not taken
+    assert m.offer_view(forged, 3) == "view_not_coordinator" and m.views.newest == START  # held back, not taken
     assert m.offer_view(View(1, [2, 3], 2, 0, 41), 3) == "view_not_its_publishers"
     assert m.offer_view(View(2**53, [0, 1, 2, 3], 2, 0, 41), 0) == "view_epoch_jump"
-    assert m.newest == START
+    assert m.views.newest == START
     legit = View(1, [0, 1, 2], 2, 0, 42)
     m.on_status(Status(3, "offline"), 0.1)  # node 3's Will: a view without it is believed
-    assert m.offer_view(legit, 0) is None and m.newest == legit
+    assert m.offer_view(legit, 0) is None and m.views.newest == legit
     # A view held back is taken once its publisher is the coordinator (the one before is gone).
     m2 = Membership(2, 2, START)
     for s in online(0, 1, 2, 3):
         m2.on_status(s, 0.0)
     takeover = View(1, [1, 2, 3], 2, 1, 12)
-    assert m2.offer_view(takeover, 1) == "view_not_coordinator" and m2.newest == START
+    assert m2.offer_view(takeover, 1) == "view_not_coordinator" and m2.views.newest == START
     m2.on_status(Status(0, "offline"), 0.1)  # node 0's Will, arriving after the view
-    assert m2.newest == takeover
+    assert m2.views.newest == takeover
 
 
 def test_a_suspected_node_stays_suspected_while_its_will_settles() -> None:
@@ -347,9 +347,9 @@ def test_a_suspected_node_stays_suspected_while_its_will_settles() -> None:
     m.round_started(10, 0.0)
     m.on_suspect(Suspect(2, 10, 3), 1.0)
     m.check(1.3)
-    assert m.suspected() == {3}
+    assert m.witnesses.suspected() == {3}
     m.on_status(Status(3, "offline", round=10), 1.4)
-    assert m.suspected() == {3}
+    assert m.witnesses.suspected() == {3}
 
 
 def test_even_the_coordinator_removes_only_members_we_saw_go_offline_or_reported_silent() -> None:
@@ -359,11 +359,11 @@ def test_even_the_coordinator_removes_only_members_we_saw_go_offline_or_reported
     m.round_started(40, 0.0)
     # A compromised coordinator (node 0, valid credentials) drops healthy node 3.
     evict = View(1, [0, 1, 2], 2, 0, 42)
-    assert m.offer_view(evict, 0) == "view_removal_unwitnessed" and m.newest == START
-    assert m.view_for(42) == START  # we keep training with node 3
+    assert m.offer_view(evict, 0) == "view_removal_unwitnessed" and m.views.newest == START
+    assert m.views.view_for(42) == START  # we keep training with node 3
     # Node 3 really goes silent: a member reports it, and the held view is believed.
     m.on_suspect(Suspect(1, 40, 3), 0.5)
-    assert m.newest == evict
+    assert m.views.newest == evict
     # A flap: the Will came and went before the view did; seen, so believed at once.
     m2 = Membership(2, 2, START)
     for s in online(0, 1, 2, 3):
@@ -371,7 +371,7 @@ def test_even_the_coordinator_removes_only_members_we_saw_go_offline_or_reported
     m2.round_started(40, 0.0)
     m2.on_status(Status(3, "offline"), 0.1)
     m2.on_status(Status(3, "online", 40), 0.2)
-    assert m2.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and m2.newest.members == [0, 1, 2]
+    assert m2.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and m2.views.newest.members == [0, 1, 2]
     # Evidence goes stale: a Will seen long ago does not vouch for a removal now.
     m2.round_started(60, 1.0)
     assert m2.offer_view(View(2, [0, 1, 2, 3], 2, 0, 62), 0) is None  # 3 is back
@@ -386,7 +386,7 @@ def test_a_view_that_removes_us_is_taken_without_evidence() -> None:
         m.on_status(s, 0.0)
     m.round_started(40, 0.0)
     m.on_suspect(Suspect(1, 40, 3), 0.1)
-    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and 3 not in m.newest.members
+    assert m.offer_view(View(1, [0, 1, 2], 2, 0, 42), 0) is None and 3 not in m.views.newest.members
 
 
 def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the_same_epoch() -> None:
@@ -400,10 +400,10 @@ def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the
     m.round_started(20, 0.0)
     m.on_suspect(Suspect(1, 20, 0), 0.1)  # about us: we refute, too late for the others
     ours = m.on_status(Status(3, "offline"), 2.0)
-    assert [p.view.coordinator for p in ours] == [0] and m.newest.epoch == 1
+    assert [p.view.coordinator for p in ours] == [0] and m.views.newest.epoch == 1
     fleets = View(1, [1, 2, 3], 2, 1, 21)
     assert m.offer_view(fleets, 1) is None
-    assert m.newest == fleets and m.view_for(21) == fleets and m.coordinator() == 1
+    assert m.views.newest == fleets and m.views.view_for(21) == fleets and m.coordinator() == 1
     # Not reported silent, a tie is still ours: nobody else's view replaces a coordinator's.
     n = Membership(0, 2, START)
     for s in online(0, 1, 2, 3):
@@ -411,7 +411,7 @@ def test_a_coordinator_taken_for_silent_yields_its_own_view_to_the_fleets_of_the
     n.round_started(20, 0.0)
     n.on_status(Status(3, "offline"), 2.0)
     n.offer_view(fleets, 1)
-    assert n.newest.coordinator == 0
+    assert n.views.newest.coordinator == 0
 
 
 def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> None:
@@ -431,7 +431,7 @@ def test_a_dropped_node_comes_back_only_by_speaking_after_it_was_dropped() -> No
     back = m.on_status(Status(3, "joining", 14), 0.4)  # it resumed and rejoins
     assert back == [] or 3 in back[-1].view.members
     later = [p.view for r in range(15, 20) for p in m.round_started(r, 0.5 + r / 100)]
-    assert 3 in m.newest.members, (back, later)
+    assert 3 in m.views.newest.members, (back, later)
 
 
 def test_a_will_settles_at_the_very_check_it_asked_for() -> None:
@@ -464,16 +464,16 @@ def test_healthy_nodes_refuting_too_late_one_after_another_never_empty_the_fleet
         t = 1.0 + k
         m.on_suspect(Suspect(3, 3, peer), t)
         m.check(t + 0.31)  # unrefuted for the grace: suspected
-        if peer in m.suspected():
+        if peer in m.witnesses.suspected():
             evicted.append(peer)
         m.on_status(Status(peer, "online", round=3), t + 0.5)  # its refutation, too late
     assert evicted == [2, 4, 5]  # three of seven: a minority, however the view shrank
-    assert set(m.newest.members) >= {0, 1, 3, 6}
+    assert set(m.views.newest.members) >= {0, 1, 3, 6}
     # Rounds later the window has passed: a frozen node is evicted again.
     m.round_started(3 + 9, 10.0)
     m.on_suspect(Suspect(3, 12, 6), 10.0)
     m.check(10.31)
-    assert m.suspected() == {6}
+    assert m.witnesses.suspected() == {6}
 
 
 def test_the_coordinator_changes_the_chunk_size_by_a_view_of_the_same_members() -> None:
@@ -488,7 +488,7 @@ def test_the_coordinator_changes_the_chunk_size_by_a_view_of_the_same_members() 
     assert coordinator.change_chunks(32768) == []  # the newest view has it already
     assert coordinator.change_chunks(0) == []  # the change is still pending: one at a time
     other.on_view(out[0].view)
-    assert other.view_for(8) == START and other.view_for(9).chunk_values == 32768  # type: ignore[union-attr]
+    assert other.views.view_for(8) == START and other.views.view_for(9).chunk_values == 32768  # type: ignore[union-attr]
     coordinator.round_started(9, 2.0)
     # A membership change keeps the chunk size; going back is a view of its own.
     removed = coordinator.on_status(Status(3, "offline"), 2.0)
@@ -550,12 +550,12 @@ def test_the_coordinator_never_admits_a_member_with_another_model() -> None:
     out = m.on_status(running(2, MODEL_B), 0.0)  # the third has come: the gate opens without it
     assert [p.view.members for p in out] == [[0, 1]]
     assert (out[0].view.fingerprint, out[0].view.model, out[0].view.params) == ("aaaaaaaaaaaaaaaa", "mnist-cnn", 1234)
-    assert m.live() == [0, 1] and m.foreign == {2}
+    assert m.live() == [0, 1] and m.admission.foreign == {2}
     m.round_started(5, 1.0)
     assert m.on_status(running(2, MODEL_B, "joining"), 1.0) == []  # asking again changes nothing
     # Restarted with the fleet's model, it is taken in.
     out = m.on_status(Status(2, "online", incarnation=1, fingerprint=MODEL_A.fingerprint), 2.0)
-    assert [p.view.members for p in out] == [[0, 1, 2]] and m.foreign == set()
+    assert [p.view.members for p in out] == [[0, 1, 2]] and m.admission.foreign == set()
 
 
 def test_a_member_restarted_with_another_model_leaves_the_view() -> None:
@@ -570,17 +570,17 @@ def test_a_member_restarted_with_another_model_leaves_the_view() -> None:
     for node in (0, 1):
         other.on_status(running(node, MODEL_A), 0.0)
     other.on_status(Status(2, "online", incarnation=5, fingerprint=MODEL_B.fingerprint), 1.0)
-    assert other.offer_view(out[0].view, 0) is None and other.members_for(9) == (0, 1)
+    assert other.offer_view(out[0].view, 0) is None and other.views.members_for(9) == (0, 1)
 
 
 def test_an_agent_with_another_model_is_refused_by_the_fleets_view() -> None:
     m = Membership(2, 2, identity=MODEL_B)
     view = View(1, [0, 1], 2, 0, 0, fingerprint=MODEL_A.fingerprint, model=MODEL_A.name, params=MODEL_A.params)
     assert m.offer_view(view, 0) is None  # its coordinator not heard yet: neither taken nor refused
-    assert m.latest is None and m.refused is None
+    assert m.views.latest is None and m.admission.refused is None
     m.on_status(running(0, MODEL_A), 0.1)  # now it is: the coordinator runs model A
-    assert m.refused is not None and m.refused.fleet.fingerprint == MODEL_A.fingerprint
-    assert m.latest is None  # never took the view
+    assert m.admission.refused is not None and m.admission.refused.fleet.fingerprint == MODEL_A.fingerprint
+    assert m.views.latest is None  # never took the view
 
 
 def test_a_stale_view_of_another_model_refuses_nobody() -> None:
@@ -588,7 +588,7 @@ def test_a_stale_view_of_another_model_refuses_nobody() -> None:
     m.on_status(running(0, MODEL_B), 0.0)  # the coordinator of that view runs our model now
     old = View(7, [0, 1, 2], 2, 0, 40, fingerprint=MODEL_A.fingerprint)
     assert m.offer_view(old, 0) is None
-    assert m.refused is None and m.latest is None and m.unconfirmed is None
+    assert m.admission.refused is None and m.views.latest is None and m.admission.unconfirmed is None
 
 
 # -- one device's credentials against membership (issue 38) ------------------------------------
@@ -601,17 +601,17 @@ def test_a_status_counts_only_for_the_node_its_topic_names() -> None:
 
 
 def test_a_first_view_is_taken_only_from_the_lowest_online_node_with_an_epoch_the_fleet_can_follow() -> None:
-    from agent.protocol.membership import FirstView
+    from agent.protocol.membership import FirstView, first_view
     m = Membership(2, 2)
     for s in online(0, 1, 2, 3):
         m.on_status(s, 0.0)
-    assert m.first_view(View(2**53, [3], 2, 3, 0), 3) is FirstView.EPOCH_TOO_HIGH
-    assert m.offer_view(View(2**53, [3], 2, 3, 0), 3) == "first_view_epoch" and m.latest is None
+    assert first_view(View(2**53, [3], 2, 3, 0), 3, m.node, m.states, m.witnesses.suspected()) is FirstView.EPOCH_TOO_HIGH
+    assert m.offer_view(View(2**53, [3], 2, 3, 0), 3) == "first_view_epoch" and m.views.latest is None
     hijack = View(1, [0, 1, 2, 3], 2, 3, 0)  # node 3 before the fleet's first view
-    assert m.offer_view(hijack, 3) == "first_view_not_coordinator" and m.latest is None
+    assert m.offer_view(hijack, 3) == "first_view_not_coordinator" and m.views.latest is None
     fleets = View(1, [0, 1, 2, 3], 2, 0, 0)
-    assert m.first_view(fleets, 0) is FirstView.TAKE
-    assert m.offer_view(fleets, 0) is None and m.latest == fleets
+    assert first_view(fleets, 0, m.node, m.states, m.witnesses.suspected()) is FirstView.TAKE
+    assert m.offer_view(fleets, 0) is None and m.views.latest == fleets
     assert m.coordinator() == 0
 
 
@@ -619,9 +619,9 @@ def test_a_first_view_from_a_node_not_heard_yet_waits_for_its_status() -> None:
     m = Membership(2, 2, gate=StartupGate(expected_members=4, join_grace=60.0))
     m.on_status(Status(2, "online"), 0.0)
     view = View(3, [1, 2, 3], 2, 1, 20)
-    assert m.offer_view(view, 1) is None and m.latest is None  # held, not counted
+    assert m.offer_view(view, 1) is None and m.views.latest is None  # held, not counted
     m.on_status(Status(1, "online"), 0.1)
-    assert m.latest == view
+    assert m.views.latest == view
 
 
 def test_a_lower_node_restarting_into_a_fleet_that_went_on_takes_its_view() -> None:
@@ -630,7 +630,7 @@ def test_a_lower_node_restarting_into_a_fleet_that_went_on_takes_its_view() -> N
     for s in online(0, 1, 2, 3):
         m.on_status(s, 0.0)
     view = View(4, [1, 2, 3], 2, 1, 30)
-    assert m.offer_view(view, 1) is None and m.latest == view and m.coordinator() == 1
+    assert m.offer_view(view, 1) is None and m.views.latest == view and m.coordinator() == 1
 
 
 def test_a_suspicion_names_our_round_or_the_next() -> None:
@@ -648,11 +648,11 @@ def test_a_far_future_suspicion_repeated_evicts_nobody() -> None:
         m.on_status(s, 0.0)
     m.round_started(10, 0.0)
     far = Suspect(3, 10**6, 2)
-    assert m.judge_suspect(far) == "suspect_future_round"
+    assert m.witnesses.judge(far, m.round) == "suspect_future_round"
     for t in range(5):
         m.on_suspect(far, 1.0 + t)
         m.check(1.5 + t)
-    assert m.suspected() == frozenset() and 2 not in m.reports
+    assert m.witnesses.suspected() == frozenset() and 2 not in m.witnesses.reports
 
 
 def test_a_suspicion_its_suspect_refuted_counts_no_more_in_that_round() -> None:
@@ -661,14 +661,14 @@ def test_a_suspicion_its_suspect_refuted_counts_no_more_in_that_round() -> None:
         m.on_status(s, 0.0)
     m.round_started(10, 0.0)
     report = Suspect(3, 10, 2)
-    assert m.judge_suspect(report) is None
+    assert m.witnesses.judge(report, m.round) is None
     m.on_suspect(report, 1.0)
     m.on_status(Status(2, "online", round=10), 1.1)  # node 2 refutes it
-    assert m.judge_suspect(report) == "suspect_refuted"  # the same again: no new evidence
+    assert m.witnesses.judge(report, m.round) == "suspect_refuted"  # the same again: no new evidence
     m.on_suspect(report, 1.2)
     m.check(2.0)
-    assert m.suspected() == frozenset()
-    assert m.judge_suspect(Suspect(3, 11, 2)) is None  # the next round's is evidence again
+    assert m.witnesses.suspected() == frozenset()
+    assert m.witnesses.judge(Suspect(3, 11, 2), m.round) is None  # the next round's is evidence again
 
 
 def test_a_view_without_the_coordinator_counts_only_from_the_member_next_in_line() -> None:
@@ -678,9 +678,9 @@ def test_a_view_without_the_coordinator_counts_only_from_the_member_next_in_line
     m.round_started(20, 0.0)
     m.on_suspect(Suspect(3, 20, 0), 0.1)  # about us, from node 3
     forged = View(1, [1, 2, 3], 2, 3, 21)  # and a view without us, from node 3
-    assert m.offer_view(forged, 3) == "view_takes_us_out" and m.newest == START
+    assert m.offer_view(forged, 3) == "view_takes_us_out" and m.views.newest == START
     fleets = View(1, [1, 2, 3], 2, 1, 21)  # the next in line's is news, as before
-    assert m.offer_view(fleets, 1) is None and m.newest == fleets
+    assert m.offer_view(fleets, 1) is None and m.views.newest == fleets
 
 
 def test_a_node_whose_own_will_came_takes_the_fleets_view_however_far_it_moved_on() -> None:
@@ -692,11 +692,11 @@ def test_a_node_whose_own_will_came_takes_the_fleets_view_however_far_it_moved_o
         m.on_status(s, 0.0)
     m.round_started(40, 0.0)
     moved_on = View(9, [0, 1, 2], 2, 0, 90)  # 3 was dropped while we could not see it
-    assert m.offer_view(moved_on, 0) == "view_epoch_jump" and m.newest == START
+    assert m.offer_view(moved_on, 0) == "view_epoch_jump" and m.views.newest == START
     m.on_status(Status(2, "offline", round=40), 5.0)  # our own Will: the broker dropped us
     m.on_status(Status(2, "online", round=40), 9.0)  # back
     assert m.offer_view(View(2**53, [0, 1, 2], 2, 0, 90), 0) == "view_epoch_jump"
-    assert m.offer_view(moved_on, 0) is None and m.newest == moved_on
+    assert m.offer_view(moved_on, 0) is None and m.views.newest == moved_on
     # Back in step: the next jump is refused again.
     assert m.offer_view(View(20, [0, 1, 2], 2, 0, 95), 0) == "view_epoch_jump"
 
@@ -716,7 +716,7 @@ def test_a_view_keeps_a_majority_of_the_newest_or_half_with_its_lowest_member() 
             m.on_status(Status(n, "offline", round=10), 1.0)  # the other side's Wills
         m.round_started(10, 100.0)
         m.round_started(10, 100.0 + 11.0)  # long past the mass-down hold
-        assert m.newest.members == (side if goes_on else six.members), (side, m.newest)
+        assert m.views.newest.members == (side if goes_on else six.members), (side, m.views.newest)
     alone = Membership(5, 2, START)  # 5 is no member: it never coordinates the view away
     for s in online(5):
         alone.on_status(s, 0.0)
@@ -733,7 +733,7 @@ def test_a_view_keeps_a_majority_of_the_newest_or_half_with_its_lowest_member() 
         m.on_status(Status(n, "offline", round=10), 1.0)
     m.round_started(0, 100.0)
     m.round_started(0, 111.0)
-    assert len(m.newest.members) * 2 > len(five.members), m.newest
+    assert len(m.views.newest.members) * 2 > len(five.members), m.views.newest
 
 
 def test_nodes_back_from_a_cut_join_the_pending_view_or_the_one_right_after() -> None:
@@ -752,7 +752,7 @@ def test_nodes_back_from_a_cut_join_the_pending_view_or_the_one_right_after() ->
     m.round_started(41, 10.5)
     next_round = m.on_status(Status(5, "joining"), 10.6)
     assert [(p.view.epoch, p.view.members, p.view.from_round) for p in next_round] == [(8, [0, 1, 2, 3, 4, 5, 6], 43)]
-    assert m.members_for(42) == (0, 1, 2, 3, 4, 6) and m.members_for(43) == (0, 1, 2, 3, 4, 5, 6)
+    assert m.views.members_for(42) == (0, 1, 2, 3, 4, 6) and m.views.members_for(43) == (0, 1, 2, 3, 4, 5, 6)
 
 
 def test_a_node_left_out_before_its_will_came_is_taken_back_at_once() -> None:
@@ -866,7 +866,7 @@ def test_a_member_the_pending_view_drops_is_not_taken_back_a_round_sooner() -> N
     m.round_started(11, 0.0)
     out = m.on_status(Status(3, "online", round=11), 0.0)
     assert [(p.view.members, p.view.from_round) for p in out] == [([1, 2, 3], 13)]
-    assert m.members_for(12) == (1, 2)
+    assert m.views.members_for(12) == (1, 2)
 
 
 def test_only_the_root_of_the_round_under_way_counts_nobody_ahead() -> None:
@@ -876,6 +876,6 @@ def test_only_the_root_of_the_round_under_way_counts_nobody_ahead() -> None:
     for s in online(0, 1, 2, 3):
         m.on_status(s, 0.0)
     m.round_started(10, 0.0)
-    assert front(m) == 11
+    assert m.front() == 11
     m.on_view(View(2, [0, 1, 2, 3], 2, 1, 10))  # now ours: our tree from round 10
-    assert front(m) == 10
+    assert m.front() == 10
