@@ -323,19 +323,20 @@ class RoundMachine(Protocol):
 
 
 class Outbox:
-    """What every round machine shares: the actions one call queues, handed back by ``_flush``.
-    Subclasses set ``self.stats`` and ``self._out = []`` in their constructor."""
+    """What one call of a round machine queues (frames out, notes), handed back by ``flush``;
+    every round machine has one (its ``out``), counting the frames it sends in its ``stats``."""
 
-    stats: RoundStats
-    _out: list[Action]
+    def __init__(self, stats: RoundStats) -> None:
+        self.stats = stats
+        self.actions: list[Action] = []
 
-    def _send(self, dst: int, frame: Frame) -> None:
+    def send(self, dst: int, frame: Frame) -> None:
         self._count(frame)
-        self._out.append(Send(dst, frame))
+        self.actions.append(Send(dst, frame))
 
-    def _fanout(self, frame: Frame) -> None:
+    def fanout(self, frame: Frame) -> None:
         self._count(frame)
-        self._out.append(Fanout(frame))
+        self.actions.append(Fanout(frame))
 
     def _count(self, frame: Frame) -> None:
         self.stats.frames_sent += 1
@@ -345,11 +346,11 @@ class Outbox:
             if name is not None:
                 self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1
 
-    def _note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
-        self._out.append(Note(kind, peer, detail))
+    def note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
+        self.actions.append(Note(kind, peer, detail))
 
-    def _flush(self) -> list[Action]:
-        out, self._out = self._out, []
+    def flush(self) -> list[Action]:
+        out, self.actions = self.actions, []
         return out
 
 

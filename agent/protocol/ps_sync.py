@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent.protocol.allreduce import Action, Note, RoundContext, RoundResult, RoundStats
+from agent.protocol.allreduce import Action, RoundContext, RoundResult, RoundStats
 from agent.protocol.notes import NoteKind
 from agent.protocol.rps import RpsRound
 from agent.protocol.topology import Tree
@@ -35,7 +35,7 @@ class PsSyncRound(RpsRound):
 
     def start(self, now: float) -> list[Action]:
         if self.result is not None:
-            return self._flush()  # skipped before it started (the server known down): nothing to send
+            return self.out.flush()  # skipped before it started (the server known down): nothing to send
         return super().start(now)
 
     def peer_down(self, peer: int, now: float) -> list[Action]:
@@ -52,7 +52,7 @@ class PsSyncRound(RpsRound):
         self.result = finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
                                      self.final, self.root_hash, self.stats, now)
         if self.result.degraded:
-            self._out.append(Note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members)))
+            self.out.note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members))
 
 
 def finish_as_sent(

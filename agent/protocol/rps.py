@@ -12,7 +12,6 @@ import numpy as np
 
 from agent.protocol.allreduce import (
     Action,
-    Note,
     Outbox,
     RoundContext,
     RoundResult,
@@ -26,7 +25,7 @@ from agent.protocol.tree import finish_with_fallback
 from agent.protocol.wire import Flag, Frame, Kind
 
 
-class RpsRound(Outbox):
+class RpsRound:
     def __init__(self, ctx: RoundContext) -> None:
         config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
         model_hash, now = ctx.model_hash, ctx.now
@@ -43,7 +42,7 @@ class RpsRound(Outbox):
         self.deadline = now + config.round_deadline
         self.stats = RoundStats()
         self.result: RoundResult | None = None
-        self._out: list[Action] = []
+        self.out = Outbox(self.stats)
 
     def owner(self, j: int) -> int:
         return self.members[j % len(self.members)]
@@ -54,10 +53,10 @@ class RpsRound(Outbox):
                 self.parts[j][self.node] = self.grad[lo:hi]
             else:
                 frame = self._frame(j, Flag.NONE, frozenset({self.node}))
-                self._send(self.owner(j), frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
+                self.out.send(self.owner(j), frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
         for j in self.owned:
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
@@ -74,7 +73,7 @@ class RpsRound(Outbox):
         elif j in self.parts and self.final[j] is None and frame.contributors == {frame.sender}:
             self.parts[j].setdefault(frame.sender, frame.values())
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if now >= self.gather_at:
@@ -82,7 +81,7 @@ class RpsRound(Outbox):
                 self._maybe_publish(j, now, force=True)
         if self.result is None and now >= self.deadline:
             self._finish(now)
-        return self._flush()
+        return self.out.flush()
 
     def next_timer(self) -> float | None:
         if self.result is not None:
@@ -95,7 +94,7 @@ class RpsRound(Outbox):
         self.expected.discard(peer)
         for j in self.owned:
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def excuse(self, peer: int, now: float) -> list[Action]:
         return self.peer_down(peer, now)
@@ -126,7 +125,7 @@ class RpsRound(Outbox):
         out = self._frame(j, Flag.BROADCAST | Flag.FINAL, ids).with_values(mean, self.cfg.wire_dtype)
         for member in self.members:
             if member != self.node:
-                self._send(member, out)
+                self.out.send(member, out)
         self._set_final(j, ids, out.values(), now)
 
     def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
@@ -142,4 +141,4 @@ class RpsRound(Outbox):
         self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
                                            self.final, None, self.stats, now)
         if self.result.degraded:
-            self._out.append(Note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing"))
+            self.out.note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing")
