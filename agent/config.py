@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.model.datasets import DATASETS
 from agent.model.partition import parse_partition
 from agent.model.periodic import DEFAULT_OUTER_LR, OuterConfig, OuterName
-from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES
+from agent.protocol.allreduce import DEFAULT_BROADCAST, DEFAULT_CHUNK_VALUES, Algorithm
 from agent.protocol.chunking import MAX_CHUNK_VALUES, MIN_CHUNK_VALUES
 from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
 from agent.protocol.sync_period import DEFAULT_COMM_SHARE, PeriodRule
@@ -177,7 +177,7 @@ class AgentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _auto_wire_needs_ft_tree(self) -> AgentConfig:
-        if self.wire_dtype == "auto" and self.algorithm != "ft-tree":
+        if self.wire_dtype == "auto" and Algorithm(self.algorithm) is not Algorithm.FT_TREE:
             raise ValueError(f"wire_dtype auto is for the ft-tree algorithm, not {self.algorithm}: "
                              "use float32, float16 or int8")
         return self

@@ -1,6 +1,6 @@
 """The agent users run: the IO loop around the agent core.
 
-Every decision is the core's (agent/core.py): rounds, membership, state transfer, telemetry
+Every decision is the core's (agent/core/): rounds, membership, state transfer, telemetry
 notes. This loop only executes the core's actions against the transport (MQTT), the clock,
 the model backend and checkpoint files, and feeds the core what arrives and when time passes.
 Paho's thread never runs any of this: the transport hands messages over a bounded queue that
@@ -26,7 +26,6 @@ from agent.clock import Clock, MonotonicClock
 from agent.config import AgentConfig
 from agent.core import (
     AgentCore,
-    AnnounceState,
     ApplyControl,
     ApplyUpdate,
     Channel,
@@ -40,11 +39,10 @@ from agent.core import (
     ReportRound,
     RoundReport,
     SaveCheckpoint,
-    SendState,
     telemetry_for,
 )
-from agent.core_config import core_config
-from agent.core_events import (
+from agent.core.dispatch import ActionDispatcher, Follow
+from agent.core.events import (
     Arriving,
     CoreEvent,
     Disconnected,
@@ -62,6 +60,7 @@ from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind
+from agent.runtime_config import core_config
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
 from agent.usage import ProcessUsage
 
@@ -128,8 +127,8 @@ class AgentRuntime:
         self.on_round = on_round
         self.topics = Topics(config.job)
         self.incarnation = new_incarnation()
-        self.displaced: Displaced | None = None
-        self.refused: Refusal | None = None
+        self.displaced_by: Displaced | None = None
+        self.refusal: Refusal | None = None
         resumed, age = self._resume() or (None, 0.0)
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
         self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
@@ -139,6 +138,7 @@ class AgentRuntime:
         self.computing = False  # taking local steps (the transport is read between them)
         self.deferred: deque[ComputeGradient] = deque()
         self.usage = ProcessUsage()  # CPU and memory of this process, in each round's telemetry
+        self.dispatcher = ActionDispatcher(self.core, self)
 
     @property
     def round(self) -> int:
@@ -156,9 +156,9 @@ class AgentRuntime:
                 self._pump(wait)
         finally:
             self._shutdown()
-        if self.refused is not None:
+        if self.refusal is not None:
             return REFUSED_EXIT
-        return DISPLACED_EXIT if self.displaced is not None else 0
+        return DISPLACED_EXIT if self.displaced_by is not None else 0
 
     def _connect(self) -> None:
         # The Will carries our incarnation: it must take THIS life offline, and, arriving
@@ -185,7 +185,7 @@ class AgentRuntime:
 
     def _shutdown(self) -> None:
         self.checkpoints.close()  # the last checkpoint is on disk before we say we are gone
-        if self.displaced is None:  # else the node's retained status is the newer agent's
+        if self.displaced_by is None:  # else the node's retained status is the newer agent's
             self._publish(Publish.status_of(self.core.status("offline")))
         self.transport.close()
 
@@ -213,17 +213,17 @@ class AgentRuntime:
             pass
 
     def _execute(self, actions: list[CoreAction]) -> None:
-        queue = deque(actions)
-        while queue:
-            action = queue.popleft()
-            if isinstance(action, ComputeGradient) and self.computing:
-                self.deferred.append(action)  # decided while we listened between local steps
-            elif isinstance(action, ComputeGradient):
-                queue.extend(self._compute(action))
-            else:
-                self._do(action)
+        self.dispatcher.run(actions)
         while self.deferred and not self.computing:
-            self._execute(self._compute(self.deferred.popleft()))
+            self.dispatcher.run(self._compute(self.deferred.popleft()))
+
+    # -- the effects of the core's actions (agent/core/dispatch.py's Driver) ---------------------
+
+    def compute(self, action: ComputeGradient) -> Follow:
+        if self.computing:
+            self.deferred.append(action)  # decided while we listened between local steps
+            return None
+        return self._compute(action)
 
     def _compute(self, action: ComputeGradient) -> list[CoreAction]:
         started = self.clock.now()
@@ -243,50 +243,51 @@ class AgentRuntime:
                               compute_seconds=now - started)
         return self.core.handle(ready, now)
 
-    def _do(self, action: CoreAction) -> None:
-        if isinstance(action, Publish):
-            _log_publish(action)
-            self._publish(action)
-        elif isinstance(action, SendState):
-            for frame in self.core.state_frames(action, self.backend.state()):
-                self._publish(frame)
-        elif isinstance(action, AnnounceState):
-            if (announcement := self.core.announcement(action, self.backend.state())) is not None:
-                self._publish(announcement)
-        elif isinstance(action, ApplyUpdate):
-            started = self.clock.now()
-            self.backend.set_learning_rate(action.learning_rate)
-            self.backend.apply(action.values)
-            self.apply_seconds = self.clock.now() - started
-        elif isinstance(action, LoadState):
-            self.backend.load_state(action.state)
-            log.info("installed the fleet's state of round %d", action.round)
-        elif isinstance(action, SaveCheckpoint):
-            # state() is a copy: the writer thread never sees the model change under it.
-            self.checkpoints.submit(checkpoint.Checkpoint(
-                round=action.round, epoch=action.epoch, state=self.backend.state(),
-                meta={"job": self.config.job, "node": self.core.node}))
-            if self.core.done:
-                self.checkpoints.close()  # the run's last is on disk before its round is reported
-        elif isinstance(action, ApplyControl):
-            self._apply_control(action)
-        elif isinstance(action, ReportRound):
-            self._report(action.report)
-        elif isinstance(action, Displaced):
-            self.displaced = action
-            log.error("another agent (pid %s, started later) runs as node %d with these credentials: "
-                      "stopping this one; run one agent per node id", action.pid or "?", self.core.node)
-        elif isinstance(action, Refusal):
-            self.refused = action
-            log.error("%s", action.line())
-        elif isinstance(action, FleetFinished):
-            log.warning("%s", action.line())  # then the core is done: the loop ends, status 0
+    def publish(self, message: Publish) -> None:
+        _log_publish(message)
+        self._publish(message)
 
-    def _apply_control(self, action: ApplyControl) -> None:
+    def state(self) -> np.ndarray:
+        return self.backend.state()
+
+    def apply_update(self, action: ApplyUpdate) -> None:
+        started = self.clock.now()
+        self.backend.set_learning_rate(action.learning_rate)
+        self.backend.apply(action.values)
+        self.apply_seconds = self.clock.now() - started
+
+    def load_state(self, action: LoadState) -> None:
+        self.backend.load_state(action.state)
+        log.info("installed the fleet's state of round %d", action.round)
+
+    def save_checkpoint(self, action: SaveCheckpoint) -> None:
+        # state() is a copy: the writer thread never sees the model change under it.
+        self.checkpoints.submit(checkpoint.Checkpoint(
+            round=action.round, epoch=action.epoch, state=self.backend.state(),
+            meta={"job": self.config.job, "node": self.config.id}))
+        if self.core.done:
+            self.checkpoints.close()  # the run's last is on disk before its round is reported
+
+    def report_round(self, action: ReportRound) -> None:
+        self._report(action.report)
+
+    def displaced(self, action: Displaced) -> None:
+        self.displaced_by = action
+        log.error("another agent (pid %s, started later) runs as node %d with these credentials: "
+                  "stopping this one; run one agent per node id", action.pid or "?", self.config.id)
+
+    def refused(self, action: Refusal) -> None:
+        self.refusal = action
+        log.error("%s", action.line())
+
+    def fleet_finished(self, action: FleetFinished) -> None:
+        log.warning("%s", action.line())  # then the core is done: the loop ends, status 0
+
+    def apply_control(self, action: ApplyControl) -> Follow:
         apply = getattr(self.transport, "apply_control", None)
         if apply is not None and apply(action.control):
-            self._execute(self.core.handle(FaultInjected(action.control.peer, action.control.action),
-                                           self.clock.now()))
+            return self.core.handle(FaultInjected(action.control.peer, action.control.action), self.clock.now())
+        return None
 
     def _report(self, report: RoundReport) -> None:
         report.phase_seconds["apply"] = self.apply_seconds
@@ -303,7 +304,7 @@ class AgentRuntime:
             # host (the fleet's collective time after its last gradient).
             reduced_at = wall - (self.clock.now() - report.ended_at) if report.ended_at else 0.0
             usage = self.usage.sample()
-            telemetry = telemetry_for(self.core, report, algorithm=self.config.algorithm,
+            telemetry = telemetry_for(self.config.id, self.core.parts.counters, report, algorithm=self.config.algorithm,
                                       model_hash=self.backend.model_hash(), wall_time=wall,
                                       machine=os.uname().machine, reduced_at=reduced_at,
                                       cpu_percent=usage.cpu_percent, rss_bytes=usage.rss_bytes)

@@ -16,13 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.protocol.allreduce import Algorithm
+
 METHOD = ("ps-sync and ps-async: the view's lowest id serves; ps-async applies each worker's "
           "gradient (1/N) as it arrives and answers at once, a worker at most one round ahead of the "
           "server. ring: reduce-scatter and all-gather in id order, one link topic per ring link. "
           "Time in the verdicts: seconds from all agents online to the end of the last evaluated "
           "round; accuracy: that evaluation's (mean over the agents).")
-FIVE = ("ps-sync", "ps-async", "ring", "tree", "ft-tree")
-PARAMETER_SERVERS = ("ps-sync", "ps-async")
+FIVE = (Algorithm.PS_SYNC, Algorithm.PS_ASYNC, Algorithm.RING, Algorithm.TREE, Algorithm.FT_TREE)
+PARAMETER_SERVERS = (Algorithm.PS_SYNC, Algorithm.PS_ASYNC)
 
 Measures = dict[str, tuple[float, float]]  # algorithm -> (final accuracy, seconds)
 Claim = tuple[str, Callable[[Measures], bool]]

@@ -1,7 +1,7 @@
 """N agent cores on the in-memory bus in fake time: discrete events, no sleep, no protocol.
 
-Every node is the agent core users run (agent/core.py), configured by the agent's builder
-(agent/core_config.py, with the fleet's overrides in ``fleet_overrides``); this harness only
+Every node is the agent core users run (agent/core/), configured by the agent's builder
+(agent/core/config.py, with the fleet's overrides in ``fleet_overrides``); this harness only
 executes its actions the way agent/runtime.py does, against the ``MemoryBus`` instead of MQTT
 and a tiny model instead of a backend. Messages cross the bus encoded and reach the core as
 bytes, through its own decode and checks, timed as the MQTT transport times them (a receiver's
@@ -29,7 +29,6 @@ import numpy as np
 
 from agent.core import (
     AgentCore,
-    AnnounceState,
     ApplyControl,
     ApplyUpdate,
     Channel,
@@ -43,12 +42,13 @@ from agent.core import (
     ReportRound,
     RoundReport,
     SaveCheckpoint,
-    SendState,
 )
-from agent.core_config import CoreOverrides, build_core_config
-from agent.core_events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
-from agent.core_phase import Phase as CorePhase
+from agent.core.config import CoreOverrides, build_core_config
+from agent.core.dispatch import ActionDispatcher
+from agent.core.events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
+from agent.core.progress import Phase as CorePhase
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
+from agent.protocol.membership import Refusal
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.sync_period import PeriodRule
@@ -180,7 +180,7 @@ def default_gradient(seed: int, length: int) -> GradientFn:
 
 
 def fleet_overrides(config: FleetConfig) -> CoreOverrides:
-    """What the fleet runs differently from the agent's defaults (agent/core_config.py), all
+    """What the fleet runs differently from the agent's defaults (agent/core/config.py), all
     of it here. Its tests run timeouts of tens of ms in fake time: the agent's 3 s state-pull
     timeout and its linger (the deadline + 1 s + 3 timeouts, for real brokers and hosts) would
     stretch every faulty scenario, so a state pull waits one timeout (fixed) or the longest
@@ -208,7 +208,7 @@ class SimAgent:
                  resumed_round: int | None = None, resumed_age: float = 0.0) -> None:
         self.fleet, self.node = fleet, node
         self.name = f"agent-{node}"
-        self.state = state  # params then momentum
+        self.vector = state  # the training state: params then momentum
         self.core = AgentCore(core_config(fleet.config, node), incarnation,
                               resumed_round=resumed_round, resumed_age=resumed_age, now=fleet.clock.now())
         self.alive = True
@@ -217,10 +217,11 @@ class SimAgent:
         self.timer_gen = 0
         self.timer_at: float | None = None
         self.pending_compute: ComputeGradient | None = None
+        self.dispatcher = ActionDispatcher(self.core, self)
 
     @property
     def params(self) -> np.ndarray:
-        return self.state[: self.fleet.config.length]
+        return self.vector[: self.fleet.config.length]
 
     def connect(self) -> None:
         will = Publish.status_of(self.core.status("offline"))
@@ -244,7 +245,7 @@ class SimAgent:
         self.timer_at = None
         self.execute(self.core.handle(Tick(), self.fleet.clock.now()))
 
-    def compute(self, action: ComputeGradient) -> None:
+    def gradient_due(self, action: ComputeGradient) -> None:
         if not self.alive:
             return
         if self.hung:
@@ -262,8 +263,7 @@ class SimAgent:
     # ------------------------------------------------------------------ actions out
 
     def execute(self, actions: list[CoreAction]) -> None:
-        for action in actions:
-            self.do(action)
+        self.dispatcher.run(actions)
         if self.fleet.config.exit_when_done and self.core.phase is CorePhase.DONE and self.alive:
             self.exit()
             return
@@ -275,40 +275,50 @@ class SimAgent:
         self.fleet.bus.disconnect(self.name)
         self.alive = False
 
-    def do(self, action: CoreAction) -> None:
-        fleet = self.fleet
-        if isinstance(action, Publish):
-            fleet.publish(self, action)
-        elif isinstance(action, SendState):
-            for frame in self.core.state_frames(action, self.state):
-                fleet.publish(self, frame)
-        elif isinstance(action, AnnounceState):
-            if (announcement := self.core.announcement(action, self.state)) is not None:
-                fleet.publish(self, announcement)
-        elif isinstance(action, ComputeGradient):
-            cfg = fleet.config
-            step = cfg.compute_time * dict(cfg.slow).get(self.node, 1.0)
-            delay = step * (action.local_steps or 1) + cfg.compute_jitter * float(fleet.jitter.random())
-            fleet.bus.call_at(fleet.clock.now() + delay, partial(self.compute, action))
-        elif isinstance(action, ApplyUpdate):
-            self.apply(action.values)
-        elif isinstance(action, LoadState):
-            self.state = action.state.copy()
-            fleet.record_catch_up(self, action.round)
-        elif isinstance(action, ReportRound):
-            fleet.record_report(self, action.report)
-        elif isinstance(action, Displaced):
-            raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
-        elif isinstance(action, FleetFinished):
-            fleet.finished_lines[self.node] = (fleet.clock.now(), action.line())
-        elif isinstance(action, SaveCheckpoint):
-            self.checkpoint = (action.round, self.state.copy(), fleet.clock.now())
-        elif isinstance(action, ApplyControl):
-            pass  # no transport faults in here: the bus takes faults directly
+    # The effects of the core's actions (agent/core/dispatch.py's Driver), on the bus.
+
+    def publish(self, message: Publish) -> None:
+        self.fleet.publish(self, message)
+
+    def state(self) -> np.ndarray:
+        return self.vector
+
+    def compute(self, action: ComputeGradient) -> None:
+        """The gradient comes after the compute time (a straggler's longer): ``gradient_due``."""
+        fleet, cfg = self.fleet, self.fleet.config
+        step = cfg.compute_time * dict(cfg.slow).get(self.node, 1.0)
+        delay = step * (action.local_steps or 1) + cfg.compute_jitter * float(fleet.jitter.random())
+        fleet.bus.call_at(fleet.clock.now() + delay, partial(self.gradient_due, action))
+
+    def apply_update(self, action: ApplyUpdate) -> None:
+        self.apply(action.values)
+
+    def load_state(self, action: LoadState) -> None:
+        self.vector = action.state.copy()
+        self.fleet.record_catch_up(self, action.round)
+
+    def save_checkpoint(self, action: SaveCheckpoint) -> None:
+        self.checkpoint = (action.round, self.vector.copy(), self.fleet.clock.now())
+
+    def apply_control(self, action: ApplyControl) -> None:
+        pass  # no transport faults in here: the bus takes faults directly
+
+    def report_round(self, action: ReportRound) -> None:
+        self.fleet.record_report(self, action.report)
+
+    def displaced(self, action: Displaced) -> None:
+        raise RuntimeError(f"node {self.node} displaced: two lives of one node in the fleet")
+
+    def refused(self, action: Refusal) -> None:
+        """Another model than the fleet's (the core is done): said, as the agent exits saying it."""
+        self.fleet.finished_lines[self.node] = (self.fleet.clock.now(), action.line())
+
+    def fleet_finished(self, action: FleetFinished) -> None:
+        self.fleet.finished_lines[self.node] = (self.fleet.clock.now(), action.line())
 
     def apply(self, values: np.ndarray) -> None:
         cfg = self.fleet.config
-        params, momentum = self.state[: cfg.length], self.state[cfg.length :]
+        params, momentum = self.vector[: cfg.length], self.vector[cfg.length :]
         momentum *= np.float32(cfg.momentum)
         momentum += values
         params -= np.float32(cfg.lr) * momentum
@@ -327,7 +337,7 @@ class SimAgent:
             self.on_message(topic, payload, size)
         if self.pending_compute is not None:
             action, self.pending_compute = self.pending_compute, None
-            self.compute(action)
+            self.gradient_due(action)
         self.timer_at = None
         self.execute(self.core.handle(Tick(), self.fleet.clock.now()))
 
@@ -569,7 +579,7 @@ class VirtualFleet:
         if self._status_of(node) == "offline":
             # The broker dropped us meanwhile (keepalive): reconnect, come back as a joiner.
             agent.alive = False
-            self.restart(node, state=agent.state)
+            self.restart(node, state=agent.vector)
             return
         agent.resume(held)
 
@@ -577,7 +587,7 @@ class VirtualFleet:
         old = self.agents.get(node)
         if old is not None and old.alive:
             self.crash(node)
-        incarnation = (old.core.incarnation + 1) if old is not None else 0
+        incarnation = (old.core.parts.incarnation + 1) if old is not None else 0
         fresh = self.initial_state.copy() if state is None else state
         resumed, age = (old.core.round if old is not None else 0), 0.0
         if old is not None and old.checkpoint is not None and state is None:

@@ -12,6 +12,7 @@ contribution is counted at most once (``merge_means`` only ever merges disjoint 
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,9 +33,21 @@ from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 # round-profile` at 7, 15 and 31 agents, 262,144 beat 16,384, 65,536, 131,072 and one chunk
 # (docs/PROFILE.md).
 DEFAULT_CHUNK_VALUES = 262_144
-Algorithm = Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"]
+
+
+class Algorithm(enum.StrEnum):
+    """The allreduce a fleet runs; the value is its name on the command line and in telemetry."""
+
+    FT_TREE = "ft-tree"
+    TREE = "tree"
+    RPS = "rps"
+    PS_SYNC = "ps-sync"
+    PS_ASYNC = "ps-async"
+    RING = "ring"
+
+
 TimeoutMode = Literal["adaptive", "fixed"]
-ALGORITHMS: tuple[str, ...] = ("ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring")
+ALGORITHMS: tuple[str, ...] = tuple(a.value for a in Algorithm)
 # How ft-tree's root hands the result down: "tree" (every inner node relays it to its children,
 # each unit ACKed, routed around dead links) or "fanout" (the root publishes each chunk once on
 # its fan-out topic, which every member reads; a member that misses one pulls it from its
@@ -87,7 +100,7 @@ OWN_LINK_HOLD = 2 * PROGRESS_EVERY
 
 @dataclass(frozen=True)
 class AllreduceConfig:
-    algorithm: Algorithm = "ft-tree"
+    algorithm: Algorithm = Algorithm.FT_TREE  # a name given is taken as its Algorithm
     chunk_size: int = DEFAULT_CHUNK_VALUES
     wire_dtype: DType = DType.F32  # every frame's format; with wire_auto, the widest one
     # ft-tree: each frame's format from its link's measured rate (agent/protocol/wire_choice.py),
@@ -119,6 +132,7 @@ class AllreduceConfig:
     straggler_deadline: float = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", Algorithm(self.algorithm))  # ValueError: no such algorithm
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.broadcast not in BROADCASTS:
@@ -133,7 +147,7 @@ class AllreduceConfig:
             raise ValueError("need 0 < min_timeout <= max_timeout")
         if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
             raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
-        if self.wire_auto and self.algorithm != "ft-tree":
+        if self.wire_auto and self.algorithm is not Algorithm.FT_TREE:
             raise ValueError(f"wire_auto is for ft-tree, not {self.algorithm!r}")
         if self.wire_budget <= 0:
             raise ValueError("wire_budget must be > 0")
@@ -309,21 +323,20 @@ class RoundMachine(Protocol):
 
 
 class Outbox:
-    """What every round machine shares: the actions one call queues, handed back by ``_flush``,
-    and the round's counts of what it sent. It owns both; a round machine calls
-    ``super().__init__()`` first."""
+    """What one call of a round machine queues (frames out, notes), handed back by ``flush``;
+    every round machine has one (its ``out``), counting the frames it sends in its ``stats``."""
 
-    def __init__(self) -> None:
-        self.stats = RoundStats()
-        self._out: list[Action] = []
+    def __init__(self, stats: RoundStats) -> None:
+        self.stats = stats
+        self.actions: list[Action] = []
 
-    def _send(self, dst: int, frame: Frame) -> None:
+    def send(self, dst: int, frame: Frame) -> None:
         self._count(frame)
-        self._out.append(Send(dst, frame))
+        self.actions.append(Send(dst, frame))
 
-    def _fanout(self, frame: Frame) -> None:
+    def fanout(self, frame: Frame) -> None:
         self._count(frame)
-        self._out.append(Fanout(frame))
+        self.actions.append(Fanout(frame))
 
     def _count(self, frame: Frame) -> None:
         self.stats.frames_sent += 1
@@ -333,11 +346,11 @@ class Outbox:
             if name is not None:
                 self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1
 
-    def _note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
-        self._out.append(Note(kind, peer, detail))
+    def note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
+        self.actions.append(Note(kind, peer, detail))
 
-    def _flush(self) -> list[Action]:
-        out, self._out = self._out, []
+    def flush(self) -> list[Action]:
+        out, self.actions = self.actions, []
         return out
 
 

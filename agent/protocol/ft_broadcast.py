@@ -197,7 +197,7 @@ class FanoutBroadcast:
 
     def published(self, j: int, frame: Frame, now: float) -> None:
         if self.scope.parent is None:
-            self.scope.fanout(frame)
+            self.scope.out.fanout(frame)
             self.fanned_at[j] = now
 
     def completed(self, now: float) -> None:
@@ -260,9 +260,9 @@ class FanoutBroadcast:
             return
         self.gaps_pulled.update(gaps)
         scope.stats.nacks += 1
-        scope.note(NoteKind.NACK, scope.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
+        scope.out.note(NoteKind.NACK, scope.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
-        scope.send(scope.parent, pull.with_indices(gaps))
+        scope.out.send(scope.parent, pull.with_indices(gaps))
 
     def child_acked(self, frame: Frame, indices: list[int], now: float) -> None:
         """A child ACKed the fan-out: one RTT sample per child and round, when we had every
@@ -316,7 +316,7 @@ class FanoutBroadcast:
     def _probe(self, peer: int, now: float) -> None:
         scope = self.scope
         self.probed[peer] = now
-        scope.send(peer, scope.frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
+        scope.out.send(peer, scope.frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
 
     def _verdict_at(self, peer: int, at: float) -> float:
         due = at + self.scope.rto(peer)
@@ -360,4 +360,4 @@ class FanoutBroadcast:
         if self.scope.parent is None:
             for ch in self.results.chunks:
                 if ch.final_frame is not None:
-                    self.scope.fanout(ch.final_frame)
+                    self.scope.out.fanout(ch.final_frame)

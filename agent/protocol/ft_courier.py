@@ -162,9 +162,9 @@ class Courier:
             p.route_since, p.retries = now, 0
             p.timeout = self._route_timeout(route)
         if route.kind == Hop.DIRECT:
-            scope.send(route.target, replace(p.frame, kind=Kind.DATA, target=route.target))
+            scope.out.send(route.target, replace(p.frame, kind=Kind.DATA, target=route.target))
         elif route.kind == Hop.RELAY:
-            scope.send(route.via, replace(p.frame, kind=Kind.RELAY, target=route.target))
+            scope.out.send(route.via, replace(p.frame, kind=Kind.RELAY, target=route.target))
         else:
             self.relay.flood_own(replace(p.frame, kind=Kind.RELAY, target=route.target,
                                          flags=p.frame.flags | Flag.FLOOD))
@@ -200,7 +200,7 @@ class Courier:
                 break
             if not self.unusable(p.route):
                 scope.stats.reroutes += 1
-                scope.note(NoteKind.REROUTE if p.route.kind != Hop.DIRECT else NoteKind.ESCALATE, p.peer,
+                scope.out.note(NoteKind.REROUTE if p.route.kind != Hop.DIRECT else NoteKind.ESCALATE, p.peer,
                            f"{p.route.kind} via {p.route.via}")
                 if p.route.kind == Hop.FLOOD and self.watch.unheard_since_reported(p.route.target):
                     # Every member would forward the unit (a whole vector each: 21 MB at 15
@@ -334,7 +334,7 @@ class Courier:
                     self.advance(p, now)
                 continue
             self.scope.stats.timeouts += 1
-            self.scope.note(NoteKind.TIMEOUT, route.via if route.kind != Hop.FLOOD else route.target,
+            self.scope.out.note(NoteKind.TIMEOUT, route.via if route.kind != Hop.FLOOD else route.target,
                             f"chunk {p.chunk} {'broadcast' if p.broadcast else 'reduce'} {route.kind}")
             if route.kind == Hop.DIRECT:
                 self._declare_dead(route.target, now)
@@ -434,7 +434,7 @@ class Courier:
             return
         scope.dead.add(peer)
         scope.book.mark(peer, "failed")
-        scope.note(NoteKind.LINK_DEAD, peer)
+        scope.out.note(NoteKind.LINK_DEAD, peer)
         if self.watch.quiet_for(peer, now) >= scope.rto(peer):
             # Not a word from it, directly or relayed, for a whole timeout: evidence it is
             # silent (the fleet needs two such witnesses; a cut link has one).
@@ -450,7 +450,7 @@ class Courier:
             scope.dead.discard(peer)
             scope.book.healed(peer)
         if was_dead:
-            scope.note(NoteKind.LINK_HEALED, peer)
+            scope.out.note(NoteKind.LINK_HEALED, peer)
 
     def on_probe(self, frame: Frame, now: float) -> None:
         """A PROBE: a peer's downlink is busy (PROGRESS), a child waits for its children
@@ -463,12 +463,12 @@ class Courier:
         elif frame.flags & Flag.REPLY:
             self.heal(frame.sender)
         else:
-            scope.send(frame.sender, scope.frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
+            scope.out.send(frame.sender, scope.frame(Kind.PROBE, 0, Flag.REPLY, frozenset(), target=frame.sender))
 
     def probe_remembered_dead(self) -> None:
         scope = self.scope
         for peer in sorted(self.remembered_dead):
-            scope.send(peer, scope.frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
+            scope.out.send(peer, scope.frame(Kind.PROBE, 0, Flag.NONE, frozenset(), target=peer))
 
     def peer_down(self, peer: int, now: float) -> None:
         """``peer`` is offline: drop what was for it, move what went to or through it on."""

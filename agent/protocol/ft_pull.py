@@ -67,7 +67,7 @@ class ResultPull:
         live = self._own_site_first(live)
         peer = live[self.asked % len(live)]
         self.asked += 1
-        scope.note(NoteKind.PULL, peer, f"{len(missing)} chunks")
+        scope.out.note(NoteKind.PULL, peer, f"{len(missing)} chunks")
         self.send_pull(peer, now)
 
     def _own_site_first(self, live: list[int]) -> list[int]:
@@ -87,7 +87,7 @@ class ResultPull:
         scope = self.scope
         missing = self.results.missing()
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
-        scope.send(peer, pull.with_indices([] if len(missing) == scope.n else missing))
+        scope.out.send(peer, pull.with_indices([] if len(missing) == scope.n else missing))
         scope.stats.pulls += 1
         # A sibling's link carries nothing in a healthy round, so it is never measured: count
         # on our parent's (the same broker's round trip), not the initial timeout. Half a
@@ -106,7 +106,7 @@ class ResultPull:
         if ch.final_frame is not None:
             if asked and self.spend(peer, j) is PullAnswer.OVER_BUDGET:
                 return PullAnswer.OVER_BUDGET
-            self.scope.send(peer, replace(ch.final_frame, target=peer))
+            self.scope.out.send(peer, replace(ch.final_frame, target=peer))
         elif skipped:
             self.no_result_for.setdefault(peer, []).append(j)
         elif not over:
@@ -127,7 +127,7 @@ class ResultPull:
         scope = self.scope
         for peer, chunks in self.no_result_for.items():
             notice = scope.frame(Kind.NACK, 0, Flag.BROADCAST | Flag.FINAL, frozenset(), target=peer)
-            scope.send(peer, notice.with_indices(sorted(set(chunks))))
+            scope.out.send(peer, notice.with_indices(sorted(set(chunks))))
         self.no_result_for.clear()
 
     def tell_skipped(self, skipped: list[int]) -> None:
@@ -144,7 +144,7 @@ class ResultPull:
         it from there (it pulls again if its link is cut)."""
         for peer in sorted(self.waiters.pop(j, set()) - set(broadcast)):
             if not self.results.its_parent_sends_it(peer):
-                self.scope.send(peer, replace(frame, target=peer))
+                self.scope.out.send(peer, replace(frame, target=peer))
 
     def no_result_said(self, frame: Frame, running: bool) -> bool:
         """A NACK|FINAL: our parent or the root ended this round without a result for the
@@ -160,7 +160,7 @@ class ResultPull:
                 self.no_result.add(j)
         if not all(self.results.has(j) or j in self.no_result for j in range(scope.n)):
             return False
-        scope.note(NoteKind.ROOT_DOWN, scope.tree.root, f"no result, says {frame.sender}")
+        scope.out.note(NoteKind.ROOT_DOWN, scope.tree.root, f"no result, says {frame.sender}")
         return True
 
     def root_down(self, now: float) -> bool:
@@ -173,9 +173,9 @@ class ResultPull:
         the chunks without a result now."""
         scope, parent, root = self.scope, self.scope.parent, self.scope.tree.root
         if parent is None or parent == root or parent in scope.down or self.root_gone_at is not None:
-            scope.note(NoteKind.ROOT_DOWN, root)
+            scope.out.note(NoteKind.ROOT_DOWN, root)
             return True
         self.root_gone_at = now
-        scope.note(NoteKind.ROOT_DOWN, root, f"asking {parent} for the result")
+        scope.out.note(NoteKind.ROOT_DOWN, root, f"asking {parent} for the result")
         self.send_pull(parent, now)
         return False

@@ -51,7 +51,7 @@ class Receipts:
         if how == Hop.FLOOD:
             self.relay.flood_own(ack)
         else:
-            scope.send(frame.sender, ack)
+            scope.out.send(frame.sender, ack)
 
     def ack_fanned(self, frame: Frame, parent: int, now: float) -> None:
         """ACK a chunk of the root's fan-out to our ``parent``, batched as if it had sent it."""
@@ -74,7 +74,7 @@ class Receipts:
             for (flags, ids), indices in self.ack_due.pop(peer, {}).items():
                 ack = Frame(Kind.ACK, scope.cfg.job, scope.round, scope.node, max(indices), scope.n,
                             flags, origin=scope.node, target=peer, contributors=ids)
-                scope.send(peer, ack.with_indices(sorted(indices)) if len(indices) > 1 else ack)
+                scope.out.send(peer, ack.with_indices(sorted(indices)) if len(indices) > 1 else ack)
 
     def on_timer(self, now: float) -> None:
         for sender, at in list(self.ack_at.items()):
@@ -96,7 +96,7 @@ class Receipts:
         self.nacked.update((frame.sender, broadcast, i) for i in missing)
         scope.stats.nacks += 1
         scope.book.mark(frame.sender, "suspected")
-        scope.note(NoteKind.NACK, frame.sender, f"{len(missing)} chunks")
+        scope.out.note(NoteKind.NACK, frame.sender, f"{len(missing)} chunks")
         flags = Flag.BROADCAST if broadcast else Flag.NONE
         nack = Frame(Kind.NACK, scope.cfg.job, scope.round, scope.node, 0, scope.n, flags)
-        scope.send(frame.sender, nack.with_indices(missing))
+        scope.out.send(frame.sender, nack.with_indices(missing))

@@ -22,7 +22,7 @@ class Relay:
         scope = self.scope
         for peer in scope.neighbours:
             if peer != exclude and peer not in scope.dead and peer not in scope.down:
-                scope.send(peer, replace(frame, sender=scope.node))
+                scope.out.send(peer, replace(frame, sender=scope.node))
 
     def flood_own(self, frame: Frame) -> None:
         """Flood a frame of ours (its echoes are not passed on again)."""
@@ -48,7 +48,7 @@ class Relay:
         scope.stats.relays += 1
         if (frame.origin, frame.target) not in self.relayed_pairs:
             self.relayed_pairs.add((frame.origin, frame.target))
-            scope.note(NoteKind.RELAY, frame.origin, f"to {frame.target}")
+            scope.out.note(NoteKind.RELAY, frame.origin, f"to {frame.target}")
         onward = replace(frame, sender=scope.node)
         if not flooded:
             # The target ACKs through us: silence from it is our evidence, too.
@@ -56,7 +56,7 @@ class Relay:
         if flooded or frame.target in scope.dead:
             self.flood(replace(onward, flags=onward.flags | Flag.FLOOD), exclude=frame.sender)
         else:
-            scope.send(frame.target, onward)
+            scope.out.send(frame.target, onward)
         return None
 
     def pass_ack(self, frame: Frame) -> None:
@@ -66,4 +66,4 @@ class Relay:
             if self.first_time(frame):
                 self.flood(onward, exclude=frame.sender)
         else:
-            self.scope.send(frame.target, onward)
+            self.scope.out.send(frame.target, onward)

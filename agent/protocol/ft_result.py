@@ -119,12 +119,12 @@ class ResultFlow:
         everyone = frozenset(scope.tree.members) - scope.down - {scope.node}
         degraded = bool(missing) or any(not c or not everyone <= c for c in contributors)
         if degraded:
-            scope.note(NoteKind.DEGRADED, None, f"{len(missing)} chunks missing")
+            scope.out.note(NoteKind.DEGRADED, None, f"{len(missing)} chunks missing")
         elif scope.stats.timeouts == 0:
             scope.links.observe_round(now - scope.start_time)
         root_hash, model_hash = scope.root_hash, scope.ctx.model_hash
         if root_hash is not None and root_hash != model_hash:
-            scope.note(NoteKind.DRIFT, scope.tree.root, f"root {root_hash:#x} mine {model_hash:#x}")
+            scope.out.note(NoteKind.DRIFT, scope.tree.root, f"root {root_hash:#x} mine {model_hash:#x}")
         return RoundResult(
             round=scope.round, values=values, contributors=tuple(contributors),
             missing_chunks=tuple(missing), degraded=degraded, root_model_hash=root_hash,

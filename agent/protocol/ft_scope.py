@@ -13,15 +13,14 @@ from dataclasses import replace
 import numpy as np
 
 from agent.protocol.allreduce import (
-    Action,
     AllreduceConfig,
     LinkBook,
     Outbox,
     RoundContext,
+    RoundStats,
     chunk_bounds,
 )
 from agent.protocol.chunking import cross_site_timeout
-from agent.protocol.notes import NoteKind
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
 from agent.protocol.wire import HEADER_SIZE, NO_NODE, Flag, Frame, Kind, value_bytes
@@ -35,9 +34,8 @@ class Hop(enum.StrEnum):
     FLOOD = "flood"  # over every live link of the FT graph
 
 
-class RoundScope(Outbox):
+class RoundScope:
     def __init__(self, ctx: RoundContext) -> None:
-        super().__init__()
         self.ctx = ctx
         # Adaptive timeouts (not fixed ones): asked by every timer computation, so kept here.
         self.adaptive = ctx.config.timeout_mode != "fixed"
@@ -52,8 +50,10 @@ class RoundScope(Outbox):
         self.unit_bytes = HEADER_SIZE + max(hi - lo for lo, hi in self.bounds) * value_bytes(ctx.config.wire_dtype)
         vector_bytes = len(ctx.gradient) * value_bytes(ctx.config.wire_dtype)
         self.cross_site_floor = cross_site_timeout(vector_bytes, ctx.config.max_timeout)
+        self.stats = RoundStats()
         self.book = LinkBook()
         self.book.known(self.neighbours)
+        self.out = Outbox(self.stats)  # what this round's pieces queue: frames, notes
         # Membership, this round: peers known offline, and peers whose Will came and that are
         # given a moment to come back.
         self.down: set[int] = set()
@@ -133,17 +133,6 @@ class RoundScope(Outbox):
                      origin=self.node, target=target, model_hash=self.root_hash or 0,
                      contributors=ids)
 
-    def note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
-        self._note(kind, peer, detail)
-
-    def send(self, dst: int, frame: Frame) -> None:
-        self._send(dst, frame)
-
-    def fanout(self, frame: Frame) -> None:
-        self._fanout(frame)
-
-    def flush(self) -> list[Action]:
-        return self._flush()
 
 
 class UnitSource(enum.Enum):

@@ -171,7 +171,7 @@ class FtTreeRound:
         for j, (lo, hi) in enumerate(self.scope.bounds):
             self.reducer.accept(j, frozenset({self.scope.node}), self.scope.grad[lo:hi])
             self._try_forward(j, now)
-        return self.scope.flush()
+        return self.scope.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         scope, courier = self.scope, self.courier
@@ -185,7 +185,7 @@ class FtTreeRound:
             courier.release_held(frame.origin, now)
         if frame.round != scope.round or frame.job != scope.cfg.job:
             scope.stats.dropped += 1
-            return scope.flush()  # (floods released above)
+            return scope.out.flush()  # (floods released above)
         self.watch.paced(frame.sender, frame_size(frame), now)
         if first:
             self.watch.first_frame(frame.sender, now)
@@ -194,13 +194,13 @@ class FtTreeRound:
             scope.stats.dropped += 1
         else:
             handler(self, frame, now)
-        return scope.flush()
+        return scope.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if self.state.over:
             return []
         if self._deadline_passed(now):
-            return self.scope.flush()
+            return self.scope.out.flush()
         self.receipts.on_timer(now)
         if self.state.waiting and now >= self.wait.at:
             self.wait.at = self.wait.draining_until(now)
@@ -222,7 +222,7 @@ class FtTreeRound:
                 self._root_went_down(now)  # the parent did not answer: skip as the others did
             else:
                 self.pull.pull(now)
-        return self.scope.flush()
+        return self.scope.out.flush()
 
     def _deadline_passed(self, now: float) -> bool:
         """The hard deadline, put off while links drain (up to DEADLINE_STRETCH x the
@@ -230,7 +230,7 @@ class FtTreeRound:
         configured = self.scope.start_time + self.scope.cfg.round_deadline
         if now >= self.deadline and self.watch.draining(now) and now < self.deadline_limit:
             if self.deadline <= configured:
-                self.scope.note(NoteKind.DEADLINE_PUT_OFF, None, "links still draining")
+                self.scope.out.note(NoteKind.DEADLINE_PUT_OFF, None, "links still draining")
             self.deadline = min(self.deadline_limit, now + DOWNLINK_BUSY_HOLD)
         if now < self.deadline:
             return False
@@ -277,7 +277,7 @@ class FtTreeRound:
         if self.state.over or not self.scope.adaptive:
             return []
         self.watch.arriving(sender, now)
-        return self.scope.flush()
+        return self.scope.out.flush()
 
     def peer_down(self, peer: int, now: float) -> list[Action]:
         """Membership says ``peer`` is offline: stop waiting for it, route around it."""
@@ -299,7 +299,7 @@ class FtTreeRound:
                 self.pull.at = now  # a silent parent will not broadcast: ask the others at once
         if peer == scope.tree.root and self.result is None:
             self._root_went_down(now)
-        return scope.flush()
+        return scope.out.flush()
 
     def _root_went_down(self, now: float) -> None:
         if self.pull.root_down(now):
@@ -317,12 +317,12 @@ class FtTreeRound:
         self.courier.resend_all(now)
         self.broadcast.reconnected()
         if scope.parent is None and self.result is None and away <= ROOT_WILL_GRACE - ROOT_RETURN_MARGIN:
-            scope.note(NoteKind.RECONNECTED, scope.node, f"back after {away * 1000:.0f} ms: the round goes on")
+            scope.out.note(NoteKind.RECONNECTED, scope.node, f"back after {away * 1000:.0f} ms: the round goes on")
             self.uplink.ask_children_again()
         elif scope.parent is None and self.result is None:
             # Our Will ended this round on every other member (see peer_down), with the chunks
             # they lack skipped. Do the same rather than wait for children that went on.
-            scope.note(NoteKind.ROOT_DOWN, scope.node, "our connection dropped")
+            scope.out.note(NoteKind.ROOT_DOWN, scope.node, "our connection dropped")
             self._finish(now, skip_missing=True)
         elif self.result is None:
             for _ in range(min(2, len(self.pull.chain))):  # two: a peer ahead is one witness
@@ -332,7 +332,7 @@ class FtTreeRound:
             # as long as a first frame usually takes.
             self.wait.back_at = now
             self._stop_waiting_soon(now)
-        return scope.flush()
+        return scope.out.flush()
 
     def peer_away(self, peer: int, now: float) -> list[Action]:
         self.scope.away.add(peer)
@@ -347,13 +347,13 @@ class FtTreeRound:
             # Units its silence made us give up as undeliverable meanwhile, and what it had
             # ACKed if it lost them: once more (what it has is ACKed, not counted again).
             self.uplink.resend_custody(now)
-        return self.scope.flush()
+        return self.scope.out.flush()
 
     def peer_spoke(self, peer: int, now: float) -> list[Action]:
         self.watch.refuted.add(peer)
         if not self.state.over:
             self.courier.release_held(peer, now)
-        return self.scope.flush()
+        return self.scope.out.flush()
 
     def went_on(self, now: float) -> list[Action]:
         scope, parent = self.scope, self.scope.parent
@@ -362,11 +362,11 @@ class FtTreeRound:
         if not scope.stats.pulls:
             # The parent only: it answers at once if it has the result, and sends it once if
             # we are one of its broadcast peers anyway (see ResultFlow).
-            scope.note(NoteKind.PULL, parent, "the fleet may have gone on without us")
+            scope.out.note(NoteKind.PULL, parent, "the fleet may have gone on without us")
             self.pull.send_pull(parent, now)
         self.uplink.ask_children_again()
         self._stop_waiting_soon(now)
-        return scope.flush()
+        return scope.out.flush()
 
     def excuse(self, peer: int, now: float, reported: float | None = None) -> list[Action]:
         """``reported``: when the first report of its silence came (the nodes under it are
@@ -380,7 +380,7 @@ class FtTreeRound:
         self.watch.orphaned(peer, now, reported)
         for j in range(self.n):
             self._try_forward(j, now)
-        return scope.flush()
+        return scope.out.flush()
 
     def _stop_waiting_soon(self, now: float) -> None:
         if self.state.waiting:
@@ -391,7 +391,7 @@ class FtTreeRound:
             case Delivered():
                 pass  # the reduce's completion is checked once per ACK frame (see _on_ack)
             case Undeliverable(unit=p):
-                self.scope.note(NoteKind.UNDELIVERABLE, p.peer, f"chunk {p.chunk}")
+                self.scope.out.note(NoteKind.UNDELIVERABLE, p.peer, f"chunk {p.chunk}")
             case PeerSilent(peer=peer, why=why, at=at):
                 self.watch.report_silent(peer, why, at)
 
@@ -470,7 +470,7 @@ class FtTreeRound:
         verdict, kept = bound_unit(values, j, bound)
         if verdict is not Influence.WITHIN:
             stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
-            self.scope.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
+            self.scope.out.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
         return kept
 
     def _plausible(self, values: np.ndarray, sender: int) -> bool:
@@ -478,7 +478,7 @@ class FtTreeRound:
         if self.reducer.plausible(values):
             return True
         self.scope.stats.implausible += 1
-        self.scope.note(NoteKind.IMPLAUSIBLE, sender, f"values beyond {self.reducer.value_limit:.3g}")
+        self.scope.out.note(NoteKind.IMPLAUSIBLE, sender, f"values beyond {self.reducer.value_limit:.3g}")
         return False
 
     def _check_reduce_done(self, now: float) -> None:
@@ -543,7 +543,7 @@ class FtTreeRound:
             self._finish(now, skip_missing=True)
 
     def _on_pull(self, frame: Frame, now: float) -> None:
-        self.scope.note(NoteKind.PULL, frame.sender, "served")
+        self.scope.out.note(NoteKind.PULL, frame.sender, "served")
         refused = False
         for j in frame.indices() or list(range(self.n)):
             if 0 <= j < self.n:

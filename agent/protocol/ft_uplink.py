@@ -34,7 +34,7 @@ class Uplink:
         if has_result or parent is None or parent in scope.down:
             self.beat_at = None
             return
-        scope.send(parent, scope.frame(Kind.PROBE, 0, Flag.WAITING, frozenset(), target=parent))
+        scope.out.send(parent, scope.frame(Kind.PROBE, 0, Flag.WAITING, frozenset(), target=parent))
         self.beat_at = now + WAITING_EVERY
 
     def forward(self, j: int, now: float, ready: bool) -> None:
@@ -90,4 +90,4 @@ class Uplink:
             gaps = [j for j in range(scope.n) if child not in self.reducer.covered(j)]
             if gaps and child not in scope.down:
                 nack = Frame(Kind.NACK, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.NONE)
-                scope.send(child, nack.with_indices(gaps))
+                scope.out.send(child, nack.with_indices(gaps))

@@ -92,7 +92,7 @@ class PeerWatch:
             # that the round is still under way elsewhere (instead of pulling a copy).
             for peer in scope.tree.members:
                 if peer != scope.node and peer not in scope.down:
-                    scope.send(peer, scope.frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
+                    scope.out.send(peer, scope.frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
 
     def progress(self, peer: int, now: float) -> None:
         self.progress_from[peer] = now  # it lives (last_heard), its downlink is busy
@@ -289,7 +289,7 @@ class PeerWatch:
         """Tell the fleet ``peer`` sent nothing for a whole timeout (the core reports it).
         ``since``: whence the nodes under it are watched (see ``orphaned``; None: now)."""
         self.reported_silent[peer] = now
-        self.scope.note(NoteKind.SILENT, peer, why)
+        self.scope.out.note(NoteKind.SILENT, peer, why)
         if peer in self.scope.expected and peer in self.scope.subtree:
             # Those under it may be as silent: nobody else watches them.
             self.orphaned(peer, now, since, gone=False)

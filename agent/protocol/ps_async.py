@@ -30,6 +30,7 @@ from agent.protocol.allreduce import (
     Outbox,
     RoundContext,
     RoundResult,
+    RoundStats,
     chunk_bounds,
     frame_size,
 )
@@ -39,9 +40,8 @@ from agent.protocol.ps_sync import finish_as_sent, skip_detail
 from agent.protocol.wire import Flag, Frame, Kind
 
 
-class PsAsyncRound(Outbox):
+class PsAsyncRound:
     def __init__(self, ctx: RoundContext) -> None:
-        super().__init__()
         self.cfg, self.tree, self.node, self.round = ctx.config, ctx.tree, ctx.node, ctx.round
         self.grad, self.model_hash = ctx.gradient, ctx.model_hash
         self.members = ctx.tree.members
@@ -56,7 +56,9 @@ class PsAsyncRound(Outbox):
         self.expected: set[int] = set(self.members)
         self.gather_at = ctx.now + ctx.config.round_deadline * ctx.config.reduce_fraction
         self.deadline = ctx.now + ctx.config.round_deadline
+        self.stats = RoundStats()
         self.result: RoundResult | None = None
+        self.out = Outbox(self.stats)
 
     @property
     def serving(self) -> bool:
@@ -64,7 +66,7 @@ class PsAsyncRound(Outbox):
 
     def start(self, now: float) -> list[Action]:
         if self.result is not None:
-            return self._flush()  # skipped before it started (the server known down): nothing to send
+            return self.out.flush()  # skipped before it started (the server known down): nothing to send
         if self.serving:
             self.ledger.forget(set(self.members))
             for j, (lo, hi) in enumerate(self.bounds):
@@ -74,8 +76,8 @@ class PsAsyncRound(Outbox):
         else:
             for j, (lo, hi) in enumerate(self.bounds):
                 frame = self._frame(j, Flag.NONE, frozenset({self.node}))
-                self._send(self.server, frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
-        return self._flush()
+                self.out.send(self.server, frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
+        return self.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
@@ -95,14 +97,14 @@ class PsAsyncRound(Outbox):
                 self._finish_worker(now)
         else:
             self.stats.dropped += 1
-        return self._flush()
+        return self.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if self.result is None and self.serving and now >= self.gather_at:
             self._close(now, force=True)
         if self.result is None and now >= self.deadline:
             self._finish_worker(now)
-        return self._flush()
+        return self.out.flush()
 
     def next_timer(self) -> float | None:
         if self.result is not None:
@@ -115,7 +117,7 @@ class PsAsyncRound(Outbox):
             self._close(now, force=False)
         elif self.result is None and peer == self.server:
             self._finish_worker(now)  # no answer will come: skip the round, degraded
-        return self._flush()
+        return self.out.flush()
 
     def excuse(self, peer: int, now: float) -> list[Action]:
         return self.peer_down(peer, now)
@@ -154,7 +156,7 @@ class PsAsyncRound(Outbox):
         out = self._frame(j, Flag.BROADCAST | Flag.FINAL, frozenset(self.arrived[j]))
         out = out.with_values(answer.astype(np.float32), self.cfg.wire_dtype)
         self.ledger.owe(worker, lo, answer - out.values(), len(self.grad))  # the wire's rounding
-        self._send(worker, out)
+        self.out.send(worker, out)
         if self.result is None:
             self._close(now, force=False)
 
@@ -176,7 +178,7 @@ class PsAsyncRound(Outbox):
             root_model_hash=None, stats=self.stats, link_states={}, finished_at=now)
         if self.result.degraded:
             left_out = sorted(everyone - frozenset.intersection(*contributors))
-            self._note(NoteKind.DEGRADED, None, f"applied without {left_out}")
+            self.out.note(NoteKind.DEGRADED, None, f"applied without {left_out}")
 
     def _finish_worker(self, now: float) -> None:
         result = finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
@@ -185,7 +187,7 @@ class PsAsyncRound(Outbox):
         # an answer is missing (the chunk skipped).
         self.result = replace(result, degraded=any(f is None for f in self.final))
         if self.result.degraded:
-            self._note(NoteKind.DEGRADED, self.server, skip_detail(self.final, self.members))
+            self.out.note(NoteKind.DEGRADED, self.server, skip_detail(self.final, self.members))
 
     def _frame(self, j: int, flags: Flag, ids: frozenset[int]) -> Frame:
         return Frame(Kind.DATA, self.cfg.job, self.round, self.node, j, self.n, flags,

@@ -34,7 +34,7 @@ class PsSyncRound(RpsRound):
 
     def start(self, now: float) -> list[Action]:
         if self.result is not None:
-            return self._flush()  # skipped before it started (the server known down): nothing to send
+            return self.out.flush()  # skipped before it started (the server known down): nothing to send
         return super().start(now)
 
     def peer_down(self, peer: int, now: float) -> list[Action]:

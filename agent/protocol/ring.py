@@ -29,6 +29,7 @@ from agent.protocol.allreduce import (
     Outbox,
     RoundContext,
     RoundResult,
+    RoundStats,
     frame_size,
     merge_means,
 )
@@ -43,9 +44,8 @@ def ring_segments(length: int, members: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-class RingRound(Outbox):
+class RingRound:
     def __init__(self, ctx: RoundContext) -> None:
-        super().__init__()
         self.cfg, self.tree, self.node, self.round = ctx.config, ctx.tree, ctx.node, ctx.round
         self.grad, self.model_hash = ctx.gradient, ctx.model_hash
         self.members = ctx.tree.members
@@ -58,7 +58,9 @@ class RingRound(Outbox):
         self.final: list[tuple[frozenset[int], np.ndarray] | None] = [None] * self.n
         self.root_hash: int | None = ctx.model_hash if ctx.node == ctx.tree.root else None
         self.deadline = ctx.now + ctx.config.round_deadline
+        self.stats = RoundStats()
         self.result: RoundResult | None = None
+        self.out = Outbox(self.stats)
 
     def completer(self, k: int) -> int:
         """The member that completes segment k's mean: the one before segment k's start."""
@@ -66,13 +68,13 @@ class RingRound(Outbox):
 
     def start(self, now: float) -> list[Action]:
         if self.result is not None:
-            return self._flush()  # skipped before it started (a member known down): nothing to pass on
+            return self.out.flush()  # skipped before it started (a member known down): nothing to pass on
         if self.n == 1:
             self._merge(0, frozenset(), np.zeros(0, dtype=np.float32), now)
         else:
             lo, hi = self.bounds[self.pos]
             self._pass(self.pos, Flag.NONE, frozenset({self.node}), self.grad[lo:hi])
-        return self._flush()
+        return self.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
@@ -98,12 +100,12 @@ class RingRound(Outbox):
             self.stats.dropped += 1
         else:
             self._merge(k, frame.contributors, frame.values(), now)
-        return self._flush()
+        return self.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if self.result is None and now >= self.deadline:
             self._finish(now)
-        return self._flush()
+        return self.out.flush()
 
     def next_timer(self) -> float | None:
         return self.deadline if self.result is None else None
@@ -111,7 +113,7 @@ class RingRound(Outbox):
     def peer_down(self, peer: int, now: float) -> list[Action]:
         if self.result is None and peer in self.members and peer != self.node:
             self._finish(now)  # the ring is broken: the round is skipped, not waited out
-        return self._flush()
+        return self.out.flush()
 
     def excuse(self, peer: int, now: float) -> list[Action]:
         return self.peer_down(peer, now)
@@ -145,13 +147,13 @@ class RingRound(Outbox):
             return
         out = self._frame(k, Flag.BROADCAST | Flag.FINAL, merged_ids).with_values(mean, self.cfg.wire_dtype)
         if self.n > 1:
-            self._send(self.successor, out)
+            self.out.send(self.successor, out)
         self._set_final(k, merged_ids, out.values(), now)  # as the others decode it
 
     def _pass(self, k: int, flags: Flag, ids: frozenset[int], values: np.ndarray,
               model_hash: int | None = None) -> None:
         frame = self._frame(k, flags, ids, model_hash)
-        self._send(self.successor, frame.with_values(values, self.cfg.wire_dtype))
+        self.out.send(self.successor, frame.with_values(values, self.cfg.wire_dtype))
 
     def _set_final(self, k: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
         self.final[k] = (ids, values)
@@ -166,4 +168,4 @@ class RingRound(Outbox):
         self.result = finish_as_sent(self.node, self.round, self.tree, self.grad, self.bounds,
                                      self.final, self.root_hash, self.stats, now)
         if self.result.degraded:
-            self._note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members))
+            self.out.note(NoteKind.DEGRADED, None, skip_detail(self.final, self.members))

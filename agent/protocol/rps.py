@@ -15,6 +15,7 @@ from agent.protocol.allreduce import (
     Outbox,
     RoundContext,
     RoundResult,
+    RoundStats,
     chunk_bounds,
     frame_size,
     merge_means,
@@ -24,9 +25,8 @@ from agent.protocol.tree import finish_with_fallback
 from agent.protocol.wire import Flag, Frame, Kind
 
 
-class RpsRound(Outbox):
+class RpsRound:
     def __init__(self, ctx: RoundContext) -> None:
-        super().__init__()
         config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
         model_hash, now = ctx.model_hash, ctx.now
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
@@ -40,7 +40,9 @@ class RpsRound(Outbox):
         self.expected: set[int] = set(self.members)
         self.gather_at = now + config.round_deadline * config.reduce_fraction
         self.deadline = now + config.round_deadline
+        self.stats = RoundStats()
         self.result: RoundResult | None = None
+        self.out = Outbox(self.stats)
 
     def owner(self, j: int) -> int:
         return self.members[j % len(self.members)]
@@ -51,10 +53,10 @@ class RpsRound(Outbox):
                 self.parts[j][self.node] = self.grad[lo:hi]
             else:
                 frame = self._frame(j, Flag.NONE, frozenset({self.node}))
-                self._send(self.owner(j), frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
+                self.out.send(self.owner(j), frame.with_values(self.grad[lo:hi], self.cfg.wire_dtype))
         for j in self.owned:
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
@@ -71,7 +73,7 @@ class RpsRound(Outbox):
         elif j in self.parts and self.final[j] is None and frame.contributors == {frame.sender}:
             self.parts[j].setdefault(frame.sender, frame.values())
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if now >= self.gather_at:
@@ -79,7 +81,7 @@ class RpsRound(Outbox):
                 self._maybe_publish(j, now, force=True)
         if self.result is None and now >= self.deadline:
             self._finish(now)
-        return self._flush()
+        return self.out.flush()
 
     def next_timer(self) -> float | None:
         if self.result is not None:
@@ -92,7 +94,7 @@ class RpsRound(Outbox):
         self.expected.discard(peer)
         for j in self.owned:
             self._maybe_publish(j, now, force=False)
-        return self._flush()
+        return self.out.flush()
 
     def excuse(self, peer: int, now: float) -> list[Action]:
         return self.peer_down(peer, now)
@@ -123,7 +125,7 @@ class RpsRound(Outbox):
         out = self._frame(j, Flag.BROADCAST | Flag.FINAL, ids).with_values(mean, self.cfg.wire_dtype)
         for member in self.members:
             if member != self.node:
-                self._send(member, out)
+                self.out.send(member, out)
         self._set_final(j, ids, out.values(), now)
 
     def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
@@ -138,7 +140,7 @@ class RpsRound(Outbox):
     def _finish(self, now: float) -> None:
         self.result = self._result(now)
         if self.result.degraded:
-            self._note(NoteKind.DEGRADED, None, self._degraded_detail(self.result))
+            self.out.note(NoteKind.DEGRADED, None, self._degraded_detail(self.result))
 
     def _result(self, now: float) -> RoundResult:
         """What the round applies; a chunk whose mean never came falls back to our own."""

@@ -11,7 +11,6 @@ import numpy as np
 
 from agent.protocol.allreduce import (
     Action,
-    Note,
     Outbox,
     RoundContext,
     RoundResult,
@@ -25,9 +24,8 @@ from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind
 
 
-class PlainTreeRound(Outbox):
+class PlainTreeRound:
     def __init__(self, ctx: RoundContext) -> None:
-        super().__init__()
         config, tree, node, round, gradient = ctx.config, ctx.tree, ctx.node, ctx.round, ctx.gradient
         model_hash, now = ctx.model_hash, ctx.now
         self.cfg, self.tree, self.node, self.round = config, tree, node, round
@@ -40,12 +38,14 @@ class PlainTreeRound(Outbox):
         self.final: list[tuple[frozenset[int], np.ndarray] | None] = [None] * self.n
         self.root_hash: int | None = model_hash if self.parent is None else None
         self.deadline = now + config.round_deadline
+        self.stats = RoundStats()
         self.result: RoundResult | None = None
+        self.out = Outbox(self.stats)
 
     def start(self, now: float) -> list[Action]:
         for j in range(self.n):
             self._maybe_forward(j, now)
-        return self._flush()
+        return self.out.flush()
 
     def on_frame(self, frame: Frame, now: float) -> list[Action]:
         self.stats.frames_received += 1
@@ -64,12 +64,12 @@ class PlainTreeRound(Outbox):
         elif frame.sender in self.children and frame.sender not in self.parts[j]:
             self.parts[j][frame.sender] = (frame.contributors, frame.values())
             self._maybe_forward(j, now)
-        return self._flush()
+        return self.out.flush()
 
     def on_timer(self, now: float) -> list[Action]:
         if self.result is None and now >= self.deadline:
             self._finish(now)
-        return self._flush()
+        return self.out.flush()
 
     def next_timer(self) -> float | None:
         return self.deadline if self.result is None else None
@@ -107,13 +107,13 @@ class PlainTreeRound(Outbox):
         if self.parent is None:
             self._set_final(j, ids, Frame(Kind.DATA, 0, 0, 0).with_values(mean, self.cfg.wire_dtype).values(), now)
         else:
-            self._send(self.parent, self._frame(j, Flag.NONE, ids).with_values(mean, self.cfg.wire_dtype))
+            self.out.send(self.parent, self._frame(j, Flag.NONE, ids).with_values(mean, self.cfg.wire_dtype))
 
     def _set_final(self, j: int, ids: frozenset[int], values: np.ndarray, now: float) -> None:
         self.final[j] = (ids, values)
         out = self._frame(j, Flag.BROADCAST | Flag.FINAL, ids).with_values(values, self.cfg.wire_dtype)
         for child in self.children:
-            self._send(child, out)
+            self.out.send(child, out)
         if all(f is not None for f in self.final):
             self._finish(now)
 
@@ -125,7 +125,7 @@ class PlainTreeRound(Outbox):
         self.result = finish_with_fallback(self.node, self.round, self.tree, self.grad, self.bounds,
                                            self.final, self.root_hash, self.stats, now)
         if self.result.degraded:
-            self._out.append(Note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing"))
+            self.out.note(NoteKind.DEGRADED, None, f"{len(self.result.missing_chunks)} chunks missing")
 
 
 def finish_with_fallback(

@@ -26,15 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from agent.model.optim import LR_SCHEDULES
+from agent.protocol.allreduce import Algorithm
 from agent.validate import arg, output_dir, positive_seconds
 from simulate.bench.common import add_output_arguments, document, emit, format_table, progress
 from simulate.bench.fleetrun import FleetRun, FleetScenario, per_node_loss_for, run_fleet
 
 DESCRIPTION = __doc__
-ALGORITHMS = ("ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring")
+ALGORITHMS = tuple(a.value for a in Algorithm)  # the names, as the command line takes them
 # The five of the thesis's Figure 13 (sync and async parameter server, Keras's ring, tree,
 # FT-tree), in its order: the figure of accuracy against wall time plots these.
-FIGURE_13 = ("ps-sync", "ps-async", "ring", "tree", "ft-tree")
+FIGURE_13 = (Algorithm.PS_SYNC, Algorithm.PS_ASYNC, Algorithm.RING, Algorithm.TREE, Algorithm.FT_TREE)
 TARGET = 0.98
 MAX_DROP_PP = 0.5  # must-show: 10 % loss costs at most 0.5 percentage points
 
@@ -71,7 +72,7 @@ def variants(args: argparse.Namespace) -> list[tuple[str, str, float]]:
     out = [(algo, algo, 0.0) for algo in args.algorithms]
     if args.loss > 0:
         # right after the clean ft-tree run: the must-show pair comes first
-        at = next((i + 1 for i, v in enumerate(out) if v[1] == "ft-tree"), len(out))
+        at = next((i + 1 for i, v in enumerate(out) if v[1] == Algorithm.FT_TREE), len(out))
         out.insert(at, (f"ft-tree, loss {args.loss:g}", "ft-tree", args.loss))
     return out
 
@@ -168,8 +169,8 @@ def baseline_points(base: dict[str, Any], steps_per_epoch: int) -> list[dict[str
 
 def must_show(results: list[dict[str, Any]], target: float, loss: float) -> dict[str, Any]:
     """ft-tree >= target without faults; with loss within MAX_DROP_PP at the same rounds."""
-    clean = next((r for r in results if r["label"] == "ft-tree"), None)
-    lossy = next((r for r in results if r["algorithm"] == "ft-tree" and r["chunk_loss"] > 0), None)
+    clean = next((r for r in results if r["label"] == Algorithm.FT_TREE), None)
+    lossy = next((r for r in results if r["algorithm"] == Algorithm.FT_TREE and r["chunk_loss"] > 0), None)
     out: dict[str, Any] = {"target": target, "max_drop_pp": MAX_DROP_PP, "loss": loss}
     if clean and clean["final_accuracy"] is not None:
         out["ft_tree_accuracy"] = clean["final_accuracy"]

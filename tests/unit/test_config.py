@@ -22,9 +22,9 @@ def test_bad_schedule_options_are_refused(bad: dict[str, object]) -> None:
 
 
 def test_wire_dtype_auto_maps_to_the_ft_trees_per_link_choice_and_is_for_ft_tree_only() -> None:
-    from agent.core_config import allreduce_config
     from agent.protocol.wire import DType
     from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
+    from agent.runtime_config import allreduce_config
 
     auto = allreduce_config(AgentConfig(id=0, wire_dtype="auto", wire_budget=0.3))
     assert (auto.wire_auto, auto.wire_dtype, auto.wire_budget) == (True, DType.F32, 0.3)
@@ -39,8 +39,8 @@ def test_wire_dtype_auto_maps_to_the_ft_trees_per_link_choice_and_is_for_ft_tree
 
 def test_the_agent_bounds_each_units_influence_by_default_and_0_turns_it_off() -> None:
     from agent.core import AgentCore
-    from agent.core_config import allreduce_config, core_config
     from agent.protocol.influence import DEFAULT_INFLUENCE_FACTOR
+    from agent.runtime_config import allreduce_config, core_config
 
     assert allreduce_config(AgentConfig(id=0)).influence_factor == DEFAULT_INFLUENCE_FACTOR == 3.0
     assert allreduce_config(AgentConfig(id=0, influence_bound=1.5)).influence_factor == 1.5
@@ -48,11 +48,11 @@ def test_the_agent_bounds_each_units_influence_by_default_and_0_turns_it_off() -
     with pytest.raises(ValidationError):
         AgentConfig(id=0, influence_bound=-1)
     core = AgentCore(core_config(AgentConfig(id=0), 8), incarnation=1)
-    assert core.norms.factor == DEFAULT_INFLUENCE_FACTOR
+    assert core.parts.norms.factor == DEFAULT_INFLUENCE_FACTOR
 
 
 def test_sync_every_takes_a_whole_number_of_local_steps_and_reaches_the_core() -> None:
-    from agent.core_config import core_config
+    from agent.runtime_config import core_config
 
     assert AgentConfig(id=0).sync_every is None  # every-step gradient averaging
     assert core_config(AgentConfig(id=0), 10).sync_every is None
@@ -65,8 +65,8 @@ def test_sync_every_takes_a_whole_number_of_local_steps_and_reaches_the_core() -
 
 
 def test_sync_every_auto_starts_the_core_at_one_step_with_the_coordinators_rule() -> None:
-    from agent.core_config import core_config
     from agent.protocol.sync_period import AUTO_START, DEFAULT_COMM_SHARE, PeriodRule
+    from agent.runtime_config import core_config
 
     auto = core_config(AgentConfig(id=0, sync_every="auto"), 10)
     assert (auto.sync_every, auto.sync_auto) == (AUTO_START, PeriodRule(DEFAULT_COMM_SHARE))
@@ -76,8 +76,8 @@ def test_sync_every_auto_starts_the_core_at_one_step_with_the_coordinators_rule(
 
 
 def test_the_straggler_deadline_reaches_the_allreduce_and_is_checked() -> None:
-    from agent.core_config import allreduce_config
     from agent.protocol.allreduce import AllreduceConfig
+    from agent.runtime_config import allreduce_config
 
     assert allreduce_config(AgentConfig(id=0)).straggler_deadline == 0.0  # off
     assert allreduce_config(AgentConfig(id=0, straggler_deadline=1.5)).straggler_deadline == 1.5

@@ -17,7 +17,7 @@ import pytest
 
 from agent import checkpoint
 from agent.config import AgentConfig
-from agent.core_events import (
+from agent.core.events import (
     Arriving,
     CoreEvent,
     Disconnected,
@@ -178,7 +178,7 @@ def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> 
     bus.publish("broker", TOPICS.status(3), will[1], retain=True, force=True)
     bus.run_until(bus.now() + 1.0)
     restarted._pump(0.0)
-    assert restarted.core.membership.is_online(3)
+    assert restarted.core.parts.membership.is_online(3)
     assert new_incarnation() > restarted.incarnation
 
 
@@ -193,7 +193,7 @@ def test_a_joiner_pulls_the_fleets_state_before_it_contributes() -> None:
     for p in peers:
         coordinator.on_status(Status(p.node, "online"), 0.0)
     joiner = runtime(bus, 2, rounds=0, fleet_size=3)
-    joiner.should_stop = lambda: joiner.round >= 12 and not joiner.core.joining
+    joiner.should_stop = lambda: joiner.round >= 12 and not joiner.core.progress.joining
     joiner.run()
     assert [v.members for v in peers[0].views] == [[0, 1, 2]] and peers[0].views[0].from_round == 12
     pulls = peers[0].pulls + peers[1].pulls
@@ -370,11 +370,11 @@ def test_with_sync_every_a_round_averages_the_delta_of_that_many_local_steps(out
     assert agent.backend.params().tolist() == pytest.approx([expected] * SIZE)
     assert agent.backend.state().size == SIZE * (2 if outer == "nesterov" else 1)
     # The state a joiner pulls is the trainer's (anchor + outer momentum), not the inner backend's.
-    assert agent.core.config.state_size == agent.backend.state().size
+    assert agent.core.parts.config.state_size == agent.backend.state().size
 
 
 def test_between_local_steps_the_agent_still_hears_its_peers_and_starts_no_round() -> None:
-    from agent.core_actions import ComputeGradient
+    from agent.core.actions import ComputeGradient
     from agent.model.periodic import OuterConfig, PeriodicTrainer
 
     rt, core, _ = _loop_with([(0.1, "report-that-we-are-silent")], busy={})

@@ -62,7 +62,7 @@ def test_the_tree_strategy_sends_each_chunk_to_the_children_and_the_adopted_acke
     rig.scope.down.add(4)
     assert rig.tree.peers() == [2, 3]
     rig.set(0, 0.0, rig.tree)
-    sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
+    sends = [a for a in rig.scope.out.flush() if isinstance(a, Send)]
     assert [(s.dst, s.frame.kind, s.frame.target) for s in sends] == [(0, Kind.RELAY, 2), (3, Kind.DATA, 3)]
     assert set(rig.courier.pending) == {(True, 0, 2), (True, 0, 3)}
     assert not rig.tree.fanned(fanned(0))
@@ -72,7 +72,7 @@ def test_the_fanout_root_publishes_each_chunk_once_and_sends_nobody_a_copy() -> 
     rig = Rig(0)
     assert rig.fanout.peers() == []
     frame = rig.set(0, 0.0, rig.fanout)
-    assert rig.scope.flush() == [Fanout(frame)] and rig.courier.pending == {}
+    assert rig.scope.out.flush() == [Fanout(frame)] and rig.courier.pending == {}
     assert rig.fanout.fanned(fanned(0))
     # On a link topic a result names its target: not the fan-out.
     assert not rig.fanout.fanned(Frame(Kind.DATA, 0, 0, 0, 0, 2, Flag.BROADCAST, target=1))
@@ -83,7 +83,7 @@ def test_a_member_takes_the_fanout_from_the_root_only_and_pulls_a_chunk_it_misse
     assert not rig.fanout.take(fanned(1, sender=1), 0.01, acking=True)
     assert rig.scope.stats.dropped == 1
     assert rig.fanout.take(fanned(1), 0.01, acking=True)  # chunk 0 never came: it was lost
-    sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
+    sends = [a for a in rig.scope.out.flush() if isinstance(a, Send)]
     ack, pull = sends
     assert (ack.dst, ack.frame.kind, ack.frame.chunk_index) == (1, Kind.ACK, 1)  # the last chunk: at once
     assert (pull.dst, pull.frame.kind, pull.frame.indices()) == (1, Kind.PULL, [0])
@@ -94,7 +94,7 @@ def test_a_child_that_acks_none_of_the_fanout_is_probed_and_gets_the_result_once
     for j in range(2):
         rig.fanout.take(fanned(j), 0.01 * j, acking=True)
         rig.set(j, 0.01 * j, rig.fanout)
-    rig.scope.flush()
+    rig.scope.out.flush()
     ack = Frame(Kind.ACK, 0, 0, 3, 1, 2, Flag.BROADCAST, origin=3, target=1, contributors=ALL)
     rig.fanout.child_acked(ack.with_indices([0, 1]), [0, 1], 0.02)
     assert rig.scope.links.measured_rtt(3) == pytest.approx(0.01)  # from when we had chunk 1
@@ -102,12 +102,12 @@ def test_a_child_that_acks_none_of_the_fanout_is_probed_and_gets_the_result_once
     [due] = rig.fanout.timers()  # only child 4: child 3 ACKed all of it
     assert due == pytest.approx(0.02 + RTO)
     rig.fanout.on_timer(due)
-    sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
+    sends = [a for a in rig.scope.out.flush() if isinstance(a, Send)]
     assert [(s.dst, s.frame.kind) for s in sends] == [(4, Kind.PROBE)]  # a few bytes, not the result
     reply = Frame(Kind.PROBE, 0, 0, 4, 0, 2, Flag.REPLY, origin=4, target=1)
     rig.courier.watch.heard(reply, due + 0.01, shows_link=True)
     rig.fanout.on_timer(due + 0.01 + rig.scope.transmit(4, 8 * 4) + RTO)  # it lives: the result
-    sends = [a for a in rig.scope.flush() if isinstance(a, Send)]
+    sends = [a for a in rig.scope.out.flush() if isinstance(a, Send)]
     assert sorted((s.dst, s.frame.chunk_index) for s in sends if s.frame.kind == Kind.DATA) == [(4, 0), (4, 1)]
 
 

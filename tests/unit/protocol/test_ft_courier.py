@@ -44,7 +44,7 @@ class Rig:
         return Pending(broadcast, j, peer, ids, frame, routes, cycle=not broadcast)
 
     def sends(self) -> list[Send]:
-        return [a for a in self.scope.flush() if isinstance(a, Send)]
+        return [a for a in self.scope.out.flush() if isinstance(a, Send)]
 
     def ack(self, sender: int, *chunks: int, now: float) -> None:
         frame = Frame(Kind.ACK, 0, 0, sender, max(chunks), 2, origin=sender, target=self.scope.node,
@@ -96,7 +96,7 @@ def test_a_silent_peer_kills_the_link_and_the_unit_goes_by_the_backup() -> None:
     rig.courier.send(rig.unit(0, UP), 0.0)
     rig.sends()
     rig.courier.expire(RTO)
-    actions = rig.scope.flush()
+    actions = rig.scope.out.flush()
     notes = [a.kind for a in actions if isinstance(a, Note)]
     assert notes == [NoteKind.TIMEOUT, NoteKind.LINK_DEAD, NoteKind.REROUTE]
     [relay] = [a for a in actions if isinstance(a, Send)]

@@ -31,7 +31,7 @@ def unit(sender: int, j: int, values: int = 2) -> Frame:
 
 
 def acks(r: Receipts) -> list[Send]:
-    return [a for a in r.scope.flush() if isinstance(a, Send) and a.frame.kind == Kind.ACK]
+    return [a for a in r.scope.out.flush() if isinstance(a, Send) and a.frame.kind == Kind.ACK]
 
 
 def test_direct_units_wait_for_company_and_go_in_one_ack() -> None:
@@ -67,7 +67,7 @@ def test_relayed_units_are_acked_alone_back_the_way_they_came_and_floods_by_floo
 def test_a_gap_is_asked_for_once() -> None:
     r = receipts()
     r.nack_gaps(unit(1, 3), have=lambda i: i == 1)
-    [nack] = [a for a in r.scope.flush() if isinstance(a, Send)]
+    [nack] = [a for a in r.scope.out.flush() if isinstance(a, Send)]
     assert nack.dst == 1 and nack.frame.kind == Kind.NACK and nack.frame.indices() == [0, 2]
     r.nack_gaps(unit(1, 3), have=lambda i: i == 1)
-    assert r.scope.flush() == [] and r.scope.stats.nacks == 1 and r.scope.book.states[1] == "suspected"
+    assert r.scope.out.flush() == [] and r.scope.stats.nacks == 1 and r.scope.book.states[1] == "suspected"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.core import AgentCore, CoreConfig
-from agent.core_events import MessageArrived
+from agent.core.events import MessageArrived
 from agent.protocol.allreduce import AllreduceConfig, Fanout, Note, RoundContext, Send
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.topics import Topics
@@ -116,10 +116,10 @@ def test_the_core_reads_the_fanout_of_others_only_when_its_rounds_may_use_it() -
     # Its own fan-out coming back from the broker is not even decoded.
     own = encode(final(0, sender=3))
     assert core.handle(MessageArrived(topics.fanout(3), own), 0.0) == []
-    assert core.counters.bytes_received == 0
+    assert core.parts.counters.bytes_received == 0
     # Another's is a frame like one on a link topic, its sender checked against the topic.
     core.handle(MessageArrived(topics.fanout(0), encode(final(0, sender=2))), 0.0)
-    assert dict(core.counters.rejected) == {"forged_sender": 1}
+    assert dict(core.parts.counters.rejected) == {"forged_sender": 1}
 
 
 def test_the_root_applies_exactly_what_it_publishes() -> None:
@@ -143,7 +143,7 @@ def test_the_core_refuses_on_a_fanout_topic_anything_but_a_result_for_all() -> N
     pull = Frame(Kind.PULL, CFG.job, 0, 4, 0, 2, Flag.BROADCAST)
     for frame in (final(0, sender=4, target=3), unit.with_values(np.ones(4, np.float32)), pull):
         assert core.handle(MessageArrived(topics.fanout(4), encode(frame)), 0.0) == []
-    assert dict(core.counters.rejected) == {"fanout_not_a_result": 3}
+    assert dict(core.parts.counters.rejected) == {"fanout_not_a_result": 3}
 
 
 def test_a_root_back_from_a_dropped_connection_publishes_its_fanout_again() -> None:

@@ -54,13 +54,13 @@ def test_busy_links_hold_verdicts_until_a_hold_after_the_last_report() -> None:
 def test_a_busy_downlink_tells_every_other_member_at_most_every_progress_interval() -> None:
     w = watch()
     w.arriving(0, 0.0)
-    probes = [a for a in w.scope.flush() if isinstance(a, Send)]
+    probes = [a for a in w.scope.out.flush() if isinstance(a, Send)]
     assert sorted(p.dst for p in probes) == [0, 2, 3, 4]
     assert all(p.frame.kind == Kind.PROBE and p.frame.flags & Flag.PROGRESS for p in probes)
     w.arriving(0, PROGRESS_EVERY / 2)
-    assert w.scope.flush() == []
+    assert w.scope.out.flush() == []
     w.arriving(None, PROGRESS_EVERY)
-    assert len(w.scope.flush()) == 4
+    assert len(w.scope.out.flush()) == 4
 
 
 def test_a_silent_child_is_reported_once_its_span_ran_out_unless_links_drain() -> None:
@@ -71,13 +71,13 @@ def test_a_silent_child_is_reported_once_its_span_ran_out_unless_links_drain() -
     span = w.silence_at[3]
     assert span == pytest.approx(w.silence_span(3)) and set(w.silence_at) == {3, 4}
     w.arriving(0, span - 0.1)
-    w.scope.flush()
+    w.scope.out.flush()
     w.check_children(span, lambda child: True)
-    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + OWN_LINK_HOLD + w.scope.rto(3))
+    assert w.scope.out.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + OWN_LINK_HOLD + w.scope.rto(3))
     assert OWN_LINK_HOLD < DOWNLINK_BUSY_HOLD
     later = w.silence_at[3]
     w.check_children(later, lambda child: child == 3)
-    assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
+    assert w.scope.out.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
     assert w.silence_at == {} and w.unheard_since_reported(3) and not w.unheard_since_reported(4)
 
 
@@ -91,13 +91,13 @@ def test_only_the_childs_own_links_or_ours_hold_its_verdict_not_another_members(
     w.progress(0, span - 0.1)  # our parent's downlink
     w.progress(2, span - 0.1)  # a member elsewhere
     w.check_children(span, lambda child: child == 3)
-    assert w.scope.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
+    assert w.scope.out.flush() == [Note(NoteKind.SILENT, 3, "nothing from it for a whole wait")]
     w = watch()
     w.progress(3, span - 0.1)
     w.check_children(span, lambda child: child == 3)
     # Its next PROGRESS may wait behind a unit being written at the floor rate.
     hold = PROGRESS_EVERY + w.scope.unit_bytes / w.scope.cfg.link_rate_floor
-    assert w.scope.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + hold + w.scope.rto(3))
+    assert w.scope.out.flush() == [] and w.silence_at[3] == pytest.approx(span - 0.1 + hold + w.scope.rto(3))
     assert hold < DOWNLINK_BUSY_HOLD
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from agent.config import AgentConfig
-from agent.core_actions import Publish
-from agent.core_config import allreduce_config
+from agent.core.actions import Publish
 from agent.protocol.messages import Suspect
+from agent.runtime_config import allreduce_config
 from simulate.virtual_fleet import (
     FaultSpec,
     FleetConfig,
@@ -150,7 +150,7 @@ def test_nodes_cut_off_while_the_fleet_finishes_say_so_and_exit_after_the_heal(g
 def test_nodes_back_from_a_cut_together_are_readmitted_in_one_view() -> None:
     """Three nodes healed together reconnect at the same retry. The coordinator takes them
     back in one view: it used to add one, then wait for that view to take effect (two
-    rounds) before the next (tests/unit/protocol/test_membership.py for joiners a round apart)."""
+    rounds) before the next (tests/unit/protocol/membership/test_coordination.py for joiners a round apart)."""
     gone, cut_for = SPLITS[7], 10.0
     faults = tuple(FaultSpec("isolate", FAULT_ROUND, n, after=0.01) for n in gone)
     faults += tuple(FaultSpec("restore", FAULT_ROUND, n, after=0.01 + cut_for) for n in gone)

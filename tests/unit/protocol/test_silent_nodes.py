@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent.config import AgentConfig
-from agent.core_config import allreduce_config
 from agent.protocol.allreduce import AllreduceConfig
+from agent.runtime_config import allreduce_config
 from simulate.virtual_fleet import (
     FaultSpec,
     FleetConfig,

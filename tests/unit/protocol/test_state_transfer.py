@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.core import AgentCore, CoreConfig, SendState
-from agent.core_events import FrameArrived, GradientReady, StatusSeen, ViewSeen
+from agent.core.events import FrameArrived, GradientReady, StatusSeen, ViewSeen
 from agent.protocol.allreduce import Action, AllreduceConfig, Note, RoundResult, RoundStats, Send
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import (
@@ -162,7 +162,7 @@ def test_a_server_gives_one_puller_a_whole_state_when_alone_else_a_stripe() -> N
         for peer in members:
             core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
         core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
-        pull = Frame(Kind.MODEL_PULL, core.job, 0, 2, 0, 1)
+        pull = Frame(Kind.MODEL_PULL, core.parts.config.allreduce.job, 0, 2, 0, 1)
         served = [a for a in core.handle(FrameArrived(pull), 0.02) if isinstance(a, SendState)]
         assert len(served) == 1 and served[0].chunks is not None and len(served[0].chunks) == count
 

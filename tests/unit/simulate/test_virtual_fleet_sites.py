@@ -3,7 +3,7 @@ and direction, and the fault-tolerant rules hold inside a site and across sites.
 
 from __future__ import annotations
 
-from agent.core_actions import Publish
+from agent.core.actions import Publish
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.chunking import SLOW_LINK_BROADCAST, SLOW_LINK_CHUNK_VALUES
 from agent.protocol.membership import view_tree
@@ -45,7 +45,7 @@ def test_a_crashed_site_root_is_replaced_from_its_site_and_the_fleet_goes_on() -
     records = fleet.run()
     last = records[-1]
     assert 7 not in last.members and not last.degraded and count_problems(last, 100) == []
-    tree = view_tree(fleet.agents[0].core.membership.newest)
+    tree = view_tree(fleet.agents[0].core.parts.membership.views.newest)
     assert tree.site_root(8) == 8 and tree.parent(8) == 0
     assert len({r.values.tobytes() for r in last.results.values()}) == 1
 
@@ -66,9 +66,9 @@ def test_a_fleet_over_sites_cuts_small_chunks_and_fans_out_from_the_start() -> N
                    site_aware=False)
     aware.run()
     blind.run()
-    view = aware.agents[0].core.membership.newest
+    view = aware.agents[0].core.parts.membership.views.newest
     assert (view.chunk_values, view.broadcast) == (SLOW_LINK_CHUNK_VALUES, SLOW_LINK_BROADCAST)
-    assert blind.agents[0].core.membership.newest.chunk_values == 0
+    assert blind.agents[0].core.parts.membership.views.newest.chunk_values == 0
 
 
 def test_a_site_back_from_a_cut_takes_the_state_across_once_not_once_per_agent() -> None:
