@@ -41,6 +41,13 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def validate_source_name(name: str) -> str:
+    """A data source's name (``[data.<name>]`` in device.toml, ``data`` in a job)."""
+    if not isinstance(name, str) or not _SOURCE_RE.fullmatch(name):
+        raise ValueError(f"data source name {name!r}: 1-64 letters, digits, '_' or '-'")
+    return name
+
+
 def canonical_json(document: BaseModel) -> str:
     """Sorted keys, no spaces: the same document always gives the same text (what is signed)."""
     return json.dumps(document.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
@@ -158,9 +165,7 @@ class JobSpec(Frozen):
     @field_validator("data")
     @classmethod
     def _data(cls, value: str) -> str:
-        if not _SOURCE_RE.fullmatch(value):
-            raise ValueError(f"data source name {value!r}: 1-64 letters, digits, '_' or '-'")
-        return value
+        return validate_source_name(value)
 
     @field_validator("partition")
     @classmethod
