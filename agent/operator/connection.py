@@ -82,13 +82,24 @@ class OperatorClient:
 
     def __init__(self, login: BrokerLogin, subscriptions: list[str]) -> None:
         self.client_id = f"edgegrove-operator-{uuid.uuid4().hex[:10]}"
-        self._marker_topic = f"{ROOT}/operator/{self.client_id}/sync"
-        self._transport = MqttTransport(self.client_id, login.url, username=login.username,
-                                        password=login.password, tls_ca=login.tls_ca)
+        self._marker_topic: str | None = f"{ROOT}/operator/{self.client_id}/sync"
         try:
-            self._transport.connect([*subscriptions, self._marker_topic])
+            self._transport = self._connected(login, [*subscriptions, self._marker_topic])
         except TransportError as exc:
-            raise OperatorError(str(exc)) from None
+            if "refused the subscription" not in str(exc):
+                raise OperatorError(str(exc)) from None
+            # The ACL keeps us from the marker (or from what we asked): go on without it.
+            self._marker_topic = None
+            try:
+                self._transport = self._connected(login, subscriptions)
+            except TransportError as again:
+                raise OperatorError(str(again)) from None
+
+    def _connected(self, login: BrokerLogin, subscriptions: list[str]) -> MqttTransport:
+        transport = MqttTransport(self.client_id, login.url, username=login.username,
+                                  password=login.password, tls_ca=login.tls_ca)
+        transport.connect(subscriptions)
+        return transport
 
     def __enter__(self) -> OperatorClient:
         return self
@@ -107,14 +118,16 @@ class OperatorClient:
 
     def sync(self, timeout: float = SNAPSHOT_TIMEOUT_S) -> list[Message]:
         """Everything that arrived until the broker has handled all we sent before (the
-        marker is back): the retained state of our subscriptions, our publishes done."""
+        marker is back; without a marker, a quiet period): the retained state of our
+        subscriptions, our publishes done."""
         marker = uuid.uuid4().hex.encode()
-        self.publish(self._marker_topic, marker, retain=False)
+        if self._marker_topic is not None:
+            self.publish(self._marker_topic, marker, retain=False)
         got: list[Message] = []
         deadline = time.monotonic() + timeout
         quiet_since = time.monotonic()
         while (left := deadline - time.monotonic()) > 0:
-            batch = self._transport.receive(min(left, 0.2))
+            batch = self._transport.receive(min(left, 0.1))
             for message in batch:
                 if message.topic == self._marker_topic and message.payload == marker:
                     return got
@@ -122,15 +135,15 @@ class OperatorClient:
                     got.append(message)
             if batch:
                 quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > QUIET_S * 3 and got:
-                break  # the marker may be denied by the broker's ACL; nothing more is coming
+            elif time.monotonic() - quiet_since > (QUIET_S if self._marker_topic is None else 3 * QUIET_S):
+                break  # no marker (or it was dropped): nothing more is coming
         return got
 
     def messages(self, until: float) -> Iterator[Message]:
         """What arrives until the monotonic time ``until`` (``inf``: until interrupted)."""
         while (left := until - time.monotonic()) > 0:
             for message in self._transport.receive(min(left, 1.0)):
-                if message.notice is None and message.topic != self._marker_topic:
+                if message.notice is None and (self._marker_topic is None or message.topic != self._marker_topic):
                     yield message
 
 

@@ -81,3 +81,12 @@ def test_a_deadline_in_the_past_is_refused(tmp_path: Path) -> None:
     job = read_job_file(write(tmp_path, 'name = "j"\ndata = "d"\n[stop]\ndeadline = 2020-01-01T00:00:00Z\n'))
     with pytest.raises(JobFileError, match="has passed"):
         job.stop.rule(now=1.8e9)
+
+
+@pytest.mark.parametrize("name", ["mnist-mlp", "mnist-cnn", "digits"])
+def test_the_example_job_files_read_and_their_models_pass_the_check(name: str) -> None:
+    from agent.operator.submit import check_model
+
+    job = read_job_file(REPO / "examples" / "jobs" / f"{name}.toml")
+    assert job.name == name
+    assert len(check_model(job).fingerprint) == 16
