@@ -15,8 +15,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.config import ConfigError
+from agent.validate import OneLineParser
+
+if TYPE_CHECKING:
+    from agent.runtime import TransportWrapper
 
 DESCRIPTION = __doc__
 
@@ -27,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="overrides log_level of the config")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None) -> int:
+    """Run the device the config describes; ``wrap_transport`` decorates each job's transport."""
     from agent.device.config import load_device_config
 
     try:
@@ -43,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     device_facts = facts.gather(config, time.time())
     core = DeviceCore(capabilities(config, device_facts), keyring, time.time())
-    daemon = DeviceDaemon(config, core, device_facts)
+    daemon = DeviceDaemon(config, core, device_facts, wrap_transport=wrap_transport)
 
     def _on_signal(signum: int, _frame: object) -> None:
         logging.getLogger("edgegrove.device").info("signal %d: finishing", signum)
@@ -56,3 +62,13 @@ def run(args: argparse.Namespace) -> int:
         ", ".join(f"{n} ({i.samples} samples)" for n, i in device_facts.data.items()) or "none",
         ", ".join(device_facts.backends), len(keyring.keys))
     return daemon.run()
+
+
+def main(argv: list[str] | None = None, wrap_transport: TransportWrapper | None = None) -> int:
+    parser = OneLineParser(prog="edgegrove device", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), wrap_transport)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,6 +62,7 @@ class Capabilities:
     device: str
     data_sources: frozenset[str]
     backends: frozenset[str]
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 class Stage(enum.Enum):
@@ -207,8 +208,10 @@ class DeviceCore:
             return self._refuse_message(job, raw, RejectReason.INVALID_DOCUMENT,
                                         f"job {job}: the document names job {spec.name}", now)
         node = spec.node_of(self.device)
-        if node is None or self._known(spec):
-            return []  # not for us, or already held / ended here
+        if node is None:
+            return self._passed_over(spec, raw, now)
+        if self._known(spec):
+            return []  # already held, or ended here
         problem = self._cannot_run(spec)
         if problem is not None:
             reason, line = problem
@@ -220,6 +223,16 @@ class DeviceCore:
         self.queue.append(ex)
         self.queue.sort(key=lambda q: (q.spec.submitted_at, q.job))
         return [self._status(ex, ExecState.QUEUED, now), PublishRecord(), *self._advance(now)]
+
+    def _passed_over(self, spec: JobSpec, raw: bytes, now: float) -> list[DeviceAction]:
+        """Not assigned: ``job submit`` leaves out a device the selector picks but that lacks
+        the data source; that device says so itself (rejected, no_data_source)."""
+        picked = spec.selector.matches(self.device, dict(self.caps.labels))
+        if not picked or spec.data in self.caps.data_sources or self._known(spec):
+            return []
+        have = ", ".join(sorted(self.caps.data_sources)) or "none"
+        return self._refuse_message(spec.name, raw, RejectReason.NO_DATA_SOURCE,
+                                    f"job {spec.name}: no data source {spec.data!r} here (have: {have})", now)
 
     def _known(self, spec: JobSpec) -> bool:
         held = [e for e in [self.current, *self.queue] if e is not None and e.job == spec.name]

@@ -52,7 +52,7 @@ from agent.device.store import StateStore
 from agent.jobs import topics
 from agent.jobs.document import canonical_json
 from agent.jobs.states import ExecState
-from agent.runtime import RoundReport, Training
+from agent.runtime import RoundReport, Training, TransportWrapper
 from agent.transport.base import Message, Notice, TransportError, Will
 from agent.transport.mqtt import MqttTransport
 
@@ -63,8 +63,10 @@ LEVELS = {Level.INFO: logging.INFO, Level.WARNING: logging.WARNING, Level.ERROR:
 
 class DeviceDaemon:
     def __init__(self, config: DeviceConfig, core: DeviceCore, device_facts: facts.Facts,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 wrap_transport: TransportWrapper | None = None) -> None:
         self.config = config
+        self.wrap_transport = wrap_transport  # decorates each job's transport (the simulator's faults)
         self.core = core
         self.facts = device_facts
         self.clock = clock
@@ -239,7 +241,7 @@ class DeviceDaemon:
         self.stop_job, self.losses, self.running = None, [], work
         log.info("job %s: training as node %d of %d", job, work.node, work.spec.fleet_size)
         finished = execution.run(config, training, lambda: self._should_stop(job),
-                                 lambda report: self._on_round(job, report))
+                                 lambda report: self._on_round(job, report), self.wrap_transport)
         if self.shutdown.is_set():
             self.prepared = None
             return  # the state directory keeps the job: the next start resumes it
@@ -280,4 +282,5 @@ class DeviceDaemon:
 
 
 def capabilities(config: DeviceConfig, device_facts: facts.Facts) -> Capabilities:
-    return Capabilities(config.id, frozenset(config.data), frozenset(device_facts.backends))
+    return Capabilities(config.id, frozenset(config.data), frozenset(device_facts.backends),
+                        tuple(sorted(config.labels.items())))

@@ -33,7 +33,7 @@ from agent.jobs.document import (
     training_options,
 )
 from agent.jobs.states import ExecState, RejectReason
-from agent.runtime import AgentRuntime, RoundReport, Training, load_training
+from agent.runtime import AgentRuntime, RoundReport, Training, TransportWrapper, load_training
 
 log = logging.getLogger("edgegrove.device")
 THESIS_MODEL_BYTES = 407_050 * 4
@@ -111,20 +111,22 @@ class Finished:
 
 
 def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool],
-        on_round: Callable[[RoundReport], None]) -> Finished:
-    """Run the node to its end (rounds reached, stopped, or failed)."""
+        on_round: Callable[[RoundReport], None], wrap_transport: TransportWrapper | None = None) -> Finished:
+    """Run the node to its end (rounds reached, stopped, or failed). ``wrap_transport``
+    decorates the job's MQTT transport (the simulator's fault injector), as for the agent."""
     from agent.core import Phase
     from agent.model.contract import ModelError
     from agent.transport.base import TransportError
     from agent.transport.mqtt import MqttTransport
 
     try:
-        transport = MqttTransport(
+        mqtt = MqttTransport(
             config.client_id or f"edgegrove-{config.job}-{config.id}", config.broker,
             username=config.username, password=config.password,
             tls_ca=str(config.tls_ca) if config.tls_ca else None, protocol=config.mqtt_version,
             keepalive=config.keepalive, threaded=False,
             max_publish_bytes_per_s=config.publish_rate * 1e6 if config.publish_rate else None)
+        transport = mqtt if wrap_transport is None else wrap_transport(mqtt, config)
         runtime = AgentRuntime(config, training.backend, training.batches, training.test_set, transport,
                                should_stop=should_stop, on_round=on_round, model=training.identity,
                                labels=tuple(training.labels))
