@@ -138,7 +138,10 @@ def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool]
             "another process runs this node" if code == 4 else f"the runtime ended with status {code}")
         return Finished(Outcome.FAILED, runtime.round, why)
     done = runtime.core.phase == Phase.DONE
-    coordinator = runtime.core.membership.coordinator() == runtime.core.node
+    # The lowest member of the final view, not the lowest live one now: the members that ended
+    # first are offline by the time the others look, and one publisher is wanted, not several.
+    final_view = runtime.core.membership.latest
+    coordinator = final_view is not None and min(final_view.members) == runtime.core.node
     return Finished(Outcome.COMPLETED if done else Outcome.STOPPED, runtime.round, coordinator=coordinator,
                     params=runtime.backend.params().copy(), model_hash=f"{runtime.backend.model_hash():08x}")
 
