@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         spec = view.jobs.get(args.job)
         if spec is None:
             raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
-        devices = [args.device] if args.device else sorted(spec.assignments, key=spec.assignments.__getitem__)
+        known = sorted(set(spec.assignments) | set(view.execs.get(args.job, {})),
+                       key=lambda d: (spec.assignments.get(d, len(spec.assignments)), d))
+        devices = [args.device] if args.device else known
         nodes = {spec.assignments[d]: d for d in devices if d in spec.assignments}
         for status in sorted(view.execs.get(args.job, {}).values(), key=lambda s: s.updated_at):
             if status.device in devices:

@@ -4,6 +4,7 @@ two rounds and the coordinator's device publishes the result so far (`job fetch`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -19,7 +20,7 @@ from agent.operator.connection import (
 )
 from agent.operator.fleet import FleetView
 from agent.operator.keys import add_key_argument, signing_key
-from agent.operator.tables import states_summary
+from agent.operator.tables import last_round, states_summary
 from agent.validate import arg
 
 DESCRIPTION = __doc__
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             view = FleetView().take_all(client.sync())
             if args.job not in view.jobs:
                 raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
+            at_stop = last_round(view.execs.get(args.job, {}))[0]
             control = ControlMessage(job=args.job, action=ControlAction.STOP, issued_at=time.time())
             client.publish(topics.job_control(args.job), envelope_bytes(sign(control, key)))
             client.sync()
@@ -48,13 +50,16 @@ def run(args: argparse.Namespace) -> int:
     except OperatorError as exc:
         print(f"edgegrove job stop: {exc}", file=sys.stderr)
         return 2
-    summary = states_summary(view.jobs[args.job], view.execs.get(args.job, {}))
+    execs = view.execs.get(args.job, {})
+    summary, final = states_summary(view.jobs[args.job], execs), last_round(execs)[0]
     if args.json:
-        import json
-
-        print(json.dumps({"job": args.job, "stop": "published", "ended": ended, "states": summary}))
+        print(json.dumps({"job": args.job, "stop": "published", "ended": ended, "states": summary,
+                          "round_at_stop": at_stop, "last_round": final}))
     else:
-        print(f"stop published for job {args.job}; states: {summary}")
+        rounds = f"; round {at_stop} when published" if at_stop is not None else ""
+        if ended and final is not None:
+            rounds += f", ended at round {final}"
+        print(f"stop published for job {args.job}{rounds}; states: {summary}")
     return 0 if ended or args.wait <= 0 else 1
 
 

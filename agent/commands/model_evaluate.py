@@ -33,7 +33,7 @@ Scorer = Callable[[F32], F32]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trained", type=arg(input_file), help="model.npz or an inference model.tflite")
+    parser.add_argument("trained", type=arg(input_file), help="model.npz, an inference model.tflite, or a model.keras (with TensorFlow)")
     parser.add_argument("--data", type=arg(existing_path), default=None,
                         help="the data: .npz (x, y [, x_test, y_test]), MNIST, a CSV, an image folder")
     parser.add_argument("--dataset", choices=DATASETS, default=None, help="a packaged dataset by name")
@@ -94,7 +94,9 @@ def load_trained(path: Path, model_spec: str | None) -> tuple[Shape, Scorer]:
         return _npz(path, model_spec)
     if path.suffix == ".tflite":
         return _tflite(path)
-    raise ValueError(f"{path}: give a model.npz or a model.tflite")
+    if path.suffix == ".keras":
+        return _keras(path)
+    raise ValueError(f"{path}: give a model.npz, a model.tflite or a model.keras")
 
 
 def _npz(path: Path, model_spec: str | None) -> tuple[Shape, Scorer]:
@@ -132,3 +134,19 @@ def _tflite(path: Path) -> tuple[Shape, Scorer]:
                           dtype=np.float32)
 
     return Shape(path.stem, sample, classes), scores
+
+
+def _keras(path: Path) -> tuple[Shape, Scorer]:
+    """A .keras of `job fetch --keras` (needs TensorFlow, as `model export` does)."""
+    try:
+        import keras
+    except ImportError:
+        raise ModelError("a .keras model needs TensorFlow: pip install 'edgegrove[export]'") from None
+    try:
+        model = keras.models.load_model(path, compile=False)
+    except Exception as exc:  # the user's file: one line whatever it raises
+        raise ModelError(f"{path} cannot be loaded: {type(exc).__name__}: {exc}") from None
+    sample = tuple(int(d) for d in model.inputs[0].shape[1:])
+    classes = int(model.outputs[0].shape[-1])
+    return (Shape(path.stem, sample, classes),
+            lambda x: np.asarray(model.predict(x, verbose=0, batch_size=CHUNK), dtype=np.float32))
