@@ -53,8 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grants", choices=("auto", "dynsec", "none"), default="auto",
                         help="grant each device its node's training topics through dynamic security: "
                              "auto (when the broker answers), dynsec (required), none")
-    parser.add_argument("--device-user", default=grants.DEFAULT_DEVICE_USER,
-                        help="a device's MQTT user name, {device} standing for its id")
+    parser.add_argument("--device-user", default=None,
+                        help="a device's MQTT user name, {device} standing for its id (default: "
+                             "device-{device}, as make-credentials --devices and `edgegrove enroll` make them)")
     parser.add_argument("--replace", action="store_true",
                         help="replace a job of the same name (its states and result are cleared)")
     parser.add_argument("--dry-run", action="store_true", help="check and assign, publish nothing")

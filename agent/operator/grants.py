@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.jobs import topics
+from agent.jobs.acl import device_user, dynsec_acls
 from agent.protocol.topics import Topics
 
 DYNSEC_TOPIC = "$CONTROL/dynamic-security/v1"
 DYNSEC_RESPONSE = f"{DYNSEC_TOPIC}/response"
-DEFAULT_DEVICE_USER = "device-{device}"
 
 # (access, topic under the job's prefix), @ID@ = the node: acl.template's "BEGIN agent" block.
 AGENT_RULES: tuple[tuple[str, str], ...] = (
@@ -31,32 +32,33 @@ def role_name(job: str, node: int) -> str:
 
 
 def node_rules(job: str, node: int) -> list[tuple[str, str]]:
+    """The node's training topics (acl.template's agent block) and the job's result, which
+    whichever node coordinates at the end publishes with its device's credentials."""
     prefix = Topics(job).prefix
-    return [(access, f"{prefix}/{topic.replace('@ID@', str(node))}") for access, topic in AGENT_RULES]
+    training = [(access, f"{prefix}/{topic.replace('@ID@', str(node))}") for access, topic in AGENT_RULES]
+    return [*training, ("write", topics.job_result(job)), ("write", topics.job_result_chunks(job))]
 
 
 def role_acls(job: str, node: int) -> list[dict[str, Any]]:
-    acls: list[dict[str, Any]] = []
-    for access, topic in node_rules(job, node):
-        if access == "read":
-            acls.append({"acltype": "subscribePattern", "topic": topic, "allow": True})
-            acls.append({"acltype": "publishClientReceive", "topic": topic, "allow": True})
-        else:
-            acls.append({"acltype": "publishClientSend", "topic": topic, "allow": True})
-    return acls
+    return dynsec_acls(node_rules(job, node))
 
 
-def grant_commands(job: str, assignments: dict[str, int],
-                   user_format: str = DEFAULT_DEVICE_USER) -> list[dict[str, Any]]:
-    """deleteRole (a job submitted again), createRole and addClientRole for every device."""
+def grant_commands(job: str, assignments: dict[str, int], user_format: str | None = None) -> list[dict[str, Any]]:
+    """deleteRole (a job submitted again), createRole and addClientRole for every device.
+    A device's user is ``device-<name>`` (agent.jobs.acl) unless ``user_format`` says
+    otherwise ({device} standing for its name)."""
     commands: list[dict[str, Any]] = []
     for device, node in sorted(assignments.items(), key=lambda item: item[1]):
         role = role_name(job, node)
         commands.append({"command": "deleteRole", "rolename": role})
         commands.append({"command": "createRole", "rolename": role, "acls": role_acls(job, node)})
-        commands.append({"command": "addClientRole", "username": user_format.format(device=device),
+        commands.append({"command": "addClientRole", "username": _user(device, user_format),
                          "rolename": role, "priority": 10})
     return commands
+
+
+def _user(device: str, user_format: str | None) -> str:
+    return device_user(device) if user_format is None else user_format.format(device=device)
 
 
 def revoke_commands(job: str, assignments: dict[str, int]) -> list[dict[str, Any]]:

@@ -26,11 +26,13 @@ def test_a_nodes_rules_are_the_templates_agent_block_for_that_node() -> None:
     module = make_credentials()
     users = module.parse_acl_template((REPO / "broker-config" / "acl.template").read_text(),
                                       "edgegrove/barn", [3])
-    assert sorted(node_rules("barn", 3)) == sorted(users["agent-3"])
+    rules = node_rules("barn", 3)
+    assert sorted(rules[:-2]) == sorted(users["agent-3"])
+    assert rules[-2:] == [("write", "edgegrove/jobs/barn/result"), ("write", "edgegrove/jobs/barn/result/+")]
 
 
 def test_each_device_gets_its_nodes_role_and_reads_as_subscribe_and_receive() -> None:
-    commands = grant_commands("barn", {"pi-b": 1, "pi-a": 0}, "device-{device}")
+    commands = grant_commands("barn", {"pi-b": 1, "pi-a": 0})
     assert [c["command"] for c in commands] == ["deleteRole", "createRole", "addClientRole"] * 2
     assert commands[2] == {"command": "addClientRole", "username": "device-pi-a",
                            "rolename": "job-barn-node-0", "priority": 10}
@@ -39,6 +41,8 @@ def test_each_device_gets_its_nodes_role_and_reads_as_subscribe_and_receive() ->
     assert {"acltype": "subscribePattern", "topic": "edgegrove/barn/link/+/1", "allow": True} in acls
     assert {"acltype": "publishClientReceive", "topic": "edgegrove/barn/link/+/1", "allow": True} in acls
     assert not any(a["topic"] == "edgegrove/barn/link/0/+" for a in acls)
+    assert grant_commands("barn", {"pi-a": 0}, "{device}")[2]["username"] == "pi-a"
+    assert {"acltype": "publishClientSend", "topic": "edgegrove/jobs/barn/result/+", "allow": True} in acls
     assert revoke_commands("barn", {"pi-a": 0}) == [{"command": "deleteRole", "rolename": "job-barn-node-0"}]
 
 
