@@ -60,6 +60,7 @@ from simulate.validate import check_args, check_credentials, choose_job
 
 if TYPE_CHECKING:
     from dashboard.server import DashboardHandle
+    from simulate.brokers import Credentials, MosquittoBroker
     from simulate.device_run import DevicePlan, DeviceRun, Login
     from simulate.site_brokers import SiteBrokers
 
@@ -237,7 +238,8 @@ class Simulation:
         self.refused: set[int] = set()  # agents the fleet refused (another model)
         self.site_brokers: SiteBrokers | None = None
         self.device_run: DeviceRun | None = None
-        self._admin_login: Login | None = None
+        self._operator_login: Login | None = None
+        self._mosquitto: MosquittoBroker | None = None  # the simulator's own, when it is one
         self._uplinks_round, self._uplinks_at = -1, 0.0  # the last uplinks record logged
 
     # -- the run --------------------------------------------------------------------------------
@@ -339,8 +341,10 @@ class Simulation:
         if choice == "mosquitto":
             mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
                                            nodes=self.scenario.fleet.nodes, dynsec=True,
-                                           persistence=self.persistence, tls=self.tls)
+                                           persistence=self.persistence, tls=self.tls,
+                                           devices=self.devices.names if self.devices else ())
             stack.callback(mosq.stop)
+            self._mosquitto = mosq
             creds = mosq.admin_credentials
             self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid,
                          persistence=self.persistence, tls=self.tls)
@@ -478,18 +482,25 @@ class Simulation:
 
         assert self.devices is not None and self.log is not None
         user, password = broker.admin or (None, None)
-        login = self._admin_login = Login(broker.url, user, password, broker.ca_file)
+        logins = {}
+        if self._mosquitto is not None:  # each device its own user; link cuts in the job's roles
+            from agent.operator.grants import role_name
+
+            mosq = self._mosquitto
+            user, password = mosq.operator_credentials.username, mosq.operator_credentials.password
+            logins = {name: mosq.device_credentials(name) for name in self.devices.names}
+            mosq.node_role = lambda node: role_name(self.job, node)
+        login = self._operator_login = Login(broker.url, user, password, broker.ca_file)
         run = self.device_run = DeviceRun(self.devices, self.run_dir, self.job, self.scenario,
                                           self.model, self.log, self.watch)
         run.listen(stack, login)
         base = self._specs(broker.url, None, proxies, namespaces, broker.ca_file)
-        table = json.loads(broker.credentials.read_text()) if broker.credentials else {}
-        return run.write_files(base, lambda name: _device_login(table, name), broker.ca_file,
+        return run.write_files(base, lambda name: _device_login(logins, name), broker.ca_file,
                                {"simulate": self.job})
 
     def _submit_job(self) -> None:
         """Once every device is up: the job, through `job submit`'s path."""
-        assert self.device_run is not None and self._admin_login is not None
+        assert self.device_run is not None and self._operator_login is not None
         n = self.scenario.fleet.nodes
         _say(f"simulate: waiting for {n} devices to publish their records")
 
@@ -499,17 +510,17 @@ class Simulation:
         self.device_run.await_devices(self.ready_timeout, self.stop_event.is_set, check_exits)
         if self.stop_event.is_set():
             return
-        grants = "auto" if self._admin_login.username is not None else "none"  # embedded: no ACLs
-        assignments = self.device_run.submit(self._admin_login, grants)
+        grants = "auto" if self._operator_login.username is not None else "none"  # embedded: no ACLs
+        assignments = self.device_run.submit(self._operator_login, grants)
         expected = {name: node for node, name in enumerate(self.device_run.plan.names)}
         if assignments != expected:  # node ids are the scenario's: faults name them
             raise RuntimeError(f"job submit assigned {assignments}, not every device its node")
         _say(f"simulate: job {self.job} submitted to {len(assignments)} devices ({self.device_run.job_path})")
 
     def _fetch_model(self) -> None:
-        assert self.device_run is not None and self._admin_login is not None
+        assert self.device_run is not None and self._operator_login is not None
         try:
-            fetched = self.device_run.fetch(self._admin_login)
+            fetched = self.device_run.fetch(self._operator_login)
         except Exception as exc:  # a failed fetch must not lose the run's report
             _say(f"simulate: the trained model could not be fetched: {one_line(str(exc))}")
             assert self.log is not None
@@ -735,10 +746,10 @@ class Simulation:
         return result
 
 
-def _device_login(table: dict[str, Any], name: str) -> tuple[str, str] | None:
-    """A device's user and password in the broker's credentials.json (None: no login)."""
-    entry = (table.get("devices") or {}).get(name)
-    return None if entry is None else (str(entry["username"]), str(entry["password"]))
+def _device_login(logins: dict[str, Credentials], name: str) -> tuple[str, str] | None:
+    """A device's user and password (None: a broker without logins)."""
+    entry = logins.get(name)
+    return None if entry is None else (entry.username, entry.password)
 
 
 def _tail(path: Path, lines: int = 6) -> str:
