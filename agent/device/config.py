@@ -104,7 +104,7 @@ class DeviceConfig(BaseModel):
 
 def load_device_config(path: Path) -> tuple[DeviceConfig, KeyRing]:
     """The device's configuration with its credentials filled in, and its operator keys."""
-    table = _read_toml(path)
+    table = read_toml(path)
     try:
         config = DeviceConfig.model_validate(table)
     except ValidationError as exc:
@@ -118,7 +118,7 @@ def load_device_config(path: Path) -> tuple[DeviceConfig, KeyRing]:
     return config, keyring
 
 
-def _read_toml(path: Path) -> dict[str, object]:
+def read_toml(path: Path) -> dict[str, object]:
     try:
         return tomllib.loads(input_file(path).read_text())
     except UsageError as exc:
