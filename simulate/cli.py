@@ -511,14 +511,24 @@ class Simulation:
         if self.stop_event.is_set():
             return
         grants = "auto" if self._operator_login.username is not None else "none"  # embedded: no ACLs
-        assignments = self.device_run.submit(self._operator_login, grants)
+        self.device_run.start_submit(self._operator_login, grants)
+        _say(f"simulate: submitting job {self.job} ({self.device_run.job_path})")
+
+    def _check_submit(self, wait: float = 0.0) -> None:
+        """`job submit`'s outcome, once it has one (RuntimeError: it failed or assigned the
+        devices other node ids than the scenario's, which its faults name)."""
+        assert self.device_run is not None
+        assignments = self.device_run.check_submit(wait)
+        if assignments is None:
+            return
         expected = {name: node for node, name in enumerate(self.device_run.plan.names)}
-        if assignments != expected:  # node ids are the scenario's: faults name them
+        if assignments != expected:
             raise RuntimeError(f"job submit assigned {assignments}, not every device its node")
-        _say(f"simulate: job {self.job} submitted to {len(assignments)} devices ({self.device_run.job_path})")
+        _say(f"simulate: job {self.job} submitted to {len(assignments)} devices")
 
     def _fetch_model(self) -> None:
         assert self.device_run is not None and self._operator_login is not None
+        self._check_submit(wait=30.0)
         try:
             fetched = self.device_run.fetch(self._operator_login)
         except Exception as exc:  # a failed fetch must not lose the run's report
@@ -559,6 +569,7 @@ class Simulation:
         assert self.fleet is not None
         exits = []
         if self.device_run is not None:
+            self._check_submit()
             for node in self.device_run.refused_nodes() - self.refused:
                 self.refused.add(node)
                 _say(f"simulate: device {self.device_run.plan.names[node]} rejected the job "
@@ -704,6 +715,8 @@ class Simulation:
                      applied=not outcome.startswith(("ignored", "failed")), outcome=outcome)
 
     def _stop_fleet(self) -> None:
+        if self.device_run is not None:
+            self.device_run.stop_submit()
         if self.fleet is None:
             return
         forced = self.fleet.stop_all(grace=10.0)

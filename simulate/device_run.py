@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent.jobs import signing
 from agent.jobs.document import AGENT_OPTIONS
@@ -90,6 +92,8 @@ class DeviceRun:
         self.key_path = run_dir / "operator.key"
         self.job_path = run_dir / "job.toml"
         self.fetched: dict[str, Any] | None = None
+        self._submit: subprocess.Popen[str] | None = None
+        self._submit_out: IO[str] | None = None
 
     # -- before the fleet starts -------------------------------------------------------------
 
@@ -139,18 +143,51 @@ class DeviceRun:
                                    f"within {timeout:.0f} s; see {self.run_dir / 'agents'}")
         self.log.add("run", phase="devices_ready", devices=list(devices.up(names)))
 
-    def submit(self, login: Login, grants: str = "auto") -> dict[str, int]:
-        """`edgegrove job submit job.toml` (its parser and its run); the assignments it made.
+    def start_submit(self, login: Login, grants: str = "auto") -> None:
+        """`edgegrove job submit job.toml`, the command itself, in a process of its own: the
+        simulator follows the fleet (and fires the faults of its first rounds) meanwhile.
         ``grants`` none: a broker without dynamic security (the embedded one)."""
-        from agent.commands import job_submit
+        argv = [sys.executable, "-m", "edgegrove.cli", "job", "submit", str(self.job_path),
+                "--key", str(self.key_path), "--grants", grants, "--broker", login.url, "--json"]
+        if login.ca_file is not None:
+            argv += ["--tls-ca", login.ca_file]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if login.username is not None:  # not on the command line: ps would show it
+            env.update(EDGEGROVE_USERNAME=login.username, EDGEGROVE_PASSWORD=login.password or "")
+        self._submit_out = open(self.run_dir / "job-submit.log", "w+")  # noqa: SIM115 - the child's
+        self._submit = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=self._submit_out, text=True, env=env)
+        self.log.add("job", action="submit_start", job=self.job, pid=self._submit.pid)
 
-        out = _operator_command(job_submit, [str(self.job_path), "--key", str(self.key_path),
-                                             "--grants", grants, *_login_flags(login), "--json"],
-                                "job submit")
-        assignments = {str(d): int(n) for d, n in out["assignments"].items()}
+    def check_submit(self, wait: float = 0.0) -> dict[str, int] | None:
+        """None while `job submit` runs (waited for up to ``wait`` s) or after its outcome was
+        taken; its assignments once it has run; RuntimeError (its line) if it failed."""
+        proc = self._submit
+        if proc is None:
+            return None
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
+        self._submit = None
+        assert proc.stdout is not None and self._submit_out is not None
+        out = proc.stdout.read()
+        proc.stdout.close()
+        self._submit_out.seek(0)
+        said = self._submit_out.read().strip()
+        self._submit_out.close()
+        if proc.returncode != 0:
+            raise RuntimeError(said or f"edgegrove job submit exited with code {proc.returncode}")
+        result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        assignments = {str(d): int(n) for d, n in result["assignments"].items()}
         self.log.add("job", action="submit", job=self.job, assignments=assignments,
-                     file=str(self.job_path), fingerprint=out.get("fingerprint"))
+                     file=str(self.job_path), fingerprint=result.get("fingerprint"), said=said)
         return assignments
+
+    def stop_submit(self) -> None:
+        if self._submit is not None and self._submit.poll() is None:
+            self._submit.kill()
+            self._submit.wait()
 
     def refused_nodes(self) -> set[int]:
         """Nodes whose device rejected the job (they will not come online)."""
