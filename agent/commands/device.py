@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None
     from agent.device.config import load_device_config
 
     try:
-        config, keyring = load_device_config(args.config)
+        config, keys = load_device_config(args.config)
     except ConfigError as exc:
         print(f"edgegrove device: {exc}", file=sys.stderr)
         return 2
@@ -46,10 +46,11 @@ def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None
     from agent.device import facts
     from agent.device.core import DeviceCore
     from agent.device.daemon import DeviceDaemon, capabilities
+    from agent.device.verifier import Verifier
 
     device_facts = facts.gather(config, time.time())
-    core = DeviceCore(capabilities(config, device_facts), keyring, time.time())
-    daemon = DeviceDaemon(config, core, device_facts, wrap_transport=wrap_transport)
+    core = DeviceCore(capabilities(config, device_facts), time.time())
+    daemon = DeviceDaemon(config, core, device_facts, Verifier(keys), wrap_transport=wrap_transport)
 
     def _on_signal(signum: int, _frame: object) -> None:
         logging.getLogger("edgegrove.device").info("signal %d: finishing", signum)
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None
     logging.getLogger("edgegrove.device").info(
         "device %s: data %s, backends %s, %d operator key(s)", config.id,
         ", ".join(f"{n} ({i.samples} samples)" for n, i in device_facts.data.items()) or "none",
-        ", ".join(device_facts.backends), len(keyring.keys))
+        ", ".join(device_facts.backends), len(keys))
     return daemon.run()
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent.config import ConfigError, _problems
 from agent.jobs.document import validate_source_name
-from agent.jobs.signing import KeyProblem, KeyRing
+from agent.jobs.envelope import KeyProblem, raw_public_key
 from agent.jobs.topics import validate_device
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
@@ -102,8 +102,8 @@ class DeviceConfig(BaseModel):
         return self.client_id or f"edgegrove-device-{self.id}"
 
 
-def load_device_config(path: Path) -> tuple[DeviceConfig, KeyRing]:
-    """The device's configuration with its credentials filled in, and its operator keys."""
+def load_device_config(path: Path) -> tuple[DeviceConfig, list[bytes]]:
+    """The device's configuration with its credentials filled in, and its operator keys (raw)."""
     table = read_toml(path)
     try:
         config = DeviceConfig.model_validate(table)
@@ -112,10 +112,10 @@ def load_device_config(path: Path) -> tuple[DeviceConfig, KeyRing]:
     config = _with_credentials(config)
     _check_paths(config)
     try:
-        keyring = KeyRing.parse(config.operator_keys)
+        keys = [raw_public_key(text) for text in config.operator_keys]
     except KeyProblem as exc:
         raise ConfigError(f"{path}: operator_keys: {exc}") from None
-    return config, keyring
+    return config, keys
 
 
 def read_toml(path: Path) -> dict[str, object]:

@@ -45,7 +45,7 @@ from agent.device.events import (
     TrainingEnded,
 )
 from agent.jobs.document import BlobRef, ControlMessage, ExecStatus, JobSpec
-from agent.jobs.signing import Envelope, KeyRing, Refused, open_signed
+from agent.jobs.envelope import Refused, Verdict, open_verified
 from agent.jobs.states import ControlAction, DeviceState, ExecState, RejectReason
 from agent.validate import one_line
 
@@ -108,12 +108,11 @@ class Summary:
 
 
 class DeviceCore:
-    def __init__(self, capabilities: Capabilities, keyring: KeyRing, now: float) -> None:
+    def __init__(self, capabilities: Capabilities, now: float) -> None:
         self.caps = capabilities
-        self.keyring = keyring
         self.settle_at = now + SETTLE_S
         self.settled = False
-        self.pending: dict[str, bytes] = {}  # specs that came before settling
+        self.pending: dict[str, tuple[bytes, Verdict]] = {}  # specs that came before settling
         self.queue: list[Execution] = []
         self.current: Execution | None = None
         self.finished: dict[str, float] = {}  # job -> submitted_at of the run that ended here
@@ -164,44 +163,45 @@ class DeviceCore:
         """Connected and subscribed: the retained messages come in for SETTLE_S from now."""
         self.settle_at = now + SETTLE_S
         self.finished.update(dict(event.finished))
-        if event.envelope is not None:
+        if event.envelope is not None and event.verdict is not None:
             # The job in progress when the device went down: resumed as the same node once
-            # settled (it is re-verified like any spec).
+            # settled (its signature checked again, like any spec's).
             try:
-                job = JobSpec.model_validate_json(_payload(event.envelope)).name
-            except (ValidationError, ValueError):
-                return [LogLine(Level.WARNING, "the state directory's job cannot be read: not resumed")]
-            self.pending[job] = event.envelope
+                job = open_verified(event.verdict, JobSpec).name
+            except Refused as refusal:
+                return [LogLine(Level.WARNING, f"the state directory's job is not resumed: {refusal}")]
+            self.pending[job] = (event.envelope, event.verdict)
             self.seqs[job] = max(self.seqs.get(job, 0), event.seq)
         return []
 
     def _settle(self, now: float) -> list[DeviceAction]:
         self.settled = True
         opened = []
-        for job, raw in self.pending.items():
+        for job, (raw, verdict) in self.pending.items():
             try:
-                opened.append((open_signed(raw, self.keyring, JobSpec).submitted_at, job, raw))
+                at = open_verified(verdict, JobSpec).submitted_at
             except Refused:
-                opened.append((0.0, job, raw))  # refused (and said why) in order
+                at = 0.0  # refused (and said why) first
+            opened.append((at, job, raw, verdict))
         self.pending.clear()
         actions: list[DeviceAction] = [PublishRecord()]
-        for _, job, raw in sorted(opened):
-            actions += self._spec(job, raw, now)
+        for _, job, raw, verdict in sorted(opened, key=lambda o: (o[0], o[1])):
+            actions += self._spec(job, raw, verdict, now)
         return actions
 
     # -- job documents ------------------------------------------------------------------------
 
     def _spec_arrived(self, event: SpecArrived, now: float) -> list[DeviceAction]:
-        if not event.raw:
+        if not event.raw or event.verdict is None:
             return self._withdrawn(event.job, now)
         if not self.settled:
-            self.pending[event.job] = event.raw
+            self.pending[event.job] = (event.raw, event.verdict)
             return []
-        return self._spec(event.job, event.raw, now)
+        return self._spec(event.job, event.raw, event.verdict, now)
 
-    def _spec(self, job: str, raw: bytes, now: float) -> list[DeviceAction]:
+    def _spec(self, job: str, raw: bytes, verdict: Verdict, now: float) -> list[DeviceAction]:
         try:
-            spec = open_signed(raw, self.keyring, JobSpec)
+            spec = open_verified(verdict, JobSpec)
         except Refused as refusal:
             return self._refuse_message(job, raw, refusal.reason, f"job {job}: {refusal}", now)
         if spec.name != job:
@@ -316,10 +316,10 @@ class DeviceCore:
     # -- controls -----------------------------------------------------------------------------
 
     def _control(self, event: ControlArrived, now: float) -> list[DeviceAction]:
-        if not event.raw:
+        if not event.raw or event.verdict is None:
             return []
         try:
-            control = open_signed(event.raw, self.keyring, ControlMessage)
+            control = open_verified(event.verdict, ControlMessage)
         except Refused as refusal:
             return self._refuse_message(event.job, event.raw, refusal.reason,
                                         f"control of job {event.job}: {refusal}", now)
@@ -466,8 +466,3 @@ class DeviceCore:
             self.record_due = now + RECORD_EVERY_S
             actions.append(PublishRecord())
         return actions
-
-
-def _payload(envelope: bytes) -> str:
-    """The (unverified) payload of an envelope: only to learn a stored job's name."""
-    return Envelope.model_validate_json(envelope).payload

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from agent.config import AgentConfig
 from agent.device import execution, facts
@@ -49,8 +50,10 @@ from agent.device.events import (
 )
 from agent.device.logs import LogForwarder
 from agent.device.store import StateStore
+from agent.device.verifier import Verifier
 from agent.jobs import topics
 from agent.jobs.document import canonical_json
+from agent.jobs.envelope import Verdict
 from agent.jobs.states import ExecState
 from agent.runtime import RoundReport, Training, TransportWrapper
 from agent.transport.base import Message, Notice, TransportError, Will
@@ -63,12 +66,13 @@ LEVELS = {Level.INFO: logging.INFO, Level.WARNING: logging.WARNING, Level.ERROR:
 
 class DeviceDaemon:
     def __init__(self, config: DeviceConfig, core: DeviceCore, device_facts: facts.Facts,
-                 clock: Callable[[], float] = time.time,
+                 verifier: Verifier, clock: Callable[[], float] = time.time,
                  wrap_transport: TransportWrapper | None = None) -> None:
         self.config = config
         self.wrap_transport = wrap_transport  # decorates each job's transport (the simulator's faults)
         self.core = core
         self.facts = device_facts
+        self.verifier = verifier
         self.clock = clock
         self.store = StateStore(config.state_dir)
         self.transport = self._link(config.mqtt_client_id)
@@ -104,7 +108,10 @@ class DeviceDaemon:
         logging.getLogger("edgegrove").addHandler(self.logs)
         try:
             self._publish_record()
-            self._execute(self.core.handle(self.store.booted(), self.clock()))
+            booted = self.store.booted()
+            if booted.envelope is not None:
+                booted = replace(booted, verdict=self.verifier.check(booted.envelope))
+            self._execute(self.core.handle(booted, self.clock()))
             while not self.shutdown.is_set():
                 if self.work:
                     self._do(self.work.popleft())
@@ -127,13 +134,16 @@ class DeviceDaemon:
         messages = self.transport.receive(timeout)
         if self.blob_link is not None:
             messages += self.blob_link.receive(0.0)
+        signed = [m.payload for m in messages if m.payload and (
+            topics.parse_job_spec(m.topic) is not None or topics.parse_job_control(m.topic) is not None)]
+        verdicts = dict(zip(signed, self.verifier.check_all(signed), strict=True)) if signed else {}
         for message in messages:
-            event = self._event_of(message)
+            event = self._event_of(message, verdicts)
             if event is not None:
                 self._execute(self.core.handle(event, self.clock()))
         self._execute(self.core.handle(Tick(), self.clock()))
 
-    def _event_of(self, message: Message) -> DeviceEvent | None:
+    def _event_of(self, message: Message, verdicts: dict[bytes, Verdict]) -> DeviceEvent | None:
         if message.notice is Notice.RECONNECTED:
             self._publish_record()  # the broker may have lost it, or sent our Will
             return None
@@ -141,9 +151,9 @@ class DeviceDaemon:
             return None
         topic, raw = message.topic, message.payload
         if (job := topics.parse_job_spec(topic)) is not None:
-            return SpecArrived(job, raw)
+            return SpecArrived(job, raw, verdicts.get(raw))
         if (job := topics.parse_job_control(topic)) is not None:
-            return ControlArrived(job, raw)
+            return ControlArrived(job, raw, verdicts.get(raw))
         if (pair := topics.parse_job_exec(topic)) is not None:
             return ExecArrived(pair[0], pair[1], raw)
         if (chunk := topics.parse_blob_chunk(topic)) is not None:

@@ -1,10 +1,14 @@
-"""What reaches the device core: a closed union of events (bytes as they came off the wire)."""
+"""What reaches the device core: a closed union of events (bytes as they came off the wire).
+
+A signed message comes with the driver's verdict on its signature (agent/device/verifier.py):
+the core decides what a verified or refused message means, and imports no cryptography."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 
+from agent.jobs.envelope import Verdict
 from agent.jobs.states import RejectReason
 
 
@@ -13,6 +17,7 @@ class Booted:
     """The state directory's record of the job this device was running, and the jobs done."""
 
     envelope: bytes | None  # the signed spec of the job in progress (None: idle)
+    verdict: Verdict | None = None  # on the envelope's signature (the driver checks it)
     seq: int = 0
     finished: tuple[tuple[str, float], ...] = ()  # (job, submitted_at) this device ended
 
@@ -21,12 +26,14 @@ class Booted:
 class SpecArrived:
     job: str
     raw: bytes  # the signed envelope; b"": the operator cleared the job
+    verdict: Verdict | None = None  # on its signature (None only for b"")
 
 
 @dataclass(frozen=True)
 class ControlArrived:
     job: str
     raw: bytes
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,12 @@ class StateStore:
         root.mkdir(parents=True, exist_ok=True)
 
     def booted(self) -> Booted:
-        """What the last life left: read back as the core's first event."""
+        """What the last life left, its job's signature not yet checked (the daemon does)."""
         try:
             saved = json.loads((self.root / STATE_FILE).read_text())
             envelope = saved.get("envelope")
             finished = tuple((str(job), float(t)) for job, t in saved.get("finished", []))
-            return Booted(base64.b64decode(envelope) if envelope else None, int(saved.get("seq", 0)), finished)
+            return Booted(base64.b64decode(envelope) if envelope else None, None, int(saved.get("seq", 0)), finished)
         except FileNotFoundError:
             return Booted(None)
         except (OSError, ValueError, TypeError, AttributeError) as exc:

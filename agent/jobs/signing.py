@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,34 +20,31 @@ from typing import TypeVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from agent.jobs.document import Frozen, canonical_json
+from agent.jobs.document import canonical_json
+from agent.jobs.envelope import (
+    Envelope,
+    KeyProblem,
+    Refused,
+    Verdict,
+    Verified,
+    key_id_of,
+    open_verified,
+    parse_envelope,
+    raw_key,
+)
 from agent.jobs.states import RejectReason
 from agent.validate import one_line
+
+__all__ = ["Envelope", "KeyProblem", "KeyRing", "Refused", "canonical_json", "envelope_bytes",
+           "generate_key", "key_id", "load_private_key", "open_signed", "parse_public_key",
+           "private_key_text", "public_key_text", "sign", "verify", "verify_bytes"]
 
 D = TypeVar("D", bound=BaseModel)
 _RAW = serialization.Encoding.Raw
 _RAW_PUB = serialization.PublicFormat.Raw
 _RAW_PRIV = serialization.PrivateFormat.Raw
-
-
-class Envelope(Frozen):
-    payload: str
-    key_id: str
-    signature: str
-
-
-class Refused(ValueError):
-    """A signed message that is not accepted; ``reason`` says why, the message in one line."""
-
-    def __init__(self, reason: RejectReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class KeyProblem(ValueError):
-    """A key (text or file) that cannot be used; the message says which and why."""
 
 
 # -- keys --------------------------------------------------------------------------------------
@@ -72,13 +67,13 @@ def private_key_text(key: Ed25519PrivateKey) -> str:
 
 def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return hashlib.sha256(public.public_bytes(_RAW, _RAW_PUB)).hexdigest()[:16]
+    return key_id_of(public.public_bytes(_RAW, _RAW_PUB))
 
 
 def parse_public_key(text: str) -> Ed25519PublicKey:
     """A base64 raw public key, or the path of a file holding one (or a PEM public key)."""
     text = text.strip()
-    if _raw_key(text) is None and not text.startswith("-----BEGIN"):
+    if raw_key(text) is None and not text.startswith("-----BEGIN"):
         path = Path(text)
         try:
             text = path.read_text().strip()
@@ -93,18 +88,10 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
         if not isinstance(loaded, Ed25519PublicKey):
             raise KeyProblem("operator key is not an Ed25519 key")
         return loaded
-    raw = _raw_key(text)
+    raw = raw_key(text)
     if raw is None:
         raise KeyProblem("operator key is not a base64 Ed25519 public key (32 bytes)")
     return Ed25519PublicKey.from_public_bytes(raw)
-
-
-def _raw_key(text: str) -> bytes | None:
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    return raw if len(raw) == 32 else None
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
@@ -176,21 +163,14 @@ def verify(envelope: Envelope, keyring: KeyRing) -> str:
     return envelope.payload
 
 
+def verify_bytes(raw: bytes, keyring: KeyRing) -> Verdict:
+    """The verdict on a signed message as it came off the wire."""
+    try:
+        return Verified(verify(parse_envelope(raw), keyring))
+    except Refused as refusal:
+        return refusal
+
+
 def open_signed(raw: bytes, keyring: KeyRing, kind: type[D]) -> D:
     """Parse an envelope from the wire, verify it and parse its payload as ``kind``."""
-    try:
-        envelope = Envelope.model_validate_json(raw)
-    except ValidationError as exc:
-        raise Refused(RejectReason.INVALID_DOCUMENT, f"not a signed envelope: {_first(exc)}") from None
-    payload = verify(envelope, keyring)
-    try:
-        return kind.model_validate(json.loads(payload))
-    except (ValidationError, ValueError) as exc:
-        what = _first(exc) if isinstance(exc, ValidationError) else one_line(str(exc))
-        raise Refused(RejectReason.INVALID_DOCUMENT, f"signed {kind.__name__} is invalid: {what}") from None
-
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "document"
-    return one_line(f"{where}: {err['msg']}")
+    return open_verified(verify_bytes(raw, keyring), kind)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def test_a_full_config_loads_with_credentials_from_their_file(tmp_path: Path) ->
     creds = tmp_path / "creds.json"
     creds.write_text(json.dumps({"username": "device-pi-3", "password": "pw"}))
     (tmp_path / "data.npz").write_bytes(b"")
-    config, ring = load_device_config(write(tmp_path, f'''id = "pi-3"
+    config, keys = load_device_config(write(tmp_path, f'''id = "pi-3"
 broker = "mqtt://broker:1883"
 credentials = "{creds}"
 operator_keys = ["{KEY}"]
@@ -35,7 +36,7 @@ format = "npz"
 path = "{tmp_path / 'data.npz'}"
 '''))
     assert (config.username, config.password, config.labels) == ("device-pi-3", "pw", {"site": "barn"})
-    assert set(config.data) == {"mnist", "own"} and len(ring.keys) == 1
+    assert set(config.data) == {"mnist", "own"} and keys == [base64.b64decode(KEY)]
     assert config.mqtt_client_id == "edgegrove-device-pi-3"
 
 

@@ -31,9 +31,18 @@ def stop(name: str = "j1", at: float = 2.0, key: Any = OPERATOR) -> bytes:
     return signing.envelope_bytes(signing.sign(control, key))
 
 
+def spec_arrived(name: str, raw: bytes) -> e.SpecArrived:
+    """As the driver hands a job over: with the verdict on its signature."""
+    return e.SpecArrived(name, raw, signing.verify_bytes(raw, RING) if raw else None)
+
+
+def control_arrived(name: str, raw: bytes) -> e.ControlArrived:
+    return e.ControlArrived(name, raw, signing.verify_bytes(raw, RING) if raw else None)
+
+
 def ready(core: DeviceCore | None = None) -> DeviceCore:
     """A core that booted idle and settled."""
-    core = core or DeviceCore(CAPS, RING, T0)
+    core = core or DeviceCore(CAPS, T0)
     core.handle(e.Booted(None), T0)
     core.handle(e.Tick(), T0 + SETTLE_S)
     return core
@@ -48,13 +57,13 @@ def of(kind: type, actions: list[a.DeviceAction]) -> list[Any]:
 
 
 def train(core: DeviceCore, name: str = "j1", at: float = 1.0, **over: Any) -> list[a.DeviceAction]:
-    out = core.handle(e.SpecArrived(name, job(name, at, **over)), T0 + 2)
+    out = core.handle(spec_arrived(name, job(name, at, **over)), T0 + 2)
     return out + core.handle(e.Prepared(name), T0 + 2)
 
 
 def test_a_job_runs_from_queued_to_succeeded_and_the_coordinator_publishes_the_result() -> None:
     core = ready()
-    out = core.handle(e.SpecArrived("j1", job()), T0 + 2)
+    out = core.handle(spec_arrived("j1", job()), T0 + 2)
     assert states(out) == [ExecState.QUEUED, ExecState.ACCEPTED]
     assert of(a.PrepareJob, out)[0].node == 0
     assert of(a.Persist, out)[0].envelope == job()
@@ -78,10 +87,10 @@ def test_a_non_coordinator_does_not_publish_the_result() -> None:
 
 
 def test_specs_wait_for_the_retained_messages_to_settle_then_run_in_submitted_order() -> None:
-    core = DeviceCore(CAPS, RING, T0)
+    core = DeviceCore(CAPS, T0)
     core.handle(e.Booted(None), T0)
-    assert core.handle(e.SpecArrived("late", job("late", at=9.0)), T0 + 0.1) == []
-    assert core.handle(e.SpecArrived("early", job("early", at=3.0)), T0 + 0.2) == []
+    assert core.handle(spec_arrived("late", job("late", at=9.0)), T0 + 0.1) == []
+    assert core.handle(spec_arrived("early", job("early", at=3.0)), T0 + 0.2) == []
     assert core.handle(e.Tick(), T0 + SETTLE_S / 2) == []
     out = core.handle(e.Tick(), T0 + SETTLE_S)
     assert [(x.status.job, x.status.state) for x in of(a.PublishExec, out)] == [
@@ -92,7 +101,7 @@ def test_specs_wait_for_the_retained_messages_to_settle_then_run_in_submitted_or
 def test_a_job_submitted_while_busy_stays_queued_and_runs_next() -> None:
     core = ready()
     train(core)
-    out = core.handle(e.SpecArrived("j2", job("j2", at=5.0)), T0 + 3)
+    out = core.handle(spec_arrived("j2", job("j2", at=5.0)), T0 + 3)
     assert states(out) == [ExecState.QUEUED] and not of(a.PrepareJob, out)
     out = core.handle(e.TrainingEnded("j1", e.Outcome.COMPLETED, 3), T0 + 4)
     assert [(x.status.job, x.status.state) for x in of(a.PublishExec, out)] == [
@@ -103,30 +112,30 @@ def test_a_job_submitted_while_busy_stays_queued_and_runs_next() -> None:
 def test_a_job_signed_with_another_key_is_rejected_counted_once_and_the_next_one_runs() -> None:
     core = ready()
     forged = job(key=STRANGER)
-    out = core.handle(e.SpecArrived("j1", forged), T0 + 2)
+    out = core.handle(spec_arrived("j1", forged), T0 + 2)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.UNKNOWN_KEY
-    assert core.handle(e.SpecArrived("j1", forged), T0 + 3) == []  # retained again: counted once
+    assert core.handle(spec_arrived("j1", forged), T0 + 3) == []  # retained again: counted once
     assert core.summary().refused == {"unknown_key": 1}
-    assert states(core.handle(e.SpecArrived("j2", job("j2")), T0 + 4)) == [ExecState.QUEUED, ExecState.ACCEPTED]
+    assert states(core.handle(spec_arrived("j2", job("j2")), T0 + 4)) == [ExecState.QUEUED, ExecState.ACCEPTED]
 
 
 def test_a_tampered_job_is_a_bad_signature() -> None:
     envelope = signing.Envelope.model_validate_json(job())
     tampered = envelope.model_copy(update={"payload": envelope.payload.replace('"batch":100', '"batch":7')})
-    out = ready().handle(e.SpecArrived("j1", signing.envelope_bytes(tampered)), T0 + 2)
+    out = ready().handle(spec_arrived("j1", signing.envelope_bytes(tampered)), T0 + 2)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.BAD_SIGNATURE
 
 
 def test_a_job_under_another_topic_name_is_invalid() -> None:
-    out = ready().handle(e.SpecArrived("other", job("j1")), T0 + 2)
+    out = ready().handle(spec_arrived("other", job("j1")), T0 + 2)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.INVALID_DOCUMENT
 
 
 def test_missing_data_source_or_backend_is_rejected_with_the_reason() -> None:
     core = ready()
-    out = core.handle(e.SpecArrived("j1", job(data="cameras")), T0 + 2)
+    out = core.handle(spec_arrived("j1", job(data="cameras")), T0 + 2)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.NO_DATA_SOURCE
-    out = core.handle(e.SpecArrived("j2", job("j2", backend="litert")), T0 + 2)
+    out = core.handle(spec_arrived("j2", job("j2", backend="litert")), T0 + 2)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.BACKEND_MISSING
     assert core.summary().refused == {"backend_missing": 1, "no_data_source": 1}
 
@@ -134,15 +143,15 @@ def test_missing_data_source_or_backend_is_rejected_with_the_reason() -> None:
 def test_a_device_the_selector_picks_but_submit_left_out_says_it_lacks_the_data() -> None:
     core = ready()
     unassigned = job(data="digits", assignments={"dev-b": 0}, selector={"labels": {"site": "barn"}})
-    assert of(a.PublishExec, core.handle(e.SpecArrived("j1", unassigned), T0 + 2))[0].status.reason \
+    assert of(a.PublishExec, core.handle(spec_arrived("j1", unassigned), T0 + 2))[0].status.reason \
         is RejectReason.NO_DATA_SOURCE
     elsewhere = job("j2", data="digits", assignments={"dev-b": 0}, selector={"labels": {"site": "hall"}})
-    assert core.handle(e.SpecArrived("j2", elsewhere), T0 + 2) == []
+    assert core.handle(spec_arrived("j2", elsewhere), T0 + 2) == []
 
 
 def test_a_model_that_fails_its_check_here_is_rejected_and_the_device_stays_ready() -> None:
     core = ready()
-    core.handle(e.SpecArrived("j1", job()), T0 + 2)
+    core.handle(spec_arrived("j1", job()), T0 + 2)
     out = core.handle(e.Prepared("j1", RejectReason.MODEL_CHECK_FAILED, "labels 0..11, model has 10"), T0 + 2)
     assert states(out) == [ExecState.REJECTED] and core.summary().refused == {"model_check_failed": 1}
     assert core.summary().state is DeviceState.IDLE
@@ -154,7 +163,7 @@ def test_blob_chunks_are_assembled_hash_checked_and_stored() -> None:
     blob = {"sha256": sha, "size": len(data), "chunk_size": 1024,
             "chunks": 3, "filename": "m.tflite"}
     core = ready()
-    out = core.handle(e.SpecArrived("j1", job(model=blob, backend="numpy")), T0 + 2)
+    out = core.handle(spec_arrived("j1", job(model=blob, backend="numpy")), T0 + 2)
     assert states(out)[-1] is ExecState.DOWNLOADING and of(a.FetchBlob, out)
     for i in (2, 0):
         assert core.handle(e.ChunkArrived(sha, i, data[i * 1024:(i + 1) * 1024]), T0 + 3) == []
@@ -165,8 +174,8 @@ def test_blob_chunks_are_assembled_hash_checked_and_stored() -> None:
 def test_a_blob_whose_hash_is_wrong_is_rejected_and_the_next_job_runs() -> None:
     blob = {"sha256": "ab" * 32, "size": 1500, "chunk_size": 1024, "chunks": 2, "filename": "m.tflite"}
     core = ready()
-    core.handle(e.SpecArrived("j1", job(model=blob)), T0 + 2)
-    core.handle(e.SpecArrived("j2", job("j2", at=2.0)), T0 + 2)
+    core.handle(spec_arrived("j1", job(model=blob)), T0 + 2)
+    core.handle(spec_arrived("j2", job("j2", at=2.0)), T0 + 2)
     core.handle(e.ChunkArrived("ab" * 32, 0, b"x" * 1024), T0 + 3)
     out = core.handle(e.ChunkArrived("ab" * 32, 1, b"y" * 476), T0 + 3)
     assert of(a.PublishExec, out)[0].status.reason is RejectReason.BLOB_HASH_MISMATCH
@@ -177,7 +186,7 @@ def test_a_blob_whose_hash_is_wrong_is_rejected_and_the_next_job_runs() -> None:
 def test_a_model_file_on_disk_needs_no_download() -> None:
     blob = {"sha256": "ab" * 32, "size": 1500, "chunk_size": 1024, "chunks": 2, "filename": "m.tflite"}
     core = ready()
-    core.handle(e.SpecArrived("j1", job(model=blob)), T0 + 2)
+    core.handle(spec_arrived("j1", job(model=blob)), T0 + 2)
     out = core.handle(e.BlobOnDisk("ab" * 32), T0 + 2)
     assert of(a.PrepareJob, out) and not of(a.StoreBlob, out)
 
@@ -185,7 +194,7 @@ def test_a_model_file_on_disk_needs_no_download() -> None:
 def test_a_signed_stop_cancels_training_and_the_result_still_comes() -> None:
     core = ready()
     train(core)
-    out = core.handle(e.ControlArrived("j1", stop()), T0 + 3)
+    out = core.handle(control_arrived("j1", stop()), T0 + 3)
     assert of(a.StopTraining, out) == [a.StopTraining("j1", ExecState.CANCELED)]
     out = core.handle(e.TrainingEnded("j1", e.Outcome.STOPPED, 7, coordinator=True), T0 + 4)
     assert states(out) == [ExecState.CANCELED] and of(a.PublishResult, out)
@@ -194,24 +203,24 @@ def test_a_signed_stop_cancels_training_and_the_result_still_comes() -> None:
 def test_a_stop_signed_by_a_stranger_is_refused_and_counted() -> None:
     core = ready()
     train(core)
-    out = core.handle(e.ControlArrived("j1", stop(key=STRANGER)), T0 + 3)
+    out = core.handle(control_arrived("j1", stop(key=STRANGER)), T0 + 3)
     assert not of(a.StopTraining, out) and core.summary().refused == {"unknown_key": 1}
 
 
 def test_a_stop_before_the_job_cancels_it_and_an_older_stop_does_not() -> None:
     core = ready()
-    core.handle(e.ControlArrived("j1", stop(at=5.0)), T0 + 2)
-    assert states(core.handle(e.SpecArrived("j1", job(at=4.0)), T0 + 2)) == [ExecState.CANCELED]
+    core.handle(control_arrived("j1", stop(at=5.0)), T0 + 2)
+    assert states(core.handle(spec_arrived("j1", job(at=4.0)), T0 + 2)) == [ExecState.CANCELED]
     # The same name submitted again after that stop runs.
-    assert states(core.handle(e.SpecArrived("j1", job(at=6.0)), T0 + 3))[:2] == [ExecState.QUEUED,
+    assert states(core.handle(spec_arrived("j1", job(at=6.0)), T0 + 3))[:2] == [ExecState.QUEUED,
                                                                                 ExecState.ACCEPTED]
 
 
 def test_a_stop_of_a_queued_job_cancels_it_there() -> None:
     core = ready()
     train(core)
-    core.handle(e.SpecArrived("j2", job("j2", at=2.0)), T0 + 2)
-    out = core.handle(e.ControlArrived("j2", stop("j2", at=3.0)), T0 + 3)
+    core.handle(spec_arrived("j2", job("j2", at=2.0)), T0 + 2)
+    out = core.handle(control_arrived("j2", stop("j2", at=3.0)), T0 + 3)
     assert states(out) == [ExecState.CANCELED] and core.summary().queued == []
 
 
@@ -235,7 +244,7 @@ def test_training_states_are_published_at_most_once_a_second() -> None:
 def test_the_deadline_times_out_training_and_waiting_jobs() -> None:
     core = ready()
     train(core, stop={"deadline": T0 + 10})
-    core.handle(e.SpecArrived("j2", job("j2", at=2.0, stop={"deadline": T0 + 5})), T0 + 2)
+    core.handle(spec_arrived("j2", job("j2", at=2.0, stop={"deadline": T0 + 5})), T0 + 2)
     out = core.handle(e.Tick(), T0 + 6)
     assert [(x.status.job, x.status.state) for x in of(a.PublishExec, out)] == [("j2", ExecState.TIMED_OUT)]
     out = core.handle(e.Tick(), T0 + 10)
@@ -244,7 +253,7 @@ def test_the_deadline_times_out_training_and_waiting_jobs() -> None:
 
 
 def test_a_job_past_its_deadline_is_timed_out_on_arrival() -> None:
-    assert states(ready().handle(e.SpecArrived("j1", job(stop={"deadline": T0})), T0 + 2)) == [
+    assert states(ready().handle(spec_arrived("j1", job(stop={"deadline": T0})), T0 + 2)) == [
         ExecState.TIMED_OUT]
 
 
@@ -256,11 +265,18 @@ def test_a_failed_run_reports_the_log_line() -> None:
     assert of(a.LogLine, out)[0].level is a.Level.ERROR
 
 
+def test_a_stored_job_no_longer_signed_by_a_trusted_key_is_not_resumed() -> None:
+    core = DeviceCore(CAPS, T0)
+    stale = job(key=STRANGER)
+    out = core.handle(e.Booted(stale, signing.verify_bytes(stale, RING), seq=3), T0)
+    assert of(a.LogLine, out) and core.handle(e.Tick(), T0 + SETTLE_S) == [a.PublishRecord()]
+
+
 def test_a_restarted_device_resumes_its_job_as_the_same_node_with_growing_seq() -> None:
-    core = DeviceCore(CAPS, RING, T0)
-    core.handle(e.Booted(job(), seq=7, finished=(("old", 0.5),)), T0)
-    core.handle(e.SpecArrived("old", job("old", at=0.5)), T0 + 0.1)  # ended before the reboot
-    core.handle(e.SpecArrived("j1", job()), T0 + 0.1)  # its retained copy: the same job
+    core = DeviceCore(CAPS, T0)
+    core.handle(e.Booted(job(), signing.verify_bytes(job(), RING), seq=7, finished=(("old", 0.5),)), T0)
+    core.handle(spec_arrived("old", job("old", at=0.5)), T0 + 0.1)  # ended before the reboot
+    core.handle(spec_arrived("j1", job()), T0 + 0.1)  # its retained copy: the same job
     out = core.handle(e.Tick(), T0 + SETTLE_S)
     assert [(x.status.job, x.status.state, x.status.seq) for x in of(a.PublishExec, out)] == [
         ("j1", ExecState.QUEUED, 8), ("j1", ExecState.ACCEPTED, 9)]
@@ -268,25 +284,25 @@ def test_a_restarted_device_resumes_its_job_as_the_same_node_with_growing_seq() 
 
 
 def test_a_job_whose_retained_state_says_it_ended_here_is_not_run_again() -> None:
-    core = DeviceCore(CAPS, RING, T0)
+    core = DeviceCore(CAPS, T0)
     core.handle(e.Booted(None), T0)
     ended = ExecStatus(job="j1", device="dev-a", node=0, state=ExecState.SUCCEEDED, updated_at=5.0, seq=9)
     core.handle(e.ExecArrived("j1", "dev-a", canonical_json(ended).encode()), T0)
-    core.handle(e.SpecArrived("j1", job(at=1.0)), T0)
+    core.handle(spec_arrived("j1", job(at=1.0)), T0)
     assert core.handle(e.Tick(), T0 + SETTLE_S) == [a.PublishRecord()]
 
 
 def test_a_withdrawn_job_leaves_the_queue() -> None:
     core = ready()
     train(core)
-    core.handle(e.SpecArrived("j2", job("j2", at=2.0)), T0 + 2)
-    out = core.handle(e.SpecArrived("j2", b""), T0 + 3)
+    core.handle(spec_arrived("j2", job("j2", at=2.0)), T0 + 2)
+    out = core.handle(spec_arrived("j2", b""), T0 + 3)
     assert states(out) == [ExecState.CANCELED] and core.summary().queued == []
 
 
 def test_garbage_never_raises() -> None:
     core = ready()
-    garbage: list[e.DeviceEvent] = [e.SpecArrived("j1", b"\xff"), e.ControlArrived("j1", b"{}"), e.ExecArrived("j1", "dev-b", b"[]"),
+    garbage: list[e.DeviceEvent] = [spec_arrived("j1", b"\xff"), control_arrived("j1", b"{}"), e.ExecArrived("j1", "dev-b", b"[]"),
                   e.ChunkArrived("ab" * 32, 5, b""), e.Prepared("nope"), e.RoundReported("nope", 1, 0.1, None),
                   e.TrainingEnded("nope", e.Outcome.COMPLETED, 1)]
     for event in garbage:

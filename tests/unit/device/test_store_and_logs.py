@@ -16,7 +16,7 @@ def test_the_job_in_progress_survives_a_restart(tmp_path: Path) -> None:
     assert store.booted() == Booted(None)
     store.checkpoints("old").mkdir(parents=True)
     store.persist(Persist(b'{"payload":"x"}', 4, (("old", 1.0),)))
-    assert StateStore(tmp_path).booted() == Booted(b'{"payload":"x"}', 4, (("old", 1.0),))
+    assert StateStore(tmp_path).booted() == Booted(b'{"payload":"x"}', None, 4, (("old", 1.0),))
     assert not store.checkpoints("old").exists()  # an ended job's checkpoints go
 
 
