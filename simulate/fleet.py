@@ -35,10 +35,11 @@ class AgentSpec:
     log_path: Path
     prefix: tuple[str, ...] = ()
     device_config: Path | None = None
+    device_main: tuple[str, ...] = ("-m", DEVICE_MODULE)  # how python starts the device
 
     def command(self) -> list[str]:
         if self.device_config is not None:
-            return [*self.prefix, sys.executable, "-m", DEVICE_MODULE, "--config", str(self.device_config)]
+            return [*self.prefix, sys.executable, *self.device_main, "--config", str(self.device_config)]
         args = [sys.executable, "-m", AGENT_MODULE, "--id", str(self.node),
                 "--broker", self.broker_url, "--checkpoint-dir", str(self.checkpoint_dir)]
         args += options_to_flags(self.options)
