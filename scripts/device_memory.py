@@ -12,6 +12,7 @@ batch 100, Adam, ft-tree), the same job; RSS is sampled from /proc every 0.1 s a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from agent.transport.mqtt import MqttTransport  # noqa: E402
 from simulate.brokers import free_port, mosquitto_binary  # noqa: E402
 
 MB = 2**20
+ENDED = ("succeeded", "failed", "rejected", "canceled", "timed_out")
 
 
 def status_kb(pid: int, field: str) -> int:
@@ -97,22 +99,22 @@ def devices(url: str, nodes: int, rounds: int, workdir: Path) -> tuple[list[int]
     ended: set[str] = set()
 
     def pump(timeout: float) -> None:
-        import json
-
         for m in watch.receive(timeout):
-            if (d := topics.parse_device_record(m.topic)) is not None and m.payload:
+            if not m.payload:
+                continue
+            if (d := topics.parse_device_record(m.topic)) is not None:
                 states[d] = json.loads(m.payload)["state"]
-            elif (pair := topics.parse_job_exec(m.topic)) is not None and m.payload:
-                if json.loads(m.payload)["state"] in ("succeeded", "failed", "rejected", "canceled"):
-                    ended.add(pair[1])
+            elif (pair := topics.parse_job_exec(m.topic)) is not None and json.loads(m.payload)["state"] in ENDED:
+                ended.add(pair[1])
 
     while sum(s == "idle" for s in states.values()) < nodes:
         pump(0.2)
     time.sleep(3.0)  # idle, settled
     idle = [status_kb(p.pid, "VmRSS") for p in procs]
-    spec = JobSpec(name="devjob", data="mnist", assignments={n: i for i, n in enumerate(names)},
-                   stop={"rounds": rounds}, agent_options={"eval_every": 10, "eval_samples": 10000},
-                   submitted_at=time.time())  # type: ignore[arg-type]
+    spec = JobSpec.model_validate({"name": "devjob", "data": "mnist", "stop": {"rounds": rounds},
+                                   "assignments": {n: i for i, n in enumerate(names)},
+                                   "agent_options": {"eval_every": 10, "eval_samples": 10000},
+                                   "submitted_at": time.time()})
     op = MqttTransport("bench-op", url, threaded=True)
     op.connect([])
     op.publish(topics.job_spec("devjob"), signing.envelope_bytes(signing.sign(spec, key)), retain=True, reliable=True)
