@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,6 @@ sys.path.insert(0, str(REPO))
 from agent.jobs import signing, topics  # noqa: E402
 from agent.jobs.document import JobSpec  # noqa: E402
 from agent.transport.mqtt import MqttTransport  # noqa: E402
-from simulate.brokers import free_port, mosquitto_binary  # noqa: E402
 
 MB = 2**20
 ENDED = ("succeeded", "failed", "rejected", "canceled", "timed_out")
@@ -55,10 +56,12 @@ class Sampler:
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+    with socket.socket() as probe:  # a free port (the simulator's helpers are not for scripts)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     conf = workdir / "mosquitto.conf"
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n")
-    binary = mosquitto_binary()
+    binary = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
     assert binary, "mosquitto is not installed"
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
