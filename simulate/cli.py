@@ -111,11 +111,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=float, default=90.0,
                         help="seconds without any telemetry after which the run counts as halted")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
-    parser.add_argument("--via-devices", action="store_true",
-                        help="run the fleet as devices (`edgegrove device`, one process per node, "
-                             "each with its own config and credentials) and the training as a job "
-                             "submitted through `edgegrove job submit`'s path; the trained model is "
-                             "fetched into the run directory (model/)")
+    via = parser.add_mutually_exclusive_group()
+    via.add_argument("--via-devices", action="store_true",
+                     help="the fleet as devices (`edgegrove device`, one process per node, each with "
+                          "its own config and credentials) and the training as a job submitted with "
+                          "`edgegrove job submit`; the trained model is fetched into the run directory "
+                          "(model/). The default whenever the run allows it; with this flag, a run that "
+                          "does not (--sites, --backend mixed, --credentials, an option a job cannot "
+                          "set) is refused instead of run through agents")
+    via.add_argument("--via-agents", action="store_true",
+                     help="the fleet as one `edgegrove agent` process per node, each told the job's "
+                          "settings on its command line (the way before devices and jobs)")
     model_choice.add_arguments(parser)
     periodic_args.add_arguments(parser)
     sites_sim.add_arguments(parser)
@@ -827,16 +833,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _device_plan(args: argparse.Namespace, scenario: Scenario, model: ModelChoice) -> DevicePlan | None:
-    """--via-devices: what a job carries, checked (ScenarioError: one line)."""
-    if not getattr(args, "via_devices", False):
+    """The fleet as devices and a job, unless --via-agents; what cannot go through devices is
+    one ScenarioError line with --via-devices, and runs through agents (said) without it."""
+    if getattr(args, "via_agents", False):
         return None
+    try:
+        return _checked_device_plan(args, scenario, model)
+    except ScenarioError as exc:
+        if getattr(args, "via_devices", False):
+            raise
+        _say(f"simulate: the fleet runs as agents, not devices: {one_line(str(exc))}")
+        return None
+
+
+def _checked_device_plan(args: argparse.Namespace, scenario: Scenario, model: ModelChoice) -> DevicePlan:
     from simulate.device_run import DevicePlan
 
     if getattr(args, "sites", 0):
-        raise ScenarioError("--via-devices runs on one broker: drop --sites (or --via-devices)")
+        raise ScenarioError("a fleet of devices runs on one broker: --sites runs as agents (drop --via-devices)")
     if args.credentials is not None:
-        raise ScenarioError("--via-devices makes each device's credentials on the simulator's own "
-                            "broker: drop --credentials")
+        raise ScenarioError("devices get their credentials on the simulator's own broker: "
+                            "--credentials runs as agents (drop --via-devices)")
     return DevicePlan.check(scenario, model)
 
 

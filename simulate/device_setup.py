@@ -25,8 +25,6 @@ DEVICE_PREFIX = "node"
 # the rest go to the job's agent_options, which the wire module whitelists.
 JOB_FIELDS = ("batch", "optimizer", "lr", "lr_schedule", "seed", "sync_every", "outer_optimizer",
               "algorithm", "arity")
-# Options the device takes from its own config, not from a job: ``site`` is its ``site`` label.
-DEVICE_OPTIONS = ("site",)
 
 
 def device_names(nodes: int) -> list[str]:
@@ -85,7 +83,7 @@ def split_options(options: Mapping[str, Any], allowed: frozenset[str]) -> JobOpt
     label_column = None
     refused = []
     for key, value in options.items():
-        if key in MODEL_OPTIONS or key in DEVICE_OPTIONS:
+        if key in MODEL_OPTIONS:
             continue
         if key == "label_column":
             label_column = str(value)
@@ -96,7 +94,7 @@ def split_options(options: Mapping[str, Any], allowed: frozenset[str]) -> JobOpt
         else:
             refused.append(key)
     if refused:
-        raise ScenarioError(f"--via-devices: a job cannot set {', '.join(sorted(refused))} "
+        raise ScenarioError(f"a job cannot set {', '.join(sorted(refused))} "
                             f"(a job sets {', '.join(JOB_FIELDS)} and {', '.join(sorted(allowed))})")
     return JobOptions(fields, extra, label_column)
 
@@ -104,8 +102,7 @@ def split_options(options: Mapping[str, Any], allowed: frozenset[str]) -> JobOpt
 def check_model_for_job(model: ModelChoice) -> None:
     """A job runs one model on one backend: a mixed fleet stays on the agent path."""
     if model.backend == "mixed":
-        raise ScenarioError("--via-devices: a job runs one backend; --backend mixed runs without "
-                            "--via-devices")
+        raise ScenarioError("a job runs one backend: --backend mixed runs as agents (--via-agents)")
 
 
 def job_document(job: str, model: ModelChoice, options: JobOptions, rounds: int, nodes: int,

@@ -42,8 +42,8 @@ def test_a_packaged_dataset_is_a_source_of_its_name(tmp_path: Path) -> None:
 
 
 def test_options_split_into_job_fields_and_agent_options() -> None:
-    split = split_options({"lr": 0.01, "eval_samples": 1000, "timeout_mode": "fixed", "model": "mlp",
-                           "site": "s0"}, AGENT_OPTIONS)
+    split = split_options({"lr": 0.01, "eval_samples": 1000, "timeout_mode": "fixed", "model": "mlp"},
+                          AGENT_OPTIONS)
     assert split.fields == {"lr": 0.01}
     assert split.agent_options == {"eval_samples": 1000, "timeout_mode": "fixed"}
 
