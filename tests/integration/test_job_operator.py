@@ -140,6 +140,14 @@ def test_submit_assigns_the_devices_with_the_data_grants_their_topics_and_signs(
                           keyring(tmp_path), ControlMessage)
     assert control.action == ControlAction.STOP
 
+    # submitted again with --replace: the stop and the old document are gone, a new one is there
+    code, _, err = cli(capsys, "job", "submit", job_file(tmp_path, "barn", min_devices=1), *key_of(tmp_path),
+                       "--replace", "--device-user", "{device}", *operator)
+    assert code == 0, err
+    code, out, _ = cli(capsys, "job", "status", "barn", "--json", *operator)
+    status = json.loads(out)
+    assert code == 0 and status["stopped"] is False and status["spec"]["min_devices"] == 1
+
 
 def test_a_tflite_job_sends_its_model_file_as_content_addressed_chunks(
         tmp_path: Path, broker: MosquittoBroker, operator: list[str], capsys: pytest.CaptureFixture[str],
