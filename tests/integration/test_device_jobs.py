@@ -48,7 +48,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, mnist_cache_dir: Path) -> It
     key = signing.generate_key()
     data = mnist_slice(mnist_cache_dir, root / "mnist-slice.npz", TRAIN, TEST)
     devices = [write_config(root, name, url, signing.public_key_text(key),
-                            {"mnist": {"format": "npz", "path": str(data)}}) for name in DEVICES]
+                            {"mnist": {"format": "npz", "path": str(data)}, "digits": {"format": "digits"}})
+               for name in DEVICES]
     for device in devices:
         device.start()
     made = Fleet(url, key, devices, data)
@@ -71,6 +72,7 @@ def test_each_device_publishes_its_record_with_its_data_summary(fleet: Fleet) ->
     source = record["data"]["mnist"]
     assert source["format"] == "npz" and source["samples"] == TRAIN and sum(source["labels"]) == TRAIN
     assert len(source["labels"]) == 10 and record["refused"] == {}
+    assert record["data"]["digits"]["samples"] == 898  # scikit-learn's digits, its training half
 
 
 def test_a_signed_job_trains_on_three_devices_and_its_coordinator_publishes_the_model(fleet: Fleet) -> None:
@@ -120,6 +122,34 @@ def test_forged_and_broken_jobs_are_refused_and_counted_and_the_next_job_runs(fl
     w.wait(lambda: all(w.records[d]["refused"] == {"blob_hash_mismatch": 1, "unknown_key": 1}
                        for d in DEVICES), 30, "the refusals counted in the records")
     assert ("mlp-b", "dev-c") not in w.execs  # not assigned, and it holds the data: says nothing
+
+
+def test_a_model_file_is_downloaded_checked_and_trained_and_a_misfit_model_is_rejected(fleet: Fleet) -> None:
+    w = fleet.watcher
+    model = (Path(__file__).resolve().parents[2] / "examples" / "digits" / "model.py").read_bytes()
+    blob = publish_blob(fleet.operator, model)
+    submit(fleet.operator, fleet.key, "misfit", DEVICES[1:], data="digits", stop={"rounds": 3},
+           agent_options=OPTIONS)  # the thesis MLP (784 inputs) on 8x8 digits
+    submit(fleet.operator, fleet.key, "digits", DEVICES[:2], model=blob, data="digits",
+           stop={"rounds": 5}, agent_options={**OPTIONS, "eval_samples": 899})
+    w.wait(lambda: all(w.state("digits", d) is ExecState.SUCCEEDED for d in DEVICES[:2]) and "digits" in w.results,
+           180, "the digits model file's job")
+    for device in DEVICES[1:]:
+        misfit = w.execs[("misfit", device)]
+        assert (misfit.state, misfit.reason) == (ExecState.REJECTED, RejectReason.MODEL_CHECK_FAILED)
+        assert misfit.detail  # the model check's own line
+    assert w.states("digits", "dev-a")[:4] == [ExecState.QUEUED, ExecState.ACCEPTED, ExecState.DOWNLOADING,
+                                              ExecState.TRAINING]
+    manifest = w.results["digits"]
+    assert manifest.values == 64 * 128 + 128 + 128 * 10 + 10 and manifest.model == blob_ref(blob)
+    stored = fleet.devices[0].config.parent / "state" / "blobs" / blob["sha256"] / "model.py"
+    assert stored.read_bytes() == model
+
+
+def blob_ref(blob: dict[str, Any]) -> Any:
+    from agent.jobs.document import BlobRef
+
+    return BlobRef.model_validate(blob)
 
 
 def test_a_signed_stop_ends_training_within_two_rounds(fleet: Fleet) -> None:
