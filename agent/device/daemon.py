@@ -284,8 +284,12 @@ class DeviceDaemon:
         config, training = self.prepared
         # The fleet's final parameters, scored here on this device's test set: the metric the
         # fetched model reproduces.
-        training.backend.set_params(finished.params)
-        accuracy = execution.evaluate(training, training.backend.accuracy, config.eval_samples)
+        try:
+            training.backend.set_params(finished.params)
+            accuracy = execution.evaluate(training, training.backend.accuracy, config.eval_samples)
+        except Exception:  # the user's model: the result goes out without the metric
+            log.exception("job %s: the trained model could not be scored", job)
+            accuracy = None
         messages = execution.result_messages(running.spec, self.config.id, running.node, training,
                                              finished, accuracy, states, self.clock())
         for topic, payload in messages:

@@ -93,7 +93,7 @@ def prepare(config: AgentConfig, spec: JobSpec) -> Training:
         return load_training(config, shard=(0, 1) if spec.partition == "none" else None)
     except (DataError, ModelError) as exc:
         raise Unfit(RejectReason.MODEL_CHECK_FAILED, str(exc)) from None
-    except (ImportError, OSError, ValueError) as exc:
+    except Exception as exc:  # the job's model is the user's code: whatever it raises, refused
         raise Unfit(RejectReason.MODEL_CHECK_FAILED, f"{type(exc).__name__}: {exc}") from None
 
 
@@ -133,6 +133,9 @@ def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool]
         code = runtime.run()
     except (TransportError, ModelError) as exc:
         return Finished(Outcome.FAILED, 0, str(exc))
+    except Exception as exc:  # the user's model mid-training: this job fails, the device stays up
+        log.exception("job %s failed", config.job)
+        return Finished(Outcome.FAILED, 0, f"{type(exc).__name__}: {exc}")
     if code != 0:
         why = "the fleet of this job runs another model" if code == 5 else (
             "another process runs this node" if code == 4 else f"the runtime ended with status {code}")
