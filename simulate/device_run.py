@@ -247,11 +247,11 @@ class DeviceRun:
 
 
 def _login_flags(login: Login) -> list[str]:
-    flags = ["--broker", login.url]
+    flags = [f"--broker={login.url}"]  # KEY=VALUE: a password may start with "-"
     if login.username is not None:
-        flags += ["--username", login.username, "--password", login.password or ""]
+        flags += [f"--username={login.username}", f"--password={login.password or ''}"]
     if login.ca_file is not None:
-        flags += ["--tls-ca", login.ca_file]
+        flags += [f"--tls-ca={login.ca_file}"]
     return flags
 
 
@@ -262,7 +262,10 @@ def _operator_command(module: Any, argv: list[str], name: str) -> dict[str, Any]
     module.add_arguments(parser)
     stdout, stderr = io.StringIO(), io.StringIO()
     with redirect_stdout(stdout), redirect_stderr(stderr):
-        code = module.run(parser.parse_args(argv))
+        try:
+            code = module.run(parser.parse_args(argv))
+        except SystemExit as exc:  # argparse's own exit: never the simulator's
+            code = exc.code if isinstance(exc.code, int) else 2
     said = stderr.getvalue().strip()
     if code != 0:
         raise RuntimeError(said or f"edgegrove {name} exited with code {code}")
