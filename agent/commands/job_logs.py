@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                 _print(args, exec_entry(status))
         filters = [topics.job_execs(args.job), *[topics.device_log(d) for d in devices],
                    Topics(args.job).all_telemetry()]
+        if args.follow and _ended(view, args.job, devices):
+            return 0  # nothing more will come
         with OperatorClient(login_from_args(args), filters) as client:
             until = time.monotonic() + (float("inf") if args.follow else args.wait)
             for message in client.messages(until):
