@@ -93,3 +93,21 @@ def test_a_python_models_result_names_its_factory(tmp_path: Path) -> None:
     write_result(tmp_path, manifest_for(params, ref, layout_of(f"{source}:factory")), params, blob)
     assert read_npz(tmp_path / "model.npz")[1] == "source/model.py:factory"
     assert (tmp_path / "model.tflite").is_file()
+
+
+def test_the_keras_model_the_tflite_came_from_takes_the_trained_weights(tmp_path: Path) -> None:
+    import keras
+
+    from agent.operator.results import KerasError, write_keras
+
+    cnn = REPO / "examples" / "mnist_cnn" / "mnist_cnn.tflite"
+    model = load_model(str(cnn))
+    params = (model.initial_params(0) * 0.5).astype(np.float32)
+    out = tmp_path / "model.keras"
+    write_keras(out, f"{REPO / 'examples' / 'mnist_cnn' / 'build.py'}:build_model", layout_of(str(cnn)), params)
+    x = np.random.default_rng(2).random((6, 28, 28, 1), dtype=np.float32)
+    np.testing.assert_allclose(keras.models.load_model(out, compile=False).predict(x, verbose=0),
+                               model.predict(params, x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(KerasError, match="layout"):
+        write_keras(out, f"{REPO / 'examples' / 'mnist_cnn' / 'build.py'}:build_model",
+                    [TensorLayout(name="w", shape=[int(params.size)])], params)
