@@ -5,13 +5,15 @@ import json
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.commands import device as command
 from agent.config import ConfigError
 from agent.device.config import load_device_config
 from agent.jobs import signing
 
-KEY = signing.public_key_text(signing.generate_key())
+# Fixed (not generated): it appears in the test ids, which every xdist worker must collect alike.
+KEY = signing.public_key_text(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
 
 
 def write(tmp_path: Path, body: str) -> Path:
