@@ -51,7 +51,7 @@ def test_device_credentials_reach_only_the_devices_own_topics_and_granted_jobs(
     try:
         for device in devices:
             device.start()
-        watcher.wait(lambda: all(watcher.records.get(n, {}).get("state") == "idle" for n in NAMES), 60,
+        watcher.wait(lambda: all(watcher.records.get(n, {}).get("state") == "idle" for n in NAMES), 180,
                      "both records")
         # pi-b's credentials: a job of its own (signed even), a record in pi-a's name, an exec as
         # pi-a. The broker drops them all: no device ever sees the job.

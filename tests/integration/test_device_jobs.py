@@ -66,7 +66,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, mnist_cache_dir: Path) -> It
 
 def test_each_device_publishes_its_record_with_its_data_summary(fleet: Fleet) -> None:
     w = fleet.watcher
-    w.wait(lambda: all(w.records.get(d, {}).get("state") == "idle" for d in DEVICES), 60, "idle records")
+    w.wait(lambda: all(w.records.get(d, {}).get("state") == "idle" for d in DEVICES), 180, "idle records")
     record = w.records["dev-a"]
     assert record["labels"] == {"site": "barn"} and "numpy" in record["backends"]
     source = record["data"]["mnist"]

@@ -38,7 +38,7 @@ def test_a_device_killed_mid_job_resumes_it_as_the_same_node(tmp_path: Path, mni
         for device in devices:
             device.start()
         watcher.wait(lambda: all(watcher.records.get(d.name, {}).get("state") == "idle" for d in devices),
-                     60, "idle records")
+                     180, "idle records")
         submit(operator, key, "resume", ["dev-a", "dev-b"], stop={"rounds": ROUNDS},
                agent_options={"eval_every": 0, "checkpoint_every": 3, "round_deadline": 10.0})
         seen = [-1]
