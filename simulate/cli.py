@@ -1,5 +1,8 @@
-"""`edgegrove simulate`: a broker, the dashboard and a fleet of agents on this machine, the
-faults of a scenario, and a report.
+"""`edgegrove simulate`: a broker, the dashboard and a fleet on this machine, the faults of a
+scenario, and a report. The fleet is one `edgegrove device` process per node, given the
+scenario as one job through `edgegrove job submit`, and the trained model comes back into the
+run directory through `edgegrove job fetch` (simulate.device_run); a run that a job cannot
+carry (--sites, --backend mixed, --credentials), or --via-agents, runs one agent per node.
 
 The scenario is validated before anything starts (a bad one exits with code 2). Readiness is
 awaited by signals: the broker's port, every agent's retained `online` status. Faults fire when
@@ -283,7 +286,8 @@ class Simulation:
 
     def _config(self) -> dict[str, Any]:
         return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
-                "dashboard": self.dashboard, "argv": sys.argv, "model": asdict(self.model)}
+                "dashboard": self.dashboard, "argv": sys.argv, "model": asdict(self.model),
+                "fleet": "devices" if self.devices is not None else "agents"}
 
     def _start(self, stack: ExitStack) -> None:
         assert self.log is not None

@@ -609,7 +609,9 @@ def model_section(devices: dict[str, Any], job: str) -> str:
     trained model that `job fetch` wrote into the run directory."""
     lines = ["", "## Devices and the trained model", "",
              f"The fleet ran as devices; the job file is `{devices.get('job_file')}` "
-             f"(submitted as `edgegrove job submit`).", "", "| device | states |", "|---|---|"]
+             f"(submitted as `edgegrove job submit`). Each device's config is "
+             "`devices/<name>/device.toml`, its log `agents/agent-<node>.log`.", "",
+             "| device | states |", "|---|---|"]
     for device, states in sorted((devices.get("devices") or {}).items()):
         lines.append(f"| {device} | {' → '.join(states)} |")
     model = devices.get("model")
