@@ -1,4 +1,8 @@
 # One image for every role of Edgegrove. Entrypoints (the first argument):
+#   docker run -v /etc/edgegrove:/config -v edgegrove-state:/var/lib/edgegrove IMAGE device --config /config/device.toml
+#       (an installed device: takes the jobs an operator submits; device.toml from `edgegrove enroll`,
+#        state_dir = "/var/lib/edgegrove" on the volume so a restarted container resumes its job)
+#   docker run IMAGE job submit job.toml --broker mqtt://broker:1883 ...    (the operator's commands)
 #   docker run IMAGE agent --id 0 --broker mqtt://broker:1883 --credentials /config/credentials.json ...
 #   docker run -p 8080:8080 IMAGE dashboard --broker mqtt://broker:1883 --host 0.0.0.0 ...
 #   docker run -p 8080:8080 IMAGE simulate --dashboard-host 0.0.0.0      (the default command)
@@ -69,7 +73,12 @@ COPY broker-config ./broker-config
 RUN pip install --no-deps --no-build-isolation . \
  && python -c "import agent.model.data as d; d.load_mnist()" \
  && edgegrove --help > /dev/null \
+ && edgegrove device --help > /dev/null \
  && mosquitto -h | head -n 1
+
+# A device's state directory (device.toml: state_dir); mount a volume there so a restarted
+# device container resumes its job.
+RUN mkdir -p /var/lib/edgegrove
 
 EXPOSE 8080 1883
 LABEL io.edgegrove.image="edgegrove"

@@ -29,7 +29,11 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("agent.commands.analyze", "analytic studies of the FT-tree (isolation)"),
     "train-local": Command("agent.commands.train_local", "train the model on this machine alone (the baseline)"),
     "agent": Command("agent.commands.agent", "run one edge agent against an MQTT broker"),
+    "device": Command("agent.commands.device", "run this device: it trains the jobs an operator submits"),
+    "enroll": Command("agent.commands.enroll", "a device's credentials (once) and its device.toml"),
     "model": Command("agent.commands.model", "check your own model (and export a Keras one to .tflite)"),
+    "job": Command("agent.commands.job", "submit a job to the enrolled devices, follow, stop and fetch it"),
+    "devices": Command("agent.commands.devices", "the enrolled devices: labels, data sources, state, job"),
 }
 
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,7 @@ from agent.usage import ProcessUsage
 
 if TYPE_CHECKING:
     from agent.model.backend import Backend
+    from agent.model.contract import Model
     from agent.model.data import BatchStream
 
 log = logging.getLogger("edgegrove.agent")
@@ -85,7 +87,8 @@ EVAL_CHUNK = 1000
 # Decorates the agent's transport, given its configuration (e.g. a fault injector).
 TransportWrapper = Callable[[Transport, AgentConfig], Transport]
 
-__all__ = ["AgentRuntime", "RoundReport", "TransportWrapper", "new_incarnation", "run_agent"]
+__all__ = ["AgentRuntime", "RoundReport", "Training", "TransportWrapper", "load_training",
+           "new_incarnation", "run_agent"]
 
 _last_incarnation = 0
 
@@ -375,25 +378,49 @@ def _prepare_training(config: AgentConfig) -> (
     tuple[Backend, BatchStream, tuple[np.ndarray, np.ndarray], ModelIdentity, list[int]] | None
 ):
     """The model, this agent's data and the backend; None (said in one line) when unusable."""
+    from agent.model.contract import ModelError
+    from agent.model.data import DataError
+
+    try:
+        training = load_training(config)
+    except (DataError, ModelError) as exc:
+        log.error("%s", exc)
+        return None
+    return training.backend, training.batches, training.test_set, training.identity, training.labels
+
+
+@dataclass(frozen=True)
+class Training:
+    """What an agent trains with: the backend holding the model, its data and the identity."""
+
+    model: Model
+    backend: Backend
+    batches: BatchStream
+    test_set: tuple[np.ndarray, np.ndarray]
+    identity: ModelIdentity
+    labels: list[int]
+
+
+def load_training(config: AgentConfig, shard: tuple[int, int] | None = None) -> Training:
+    """Load the model, this agent's part of the data and the backend; DataError or ModelError
+    (one line) when unusable. ``shard`` (index, count) overrides the config's part of the data
+    (a device training on its own data whole: (0, 1))."""
     from agent.model.backend import make_backend
-    from agent.model.contract import ModelError, fingerprint
-    from agent.model.data import BatchStream, DataError
+    from agent.model.contract import fingerprint
+    from agent.model.data import BatchStream
     from agent.model.datasets import DataRequest, load_agent_data
     from agent.model.loader import load_model
     from agent.model.partition import label_histogram
 
-    try:
-        model = load_model(config.model)
-        part = load_agent_data(
-            DataRequest(config.data, config.dataset, config.label_column, config.holdout,
-                        config.partition, config.non_iid, config.seed, config.eval_samples),
-            config.id % config.fleet_size, config.fleet_size, model)
-        # Same seed on every agent: the fleet starts from identical weights.
-        backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer,
-                               config.lr, model=model, seed=config.seed)
-    except (DataError, ModelError) as exc:
-        log.error("%s", exc)
-        return None
+    index, count = shard or (config.id % config.fleet_size, config.fleet_size)
+    model = load_model(config.model)
+    part = load_agent_data(
+        DataRequest(config.data, config.dataset, config.label_column, config.holdout,
+                    config.partition, config.non_iid, config.seed, config.eval_samples),
+        index, count, model)
+    # Same seed on every agent: the fleet starts from identical weights.
+    backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer,
+                           config.lr, model=model, seed=config.seed)
     labels = label_histogram(part.y_train, model.num_classes)
     # The fleet admits only agents of one model: announced in our status, mixed into frames.
     identity = ModelIdentity(fingerprint(model, config.seed), model.name, model.param_count)
@@ -402,7 +429,7 @@ def _prepare_training(config: AgentConfig) -> (
              len(part.y_train), labels, len(part.y_test))
     batches = BatchStream(part.x_train, part.y_train, config.batch,
                           np.random.default_rng([config.seed, config.id]))
-    return backend, batches, (part.x_test, part.y_test), identity, list(labels)
+    return Training(model, backend, batches, (part.x_test, part.y_test), identity, list(labels))
 
 
 def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = None) -> int:

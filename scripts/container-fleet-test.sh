@@ -3,11 +3,15 @@
 #   1. a local Debian bookworm base image made by debootstrap and `podman import`
 #      (localhost/edgegrove-base:bookworm; built once, then reused: no registry is needed),
 #   2. the Edgegrove image built on it with `podman build --pull=never`,
-#   3. the compose fleet (broker, dashboard, 7 agents) up under a project name of its own,
-#   4. scripts/container_fleet_watch.py on the dashboard's REST API: every agent training,
-#      >= 30 rounds with identical model hashes; one agent killed (compose kill) and started
-#      again (compose start); it must rejoin with the fleet's hash,
-#   5. everything of the project torn down (containers, network, volume), pass or fail, and
+#   3. the compose fleet (broker, dashboard, 7 installed devices) up under a project name of its
+#      own; one job submitted from the host with `edgegrove job submit` (the operator's key and
+#      login copied out of the broker's volume, where the broker made them on its first start),
+#   4. scripts/container_fleet_watch.py on the dashboard's REST API: every device training the
+#      job, >= 30 rounds with identical model hashes; one device killed (compose kill) and
+#      started again (compose start); it must resume the job and rejoin with the fleet's hash,
+#   5. `edgegrove job stop` and `edgegrove job fetch` from the host: the trained model
+#      (model.npz, model.tflite) comes back,
+#   6. everything of the project torn down (containers, network, volume), pass or fail, and
 #      checked to be gone.
 # Run from a clone after `scripts/setup.sh --dev` (podman, runc, debootstrap, podman-compose).
 # Settings (environment):
@@ -180,11 +184,58 @@ n_images=$(printf '%s\n' "$images" | grep -c .)
 say "compose up in $(since "$t0") s: $n_containers containers, $n_images image ($images)"
 [ "$n_images" = 1 ] || { say "every service must run the one Edgegrove image"; exit 1; }
 
-# ---- 4. watch, kill, restart, rejoin --------------------------------------------------------------
+# ---- 4. one job from the host ----------------------------------------------------------------------
+broker_url=mqtt://127.0.0.1:$EDGEGROVE_BROKER_PORT
+broker_container=$(podman ps -q --filter "label=$label" --filter "label=com.docker.compose.service=mosquitto")
+ops=$work/operator
+mkdir -p "$ops" && chmod 700 "$ops"
+from_broker() {  # a file the broker wrote into its volume on its first start
+  local i
+  for i in $(seq 1 240); do
+    if podman exec "$broker_container" test -s "/config/$1"; then
+      podman exec "$broker_container" cat "/config/$1" > "$ops/$1" && chmod 600 "$ops/$1" && return 0
+    fi
+    sleep 0.5
+  done
+  say "the broker never wrote /config/$1"; return 1
+}
+from_broker credentials.json
+from_broker operator.key
+printf '%s\n' 'name = "demo"' 'model = "mlp"' 'data = "mnist"' 'min_devices = 7' \
+  '[stop]' 'rounds = 0  # until `edgegrove job stop`' \
+  '[options]' 'eval_every = 20' 'join_grace = 600  # seven containers on a loaded host: all of them' \
+  > "$ops/job.toml"
+operator=(--broker "$broker_url" --credentials "$ops/credentials.json")
+eg() { "$py" -m edgegrove.cli "$@"; }
+idle_devices() {
+  eg devices "${operator[@]}" --json 2>/dev/null | "$py" -c \
+    'import json, sys; print(sum(d.get("state") == "idle" for d in json.load(sys.stdin)))' 2>/dev/null || echo 0
+}
+t0=$(now)
+n=0
+for i in $(seq 1 300); do  # until all 7 devices have enrolled and published their records
+  n=$(idle_devices)
+  [ "$n" = 7 ] && break
+  sleep 1
+done
+say "$n devices enrolled and idle after $(since "$t0") s"
+[ "$n" = 7 ] || { say "not every device came up"; exit 1; }
+eg job submit "$ops/job.toml" --key "$ops/operator.key" "${operator[@]}" >&2 || { say "job submit failed"; exit 1; }
+
+# ---- 5. watch, kill, restart, rejoin --------------------------------------------------------------
 "$py" scripts/container_fleet_watch.py \
   --url "http://127.0.0.1:$EDGEGROVE_DASHBOARD_PORT" \
   --compose "$compose_bin -p $project -f $repo/compose.yaml" \
-  --agents 7 --rounds "${EDGEGROVE_ROUNDS_TARGET:-30}" --kill 3 \
+  --agents 7 --rounds "${EDGEGROVE_ROUNDS_TARGET:-30}" --kill 3 --service-prefix device- \
   --timeout "${EDGEGROVE_CTEST_TIMEOUT:-900}" \
   --extra "build_seconds=$build_seconds" --extra "image=${image_id:7:12}" --extra "project=$project" \
   --extra "containers=$n_containers" --extra "images=$n_images"
+
+# ---- 6. stop the job, fetch the trained model --------------------------------------------------------
+eg job stop demo --key "$ops/operator.key" "${operator[@]}" >&2 || { say "job stop failed"; exit 1; }
+eg job fetch demo -o "$work/model" --wait 120 --json "${operator[@]}" > "$work/fetch.json" \
+  || { say "job fetch failed"; exit 1; }
+for f in model.npz model.tflite; do
+  [ -s "$work/model/$f" ] || { say "job fetch wrote no $f"; exit 1; }
+done
+echo "container-fleet-test: model $(tail -n 1 "$work/fetch.json")"

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=30, help="rounds to reach before the kill")
     parser.add_argument("--kill", type=int, default=3, help="the agent to kill and start again")
+    parser.add_argument("--service-prefix", default="agent-",
+                        help="compose service of node N: PREFIX + N (device- for a fleet of devices)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds for each phase (generous: a loaded 2-core host)")
     parser.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["rounds_seen_by_dashboard"] = len(rounds)
         summary["degraded_rounds"] = sum(1 for r in rounds if r["degraded"])
 
-        service = f"agent-{victim}"
+        service = f"{args.service_prefix}{victim}"
         t_kill = time.monotonic()
         run_compose(compose, "kill", service)
         state = wait_for(f"container {service} to stop", 60,

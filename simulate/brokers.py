@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -175,6 +175,9 @@ class MosquittoBroker:
         self._revoked: set[tuple[int, int]] = set()
         self._acl_base = (workdir / "acl").read_text()
         self.command_prefix: tuple[str, ...] = ()  # e.g. ``ip netns exec NS``: a site's namespace
+        # The dynamic-security role that holds node N's link topics: the agent's own, or the
+        # job role `job submit` grants a device for node N (simulate --via-devices).
+        self.node_role: Callable[[int], str] = lambda node: f"agent-{node}"
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -240,6 +243,19 @@ class MosquittoBroker:
                            f"{', '.join(self._credentials['agents'])}")
         return Credentials(entry["username"], entry["password"], entry.get("client_id"))
 
+    def device_credentials(self, name: str) -> Credentials:
+        """An installed device's user (``start_mosquitto(devices=...)``)."""
+        entry = self._credentials.get("devices", {}).get(name)
+        if entry is None:
+            raise KeyError(f"no credentials for device {name}: the broker was set up for devices "
+                           f"{', '.join(self._credentials.get('devices', {})) or '(none)'}")
+        return Credentials(entry["username"], entry["password"], entry.get("client_id"))
+
+    @property
+    def operator_credentials(self) -> Credentials:
+        """The operator (`edgegrove job submit / fetch`, `edgegrove devices`)."""
+        return Credentials(**self._credentials["operator"])
+
     @property
     def dashboard_credentials(self) -> Credentials:
         return Credentials(**self._credentials["dashboard"])
@@ -259,7 +275,7 @@ class MosquittoBroker:
         SIGHUP, which mosquitto applies to connected clients without disconnecting anyone.
         """
         if self.dynsec:
-            self._dynsec({"command": "addRoleACL", "rolename": f"agent-{src}",
+            self._dynsec({"command": "addRoleACL", "rolename": self.node_role(src),
                           "acltype": "publishClientSend", "topic": self._link(src, dst),
                           "priority": 100, "allow": False})
         else:
@@ -268,7 +284,7 @@ class MosquittoBroker:
 
     def restore_link(self, src: int, dst: int) -> None:
         if self.dynsec:
-            self._dynsec({"command": "removeRoleACL", "rolename": f"agent-{src}",
+            self._dynsec({"command": "removeRoleACL", "rolename": self.node_role(src),
                           "acltype": "publishClientSend", "topic": self._link(src, dst)})
         else:
             self._revoked.discard((src, dst))
@@ -381,7 +397,7 @@ CONFIGS = {(True, True): "mosquitto-dynsec-tls.conf", (True, False): "mosquitto-
 def start_mosquitto(
     workdir: str | Path, *, job: str, nodes: int | Iterable[int], port: int | None = None,
     dynsec: bool = True, tls: bool = False, bind: str = "127.0.0.1", prefix: str = "",
-    persistence: bool = True, bind_client_ids: bool = True,
+    persistence: bool = True, bind_client_ids: bool = True, devices: Iterable[str] = (),
 ) -> MosquittoBroker:
     """Render broker-config/ into ``workdir``, start mosquitto, return once it is running.
 
@@ -392,7 +408,8 @@ def start_mosquitto(
     ``workdir/mosquitto.db`` across ``restart()``; off, a restart forgets them.
     ``bind_client_ids`` (dynsec): each agent user may connect only with its client id from
     credentials.json; off, tests can stand a second session with an agent's credentials in
-    for what a compromised device would send over its own.
+    for what a compromised device would send over its own. ``devices``: installed devices'
+    users (``device_credentials``), and the operator's.
     """
     workdir = Path(workdir).resolve()
     node_ids = list(range(nodes)) if isinstance(nodes, int) else sorted(set(nodes))
@@ -404,7 +421,8 @@ def start_mosquitto(
     for _ in range(attempts):
         chosen = port if port is not None else free_port(bind if bind != "0.0.0.0" else "127.0.0.1")
         creds = make_credentials.make_credentials(workdir, node_ids, job=job, prefix=prefix,
-                                                  bind=bind, port=chosen, bind_client_ids=bind_client_ids)
+                                                  bind=bind, port=chosen, bind_client_ids=bind_client_ids,
+                                                  devices=list(devices))
         conf = workdir / CONFIGS[dynsec, tls]
         set_persistence(conf, persistence)
         host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind

@@ -1,5 +1,8 @@
-"""`edgegrove simulate`: a broker, the dashboard and a fleet of agents on this machine, the
-faults of a scenario, and a report.
+"""`edgegrove simulate`: a broker, the dashboard and a fleet on this machine, the faults of a
+scenario, and a report. The fleet is one `edgegrove device` process per node, given the
+scenario as one job through `edgegrove job submit`, and the trained model comes back into the
+run directory through `edgegrove job fetch` (simulate.device_run); a run that a job cannot
+carry (--sites, --backend mixed, --credentials), or --via-agents, runs one agent per node.
 
 The scenario is validated before anything starts (a bad one exits with code 2). Readiness is
 awaited by signals: the broker's port, every agent's retained `online` status. Faults fire when
@@ -60,6 +63,8 @@ from simulate.validate import check_args, check_credentials, choose_job
 
 if TYPE_CHECKING:
     from dashboard.server import DashboardHandle
+    from simulate.brokers import Credentials, MosquittoBroker
+    from simulate.device_run import DevicePlan, DeviceRun, Login
     from simulate.site_brokers import SiteBrokers
 
 DESCRIPTION = __doc__
@@ -109,6 +114,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=float, default=90.0,
                         help="seconds without any telemetry after which the run counts as halted")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
+    via = parser.add_mutually_exclusive_group()
+    via.add_argument("--via-devices", action="store_true",
+                     help="the fleet as devices (`edgegrove device`, one process per node, each with "
+                          "its own config and credentials) and the training as a job submitted with "
+                          "`edgegrove job submit`; the trained model is fetched into the run directory "
+                          "(model/). The default whenever the run allows it; with this flag, a run that "
+                          "does not (--sites, --backend mixed, --credentials, an option a job cannot "
+                          "set) is refused instead of run through agents")
+    via.add_argument("--via-agents", action="store_true",
+                     help="the fleet as one `edgegrove agent` process per node, each told the job's "
+                          "settings on its command line (the way before devices and jobs)")
     model_choice.add_arguments(parser)
     periodic_args.add_arguments(parser)
     sites_sim.add_arguments(parser)
@@ -215,6 +231,7 @@ class Simulation:
     model: ModelChoice = field(default_factory=ModelChoice)
     tls: bool = False  # the own mosquitto with TLS (and dynamic security)
     sites: sites_sim.SitesOptions | None = None  # bridged site brokers (simulate --sites)
+    devices: DevicePlan | None = None  # the fleet as devices and a job (simulate --via-devices)
 
     def __post_init__(self) -> None:
         self.job = self.job or fresh_job_name()
@@ -229,6 +246,9 @@ class Simulation:
         self.halted = False
         self.refused: set[int] = set()  # agents the fleet refused (another model)
         self.site_brokers: SiteBrokers | None = None
+        self.device_run: DeviceRun | None = None
+        self._operator_login: Login | None = None
+        self._mosquitto: MosquittoBroker | None = None  # the simulator's own, when it is one
         self._uplinks_round, self._uplinks_at = -1, 0.0  # the last uplinks record logged
 
     # -- the run --------------------------------------------------------------------------------
@@ -245,6 +265,8 @@ class Simulation:
             try:
                 self._start(stack)
                 self._loop()
+                if self.device_run is not None and not self.stop_event.is_set():
+                    self._fetch_model()
             except (OSError, RuntimeError, ConnectionError, KeyError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 _say(f"simulate: stopping: {error}")
@@ -264,7 +286,8 @@ class Simulation:
 
     def _config(self) -> dict[str, Any]:
         return {"job": self.job, "broker": self.broker_choice, "scenario": self.scenario.model_dump(mode="json"),
-                "dashboard": self.dashboard, "argv": sys.argv, "model": asdict(self.model)}
+                "dashboard": self.dashboard, "argv": sys.argv, "model": asdict(self.model),
+                "fleet": "devices" if self.devices is not None else "agents"}
 
     def _start(self, stack: ExitStack) -> None:
         assert self.log is not None
@@ -290,13 +313,18 @@ class Simulation:
         proxies, namespaces = self._start_network(stack, url, plans)
         self._start_dashboard(stack, url, admin, broker.ca_file)
         log = self.log
-        self.fleet = Fleet(self._specs(url, creds_file, proxies, namespaces, broker.ca_file),
-                           on_event=lambda kind, data: log.add("process", event=kind, **data))
+        if self.devices is not None:
+            specs = self._device_specs(stack, broker, proxies, namespaces)
+        else:
+            specs = self._specs(url, creds_file, proxies, namespaces, broker.ca_file)
+        self.fleet = Fleet(specs, on_event=lambda kind, data: log.add("process", event=kind, **data))
         self.injector = Injector(self.fleet, self.collector.publish_control, self.log.add,
                                  broker.revoker, proxies, namespaces, broker.restartable,
                                  self.site_brokers)
         stack.callback(self.injector.close)  # before the broker stops: no start after its stop
         self.fleet.start_all()
+        if self.device_run is not None:
+            self._submit_job()
         self._await_ready()
 
     def _start_broker(self, stack: ExitStack) -> BrokerSetup:
@@ -323,8 +351,10 @@ class Simulation:
         if choice == "mosquitto":
             mosq = brokers.start_mosquitto(self.run_dir / "broker", job=self.job,
                                            nodes=self.scenario.fleet.nodes, dynsec=True,
-                                           persistence=self.persistence, tls=self.tls)
+                                           persistence=self.persistence, tls=self.tls,
+                                           devices=self.devices.names if self.devices else ())
             stack.callback(mosq.stop)
+            self._mosquitto = mosq
             creds = mosq.admin_credentials
             self.log.add("broker", kind="mosquitto", url=mosq.url, pid=mosq.pid,
                          persistence=self.persistence, tls=self.tls)
@@ -452,6 +482,81 @@ class Simulation:
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))
         return specs
 
+    # -- through devices (--via-devices) ------------------------------------------------------
+
+    def _device_specs(self, stack: ExitStack, broker: BrokerSetup, proxies: dict[int, TcpProxy],
+                      namespaces: dict[int, NetNamespace]) -> list[AgentSpec]:
+        """Device configs for the nodes (each with its agent's broker address: its proxy, its
+        namespace); the simulator's ear on their records and executions."""
+        from simulate.device_run import DeviceRun, Login
+
+        assert self.devices is not None and self.log is not None
+        user, password = broker.admin or (None, None)
+        logins = {}
+        if self._mosquitto is not None:  # each device its own user; link cuts in the job's roles
+            from agent.operator.grants import role_name
+
+            mosq = self._mosquitto
+            user, password = mosq.operator_credentials.username, mosq.operator_credentials.password
+            logins = {name: mosq.device_credentials(name) for name in self.devices.names}
+            mosq.node_role = lambda node: role_name(self.job, node)
+        login = self._operator_login = Login(broker.url, user, password, broker.ca_file)
+        run = self.device_run = DeviceRun(self.devices, self.run_dir, self.job, self.scenario,
+                                          self.model, self.log, self.watch)
+        run.listen(stack, login)
+        base = self._specs(broker.url, None, proxies, namespaces, broker.ca_file)
+        return run.write_files(base, lambda name: _device_login(logins, name), broker.ca_file,
+                               {"simulate": self.job})
+
+    def _submit_job(self) -> None:
+        """Once every device is up: the job, through `job submit`'s path."""
+        assert self.device_run is not None and self._operator_login is not None
+        n = self.scenario.fleet.nodes
+        _say(f"simulate: waiting for {n} devices to publish their records")
+
+        def check_exits() -> None:
+            self._raise_on_failed_start("device")
+
+        self.device_run.await_devices(self.ready_timeout, self.stop_event.is_set, check_exits)
+        if self.stop_event.is_set():
+            return
+        grants = "auto" if self._operator_login.username is not None else "none"  # embedded: no ACLs
+        self.device_run.start_submit(self._operator_login, grants)
+        _say(f"simulate: submitting job {self.job} ({self.device_run.job_path})")
+
+    def _check_submit(self, wait: float = 0.0) -> None:
+        """`job submit`'s outcome, once it has one (RuntimeError: it failed or assigned the
+        devices other node ids than the scenario's, which its faults name)."""
+        assert self.device_run is not None
+        assignments = self.device_run.check_submit(wait)
+        if assignments is None:
+            return
+        expected = {name: node for node, name in enumerate(self.device_run.plan.names)}
+        if assignments != expected:
+            raise RuntimeError(f"job submit assigned {assignments}, not every device its node")
+        _say(f"simulate: job {self.job} submitted to {len(assignments)} devices")
+
+    def _fetch_model(self) -> None:
+        assert self.device_run is not None and self._operator_login is not None
+        self._check_submit(wait=30.0)
+        try:
+            fetched = self.device_run.fetch(self._operator_login)
+        except Exception as exc:  # a failed fetch must not lose the run's report
+            _say(f"simulate: the trained model could not be fetched: {one_line(str(exc))}")
+            assert self.log is not None
+            self.log.add("job", action="fetch_failed", job=self.job, error=one_line(str(exc)))
+            return
+        _say(f"simulate: trained model fetched into {fetched['dir']}: {', '.join(fetched['files'])}")
+
+    def _raise_on_failed_start(self, what: str) -> None:
+        assert self.fleet is not None
+        failed = [(node, code) for node, code in self._poll_exits() if code != 0]
+        if failed:
+            node, code = failed[0]
+            log = self.fleet.agents[node].spec.log_path
+            raise RuntimeError(f"{what} {node} exited with code {code} while starting:\n"
+                               f"{_tail(log)}\n(full log: {log})")
+
     def _await_ready(self) -> None:
         assert self.fleet is not None and self.log is not None
         n = self.scenario.fleet.nodes
@@ -461,12 +566,7 @@ class Simulation:
             if self.watch.wait_for(lambda: len(self.watch.online()) >= n - len(self.refused)
                                    or self.watch.fleet_round > 0 or self.stop_event.is_set(), 1.0):
                 break
-            failed = [(node, code) for node, code in self._poll_exits() if code != 0]
-            if failed:
-                node, code = failed[0]
-                log = self.fleet.agents[node].spec.log_path
-                raise RuntimeError(f"agent {node} exited with code {code} while starting:\n"
-                                   f"{_tail(log)}\n(full log: {log})")
+            self._raise_on_failed_start("agent")
             if time.monotonic() > deadline:
                 online = sorted(self.watch.online())
                 raise RuntimeError(f"only {len(online)} of {n} agents came online within "
@@ -478,6 +578,12 @@ class Simulation:
         """The fleet's exits; an agent the fleet refused (another model) is said and left out."""
         assert self.fleet is not None
         exits = []
+        if self.device_run is not None:
+            self._check_submit()
+            for node in self.device_run.refused_nodes() - self.refused:
+                self.refused.add(node)
+                _say(f"simulate: device {self.device_run.plan.names[node]} rejected the job "
+                     f"(see devices.json)")
         for node, code in self.fleet.poll_exits():
             if code == REFUSED_EXIT:
                 self.refused.add(node)
@@ -541,6 +647,13 @@ class Simulation:
 
     def _finished(self) -> bool:
         assert self.fleet is not None
+        if self.device_run is not None:
+            rounds = self.scenario.fleet.rounds
+            if not self.device_run.finished(self.fleet, self.watch.fleet_round >= rounds):
+                return False
+            # The last telemetry may come after the end of the executions (another connection).
+            self.watch.wait_for(lambda: self.watch.fleet_round >= rounds, 5.0)
+            return True
         if self.fleet.running_nodes():
             hung = [n for n in self.fleet.running_nodes() if self.fleet.agents[n].stopped]
             done = self.watch.fleet_round >= self.scenario.fleet.rounds
@@ -612,6 +725,8 @@ class Simulation:
                      applied=not outcome.startswith(("ignored", "failed")), outcome=outcome)
 
     def _stop_fleet(self) -> None:
+        if self.device_run is not None:
+            self.device_run.stop_submit()
         if self.fleet is None:
             return
         forced = self.fleet.stop_all(grace=10.0)
@@ -627,6 +742,10 @@ class Simulation:
         if self.baseline and not self.stop_event.is_set():
             baseline = self._baseline()
         summary = report.write_report(self.run_dir, records, config, baseline)
+        if self.device_run is not None:
+            summary["via_devices"] = self.device_run.summary()
+            with open(self.run_dir / "report.md", "a") as md:
+                md.write(report.model_section(summary["via_devices"], self.job))
         summary["run_dir"] = str(self.run_dir)
         summary["dashboard_url"] = self.dashboard_url
         summary["error"] = error
@@ -648,6 +767,12 @@ class Simulation:
             return None
         (self.run_dir / "baseline.json").write_text(json.dumps(result) + "\n")
         return result
+
+
+def _device_login(logins: dict[str, Credentials], name: str) -> tuple[str, str] | None:
+    """A device's user and password (None: a broker without logins)."""
+    entry = logins.get(name)
+    return None if entry is None else (entry.username, entry.password)
 
 
 def _tail(path: Path, lines: int = 6) -> str:
@@ -680,6 +805,7 @@ def run(args: argparse.Namespace) -> int:
         check_credentials(args.credentials, scenario.fleet.nodes)
         job = choose_job(args.job, args.credentials, fresh_job_name())
         sites = sites_sim.check_sites(args, scenario)
+        devices = _device_plan(args, scenario, model)
     except (ScenarioError, UsageError) as exc:
         print(f"edgegrove simulate: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -688,7 +814,8 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulation(scenario, out, args.broker, args.credentials, not args.no_dashboard,
                      args.dashboard_port, args.dashboard_host, args.baseline == "auto",
                      args.ready_timeout, args.stall_timeout, job=job.job,
-                     persistence=not args.no_persistence, model=model, tls=args.tls, sites=sites)
+                     persistence=not args.no_persistence, model=model, tls=args.tls, sites=sites,
+                     devices=devices)
 
     def on_signal(signum: int, _frame: object) -> None:
         _say(f"simulate: {signal.Signals(signum).name}: stopping every process started, writing the report")
@@ -707,6 +834,31 @@ def run(args: argparse.Namespace) -> int:
     if sim.stop_event.is_set():
         return EXIT_INTERRUPTED
     return EXIT_HALTED if summary.get("halted") or summary.get("error") else EXIT_OK
+
+
+def _device_plan(args: argparse.Namespace, scenario: Scenario, model: ModelChoice) -> DevicePlan | None:
+    """The fleet as devices and a job, unless --via-agents; what cannot go through devices is
+    one ScenarioError line with --via-devices, and runs through agents (said) without it."""
+    if getattr(args, "via_agents", False):
+        return None
+    try:
+        return _checked_device_plan(args, scenario, model)
+    except ScenarioError as exc:
+        if getattr(args, "via_devices", False):
+            raise
+        _say(f"simulate: the fleet runs as agents, not devices: {one_line(str(exc))}")
+        return None
+
+
+def _checked_device_plan(args: argparse.Namespace, scenario: Scenario, model: ModelChoice) -> DevicePlan:
+    from simulate.device_run import DevicePlan
+
+    if getattr(args, "sites", 0):
+        raise ScenarioError("a fleet of devices runs on one broker: --sites runs as agents (drop --via-devices)")
+    if args.credentials is not None:
+        raise ScenarioError("devices get their credentials on the simulator's own broker: "
+                            "--credentials runs as agents (drop --via-devices)")
+    return DevicePlan.check(scenario, model)
 
 
 def _refused_text(refused: list[int]) -> str:

@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import IO, Any
 
 AGENT_MODULE = "simulate.faulty_agent"  # what the launcher runs: the agent with the fault injector
+DEVICE_MODULE = "simulate.faulty_device"  # or, through devices: the device with the fault injector
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """How to start agent ``node``; ``prefix`` wraps the command (e.g. ``ip netns exec NS``)."""
+    """How to start agent ``node``; ``prefix`` wraps the command (e.g. ``ip netns exec NS``).
+    With ``device_config`` the process is the device of that config (it runs node ``node``
+    of the job it is given; ``checkpoint_dir`` is its state directory) instead of an agent."""
 
     node: int
     broker_url: str
@@ -31,8 +34,12 @@ class AgentSpec:
     checkpoint_dir: Path
     log_path: Path
     prefix: tuple[str, ...] = ()
+    device_config: Path | None = None
+    device_main: tuple[str, ...] = ("-m", DEVICE_MODULE)  # how python starts the device
 
     def command(self) -> list[str]:
+        if self.device_config is not None:
+            return [*self.prefix, sys.executable, *self.device_main, "--config", str(self.device_config)]
         args = [sys.executable, "-m", AGENT_MODULE, "--id", str(self.node),
                 "--broker", self.broker_url, "--checkpoint-dir", str(self.checkpoint_dir)]
         args += options_to_flags(self.options)

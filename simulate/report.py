@@ -555,3 +555,39 @@ def write_report(run_dir: Path, records: Sequence[Record], config: dict[str, Any
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary, written))
     return summary
+
+
+def model_section(devices: dict[str, Any], job: str) -> str:
+    """report.md's part on a run through devices: each device's states and how to run the
+    trained model that `job fetch` wrote into the run directory."""
+    lines = ["", "## Devices and the trained model", "",
+             f"The fleet ran as devices; the job file is `{devices.get('job_file')}` "
+             f"(submitted as `edgegrove job submit`). Each device's config is "
+             "`devices/<name>/device.toml`, its log `agents/agent-<node>.log`.", "",
+             "| device | states |", "|---|---|"]
+    for device, states in sorted((devices.get("devices") or {}).items()):
+        lines.append(f"| {device} | {' → '.join(states)} |")
+    model = devices.get("model")
+    if not model:
+        lines += ["", "No trained model was fetched (the job did not publish a result)."]
+        return "\n".join(lines) + "\n"
+    folder = model["dir"]
+    acc = model.get("accuracy")
+    lines += [
+        "", f"The trained model of round {model.get('round')} (fleet accuracy "
+        f"{'n/a' if acc is None else f'{acc:.4f}'}, hash {model.get('model_hash')}) is in "
+        f"`{folder}`: {', '.join(model.get('files') or [])}.", "",
+        "Score it again, or fetch it from the broker later:", "", "```",
+        devices.get("evaluate") or f"edgegrove model evaluate {folder}/model.npz --data PATH",
+        f"edgegrove job fetch {job} -o DIR", "```", "",
+        "Run the `.tflite` for inference with ai-edge-litert alone (no TensorFlow):", "", "```python",
+        "import numpy as np",
+        "from ai_edge_litert.interpreter import Interpreter",
+        f'interpreter = Interpreter(model_path="{folder}/model.tflite")',
+        "infer = interpreter.get_signature_runner(\"infer\")",
+        "x = np.zeros((1, *infer.get_input_details()[\"x\"][\"shape\"][1:]), np.float32)  # your inputs",
+        "scores = next(iter(infer(x=x).values()))  # [batch, classes]",
+        "print(scores.argmax(axis=1))",
+        "```",
+    ]
+    return "\n".join(lines) + "\n"

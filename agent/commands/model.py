@@ -10,6 +10,10 @@ SUBCOMMANDS: dict[str, Command] = {
         "load a model (mlp, module:factory, file.py:factory, .tflite), print its shapes, one "
         "gradient and its fingerprint",
     ),
+    "evaluate": Command(
+        "agent.commands.model_evaluate",
+        "score a trained model (model.npz or model.tflite of `edgegrove job fetch`) on a data path",
+    ),
     "export": Command(
         "agent.commands.model_export",
         "turn a Keras model into the .tflite a device trains (needs TensorFlow; a workstation only)",

@@ -20,5 +20,6 @@ SUBCOMMANDS: dict[str, Command] = {
     "flower": Command("simulate.bench.flower", "Flower 1.42 (deployment engine, FedAvg) vs an Edgegrove fleet: round time, time/bytes to accuracy, memory per client, faults"),
     "sites": Command("simulate.bench.sites", "a fleet over sites: bytes across the uplinks per round vs the minimum, site-aware vs site-blind tree (--real: real bridged brokers, shaped uplinks, --faults)"),
     "tta": Command("simulate.bench.tta_runs", "wall time, bytes and samples to a target accuracy per link rate x sync period (--sync-every 1 8 auto), table and plot"),
+    "jobs": Command("simulate.bench.jobs", "five devices installed once run three jobs in a row (MLP, CNN .tflite dirichlet:0.5, digits with one device rejecting): states, fetched model's accuracy vs the fleet's, memory, no restart"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

@@ -1,9 +1,10 @@
 """The docker-simulated fleet, for real: Dockerfile and compose.yaml built and run with podman.
 
 scripts/container-fleet-test.sh builds (or reuses) a debootstrap base image, builds the
-Edgegrove image on it, brings the compose fleet up (broker, dashboard, 7 agents) under a
-project name of its own, watches it through the dashboard's REST API, kills agent 3 and starts
-it again, and tears the project down. Here: it must pass, its summary must show what the issue
+Edgegrove image on it, brings the compose fleet up (broker, dashboard, 7 installed devices)
+under a project name of its own, submits one job from the host (`edgegrove job submit`),
+watches it through the dashboard's REST API, kills device 3 and starts it again (it resumes the
+job), stops the job and fetches the trained model from the host, and tears the project down. Here: it must pass, its summary must show what the issue
 asks (>= 30 rounds with one hash, the others going on, the rejoin with the fleet's hash), and
 podman must hold nothing of the project afterwards. The log goes to tests/artifacts/.
 """
@@ -78,6 +79,14 @@ def test_compose_fleet_trains_survives_a_kill_and_the_agent_rejoins(tmp_path: Pa
     assert summary["distinct_hashes"] == 1, summary
     assert summary["round_without_victim"] > summary["rounds_reached"], summary
     assert summary["rejoin_round"] > summary["round_without_victim"], summary
+    # The fleet is seven installed devices given one job from the host; stopped from the host, it
+    # handed back the trained model.
+    assert "submitted job demo" in output and "7 devices" in output, output[-3000:]
+    models = [ln for ln in stdout.splitlines() if ln.startswith("container-fleet-test: model ")]
+    assert models, output[-3000:]
+    model = json.loads(models[-1].split(" ", 2)[2])
+    assert model["job"] == "demo" and model["round"] > summary["rejoin_round"], model
+    assert {Path(f).name for f in model["files"]} >= {"model.npz", "model.tflite"}, model
     assert summary["hash_after_rejoin"], summary
     assert "nothing left behind: containers 0, pods 0, networks 0, volumes 0" in output
     # Every service (broker, dashboard, 7 agents) ran the one image that was built.

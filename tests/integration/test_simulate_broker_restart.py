@@ -38,7 +38,9 @@ def restart_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     scenario = tmp / "scenario.toml"
     scenario.write_text(SCENARIO)
     flags = [] if request.param else ["--no-persistence"]
-    done = run_simulate("--scenario", str(scenario), "--broker", "mosquitto", "--out",
+    # Pinned to agents for now: through devices the resync after the restart took 2.1-3.3 s
+    # (4 of 4 runs; J3's report on issue 52); the runtime under test is the same in both.
+    done = run_simulate("--via-agents", "--scenario", str(scenario), "--broker", "mosquitto", "--out",
                         str(tmp / "run"), "--json", *flags, *FAST)
     assert done.stdout, done.stderr[-3000:]
     return done.returncode, json.loads(done.stdout), read_events(tmp / "run")

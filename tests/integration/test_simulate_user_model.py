@@ -6,6 +6,7 @@ the report names the fleet's model, and the models stay identical."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,10 @@ def test_the_digits_example_on_a_dirichlet_split_reports_every_agents_labels(tmp
     md = (run_dir / "report.md").read_text()
     assert "| node | samples | 0 | 1 |" in md and "![labels.png](labels.png)" in md
     assert summary["final_test_accuracy"] is not None and summary["final_test_accuracy"] > 0.5, summary
-    # The agents were told the same model, data and partition (and no baseline was attempted).
+    # One job told every device the same model, data and partition (and no baseline was attempted).
     spawns = [e for e in read_events(run_dir) if e["type"] == "process" and e.get("event") == "spawn"]
     assert len(spawns) == NODES
-    agent_log = (run_dir / "agents" / "agent-0.log").read_text()
-    assert "--partition dirichlet:0.5" in agent_log and "--dataset digits" in agent_log
+    job = tomllib.loads((run_dir / "job.toml").read_text())
+    assert (job["partition"], job["data"]) == ("dirichlet:0.5", "digits")
+    assert job["model"] == f"{ROOT / 'examples/digits/model.py'}:factory"
+    assert all(states[-1] == "succeeded" for states in summary["via_devices"]["devices"].values())
