@@ -235,7 +235,7 @@ def export(model: Any, name: str | None = None) -> bytes:
     from agent.commands.tf_gradients import builtin_gradients
 
     module = _module(model, name)
-    with builtin_gradients(), tempfile.TemporaryDirectory() as tmp:
+    with builtin_gradients(), _recurrent_unrolled(model), tempfile.TemporaryDirectory() as tmp:
         try:
             signatures = {key: getattr(module, key).get_concrete_function() for key in SIGNATURES}
             tf.saved_model.save(module, tmp, signatures=signatures)
@@ -248,6 +248,25 @@ def export(model: Any, name: str | None = None) -> bytes:
                 return bytes(converter.convert())
         except Exception as exc:
             raise ExportError(_conversion_failure(str(exc))) from exc
+
+
+@contextmanager
+def _recurrent_unrolled(model: Any) -> Iterator[None]:
+    """Recurrent layers (LSTM, GRU, SimpleRNN) unrolled over the input's known sequence length
+    while the model is traced: one step's matrix products and activations per time step.
+    Rolled, Keras runs them as a TensorFlow while-loop over tensor lists, whose training graph
+    has no builtin kernels. Each layer's own setting is restored after."""
+    import keras
+
+    recurrent = [layer for layer in model._flatten_layers()
+                 if isinstance(layer, keras.layers.RNN) and not layer.unroll]
+    try:
+        for layer in recurrent:
+            layer.unroll = True
+        yield
+    finally:
+        for layer in recurrent:
+            layer.unroll = False
 
 
 @contextmanager
@@ -268,6 +287,11 @@ def _native_stderr_silenced() -> Iterator[None]:
 def _conversion_failure(text: str) -> str:
     import re
 
+    if "tensor list ops" in text:  # a loop the exporter does not unroll
+        return ("the model runs a TensorFlow while-loop (tf.while_loop, tf.scan or a layer looping "
+                "over time), whose gradient has no LiteRT builtin kernels: write it as a Keras "
+                "LSTM, GRU, SimpleRNN or ConvLSTM layer (export unrolls those over the known "
+                "sequence length) or as Conv1D over the sequence")
     ops = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
     if ops:
         return (f"these TensorFlow ops have no LiteRT builtin kernel: {', '.join(ops)} "
