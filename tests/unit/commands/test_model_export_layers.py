@@ -101,3 +101,57 @@ def test_a_loop_export_cannot_unroll_is_refused_naming_what_to_use() -> None:
     said = str(refused.value)
     assert "while-loop" in said and "LSTM, GRU" in said and "Select" not in said
     assert "\n" not in said
+
+
+def _normed() -> Any:
+    return keras.Sequential([
+        keras.Input((8, 8, 2)), L.Conv2D(4, 3), L.BatchNormalization(momentum=0.9), L.ReLU(),
+        L.Dropout(0.5), L.GlobalAveragePooling2D(), L.Dense(3)])
+
+
+def test_batch_norm_in_training_mode_carries_its_running_statistics(tmp_path: Path) -> None:
+    keras.utils.set_random_seed(0)
+    model = _normed()
+    path = tmp_path / "bn.tflite"
+    path.write_bytes(export(model, batch_norm="train"))
+    exported = TfliteModel(path)
+    running = [t.name for t in exported.tensors if t.running]
+    assert running == ["batch_normalization/moving_mean", "batch_normalization/moving_variance"]
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    assert exported.param_count == trainable + 8
+    rng = np.random.default_rng(2)
+    x = rng.normal(1.0, 2.0, size=(12, 8, 8, 2)).astype(np.float32)  # 12 rows: more than a chunk
+    y = rng.integers(0, 3, 12)
+    params = exported.initial_params(0)
+    loss, grad = exported.loss_and_grad(params, x, y)
+    # TensorFlow, training mode: batch statistics in the forward pass (dropout off, as exported)
+    model.layers[3].rate = 0.0
+    with tf.GradientTape() as tape:
+        logits = model(x, training=True)
+        tf_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y.astype(np.int32), logits))
+    tf_grad = np.concatenate([g.numpy().ravel() for g in tape.gradient(tf_loss, model.trainable_variables)])
+    assert abs(loss - float(tf_loss)) < 1e-5
+    np.testing.assert_allclose(grad[:trainable], tf_grad, rtol=1e-4, atol=1e-5)
+    # The statistics' places hold the running average's step: (1 - momentum)(batch - old),
+    # the step Keras itself took (model(..., training=True) just updated them).
+    old_mean, old_var = params[trainable:trainable + 4], params[trainable + 4:]
+    norm = model.layers[1]
+    np.testing.assert_allclose(grad[trainable:trainable + 4], norm.moving_mean.numpy() - old_mean,
+                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grad[trainable + 4:], norm.moving_variance.numpy() - old_var,
+                               rtol=1e-4, atol=1e-6)
+    # Scores use the running statistics held in the vector.
+    moved = params.copy()
+    moved[trainable:] += grad[trainable:]
+    np.testing.assert_allclose(exported.predict(moved, x), model(x, training=False).numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_frozen_batch_norm_keeps_its_statistics_out_of_the_vector(tmp_path: Path) -> None:
+    keras.utils.set_random_seed(0)
+    model = _normed()
+    path = tmp_path / "frozen.tflite"
+    path.write_bytes(export(model))
+    exported = TfliteModel(path)
+    assert not any(t.running for t in exported.tensors)
+    assert exported.param_count == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
