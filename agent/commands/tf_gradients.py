@@ -1,8 +1,8 @@
 """Gradients that LiteRT's builtin kernels can run, for ``edgegrove model export``.
 
-TensorFlow's own gradients of a convolution, a depthwise convolution, ReLU, ReLU6, max- and
-average pools, slices and concatenations are ops such as Conv2DBackpropFilter,
-DepthwiseConv2dNativeBackpropInput, ReluGrad, Relu6Grad, MaxPoolGrad, AvgPoolGrad,
+TensorFlow's own gradients of a convolution, a depthwise convolution, ReLU, ReLU6, leaky ReLU, ELU,
+max- and average pools, slices and concatenations are ops such as Conv2DBackpropFilter,
+DepthwiseConv2dNativeBackpropInput, ReluGrad, Relu6Grad, LeakyReluGrad, EluGrad, MaxPoolGrad, AvgPoolGrad,
 StridedSliceGrad or ConcatOffset, which have no LiteRT builtin kernel (only the TF-Select "Flex"
 delegate runs them, and the ai-edge-litert wheel a device installs has none). While a model is
 traced for export, ``builtin_gradients()`` swaps in gradient functions made of ops that do
@@ -203,6 +203,16 @@ def _relu6_grad(op: Any, grad: Any) -> Any:
     return tf.where(tf.logical_and(y > 0, y < 6), grad, tf.zeros([], grad.dtype))
 
 
+def _leaky_relu_grad(op: Any, grad: Any) -> Any:
+    alpha = tf.constant(op.get_attr("alpha"), grad.dtype)
+    return tf.where(op.inputs[0] > 0, grad, grad * alpha)
+
+
+def _elu_grad(op: Any, grad: Any) -> Any:
+    y = op.outputs[0]  # exp(x) - 1 below zero: its derivative exp(x) is y + 1
+    return tf.where(y > 0, grad, grad * (y + 1))
+
+
 def _avg_pool_grad(op: Any, grad: Any) -> Any:
     """Each output's gradient over its window's size (SAME: the window's elements inside the
     input, as TensorFlow counts them), spread back over the window."""
@@ -313,6 +323,8 @@ BUILTIN_GRADIENTS: dict[str, GradientFn] = {
     "DepthwiseConv2dNative": _depthwise_conv2d_grad,
     "Relu": _relu_grad,
     "Relu6": _relu6_grad,
+    "LeakyRelu": _leaky_relu_grad,
+    "Elu": _elu_grad,
     "MaxPool": _max_pool_grad,
     "AvgPool": _avg_pool_grad,
 }

@@ -50,6 +50,8 @@ MODELS: dict[str, Callable[[], Any]] = {
         L.DepthwiseConv2D(3, strides=2, depth_multiplier=2)),
     "depthwise-same-stride2": lambda: _image(L.DepthwiseConv2D(3, strides=2, padding="same")),
     "relu6": lambda: _image(L.Conv2D(4, 3), L.ReLU(6.0)),
+    "leaky-relu": lambda: _image(L.Conv2D(4, 3), L.LeakyReLU(0.2)),
+    "elu": lambda: _image(L.Conv2D(4, 3), L.ELU()),
     "avg-pool-valid": lambda: _image(L.Conv2D(2, 2), L.AveragePooling2D(2)),
     "avg-pool-same": lambda: _image(L.AveragePooling2D(3, strides=2, padding="same")),
     "hard-swish": lambda: _image(L.Conv2D(3, 3, activation="hard_swish")),

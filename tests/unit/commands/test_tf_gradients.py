@@ -1,6 +1,6 @@
 """The builtin-lowerable gradients of tf_gradients equal TensorFlow's own (Conv2D with strides,
-padding and dilation; depthwise convolutions with strides, padding and multipliers; ReLU and
-ReLU6; overlapping and SAME max- and average pools), and the registry is restored after.
+padding and dilation; depthwise convolutions with strides, padding and multipliers; ReLU,
+ReLU6, leaky ReLU and ELU; overlapping and SAME max- and average pools), and the registry is restored after.
 Needs TensorFlow (the export extra; scripts/setup.sh --dev installs it): fails without it."""
 
 from __future__ import annotations
@@ -96,9 +96,10 @@ def test_depthwise_conv2d(strides: int, padding: str, multiplier: int) -> None:
     _same_as_tf(lambda a, k: tf.nn.depthwise_conv2d(a, k, [1, strides, strides, 1], padding), x, kernel)
 
 
-def test_relu6() -> None:
+@pytest.mark.parametrize("activation", [tf.nn.relu6, lambda a: tf.nn.leaky_relu(a, 0.1), tf.nn.elu])
+def test_relu6_leaky_relu_elu(activation: Callable[[Any], Any]) -> None:
     x = 4 * np.random.default_rng(4).normal(size=(4, 6, 6, 3)).astype(np.float32)
-    _same_as_tf(tf.nn.relu6, x)
+    _same_as_tf(activation, x)
 
 
 @pytest.mark.parametrize(("size", "strides", "padding"), [
