@@ -35,6 +35,7 @@ DESCRIPTION = __doc__
 NO_TF = "model export needs TensorFlow: pip install 'edgegrove[export]'"
 METADATA_FORMAT = 1
 SIGNATURES = ("gradients", "infer", "initial_weights", "metadata")
+BATCH_NORM_MODES = ("frozen", "train")
 
 
 class ExportError(Exception):
@@ -45,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a .keras file, or file.py:function returning a Keras model")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the .tflite to write")
     parser.add_argument("--name", default=None, help="the model's name (default: the Keras model's)")
+    parser.add_argument(
+        "--batch-norm", choices=BATCH_NORM_MODES, default="frozen",
+        help="frozen: batch norm runs on its exported statistics (fine-tuning); train: on each "
+             "batch's statistics while training, its running statistics carried in the parameter "
+             "vector and averaged by the fleet (training from scratch)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,14 +71,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         model = load_keras(args.source)
-        data = export(model, name=args.name)
+        data = export(model, name=args.name, batch_norm=args.batch_norm)
     except ExportError as exc:
         print(f"model export: {one_line(str(exc))}", file=sys.stderr)
         return 2
     args.output.write_bytes(data)
-    meta = json.loads(_metadata_json(model, args.name))
+    meta = json.loads(_metadata_json(model, args.name, Layout(model, args.batch_norm)))
     params = sum(int(np.prod(shape)) for _, shape in meta["tensors"])
-    print(f"wrote {args.output}: {meta['name']}, {params:,} parameters, input "
+    running = sum(int(np.prod(shape)) for n, shape in meta["tensors"] if n in meta.get("running", ()))
+    held = f" ({running:,} of them batch-norm running statistics)" if running else ""
+    print(f"wrote {args.output}: {meta['name']}, {params:,} parameters{held}, input "
           f"{tuple(meta['input_shape'])}, {meta['num_classes']} classes, {len(data):,} bytes, "
           f"signatures {', '.join(SIGNATURES)}")
     return 0
@@ -152,16 +160,43 @@ def _probabilities(model: Any) -> bool:
     return getattr(activation, "__name__", "") == "softmax"
 
 
-def _metadata_json(model: Any, name: str | None) -> str:
-    return json.dumps({
+class Layout:
+    """The flat parameter vector's variables: the trainable ones in Keras's order, then (with
+    ``--batch-norm train``) the moving mean and variance of every trainable batch norm, which
+    the gradient signature moves by their running-average step."""
+
+    def __init__(self, model: Any, batch_norm: str) -> None:
+        import keras
+
+        norms = [layer for layer in model._flatten_layers()
+                 if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable]
+        wanted = ({id(v) for layer in norms for v in (layer.moving_mean, layer.moving_variance)}
+                  if batch_norm == "train" else set())
+        self.trainable = list(model.trainable_variables)
+        self.non_trainable = list(model.non_trainable_variables)
+        self.running_at = [n for n, v in enumerate(self.non_trainable) if id(v) in wanted]
+        self.variables = [*self.trainable, *(self.non_trainable[n] for n in self.running_at)]
+        self.shapes = [tuple(int(d) for d in v.shape) for v in self.variables]
+        self.sizes = [int(np.prod(s)) for s in self.shapes]
+
+    @property
+    def running(self) -> bool:
+        return bool(self.running_at)
+
+
+def _metadata_json(model: Any, name: str | None, layout: Layout) -> str:
+    names = [_tensor_name(v.path, model.name) for v in layout.variables]
+    meta = {
         "format": METADATA_FORMAT,
         "name": name or model.name,
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
-        "tensors": [[_tensor_name(v.path, model.name), [int(d) for d in v.shape]]
-                    for v in model.trainable_variables],
+        "tensors": [[n, list(s)] for n, s in zip(names, layout.shapes, strict=True)],
         "outputs": "probabilities" if _probabilities(model) else "logits",
-    }, separators=(",", ":"))
+    }
+    if layout.running:
+        meta["running"] = names[len(layout.trainable):]
+    return json.dumps(meta, separators=(",", ":"))
 
 
 def _tensor_name(path: str, model_name: str) -> str:
@@ -169,27 +204,35 @@ def _tensor_name(path: str, model_name: str) -> str:
     return path.removeprefix(f"{model_name}/")
 
 
-def _module(model: Any, name: str | None) -> Any:
+def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
     """A tf.Module whose tf.functions are the file's signatures."""
     import tensorflow as tf
 
-    variables = model.trainable_variables
-    shapes = [tuple(int(d) for d in v.shape) for v in variables]
-    sizes = [int(np.prod(s)) for s in shapes]
-    frozen = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
-    initial = np.concatenate([np.asarray(v.numpy(), np.float32).ravel() for v in variables])
-    meta = np.frombuffer(_metadata_json(model, name).encode(), dtype=np.uint8)
+    layout = Layout(model, batch_norm)
+    trained = len(layout.trainable)
+    frozen = [tf.constant(v.numpy()) for v in layout.non_trainable]
+    initial = np.concatenate([np.asarray(v.numpy(), np.float32).ravel() for v in layout.variables])
+    meta = np.frombuffer(_metadata_json(model, name, layout).encode(), dtype=np.uint8)
     sample = [int(d) for d in model.inputs[0].shape[1:]]
     classes = int(model.outputs[0].shape[-1])
     probabilities = _probabilities(model)
-    params_spec = tf.TensorSpec([sum(sizes)], tf.float32, name="params")
+    params_spec = tf.TensorSpec([sum(layout.sizes)], tf.float32, name="params")
     x_spec = tf.TensorSpec([None, *sample], tf.float32, name="x")
     y_spec = tf.TensorSpec([None], tf.int32, name="y")
 
+    def call(params: Any, x: Any, training: bool) -> tuple[Any, Any]:
+        """Scores, and the running statistics' steps (new - old) in training mode."""
+        parts = [tf.reshape(p, s) for p, s in
+                 zip(tf.split(params, layout.sizes), layout.shapes, strict=True)]
+        state = list(frozen)
+        for n, at in enumerate(layout.running_at):
+            state[at] = parts[trained + n]
+        scores, updated = model.stateless_call(parts[:trained], state, x, training=training)
+        steps = [tf.reshape(updated[at] - state[at], [-1]) for at in layout.running_at]
+        return scores, steps
+
     def forward(params: Any, x: Any) -> Any:
-        weights = [tf.reshape(p, s) for p, s in zip(tf.split(params, sizes), shapes, strict=True)]
-        scores, _ = model.stateless_call(weights, frozen, x, training=False)
-        return scores
+        return call(params, x, training=False)[0]
 
     @tf.custom_gradient
     def cross_entropy(scores: Any, onehot: Any) -> Any:
@@ -209,8 +252,12 @@ def _module(model: Any, name: str | None) -> Any:
         def gradients(self, params: Any, x: Any, y: Any) -> dict[str, Any]:
             with tf.GradientTape() as tape:
                 tape.watch(params)
-                loss = cross_entropy(forward(params, x), tf.one_hot(y, classes))
-            return {"loss": loss, "grad": tape.gradient(loss, params)}
+                scores, steps = call(params, x, training=layout.running)
+                loss = cross_entropy(scores, tf.one_hot(y, classes))
+            grad = tape.gradient(loss, params)
+            if steps:  # the running statistics' places hold their steps, not a gradient
+                grad = tf.concat([grad[:sum(layout.sizes[:trained])], *steps], axis=0)
+            return {"loss": loss, "grad": grad}
 
         @tf.function(input_signature=[params_spec, x_spec])
         def infer(self, params: Any, x: Any) -> dict[str, Any]:
@@ -227,15 +274,18 @@ def _module(model: Any, name: str | None) -> Any:
     return Exported()
 
 
-def export(model: Any, name: str | None = None) -> bytes:
+def export(model: Any, name: str | None = None, batch_norm: str = "frozen") -> bytes:
     """The `.tflite` bytes of ``model`` (builtin ops only); ExportError names the ops that have
-    no builtin kernel."""
+    no builtin kernel. ``batch_norm``: "frozen" or "train" (``--batch-norm``)."""
     import tensorflow as tf
 
     from agent.commands.tf_gradients import builtin_gradients
 
-    module = _module(model, name)
-    with builtin_gradients(), tempfile.TemporaryDirectory() as tmp:
+    if batch_norm not in BATCH_NORM_MODES:
+        raise ExportError(f"batch_norm must be one of {', '.join(BATCH_NORM_MODES)}, not {batch_norm!r}")
+    module = _module(model, name, batch_norm)
+    with (builtin_gradients(), _recurrent_unrolled(model), _dropout_off(model),
+          tempfile.TemporaryDirectory() as tmp):
         try:
             signatures = {key: getattr(module, key).get_concrete_function() for key in SIGNATURES}
             tf.saved_model.save(module, tmp, signatures=signatures)
@@ -248,6 +298,43 @@ def export(model: Any, name: str | None = None) -> bytes:
                 return bytes(converter.convert())
         except Exception as exc:
             raise ExportError(_conversion_failure(str(exc))) from exc
+
+
+@contextmanager
+def _recurrent_unrolled(model: Any) -> Iterator[None]:
+    """Recurrent layers (LSTM, GRU, SimpleRNN) unrolled over the input's known sequence length
+    while the model is traced: one step's matrix products and activations per time step.
+    Rolled, Keras runs them as a TensorFlow while-loop over tensor lists, whose training graph
+    has no builtin kernels. Each layer's own setting is restored after."""
+    import keras
+
+    recurrent = [layer for layer in model._flatten_layers()
+                 if isinstance(layer, keras.layers.RNN) and not layer.unroll]
+    try:
+        for layer in recurrent:
+            layer.unroll = True
+        yield
+    finally:
+        for layer in recurrent:
+            layer.unroll = False
+
+
+@contextmanager
+def _dropout_off(model: Any) -> Iterator[None]:
+    """Dropout layers pass their input through while traced: the gradient of ``--batch-norm
+    train`` runs the model in training mode (for batch norm's sake), and the file is
+    deterministic (no random ops; every agent of a fleet computes the same function)."""
+    import keras
+
+    dropouts = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dropout)]
+    rates = [layer.rate for layer in dropouts]
+    try:
+        for layer in dropouts:
+            layer.rate = 0.0
+        yield
+    finally:
+        for layer, rate in zip(dropouts, rates, strict=True):
+            layer.rate = rate
 
 
 @contextmanager
@@ -268,6 +355,11 @@ def _native_stderr_silenced() -> Iterator[None]:
 def _conversion_failure(text: str) -> str:
     import re
 
+    if "tensor list ops" in text:  # a loop the exporter does not unroll
+        return ("the model runs a TensorFlow while-loop (tf.while_loop, tf.scan or a layer looping "
+                "over time), whose gradient has no LiteRT builtin kernels: write it as a Keras "
+                "LSTM, GRU, SimpleRNN or ConvLSTM layer (export unrolls those over the known "
+                "sequence length) or as Conv1D over the sequence")
     ops = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
     if ops:
         return (f"these TensorFlow ops have no LiteRT builtin kernel: {', '.join(ops)} "

@@ -126,6 +126,16 @@ class NumpyBackend:
         return self._hash
 
 
+def running_slices(model: Model) -> list[slice]:
+    """Where the model's running tensors (``TensorSpec.running``) sit in its flat vector."""
+    parts, start = [], 0
+    for tensor in model.tensors:
+        if getattr(tensor, "running", False):
+            parts.append(slice(start, start + tensor.size))
+        start += tensor.size
+    return parts
+
+
 class ModelBackend:
     """Any contract ``Model`` with an optimizer from ``agent.model.optim``: the model computes
     loss, gradients and predictions, the agent's numpy optimizer applies the fleet's average
@@ -140,6 +150,7 @@ class ModelBackend:
         self.optimizer = optimizer
         optimizer.init_slots(self.size)
         self.state_size = self.size + optimizer.state_size(self.size)
+        self._running = running_slices(model)
         self._hash: int | None = None
 
     def params(self) -> F32:
@@ -164,7 +175,14 @@ class ModelBackend:
         grad = check_flat(grad, self.size, "gradient")
         if not _all_finite(grad):
             raise NonFiniteError("the fleet's averaged gradient holds NaN or inf: not applied")
+        steps = [(part, grad[part].copy()) for part in self._running]
+        if steps:  # running statistics: added as they are; the optimizer sees zeros (no step)
+            grad = grad.copy()
+            for part, _ in steps:
+                grad[part] = 0.0
         self.optimizer.step(self._params, grad, out=self._params)
+        for part, step in steps:
+            self._params[part] += step
         self._hash = None
 
     def set_learning_rate(self, lr: float) -> None:

@@ -22,10 +22,14 @@ Labels = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One parameter tensor inside the flat vector, in order."""
+    """One parameter tensor inside the flat vector, in order. A ``running`` tensor holds
+    statistics, not weights (batch norm's moving mean and variance, exported with
+    ``--batch-norm train``): its share of a gradient is the step to add to it, which the fleet
+    averages like any gradient and the agent adds as it is, outside the optimizer."""
 
     name: str
     shape: tuple[int, ...]
+    running: bool = False
 
     @property
     def size(self) -> int:

@@ -55,8 +55,12 @@ class TfliteModel:
         self.name: str = meta["name"]
         self.input_shape: tuple[int, ...] = tuple(meta["input_shape"])
         self.num_classes: int = meta["num_classes"]
+        running = set(meta.get("running", ()))
         self.tensors: tuple[TensorSpec, ...] = tuple(
-            TensorSpec(str(name), tuple(int(d) for d in shape)) for name, shape in meta["tensors"])
+            TensorSpec(str(name), tuple(int(d) for d in shape), running=name in running)
+            for name, shape in meta["tensors"])
+        # Batch norm in training mode normalises over the batch it is given: one call per batch.
+        self._gradient_chunk = None if running else GRADIENT_CHUNK
         self._initial = np.ascontiguousarray(
             self._run["initial_weights"]()["params"], dtype=np.float32).copy()
         if self._initial.shape != (self.param_count,):
@@ -85,8 +89,9 @@ class TfliteModel:
             raise ValueError(f"need equal, non-empty x and y, got {len(x)} and {len(y)} rows")
         loss, grad = 0.0, np.zeros(self.param_count, dtype=np.float64)
         scaled = np.empty_like(grad)  # one float64 temporary for every chunk, not two per chunk
-        for start in range(0, len(x), GRADIENT_CHUNK):
-            rows = slice(start, start + GRADIENT_CHUNK)
+        chunk = self._gradient_chunk or len(x)
+        for start in range(0, len(x), chunk):
+            rows = slice(start, start + chunk)
             out = self._run["gradients"](params=params, x=x[rows], y=y[rows])
             share = len(y[rows]) / len(y)
             loss += float(out["loss"]) * share
@@ -113,7 +118,8 @@ def _metadata(path: Path, out: dict[str, Any]) -> dict[str, Any]:
               and isinstance(meta["name"], str) and isinstance(meta["num_classes"], int)
               and all(isinstance(d, int) and d > 0 for d in meta["input_shape"])
               and all(isinstance(n, str) and all(isinstance(d, int) and d > 0 for d in s)
-                      for n, s in meta["tensors"]))
+                      for n, s in meta["tensors"])
+              and set(meta.get("running", ())) <= {n for n, _ in meta["tensors"]})
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelError(f"model {path}: its metadata signature is not edgegrove's ({exc})") from exc
     if not ok:

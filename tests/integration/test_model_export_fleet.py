@@ -113,17 +113,17 @@ def test_a_keras_file_exports_to_the_same_model(tmp_path: Path) -> None:
 
 def test_bad_sources_are_one_line_and_exit_2(tmp_path: Path) -> None:
     _require_tensorflow()
-    unsupported = tmp_path / "avgpool.py"
+    unsupported = tmp_path / "transposed.py"
     unsupported.write_text(
         "import keras\n"
         "def build():\n"
         "    return keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3),\n"
-        "                             keras.layers.AveragePooling2D(2),\n"
+        "                             keras.layers.Conv2DTranspose(2, 3),\n"
         "                             keras.layers.Flatten(), keras.layers.Dense(2)])\n")
     raises = tmp_path / "raises.py"
     raises.write_text("def build():\n    raise ValueError('no GPU here')\n")
     cases = {
-        f"{unsupported}:build": "have no LiteRT builtin kernel: AvgPoolGrad",
+        f"{unsupported}:build": "have no LiteRT builtin kernel: Conv2DBackpropFilter",
         f"{raises}:build": "raised ValueError: no GPU here",
         f"{EXAMPLE / 'model.py'}:factory": "gave a MnistCnn, not a Keras model",
     }

@@ -1,5 +1,6 @@
 """The builtin-lowerable gradients of tf_gradients equal TensorFlow's own (Conv2D with strides,
-padding and dilation, ReLU, overlapping and SAME max-pools), and the registry is restored after.
+padding and dilation; depthwise convolutions with strides, padding and multipliers; ReLU,
+ReLU6, leaky ReLU and ELU; overlapping and SAME max- and average pools), and the registry is restored after.
 Needs TensorFlow (the export extra; scripts/setup.sh --dev installs it): fails without it."""
 
 from __future__ import annotations
@@ -83,6 +84,59 @@ def test_max_pool(size: int, strides: int, padding: str) -> None:
     # Distinct values: TensorFlow gives a tied maximum's gradient to one element, ours to all.
     x = np.random.default_rng(2).permutation(3 * 9 * 7 * 2).reshape(3, 9, 7, 2).astype(np.float32)
     _same_as_tf(lambda a: tf.nn.max_pool2d(a, size, strides, padding), x)
+
+
+@pytest.mark.parametrize(("strides", "padding", "multiplier"), [
+    (1, "VALID", 1), (1, "SAME", 1), (2, "SAME", 1), (2, "VALID", 1), (1, "SAME", 2), (2, "VALID", 3),
+])
+def test_depthwise_conv2d(strides: int, padding: str, multiplier: int) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 9, 8, 4)).astype(np.float32)
+    kernel = rng.normal(size=(3, 3, 4, multiplier)).astype(np.float32)
+    _same_as_tf(lambda a, k: tf.nn.depthwise_conv2d(a, k, [1, strides, strides, 1], padding), x, kernel)
+
+
+@pytest.mark.parametrize("activation", [tf.nn.relu6, lambda a: tf.nn.leaky_relu(a, 0.1), tf.nn.elu])
+def test_relu6_leaky_relu_elu(activation: Callable[[Any], Any]) -> None:
+    x = 4 * np.random.default_rng(4).normal(size=(4, 6, 6, 3)).astype(np.float32)
+    _same_as_tf(activation, x)
+
+
+@pytest.mark.parametrize(("size", "strides", "padding"), [
+    (2, 2, "VALID"), (3, 2, "VALID"), (3, 1, "SAME"), (2, 2, "SAME"), (3, 2, "SAME"), (2, 1, "VALID"),
+])
+def test_avg_pool(size: int, strides: int, padding: str) -> None:
+    x = np.random.default_rng(5).normal(size=(3, 9, 7, 2)).astype(np.float32)
+    _same_as_tf(lambda a: tf.nn.avg_pool2d(a, size, strides, padding), x)
+
+
+@pytest.mark.parametrize("cut", [
+    lambda a: a[:, 1:3], lambda a: a[:, -2:], lambda a: a[1:, ::2], lambda a: a[:, 1],
+    lambda a: a[..., :2], lambda a: a[::-1, 2:5],
+])
+def test_strided_slice(cut: Callable[[Any], Any]) -> None:
+    _same_as_tf(cut, np.random.default_rng(6).normal(size=(4, 6, 3)).astype(np.float32))
+
+
+def test_a_slice_of_the_dynamic_batch_pads_its_gradient_back() -> None:
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32)])
+    def grad(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(x[:, 1:4] * tf.constant([1.0, 2.0, 3.0]))
+        return tape.gradient(loss, x)
+
+    with builtin_gradients():
+        graph = grad.get_concrete_function().graph
+        assert "StridedSliceGrad" not in {op.type for op in graph.get_operations()}
+    np.testing.assert_array_equal(grad(np.ones((2, 6), np.float32)).numpy(),
+                                  [[0, 1, 2, 3, 0, 0]] * 2)
+
+
+def test_concat() -> None:
+    rng = np.random.default_rng(7)
+    a, b = (rng.normal(size=(3, 4, n)).astype(np.float32) for n in (2, 5))
+    _same_as_tf(lambda u, v: tf.concat([u, v, u], axis=-1), a, b)
 
 
 def test_registry_is_restored() -> None:
