@@ -13,8 +13,16 @@ to check both modes with the same tests (the default is the fan-out, ``--broadca
 
 from __future__ import annotations
 
-import gc
 import os
+
+# One BLAS thread per process, set before numpy loads here, in the xdist workers (they inherit
+# it) and in every agent or simulator a test starts: OpenBLAS's threads spin while they wait,
+# and with two workers (and a fleet's agents) on two cores, a float64 dot of one chunk
+# (influence.norm) took 17-50 ms instead of 0.4 ms beside a busy host; the in-memory fleets
+# spent 45 % of their time there. Set it yourself to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import gc
 from typing import Any
 
 import pytest
