@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -160,6 +161,19 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     )
 
 
+def write_url_file(path: Path, url: str) -> None:
+    """Written whole or not at all (a temp file beside it, then a rename): whoever waits for
+    the file to appear reads the URL, never an empty or half-written file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(url + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
@@ -183,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dashboard: {url}  (job {settings.job}, broker {settings.broker_url}, "
                   f"controls {'on' if settings.controls_enabled else 'off'})", flush=True)
         if args.url_file is not None:
-            args.url_file.write_text(url + "\n", encoding="utf-8")
+            write_url_file(args.url_file, url)
 
     try:
         make_server(settings, on_started=announce).run(sockets=[sock])

@@ -338,7 +338,7 @@ def _format_errors(exc: ValidationError) -> str:
         elif err["type"] == "union_tag_not_found":
             msg = "a fault needs `kind = ...`, one of: " + ", ".join(FAULT_KINDS)
         elif err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see the scenario format in README.md)"
+            msg = "unknown key (check the spelling; see the scenario format in docs/SCENARIOS.md)"
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
 

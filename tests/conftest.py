@@ -1,7 +1,8 @@
 """Test-wide settings.
 
 Property tests (hypothesis) run derandomized by default: the README's test command (and CI)
-tries the same examples every time, so a red run is a regression, never a new random draw.
+tries the same examples every time, so a red run is a regression, never a new random draw;
+and with no deadline per example, so a busy host does not make one "flaky".
 ``HYPOTHESIS_PROFILE=explore`` searches at random (1000 examples where a test sets no number), to hunt for
 new counterexamples (add each one found as an ``@example``).
 
@@ -13,8 +14,16 @@ to check both modes with the same tests (the default is the fan-out, ``--broadca
 
 from __future__ import annotations
 
-import gc
 import os
+
+# One BLAS thread per process, set before numpy loads here, in the xdist workers (they inherit
+# it) and in every agent or simulator a test starts: OpenBLAS's threads spin while they wait,
+# and with two workers (and a fleet's agents) on two cores, a float64 dot of one chunk
+# (influence.norm) took 17-50 ms instead of 0.4 ms beside a busy host; the in-memory fleets
+# spent 45 % of their time there. Set it yourself to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import gc
 from typing import Any
 
 import pytest
@@ -23,8 +32,11 @@ from hypothesis import settings
 from agent.config import AgentConfig
 from agent.protocol.allreduce import BROADCASTS, AllreduceConfig
 
-settings.register_profile("default", derandomize=True)
-settings.register_profile("explore", derandomize=False, max_examples=1000)
+# No per-example deadline (hypothesis's is 200 ms): a loaded host (a fleet beside the suite)
+# makes an example slow once, hypothesis runs it again, fast, and fails the test as Flaky.
+# The tests' time is pytest-timeout's to bound.
+settings.register_profile("default", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
@@ -47,6 +59,16 @@ def pytest_configure(config: pytest.Config) -> None:
     AgentConfig.model_fields["broadcast"].default = mode
     AgentConfig.model_rebuild(force=True)
     assert AgentConfig(id=0).broadcast == mode
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                   items: list[pytest.Item]) -> None:
+    """Files holding slow tests first, each file's tests kept together and in order. Under
+    ``--dist loadfile`` (pyproject) a file runs whole on one worker, and with
+    ``--no-loadscope-reorder`` xdist hands files out in this order: the long ones start first and
+    the many short ones fill the workers' ends, instead of a long file starting last."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keeps its order
 
 
 # A test's garbage in reference cycles (an in-memory fleet: its agents hold the fleet, the

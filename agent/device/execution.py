@@ -143,8 +143,8 @@ def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool]
     done = runtime.core.phase == Phase.DONE
     # The lowest member of the final view, not the lowest live one now: the members that ended
     # first are offline by the time the others look, and one publisher is wanted, not several.
-    final_view = runtime.core.membership.latest
-    coordinator = final_view is not None and min(final_view.members) == runtime.core.node
+    final_view = runtime.core.parts.membership.views.latest
+    coordinator = final_view is not None and min(final_view.members) == runtime.core.parts.node
     return Finished(Outcome.COMPLETED if done else Outcome.STOPPED, runtime.round, coordinator=coordinator,
                     params=runtime.backend.params().copy(), model_hash=f"{runtime.backend.model_hash():08x}")
 

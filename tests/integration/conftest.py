@@ -114,7 +114,13 @@ def transport_factory() -> Iterator[TransportFactory]:
         transport.close()
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+# What the helpers below wait at most by default: long enough for a host loaded by fleets
+# beside the suite (a process there took 9 s of wall clock for 0.6 s of CPU); a wait that is
+# met returns at once, so only a failing test waits this long.
+WAIT_S = 30.0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> None:
     """Poll a readiness condition (never a fixed sleep); fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -124,7 +130,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
 
 
 def collect(transport: MqttTransport, until: Callable[[list[Message]], bool],
-            timeout: float = 10.0) -> list[Message]:
+            timeout: float = WAIT_S) -> list[Message]:
     """Receive until ``until(all messages so far)`` holds; fail after ``timeout``."""
     got: list[Message] = []
     deadline = time.monotonic() + timeout
@@ -137,7 +143,7 @@ def collect(transport: MqttTransport, until: Callable[[list[Message]], bool],
 
 
 def publish_until_received(sender: MqttTransport, topic: str, payload: bytes,
-                           receiver: MqttTransport, timeout: float = 10.0) -> list[Message]:
+                           receiver: MqttTransport, timeout: float = WAIT_S) -> list[Message]:
     """QoS 0 after a reconnect: resend until the receiver (re-subscribed by now) gets it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

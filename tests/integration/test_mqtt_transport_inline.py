@@ -78,7 +78,10 @@ def test_receive_waits_for_the_first_message_only_as_long_as_asked(
     a1 = transport_factory(mosquitto_broker, 1, [TOPICS.links_to(1)], threaded=False)
     t0 = time.monotonic()
     assert a1.receive(0.2) == []
-    assert 0.15 <= time.monotonic() - t0 < 1.0
+    waited = time.monotonic() - t0
+    # At least what was asked, and it returns: the upper bound catches a receive that goes on
+    # waiting and leaves a loaded host (load 30 beside several fleets) seconds to wake us.
+    assert 0.15 <= waited < 0.2 + 3.0, waited
 
 
 def test_clean_close_sends_no_will_and_flushes_the_last_message(

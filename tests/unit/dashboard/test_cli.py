@@ -179,3 +179,21 @@ def test_run_dir_for_agent_logs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["dashboard", "--run-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "--run-dir" in err and "no such directory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_url_file_appears_only_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test waits for the file to exist, then reads it: it must never exist empty or half
+    written (it did once beside a busy fleet), so it is renamed into place once written."""
+    target = tmp_path / "url"
+    seen: list[tuple[bool, str]] = []
+    real_replace = cli.os.replace
+
+    def replace(src: str, dst: Path) -> None:
+        seen.append((Path(dst).exists(), Path(src).read_text(encoding="utf-8")))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(cli.os, "replace", replace)
+    cli.write_url_file(target, "http://127.0.0.1:8080/")
+    assert seen == [(False, "http://127.0.0.1:8080/\n")]
+    assert target.read_text(encoding="utf-8") == "http://127.0.0.1:8080/\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["url"]  # no temp file left beside it

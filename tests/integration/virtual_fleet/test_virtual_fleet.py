@@ -99,6 +99,7 @@ def test_a_leaf_cut_from_every_peer_still_takes_the_fleets_mean_from_the_fanout(
     assert not records[-1].degraded
 
 
+@pytest.mark.slow
 def test_many_rounds_run_in_seconds() -> None:
     t0 = time.perf_counter()
     records = run_fleet(7, 300, length=100, allreduce=AllreduceConfig(chunk_size=64))

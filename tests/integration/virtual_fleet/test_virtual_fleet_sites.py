@@ -3,6 +3,8 @@ and direction, and the fault-tolerant rules hold inside a site and across sites.
 
 from __future__ import annotations
 
+import pytest
+
 from agent.core.actions import Publish
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.chunking import SLOW_LINK_BROADCAST, SLOW_LINK_CHUNK_VALUES
@@ -71,6 +73,7 @@ def test_a_fleet_over_sites_cuts_small_chunks_and_fans_out_from_the_start() -> N
     assert blind.agents[0].core.parts.membership.views.newest.chunk_values == 0
 
 
+@pytest.mark.slow
 def test_a_site_back_from_a_cut_takes_the_state_across_once_not_once_per_agent() -> None:
     fleet = VirtualFleet(FleetConfig(
         nodes=15, rounds=60, length=2000, sites=3, compute_time=0.02,

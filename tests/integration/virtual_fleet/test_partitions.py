@@ -19,6 +19,10 @@ from simulate.virtual_fleet import (
     VirtualFleet,
 )
 
+# Whole in-memory fleets, tens of rounds each: the suite starts this file early.
+pytestmark = pytest.mark.slow
+
+
 AGENT_CONFIG = allreduce_config(AgentConfig(id=0))
 COMPUTE = 0.3  # s a step takes: the fleet must not finish its rounds while nodes are cut off
 FAULT_ROUND = 5
