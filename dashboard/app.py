@@ -348,6 +348,7 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
             dash.publish(topic, message.encode())
         except BrokerUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
+        dash.store.operator_command(message)
         return ControlResponse(published=True, topic=topic, after=after)
 
 

@@ -237,6 +237,21 @@ class ControlOutcome:
 
 
 @dataclass(frozen=True)
+class OperatorAction:
+    """A command the operator sent from the dashboard's controls, at the fleet's round: the
+    charts mark it, and the fault it makes (or undoes) is an incident labelled as theirs."""
+
+    seq: int
+    time: float
+    round: int | None
+    action: str
+    targets: tuple[int, ...]  # the node, or the link's two ends
+    incident: IncidentKind | None  # the kind of fault it makes or undoes (None: none)
+    undoes: bool  # it undoes a fault (heal, restart, resume, rejoin, a loss or latency of 0)
+    outcome: str = ""  # what the simulator said it did ("": no simulator answered)
+
+
+@dataclass(frozen=True)
 class RunInfo:
     phase: RunPhase = "live"
     fleet_size: int | None = None  # known when a simulator drives the fleet
@@ -261,6 +276,7 @@ class FleetState:
     counters: Counters = field(default_factory=Counters)
     incidents: tuple[Incident, ...] = ()
     controls: tuple[ControlOutcome, ...] = ()
+    operator_actions: tuple[OperatorAction, ...] = ()
     run: RunInfo = field(default_factory=RunInfo)
     # The simulator's fault index -> (kind, targets): its heal records name only the index.
     fault_targets: Mapping[int, tuple[IncidentKind, tuple[int, ...]]] = field(
