@@ -276,6 +276,8 @@ function renderLegend() {
   const marks = [[INCIDENT.CRASH, "crash"], [NOTE.REJOIN, "rejoin"], [INCIDENT.HANG, "hung"],
     [EVENT.VIEW_CHANGE, "view change"]]
     .map(([k, name]) => item(`<span class="mark" style="background:${MARK_COLORS[k]}"></span>`, name));
+  marks.push(item(`<span class="mark operator"></span>`, "operator's command"),
+    item(`<span class="mark at-round"></span>`, "replay round"));
   markers.innerHTML = `<span>charts:</span>${windows.join("")}${marks.join("")}`;
 }
 
@@ -954,9 +956,11 @@ document.getElementById("replay-end").addEventListener("click", () => { ui.atAsk
 document.addEventListener("keydown", (e) => {
   // Keyboard steps through a replay: [ and ] (or arrows on the slider itself) by one round.
   if (document.getElementById("replay-bar").hidden || e.target.matches("input:not([type=range]), select, textarea")) return;
-  if (e.target.id === "replay-round") return; // the slider steps itself on arrows
-  if (e.key === "[" || e.key === "ArrowLeft") { stepRound(-1); e.preventDefault(); }
-  if (e.key === "]" || e.key === "ArrowRight") { stepRound(1); e.preventDefault(); }
+  // The focused slider steps itself on arrows, Home/End and Page keys (its input event shows
+  // the round); [ and ] step it too.
+  const onSlider = e.target.id === "replay-round";
+  if (e.key === "[" || (e.key === "ArrowLeft" && !onSlider)) { stepRound(-1); e.preventDefault(); }
+  if (e.key === "]" || (e.key === "ArrowRight" && !onSlider)) { stepRound(1); e.preventDefault(); }
 });
 document.getElementById("time-agent").addEventListener("change", (e) => {
   ui.timeAgent = e.target.value;
