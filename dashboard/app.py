@@ -26,7 +26,7 @@ from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
 from dashboard.kinds import page_module
 from dashboard.listener import BrokerUnavailable, MqttListener
-from dashboard.metrics import fleet_registry
+from dashboard.metrics import BrokerLink, fleet_registry
 from dashboard.models import (
     BrokerModel,
     ConfigModel,
@@ -142,6 +142,10 @@ class Dashboard:
         else:
             raise BrokerUnavailable("the dashboard was started without a broker")
 
+    def broker_link(self) -> BrokerLink:
+        broker = self.broker()
+        return BrokerLink(broker.url, broker.connected, broker.connects)
+
     def broker(self) -> BrokerModel:
         listener = self.listener
         return BrokerModel(
@@ -240,7 +244,7 @@ NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
 
 
 def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
-    registry = fleet_registry(lambda: dash.store.state, dash.job)
+    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link)
 
     @app.get("/healthz", response_model=HealthModel, tags=["health"])
     async def healthz() -> HealthModel:

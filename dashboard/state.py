@@ -67,6 +67,25 @@ class FleetEvent:
     detail: str = ""
 
 
+# Upper bounds (seconds) of the buckets of each node's round-time histogram (/metrics).
+ROUND_TIME_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class RoundTimes:
+    """A node's round times, every report counted: per bucket (the last one: above the
+    largest bound), their sum and their number."""
+
+    buckets: tuple[int, ...] = (0,) * (len(ROUND_TIME_BUCKETS) + 1)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> RoundTimes:
+        at = next((k for k, bound in enumerate(ROUND_TIME_BUCKETS) if seconds <= bound), len(ROUND_TIME_BUCKETS))
+        buckets = tuple(n + (k == at) for k, n in enumerate(self.buckets))
+        return RoundTimes(buckets, self.total + seconds, self.count + 1)
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     node: int
@@ -85,6 +104,10 @@ class NodeInfo:
     bytes_sent: int = 0  # totals over every round it reported
     bytes_received: int = 0
     reroutes: int = 0
+    timeouts: int = 0
+    pulls: int = 0  # chunks it pulled from a peer (ft-pull)
+    state_pulls: int = 0  # times it asked a peer for the model's state (its state_pull notes)
+    round_times: RoundTimes = field(default_factory=RoundTimes)
     # Its process's latest CPU (percent of one core over its last round) and resident memory,
     # as it reported them (None/0: never said).
     cpu_percent: float | None = None
@@ -603,6 +626,11 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         bytes_sent=node.bytes_sent + msg.bytes_sent,
         bytes_received=node.bytes_received + msg.bytes_received,
         reroutes=node.reroutes + msg.reroutes,
+        timeouts=node.timeouts + msg.timeouts,
+        pulls=node.pulls + msg.pulls,
+        state_pulls=node.state_pulls + sum(
+            1 for e in msg.events if isinstance(e, dict) and e.get("kind") == NoteKind.STATE_PULL),
+        round_times=_observed(node.round_times, msg),
         last_seen=now,
         silence="",
     )
@@ -622,6 +650,11 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         links=_frozen(_parse_links(msg.links)),
         relaying=_relayed_for(msg),
     )
+
+
+def _observed(times: RoundTimes, msg: Telemetry) -> RoundTimes:
+    seconds = msg.phase_seconds.get("total")
+    return times.observe(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else times
 
 
 def _relayed_for(msg: Telemetry) -> frozenset[int]:

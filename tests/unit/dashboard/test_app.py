@@ -325,7 +325,7 @@ def test_metrics_in_prometheus_text_format(client: TestClient) -> None:
     assert samples[("edgegrove_bytes_sent_total", "")].value == fleet["counters"]["bytes_sent"]
     assert samples[("edgegrove_nodes_online", "")].value == 7
     assert samples[("edgegrove_latest_round", "")].value == fleet["counters"]["latest_round"]
-    assert samples[("edgegrove_rounds_total", "")].labels["job"] == "rec"
+    assert samples[("edgegrove_rounds_total", "")].labels["fleet_job"] == "rec"
     for node in fleet["nodes"]:
         key = str(node["node"])
         assert samples[("edgegrove_node_bytes_sent_total", key)].value == node["bytes_sent"]
