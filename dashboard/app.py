@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
+from dashboard.directory_models import DeviceModel, JobModel, devices_model, jobs_model
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
 from dashboard.kinds import page_module
@@ -194,6 +195,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     _add_node_routes(app, dash)
     _add_websocket(app, dash)
     _add_control(app, dash)
+    _add_directory_routes(app, dash)
     _add_page(app)
     return app
 
@@ -290,6 +292,18 @@ def _add_history_routes(app: FastAPI, dash: Dashboard) -> None:
     async def incidents() -> list[IncidentModel]:
         """Fault windows and incidents (inject -> detect -> heal), oldest first."""
         return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+
+
+def _add_directory_routes(app: FastAPI, dash: Dashboard) -> None:
+    @app.get("/api/devices", response_model=list[DeviceModel], tags=["devices and jobs"])
+    async def devices() -> list[DeviceModel]:
+        """Every device whose retained record the broker holds (edgegrove/devices/<device>)."""
+        return devices_model(dash.store.directory, dash.wall_offset)
+
+    @app.get("/api/jobs", response_model=list[JobModel], tags=["devices and jobs"])
+    async def jobs() -> list[JobModel]:
+        """Every job the broker holds a document or an execution of: running first, then newest."""
+        return jobs_model(dash.store.directory)
 
 
 def _add_node_routes(app: FastAPI, dash: Dashboard) -> None:

@@ -19,6 +19,7 @@ from typing import IO
 from agent.protocol.messages import Control, MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
 from dashboard.bridges import apply_bridge, notification_report
+from dashboard.directory import Directory, is_directory_topic, take
 from dashboard.node_series import DEFAULT_MAX_POINTS, NodeSeriesBook
 from dashboard.records import Record, apply_operator, apply_record, telemetry_record
 from dashboard.state import (
@@ -69,10 +70,16 @@ class FleetStore:
         self._reports: dict[int, dict[int, int]] = {}
         # Each node's own rounds (round time, CPU, memory, bytes): the charts' per-node series.
         self.node_series = NodeSeriesBook(max_node_points)
+        # The devices and jobs the broker's retained topics tell of (agent.jobs' wire).
+        self.directory = Directory()
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
         now = self._clock()
+        if is_directory_topic(topic):
+            self.directory = take(self.directory, topic, payload, now)
+            self.wake_all()
+            return ()
         try:
             result = self._reduce(topic, payload, now)
         except MessageError as exc:
