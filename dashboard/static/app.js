@@ -33,7 +33,7 @@ const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
+const ui = { atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -580,21 +580,34 @@ function renderReplayBar(fleet) {
   document.getElementById("replay-round-value").textContent = ui.atRound === null
     ? `round ${last} (end of the run)` : `round ${ui.atRound}`;
   bar.dataset.round = ui.atRound === null ? "end" : String(ui.atRound);
-  bar.dataset.loaded = ui.atRound === null || (model.atFleet && model.atFleet.counters.latest_round !== null)
-    ? "true" : "false";
+  // Loaded: the fleet shown is the one at the slider's round (none is being fetched).
+  bar.dataset.loaded = ui.atRound === null || (!ui.atLoading && model.atFleet !== null) ? "true" : "false";
 }
 
 async function showRound(round) {
-  // Ask the server for the fleet at that round; a later request wins over an earlier one.
+  // The charts follow the slider at once; the fleet at that round comes from the server. One
+  // request at a time: a drag's rounds that went by meanwhile are skipped, the latest is asked.
   const [, last] = replayRounds();
-  const asked = ++ui.atAsked;
+  ui.atAsked += 1;
   if (round >= last) { ui.atRound = null; model.atFleet = null; scheduleRender(); return; }
   ui.atRound = round;
   document.getElementById("replay-bar").dataset.loaded = "false";
-  const reply = await fetch(`/api/fleet?round=${round}`);
-  if (asked !== ui.atAsked) return;
-  if (reply.ok) model.atFleet = await reply.json();
   scheduleRender();
+  if (ui.atLoading) return;
+  ui.atLoading = true;
+  try {
+    while (ui.atRound !== null) {
+      const [want, asked] = [ui.atRound, ui.atAsked];
+      const reply = await fetch(`/api/fleet?round=${want}`);
+      const fleet = reply.ok ? await reply.json() : null;
+      if (asked !== ui.atAsked) continue; // the slider moved on: ask for where it is now
+      if (fleet) model.atFleet = fleet;
+      break;
+    }
+  } finally {
+    ui.atLoading = false;
+    scheduleRender();
+  }
 }
 
 function stepRound(delta) {
