@@ -1,12 +1,13 @@
 // The devices and jobs views (#devices, #jobs): every device whose record the broker holds, and
 // every job with its devices' execution states, from /api/devices and /api/jobs, polled while
 // a view is shown. The fleet view (#fleet, the default) is the job this dashboard follows.
-// Loaded after app.js; uses its globals (html, COLORS, fmtBytes, fmtPct, model).
+// Loaded after app.js; uses its globals (html, el, COLORS, fmtBytes, fmtPct, model) and charts.js's
+// NODE_COLORS; two or more jobs' accuracy curves can be laid over one another (uPlot).
 "use strict";
 
 const DIRECTORY_POLL_MS = 2000;
 const VIEWS = ["fleet", "devices", "jobs"];
-const directory = { view: "fleet", timer: null, asked: 0 };
+const directory = { view: "fleet", timer: null, asked: 0, compare: new Set(), jobs: [], curves: null, curvesKey: "" };
 
 function showView() {
   const asked = location.hash.replace(/^#/, "");
@@ -124,7 +125,7 @@ function renderJobs(jobs) {
   const body = document.querySelector("#jobs tbody");
   if (!jobs.length) {
     const td = html("td", "empty", "No job on the broker yet (edgegrove job submit publishes one).");
-    td.colSpan = 9;
+    td.colSpan = 10;
     body.replaceChildren(html("tr").appendChild(td).parentElement);
     return;
   }
@@ -149,10 +150,56 @@ function renderJobs(jobs) {
       cell(fmtWhen(j.started_at), "wide"),
       cell(j.ended_at === null ? (j.state === "running" ? "running" : "–") : fmtWhen(j.ended_at), "wide"),
       cell(j.submitted_by || "–", "wide"),
+      cell(compareBox(j.name)),
     );
     return tr;
   }));
+  directory.jobs = jobs;
+  renderJobCurves();
+}
+
+function compareBox(name) {
+  const label = html("label", "check");
+  const box = html("input");
+  box.type = "checkbox";
+  box.dataset.compare = name;
+  box.checked = directory.compare.has(name);
+  box.setAttribute("aria-label", `lay ${name}'s accuracy curve over the others'`);
+  label.append(box);
+  return label;
+}
+
+function renderJobCurves() {
+  // The picked jobs' accuracy by round on one chart (rounds the devices reported).
+  const picked = directory.jobs.filter((j) => directory.compare.has(j.name) && j.curve.length);
+  const box = document.getElementById("job-curves");
+  const key = JSON.stringify(picked.map((j) => [j.name, j.curve]));
+  box.dataset.jobs = picked.map((j) => j.name).join(",");
+  document.getElementById("job-curves-hint").hidden = picked.length > 0;
+  if (key === directory.curvesKey && (picked.length === 0 || directory.curves)) return;
+  directory.curvesKey = key;
+  if (directory.curves) { directory.curves.destroy(); directory.curves = null; }
+  box.replaceChildren();
+  if (!picked.length) return;
+  const xs = [...new Set(picked.flatMap((j) => j.curve.map(([r]) => r)))].sort((a, b) => a - b);
+  const columns = picked.map((j) => { const at = new Map(j.curve); return xs.map((x) => (at.has(x) ? at.get(x) : null)); });
+  const width = Math.max(240, box.parentElement.clientWidth - 8);
+  directory.curves = new uPlot({
+    width, height: 200, legend: { show: true }, scales: { x: { time: false }, y: { range: [0, 1] } },
+    axes: [{ stroke: "#6b7280", size: 30 }, { stroke: "#6b7280", size: 44, values: (u, ticks) => ticks.map((t) => `${Math.round(t * 100)}`) }],
+    series: [{ label: "round" }, ...picked.map((j, k) => ({
+      label: j.name, stroke: NODE_COLORS[k % NODE_COLORS.length], width: 2, spanGaps: true,
+      points: { show: true, size: 5, fill: NODE_COLORS[k % NODE_COLORS.length] },
+      value: (u, v) => (v === null ? "–" : fmtPct(v)),
+    }))],
+  }, [xs, ...columns], box);
 }
 
 window.addEventListener("hashchange", showView);
+document.getElementById("jobs").addEventListener("change", (e) => {
+  const name = e.target.dataset ? e.target.dataset.compare : undefined;
+  if (name === undefined) return;
+  if (e.target.checked) directory.compare.add(name); else directory.compare.delete(name);
+  renderJobCurves();
+});
 showView();

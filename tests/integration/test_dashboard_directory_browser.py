@@ -152,6 +152,15 @@ def test_devices_and_jobs_views_at_1440_and_390(browser: Browser, broker_port: i
         # The broker retains each execution's latest state: the curve is what the dashboard
         # heard, here rounds 120 and 130 of the running job.
         assert page.locator(f'#jobs tr[data-job="{RUNNING}"] svg.curve polyline').count() == 1
+        # Two jobs' curves laid over one another.
+        assert page.locator("#job-curves canvas").count() == 0
+        for job in (RUNNING, "digits-a"):
+            page.check(f'#jobs input[data-compare="{job}"]')
+        page.wait_for_function(f"() => document.querySelector('#job-curves').dataset.jobs === '{RUNNING},digits-a'"
+                               " && document.querySelector('#job-curves canvas') !== null", timeout=10_000)
+        legend = page.inner_text("#job-curves .u-legend")
+        assert RUNNING in legend and "digits-a" in legend
+        save(page, tmp_path, "jobs-compare-1440")
         page.click('[data-view-tab="fleet"]')
         page.wait_for_selector("#chart-loss", state="visible")
         assert page.locator("#jobs-view").is_hidden()
