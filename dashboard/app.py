@@ -246,7 +246,7 @@ NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
 
 
 def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
-    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link)
+    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory)
 
     @app.get("/healthz", response_model=HealthModel, tags=["health"])
     async def healthz() -> HealthModel:

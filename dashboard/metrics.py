@@ -22,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from dashboard.directory import Directory
 from dashboard.state import ROUND_TIME_BUCKETS, FleetState, RoundTimes, rejected_frames
 
 PREFIX = "edgegrove"
@@ -40,10 +41,12 @@ class BrokerLink:
 
 class FleetCollector(Collector):
     def __init__(self, state: Callable[[], FleetState], job: str,
-                 broker: Callable[[], BrokerLink] | None = None) -> None:
+                 broker: Callable[[], BrokerLink] | None = None,
+                 directory: Callable[[], Directory] | None = None) -> None:
         self.state = state
         self.job = job
         self.broker = broker
+        self.directory = directory
 
     def collect(self) -> Iterable[Metric]:
         state = self.state()
@@ -53,6 +56,8 @@ class FleetCollector(Collector):
         yield from self._node_health(state)
         yield from self._bridges(state)
         yield from self._broker()
+        if self.directory is not None:
+            yield from directory_metrics(self.directory())
 
     def _fleet(self, s: FleetState) -> Iterable[Metric]:
         c, job = s.counters, [self.job]
@@ -196,6 +201,31 @@ class FleetCollector(Collector):
         yield from (up, downs, carried)
 
 
+def directory_metrics(d: Directory) -> Iterable[Metric]:
+    """The devices and jobs the broker retains: each device's state, each job's executions."""
+    device_state = GaugeMetricFamily(f"{PREFIX}_device_state", "1 for the state the device's record says "
+                                     "(idle, training, offline)", labels=["device", "state"])
+    heard = GaugeMetricFamily(f"{PREFIX}_device_last_seen", "Unix time the device says it made its record",
+                              labels=["device"])
+    execs = GaugeMetricFamily(f"{PREFIX}_job_executions", "A job's device executions by state",
+                              labels=[JOB_LABEL, "state"])
+    job_round = GaugeMetricFamily(f"{PREFIX}_job_round", "The highest round a job's devices reported",
+                                  labels=[JOB_LABEL])
+    job_accuracy = GaugeMetricFamily(f"{PREFIX}_job_accuracy", "A job's accuracy (its result's, else the "
+                                     "latest reported), 0-1", labels=[JOB_LABEL])
+    for name, entry in sorted(d.devices.items()):
+        device_state.add_metric([name, str(entry.record.state)], 1)
+        heard.add_metric([name], entry.record.last_seen)
+    for name, job in sorted(d.jobs.items()):
+        for state, count in sorted(Counter(str(e.state) for e in job.execs.values()).items()):
+            execs.add_metric([name, state], count)
+        if job.round is not None:
+            job_round.add_metric([name], job.round)
+        if job.accuracy is not None:
+            job_accuracy.add_metric([name], job.accuracy)
+    yield from (device_state, heard, execs, job_round, job_accuracy)
+
+
 def _faults_by_node(s: FleetState) -> dict[int, Counter[str]]:
     touched: dict[int, Counter[str]] = {}
     for incident in s.incidents:
@@ -221,7 +251,8 @@ def _one(metric: CounterMetricFamily | GaugeMetricFamily, labels: list[str], val
 
 
 def fleet_registry(state: Callable[[], FleetState], job: str,
-                   broker: Callable[[], BrokerLink] | None = None) -> CollectorRegistry:
+                   broker: Callable[[], BrokerLink] | None = None,
+                   directory: Callable[[], Directory] | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(state, job, broker))
+    registry.register(FleetCollector(state, job, broker, directory))
     return registry

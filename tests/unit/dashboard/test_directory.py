@@ -84,3 +84,23 @@ def test_the_api_lists_devices_and_jobs_running_first() -> None:
         assert jobs[3]["result"] is True and jobs[3]["curve"][-1] == [100, 0.9]
         # The fleet's own state is untouched by the directory's topics.
         assert client.get("/api/fleet").json()["counters"]["malformed_total"] == 0
+
+
+def test_metrics_name_each_devices_state_and_each_jobs_executions() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    app = create_app(DashboardSettings(job="rec"))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        store = client.app.state.dashboard.store  # type: ignore[attr-defined]
+        for topic, payload in fleet_messages():
+            store.ingest(topic, payload)
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("edgegrove_device_state", (("device", "hall-jetson"), ("state", "idle")))] == 1
+    assert samples[("edgegrove_device_state", (("device", "barn-pi-1"), ("state", "training")))] == 1
+    assert samples[("edgegrove_job_executions", (("fleet_job", RUNNING), ("state", "training")))] == 3
+    assert samples[("edgegrove_job_executions", (("fleet_job", RUNNING), ("state", "rejected")))] == 1
+    assert samples[("edgegrove_job_round", (("fleet_job", RUNNING),))] == 120
+    assert samples[("edgegrove_job_accuracy", (("fleet_job", "digits-a"),))] == 0.91
+    assert samples[("edgegrove_device_last_seen", (("device", "barn-pi-2"),))] == T0 + 4000

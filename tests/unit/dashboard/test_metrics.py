@@ -14,9 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.protocol.messages import Status, Telemetry, View
 from dashboard.bridges import apply_bridge, notification_report
-from dashboard.metrics import BrokerLink, fleet_registry
+from dashboard.directory import Directory, take
+from dashboard.metrics import BrokerLink, directory_metrics, fleet_registry
 from dashboard.records import apply_record
 from dashboard.state import FleetState, apply_status, apply_telemetry, apply_view
+from tests.unit.dashboard.directory_messages import fleet_messages
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
@@ -68,6 +70,10 @@ def test_the_deploy_examples_name_only_metrics_that_exist() -> None:
     state, _ = apply_record(state, {"type": "fault", "action": "inject", "index": 0, "kind": "crash",
                                     "targets": [1], "round": 3}, 1.0)
     names = {name for name, _ in labelled_samples(state, BrokerLink("mqtt://127.0.0.1:1883", True, 1))}
+    directory = Directory()
+    for topic, payload in fleet_messages():
+        directory = take(directory, topic, payload, 1.0)
+    names |= {s.name for family in directory_metrics(directory) for s in family.samples}
     grafana = (DEPLOY / "grafana" / "edgegrove-fleet.json").read_text()
     json.loads(grafana)  # a valid dashboard file
     rules = (DEPLOY / "prometheus" / "edgegrove-alerts.yml").read_text()
