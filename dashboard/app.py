@@ -22,11 +22,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
+from dashboard.directory_models import DeviceModel, JobModel, devices_model, jobs_model
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
 from dashboard.kinds import page_module
 from dashboard.listener import BrokerUnavailable, MqttListener
-from dashboard.metrics import fleet_registry
+from dashboard.metrics import BrokerLink, fleet_registry
 from dashboard.models import (
     BrokerModel,
     ConfigModel,
@@ -142,6 +143,10 @@ class Dashboard:
         else:
             raise BrokerUnavailable("the dashboard was started without a broker")
 
+    def broker_link(self) -> BrokerLink:
+        broker = self.broker()
+        return BrokerLink(broker.url, broker.connected, broker.connects)
+
     def broker(self) -> BrokerModel:
         listener = self.listener
         return BrokerModel(
@@ -190,6 +195,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     _add_node_routes(app, dash)
     _add_websocket(app, dash)
     _add_control(app, dash)
+    _add_directory_routes(app, dash)
     _add_page(app)
     return app
 
@@ -240,7 +246,7 @@ NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
 
 
 def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
-    registry = fleet_registry(lambda: dash.store.state, dash.job)
+    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory)
 
     @app.get("/healthz", response_model=HealthModel, tags=["health"])
     async def healthz() -> HealthModel:
@@ -286,6 +292,18 @@ def _add_history_routes(app: FastAPI, dash: Dashboard) -> None:
     async def incidents() -> list[IncidentModel]:
         """Fault windows and incidents (inject -> detect -> heal), oldest first."""
         return [incident_model(i, dash.wall_offset) for i in dash.store.state.incidents]
+
+
+def _add_directory_routes(app: FastAPI, dash: Dashboard) -> None:
+    @app.get("/api/devices", response_model=list[DeviceModel], tags=["devices and jobs"])
+    async def devices() -> list[DeviceModel]:
+        """Every device whose retained record the broker holds (edgegrove/devices/<device>)."""
+        return devices_model(dash.store.directory, dash.wall_offset)
+
+    @app.get("/api/jobs", response_model=list[JobModel], tags=["devices and jobs"])
+    async def jobs() -> list[JobModel]:
+        """Every job the broker holds a document or an execution of: running first, then newest."""
+        return jobs_model(dash.store.directory)
 
 
 def _add_node_routes(app: FastAPI, dash: Dashboard) -> None:
@@ -348,6 +366,7 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
             dash.publish(topic, message.encode())
         except BrokerUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
+        dash.store.operator_command(message)
         return ControlResponse(published=True, topic=topic, after=after)
 
 

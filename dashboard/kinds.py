@@ -18,7 +18,9 @@ import json
 from collections.abc import Mapping
 from typing import Literal
 
+from agent.jobs.states import DeviceState, ExecState
 from agent.protocol.notes import NoteKind
+from dashboard.directory import JobState
 
 
 class EventKind(enum.StrEnum):
@@ -118,6 +120,20 @@ FAULT_COLOURS: Mapping[IncidentKind, str] = {
 MARK_COLOURS: Mapping[Kind, str] = {NoteKind.REJOIN: "#13a3b5", EventKind.VIEW_CHANGE: "#3a7bd5"}
 
 
+# The devices and jobs views: the badge of a device's, an execution's and a job's state (a
+# COLORS entry of app.js).
+DEVICE_BADGES: Mapping[DeviceState, str] = {
+    DeviceState.IDLE: "joining", DeviceState.TRAINING: "online", DeviceState.OFFLINE: "offline"}
+EXEC_BADGES: Mapping[ExecState, str] = {
+    ExecState.QUEUED: "unknown", ExecState.ACCEPTED: "joining", ExecState.REJECTED: "evicted",
+    ExecState.DOWNLOADING: "rejoining", ExecState.TRAINING: "online", ExecState.SUCCEEDED: "ok",
+    ExecState.FAILED: "failed", ExecState.CANCELED: "offline", ExecState.TIMED_OUT: "hung"}
+JOB_BADGES: Mapping[JobState, str] = {
+    JobState.SUBMITTED: "unknown", JobState.RUNNING: "online", JobState.SUCCEEDED: "ok",
+    JobState.FAILED: "failed", JobState.CANCELED: "offline", JobState.TIMED_OUT: "hung",
+    JobState.REJECTED: "evicted"}
+
+
 def page_kinds() -> dict[str, object]:
     """Everything the page knows of kinds: the enums by member name, and the tables."""
     return {
@@ -129,6 +145,9 @@ def page_kinds() -> dict[str, object]:
         "chatty": sorted(CHATTY),
         "faultColors": {str(k): v for k, v in FAULT_COLOURS.items()},
         "markColors": {str(k): v for k, v in MARK_COLOURS.items()},
+        "deviceBadge": {str(k): v for k, v in DEVICE_BADGES.items()},
+        "execBadge": {str(k): v for k, v in EXEC_BADGES.items()},
+        "jobBadge": {str(k): v for k, v in JOB_BADGES.items()},
     }
 
 

@@ -19,6 +19,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.protocol.messages import MAX_MESSAGE_BYTES
+from dashboard.directory import SUBSCRIPTIONS as DIRECTORY_TOPICS
 from dashboard.settings import DashboardSettings, parse_broker_url
 from dashboard.store import FleetStore
 
@@ -95,7 +96,8 @@ class MqttListener:
         self.last_error = ""
         topics = self.store.topics
         client.subscribe([(topics.all_status(), 1), (topics.all_views(), 1), (topics.view, 1),
-                          (topics.all_telemetry(), 0), (topics.all_bridges(), 1)])
+                          (topics.all_telemetry(), 0), (topics.all_bridges(), 1),
+                          *((device_or_job, 1) for device_or_job in DIRECTORY_TOPICS)])
 
     def _on_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
         self.connected = False

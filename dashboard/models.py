@@ -146,6 +146,17 @@ class ControlOutcomeModel(BaseModel):
     outcome: str
 
 
+class OperatorActionModel(BaseModel):
+    seq: int
+    time: float = Field(description="Unix time the dashboard sent it (or the simulator answered)")
+    round: int | None = Field(description="the fleet's round when it was sent")
+    action: str
+    targets: list[int] = Field(description="the node, or the link's two ends")
+    incident: IncidentKind | None = Field(description="the kind of fault it makes or undoes")
+    undoes: bool
+    outcome: str = Field(description="what the simulator said it did (empty: no answer)")
+
+
 class RunModel(BaseModel):
     phase: Literal["live", "ending", "finished"]
     fleet_size: int | None
@@ -199,6 +210,8 @@ class FleetModel(BaseModel):
     fleet_round: int | None = Field(description="the round the fleet is in (latest + 1)")
     incidents: list[IncidentModel]
     controls: list[ControlOutcomeModel]
+    operator_actions: list[OperatorActionModel] = Field(
+        default_factory=list, description="the operator's commands from the dashboard's controls")
     run: RunModel
     sites: list[SiteModel] = Field(default_factory=list,
                                    description="the fleet's sites and their bridges (empty: no sites)")
@@ -465,6 +478,10 @@ def fleet_model(
         fleet_round=state.fleet_round,
         incidents=[incident_model(i, wall_offset) for i in state.incidents],
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],
+        operator_actions=[OperatorActionModel(
+            seq=a.seq, time=round(a.time + wall_offset, 3), round=a.round, action=a.action,
+            targets=list(a.targets), incident=a.incident, undoes=a.undoes, outcome=a.outcome)
+            for a in state.operator_actions],
         run=RunModel(phase=state.run.phase, fleet_size=state.run.fleet_size,
                      replay_hint=state.run.replay_hint, replay_of=state.run.replay_of),
         sites=site_models(state, sites, wall_offset),

@@ -21,6 +21,7 @@ from dashboard.state import (
     ControlOutcome,
     Draft,
     FleetState,
+    OperatorAction,
     Result,
     apply_malformed,
     apply_status,
@@ -117,32 +118,81 @@ def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
     entry = ControlOutcome(seq, now, str(record["action"])[:16], int(record["node"]),
                            peer if isinstance(peer, int) else None, applied, outcome)
     state = replace(state, controls=(*state.controls, entry)[-MAX_CONTROLS:])
-    if applied:
-        state = _operator_fault(state, entry, now)
+    value = record.get("value")
+    state = _operator_answered(state, entry, value if isinstance(value, (int, float)) else None, now)
     target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
     detail = f"{entry.action} {target}: {outcome}"
     draft = Draft(EventKind.CONTROL, entry.node, entry.peer, state.fleet_round, detail)
     return with_events(state, [draft], now)
 
 
-# Commands the simulator carries out for the dashboard's operator: the fault each makes, and
-# the fault each undoes.
-_OPERATOR_MAKES = {"crash": IncidentKind.CRASH, "hang": IncidentKind.HANG, "isolate": IncidentKind.ISOLATE}
-_OPERATOR_UNDOES = {"restart": IncidentKind.CRASH, "resume": IncidentKind.HANG, "rejoin": IncidentKind.ISOLATE}
+# The operator's commands (the dashboard's controls): the fault each makes, and the fault each
+# undoes. A loss or latency of 0 undoes that fault.
+_OPERATOR_MAKES = {"crash": IncidentKind.CRASH, "hang": IncidentKind.HANG, "isolate": IncidentKind.ISOLATE,
+                   "cut": IncidentKind.LINK, "loss": IncidentKind.LOSS, "latency": IncidentKind.LATENCY}
+_OPERATOR_UNDOES = {"restart": IncidentKind.CRASH, "resume": IncidentKind.HANG, "rejoin": IncidentKind.ISOLATE,
+                    "heal": IncidentKind.LINK}
+MAX_OPERATOR_ACTIONS = 500
 
 
-def _operator_fault(state: FleetState, entry: ControlOutcome, now: float) -> FleetState:
-    """An applied command is the operator's fault (or its undoing), labelled as theirs."""
-    round_no = state.fleet_round
-    if entry.action in _OPERATOR_MAKES:
-        kind = _OPERATOR_MAKES[entry.action]
-        title = f"{kind} node {entry.node} (made by the operator from the dashboard)"
-        incidents = inc.inject(state.incidents, kind, (entry.node,), title, round_no, now, "operator")
-    elif entry.action in _OPERATOR_UNDOES:
-        incidents = inc.heal(state.incidents, _OPERATOR_UNDOES[entry.action], (entry.node,), round_no, now)
-    else:
+def apply_operator(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
+                   now: float) -> Result:
+    """The dashboard sent the operator's command: marked at the fleet's round, and the fault it
+    makes (or undoes) is the operator's incident, whatever it targets, before the fleet sees it."""
+    state, made = _operator_action(state, action, node, peer, value, now)
+    title = f"{made.action} {_targets_text(made.targets)}"
+    draft = Draft(EventKind.CONTROL, node, peer, made.round, f"{title}: sent by the operator from the dashboard")
+    return with_events(state, [draft], now)
+
+
+def _operator_answered(state: FleetState, entry: ControlOutcome, value: float | None, now: float
+                       ) -> FleetState:
+    """The simulator answered an operator's command: the action the dashboard recorded when it
+    sent it gets the outcome (and a fault it made is undone if the simulator did not carry it
+    out); an applied one it never recorded (a replay, another dashboard) is recorded now."""
+    targets = _operator_targets(entry.action, entry.node, entry.peer)
+    for action in reversed(state.operator_actions):
+        if action.action == entry.action and action.targets == targets and not action.outcome:
+            answered = replace(action, outcome=entry.outcome)
+            actions = tuple(answered if a.seq == action.seq else a for a in state.operator_actions)
+            state = replace(state, operator_actions=actions)
+            if entry.applied or action.incident is None or action.undoes:
+                return state
+            return replace(state, incidents=inc.heal(state.incidents, action.incident, targets,
+                                                     state.fleet_round, now))
+    if not entry.applied:
         return state
-    return replace(state, incidents=incidents)
+    state, made = _operator_action(state, entry.action, entry.node, entry.peer, value, now)
+    return replace(state, operator_actions=(*state.operator_actions[:-1], replace(made, outcome=entry.outcome)))
+
+
+def _operator_targets(action: str, node: int, peer: int | None) -> tuple[int, ...]:
+    kind = _OPERATOR_MAKES.get(action) or _OPERATOR_UNDOES.get(action)
+    nodes = (node,) if peer is None else (node, peer)
+    return inc.targets_of(kind, nodes) if kind is not None else nodes
+
+
+def _operator_action(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
+                     now: float) -> tuple[FleetState, OperatorAction]:
+    """Records the command and opens (or undoes) its fault as the operator's incident."""
+    round_no = state.fleet_round
+    targets = _operator_targets(action, node, peer)
+    undoes = action in _OPERATOR_UNDOES or (action in ("loss", "latency") and value is not None and value <= 0)
+    kind = _OPERATOR_UNDOES.get(action) or _OPERATOR_MAKES.get(action)
+    incidents = state.incidents
+    if kind is not None and undoes:
+        incidents = inc.heal(incidents, kind, targets, round_no, now)
+    elif kind is not None:
+        title = f"{action} {_targets_text(targets)} (made by the operator from the dashboard)"
+        incidents = inc.inject(incidents, kind, targets, title, round_no, now, "operator")
+    seq = state.operator_actions[-1].seq + 1 if state.operator_actions else 1
+    made = OperatorAction(seq, now, round_no, action[:16], targets, kind, undoes)
+    actions = (*state.operator_actions, made)[-MAX_OPERATOR_ACTIONS:]
+    return replace(state, incidents=incidents, operator_actions=actions), made
+
+
+def _targets_text(targets: tuple[int, ...]) -> str:
+    return f"link {targets[0]}-{targets[1]}" if len(targets) == 2 else f"node {targets[0]}"
 
 
 def _uplinks(state: FleetState, record: Record, now: float) -> Result:

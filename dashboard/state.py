@@ -67,6 +67,25 @@ class FleetEvent:
     detail: str = ""
 
 
+# Upper bounds (seconds) of the buckets of each node's round-time histogram (/metrics).
+ROUND_TIME_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class RoundTimes:
+    """A node's round times, every report counted: per bucket (the last one: above the
+    largest bound), their sum and their number."""
+
+    buckets: tuple[int, ...] = (0,) * (len(ROUND_TIME_BUCKETS) + 1)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> RoundTimes:
+        at = next((k for k, bound in enumerate(ROUND_TIME_BUCKETS) if seconds <= bound), len(ROUND_TIME_BUCKETS))
+        buckets = tuple(n + (k == at) for k, n in enumerate(self.buckets))
+        return RoundTimes(buckets, self.total + seconds, self.count + 1)
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     node: int
@@ -85,6 +104,10 @@ class NodeInfo:
     bytes_sent: int = 0  # totals over every round it reported
     bytes_received: int = 0
     reroutes: int = 0
+    timeouts: int = 0
+    pulls: int = 0  # chunks it pulled from a peer (ft-pull)
+    state_pulls: int = 0  # times it asked a peer for the model's state (its state_pull notes)
+    round_times: RoundTimes = field(default_factory=RoundTimes)
     # Its process's latest CPU (percent of one core over its last round) and resident memory,
     # as it reported them (None/0: never said).
     cpu_percent: float | None = None
@@ -237,6 +260,21 @@ class ControlOutcome:
 
 
 @dataclass(frozen=True)
+class OperatorAction:
+    """A command the operator sent from the dashboard's controls, at the fleet's round: the
+    charts mark it, and the fault it makes (or undoes) is an incident labelled as theirs."""
+
+    seq: int
+    time: float
+    round: int | None
+    action: str
+    targets: tuple[int, ...]  # the node, or the link's two ends
+    incident: IncidentKind | None  # the kind of fault it makes or undoes (None: none)
+    undoes: bool  # it undoes a fault (heal, restart, resume, rejoin, a loss or latency of 0)
+    outcome: str = ""  # what the simulator said it did ("": no simulator answered)
+
+
+@dataclass(frozen=True)
 class RunInfo:
     phase: RunPhase = "live"
     fleet_size: int | None = None  # known when a simulator drives the fleet
@@ -261,6 +299,7 @@ class FleetState:
     counters: Counters = field(default_factory=Counters)
     incidents: tuple[Incident, ...] = ()
     controls: tuple[ControlOutcome, ...] = ()
+    operator_actions: tuple[OperatorAction, ...] = ()
     run: RunInfo = field(default_factory=RunInfo)
     # The simulator's fault index -> (kind, targets): its heal records name only the index.
     fault_targets: Mapping[int, tuple[IncidentKind, tuple[int, ...]]] = field(
@@ -587,6 +626,11 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         bytes_sent=node.bytes_sent + msg.bytes_sent,
         bytes_received=node.bytes_received + msg.bytes_received,
         reroutes=node.reroutes + msg.reroutes,
+        timeouts=node.timeouts + msg.timeouts,
+        pulls=node.pulls + msg.pulls,
+        state_pulls=node.state_pulls + sum(
+            1 for e in msg.events if isinstance(e, dict) and e.get("kind") == NoteKind.STATE_PULL),
+        round_times=_observed(node.round_times, msg),
         last_seen=now,
         silence="",
     )
@@ -606,6 +650,11 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         links=_frozen(_parse_links(msg.links)),
         relaying=_relayed_for(msg),
     )
+
+
+def _observed(times: RoundTimes, msg: Telemetry) -> RoundTimes:
+    seconds = msg.phase_seconds.get("total")
+    return times.observe(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else times
 
 
 def _relayed_for(msg: Telemetry) -> frozenset[int]:

@@ -16,11 +16,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
-from agent.protocol.messages import MessageError, Status, Telemetry, View
+from agent.protocol.messages import Control, MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
 from dashboard.bridges import apply_bridge, notification_report
+from dashboard.directory import Directory, is_directory_topic, take
 from dashboard.node_series import DEFAULT_MAX_POINTS, NodeSeriesBook
-from dashboard.records import Record, apply_record, telemetry_record
+from dashboard.records import Record, apply_operator, apply_record, telemetry_record
 from dashboard.state import (
     FleetEvent,
     FleetState,
@@ -69,10 +70,16 @@ class FleetStore:
         self._reports: dict[int, dict[int, int]] = {}
         # Each node's own rounds (round time, CPU, memory, bytes): the charts' per-node series.
         self.node_series = NodeSeriesBook(max_node_points)
+        # The devices and jobs the broker's retained topics tell of (agent.jobs' wire).
+        self.directory = Directory()
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
         now = self._clock()
+        if is_directory_topic(topic):
+            self.directory = take(self.directory, topic, payload, now)
+            self.wake_all()
+            return ()
         try:
             result = self._reduce(topic, payload, now)
         except MessageError as exc:
@@ -98,6 +105,11 @@ class FleetStore:
             return self._commit(apply_record(self.state, record, now))
         self.node_series.add(telemetry)
         return self._commit(apply_telemetry(self.state, telemetry, now))
+
+    def operator_command(self, control: Control) -> tuple[FleetEvent, ...]:
+        """The operator's command, sent from the dashboard: its mark and its incident."""
+        return self._commit(apply_operator(self.state, control.action, control.node, control.peer,
+                                           control.value, self._clock()))
 
     def events_page(self, since: int | None = None, before: int | None = None,
                     limit: int | None = None) -> list[FleetEvent]:

@@ -25,6 +25,9 @@ apt_packages=(mosquitto mosquitto-clients)
 # qemu-user-static: the aarch64 agent of tests/integration/test_heterogeneous_fleet.py
 # (scripts/arm64-env.sh builds its userland into a cache with debootstrap on first use).
 [ $dev = 1 ] && apt_packages+=(qemu-user-static)
+# prometheus: its promtool checks deploy/prometheus's config, alert rules and their unit tests,
+# and the Grafana dashboard's queries (tests/unit/dashboard/test_metrics.py).
+[ $dev = 1 ] && apt_packages+=(prometheus)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,8 +41,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: no apt-get here; install ${missing[*]} yourself (the embedded broker works without mosquitto)" >&2
   fi
 fi
-# mosquitto's Debian package starts a system broker on port 1883; we start our own, on free ports.
-if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true; fi
+# mosquitto's Debian package starts a system broker on port 1883, prometheus's a server on 9090;
+# we start our own, on free ports.
+if command -v systemctl >/dev/null 2>&1; then
+  for unit in mosquitto prometheus; do $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true; done
+fi
 
 VENV=${EDGEGROVE_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -33,7 +33,7 @@ const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
+const ui = { atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -276,6 +276,8 @@ function renderLegend() {
   const marks = [[INCIDENT.CRASH, "crash"], [NOTE.REJOIN, "rejoin"], [INCIDENT.HANG, "hung"],
     [EVENT.VIEW_CHANGE, "view change"]]
     .map(([k, name]) => item(`<span class="mark" style="background:${MARK_COLORS[k]}"></span>`, name));
+  marks.push(item(`<span class="mark operator"></span>`, "operator's command"),
+    item(`<span class="mark at-round"></span>`, "replay round"));
   markers.innerHTML = `<span>charts:</span>${windows.join("")}${marks.join("")}`;
 }
 
@@ -578,21 +580,34 @@ function renderReplayBar(fleet) {
   document.getElementById("replay-round-value").textContent = ui.atRound === null
     ? `round ${last} (end of the run)` : `round ${ui.atRound}`;
   bar.dataset.round = ui.atRound === null ? "end" : String(ui.atRound);
-  bar.dataset.loaded = ui.atRound === null || (model.atFleet && model.atFleet.counters.latest_round !== null)
-    ? "true" : "false";
+  // Loaded: the fleet shown is the one at the slider's round (none is being fetched).
+  bar.dataset.loaded = ui.atRound === null || (!ui.atLoading && model.atFleet !== null) ? "true" : "false";
 }
 
 async function showRound(round) {
-  // Ask the server for the fleet at that round; a later request wins over an earlier one.
+  // The charts follow the slider at once; the fleet at that round comes from the server. One
+  // request at a time: a drag's rounds that went by meanwhile are skipped, the latest is asked.
   const [, last] = replayRounds();
-  const asked = ++ui.atAsked;
+  ui.atAsked += 1;
   if (round >= last) { ui.atRound = null; model.atFleet = null; scheduleRender(); return; }
   ui.atRound = round;
   document.getElementById("replay-bar").dataset.loaded = "false";
-  const reply = await fetch(`/api/fleet?round=${round}`);
-  if (asked !== ui.atAsked) return;
-  if (reply.ok) model.atFleet = await reply.json();
   scheduleRender();
+  if (ui.atLoading) return;
+  ui.atLoading = true;
+  try {
+    while (ui.atRound !== null) {
+      const [want, asked] = [ui.atRound, ui.atAsked];
+      const reply = await fetch(`/api/fleet?round=${want}`);
+      const fleet = reply.ok ? await reply.json() : null;
+      if (asked !== ui.atAsked) continue; // the slider moved on: ask for where it is now
+      if (fleet) model.atFleet = fleet;
+      break;
+    }
+  } finally {
+    ui.atLoading = false;
+    scheduleRender();
+  }
 }
 
 function stepRound(delta) {
@@ -954,9 +969,11 @@ document.getElementById("replay-end").addEventListener("click", () => { ui.atAsk
 document.addEventListener("keydown", (e) => {
   // Keyboard steps through a replay: [ and ] (or arrows on the slider itself) by one round.
   if (document.getElementById("replay-bar").hidden || e.target.matches("input:not([type=range]), select, textarea")) return;
-  if (e.target.id === "replay-round") return; // the slider steps itself on arrows
-  if (e.key === "[" || e.key === "ArrowLeft") { stepRound(-1); e.preventDefault(); }
-  if (e.key === "]" || e.key === "ArrowRight") { stepRound(1); e.preventDefault(); }
+  // The focused slider steps itself on arrows, Home/End and Page keys (its input event shows
+  // the round); [ and ] step it too.
+  const onSlider = e.target.id === "replay-round";
+  if (e.key === "[" || (e.key === "ArrowLeft" && !onSlider)) { stepRound(-1); e.preventDefault(); }
+  if (e.key === "]" || (e.key === "ArrowRight" && !onSlider)) { stepRound(1); e.preventDefault(); }
 });
 document.getElementById("time-agent").addEventListener("change", (e) => {
   ui.timeAgent = e.target.value;

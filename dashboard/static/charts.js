@@ -17,6 +17,9 @@ const NODE_COLORS = ["#e8590c", "#2b8a3e", "#9c36b5", "#c92a2a", "#0b7285", "#5f
   "#5c940d", "#495057", "#d9480f"];
 const NODE_PAGE = 5000; // rounds per /api/nodes/{node}/series request
 const NODE_REFRESH_MS = 1000; // a picked node's new rounds are fetched at most this often
+const OPERATOR_MARK = "operator-action"; // the marks of the operator's commands (not a fault kind)
+const OPERATOR_COLOR = "#0f172a";
+const AT_ROUND_COLOR = "#2f6fdf";
 
 function nodeColor(node) { return NODE_COLORS[node % NODE_COLORS.length]; }
 
@@ -74,12 +77,27 @@ function yRange(values, robust) {
 }
 
 function chartContext() {
-  const fleet = model.fleet;
-  const rounds = [...model.rounds.values()].sort((a, b) => a.round - b.round);
+  // A replay at the slider's round: the charts plot the run up to that round (the x axis keeps
+  // the whole run, so where the round falls is seen), with the fault windows as they were then,
+  // and a line at the round. Otherwise the whole run.
+  const fleet = shownFleet();
+  const at = ui.atRound;
+  const all = [...model.rounds.values()].sort((a, b) => a.round - b.round);
+  const rounds = at === null ? all : all.filter((r) => r.round <= at);
   const xs = rounds.map((r) => r.round);
-  const x0 = xs.length ? xs[0] : 0;
-  const x1 = Math.max(x0 + 1, xs.length ? xs[xs.length - 1] : 0, fleet.fleet_round ?? 0);
-  return { rounds, xs, x0, x1, marks: chartMarks(fleet), incidents: fleet.incidents, now: fleet.fleet_round };
+  const x0 = all.length ? all[0].round : 0;
+  const x1 = Math.max(x0 + 1, all.length ? all[all.length - 1].round : 0, model.fleet.fleet_round ?? 0);
+  const marks = [...chartMarks(fleet), ...operatorMarks(at)];
+  return { rounds, all, xs, x0, x1, marks, incidents: fleet.incidents, now: at ?? fleet.fleet_round, at };
+}
+
+function operatorMarks(at) {
+  // Every command the operator sent from the page, at the fleet's round when it went out.
+  const actions = model.fleet.operator_actions || [];
+  return actions.filter((a) => a.round !== null && (at === null || a.round <= at)).map((a) => ({
+    round: a.round, kind: OPERATOR_MARK, source: "operator",
+    text: `operator: ${a.action} ${targetsText(a.targets)}${a.outcome ? ` (${a.outcome})` : ""}`,
+  }));
 }
 
 function fleetLabel(id) {
@@ -96,7 +114,9 @@ function renderCharts() {
     const present = ys.filter((v) => v !== null);
     const specs = [{ label: fleetLabel(id), stroke: FLEET_STROKE }];
     const data = [context.xs, ys];
-    const all = [...present];
+    // The y scale of the whole run: a replay's charts keep it as the slider moves.
+    const all = context.at === null ? [...present]
+      : context.all.map(pick).filter((v) => v !== null && v !== undefined);
     if (id === "chart-time") {
       // Each picked node's own round time beside the fleet's.
       for (const node of ui.nodes) {
@@ -346,13 +366,22 @@ function drawOverlay(chart, u) {
   }
   for (const mark of context.marks) {
     if (mark.round < min || mark.round > max) continue;
-    const line = html("div", "mark");
-    Object.assign(line.dataset, { kind: mark.kind, round: mark.round });
+    const line = html("div", mark.source === "operator" ? "mark operator" : "mark");
+    Object.assign(line.dataset, { kind: mark.kind, round: mark.round, source: mark.source || "" });
     line.style.left = `${pos(mark.round)}px`;
-    line.style.setProperty("--mark", MARK_COLORS[mark.kind] || COLORS.unknown);
+    line.style.setProperty("--mark", mark.source === "operator" ? OPERATOR_COLOR : MARK_COLORS[mark.kind] || COLORS.unknown);
     line.title = `round ${mark.round}: ${mark.text}`;
     nodes.push(line);
   }
+  if (context.at !== null && context.at >= min && context.at <= max) {
+    // The replay's round: where the slider is, on every chart.
+    const line = html("div", "at-round");
+    line.dataset.round = String(context.at);
+    line.style.left = `${pos(context.at)}px`;
+    line.title = `replay at round ${context.at}`;
+    nodes.push(line);
+  }
+  chart.box.dataset.atRound = context.at === null ? "" : String(context.at);
   const [, y1] = chart.yRange;
   const ys = u.data[1];
   for (let k = 0; k < ys.length; k += 1) {
@@ -510,8 +539,8 @@ function chartImage(id) {
       ctx.fillStyle = style.backgroundColor;
       ctx.fillRect(x, top + bb.top, Math.max(2 * r, parseFloat(el.style.width || "0") * r), bb.height);
       ctx.globalAlpha = 1;
-    } else if (el.classList.contains("mark")) {
-      ctx.strokeStyle = el.style.getPropertyValue("--mark") || "#b8c0cc";
+    } else if (el.classList.contains("mark") || el.classList.contains("at-round")) {
+      ctx.strokeStyle = el.classList.contains("at-round") ? AT_ROUND_COLOR : el.style.getPropertyValue("--mark") || "#b8c0cc";
       ctx.lineWidth = 1.5 * r;
       ctx.setLineDash([4 * r, 3 * r]);
       ctx.beginPath();

@@ -45,7 +45,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def parse(text: str) -> Samples:
-    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "job"))): s.value
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "fleet_job"))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 

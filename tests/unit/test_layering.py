@@ -63,14 +63,17 @@ RULES = (
 
 # The rules over every package: what each may know of the others. The device (all of agent/,
 # the jobs and the device service included) runs no web stack; the dashboard knows the agent
-# only by its protocol (messages, topics, notes, the tree); the core only itself and the
+# only by its protocol (messages, topics, notes, the tree) and the jobs' wire; the core only itself and the
 # protocol; nothing but the command line and the tests import the command line or the tests.
 WEB_STACK = ("fastapi", "uvicorn", "starlette")
 CORE = ("agent/core.py", "agent/core_*.py", "agent/core/*")
 PACKAGE_RULES = (
     Rule("the device runs no web stack", ("agent/*",), WEB_STACK),
-    Rule("the dashboard knows the agent only by its protocol, and no command line above it",
-         ("dashboard/*",), ("agent", "edgegrove"), allowed=("agent.protocol",)),
+    Rule("the dashboard knows the agent only by its protocol and the jobs' wire (topics, documents, "
+         "states, envelopes: the devices and jobs views), and no command line above it",
+         ("dashboard/*",), ("agent", "edgegrove"),
+         allowed=("agent.protocol", "agent.jobs.topics", "agent.jobs.document", "agent.jobs.states",
+                  "agent.jobs.envelope")),
     Rule("the core knows of the agent only itself and the protocol", CORE, ("agent",),
          allowed=("agent.core", "agent.core_*", "agent.protocol")),
     Rule("the protocol stands on nothing of the agent but itself", ("agent/protocol/*",), ("agent",),

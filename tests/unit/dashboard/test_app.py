@@ -325,7 +325,7 @@ def test_metrics_in_prometheus_text_format(client: TestClient) -> None:
     assert samples[("edgegrove_bytes_sent_total", "")].value == fleet["counters"]["bytes_sent"]
     assert samples[("edgegrove_nodes_online", "")].value == 7
     assert samples[("edgegrove_latest_round", "")].value == fleet["counters"]["latest_round"]
-    assert samples[("edgegrove_rounds_total", "")].labels["job"] == "rec"
+    assert samples[("edgegrove_rounds_total", "")].labels["fleet_job"] == "rec"
     for node in fleet["nodes"]:
         key = str(node["node"])
         assert samples[("edgegrove_node_bytes_sent_total", key)].value == node["bytes_sent"]
@@ -414,3 +414,39 @@ def test_a_nodes_own_series_is_served_paged(client: TestClient) -> None:
     assert client.get("/api/nodes/5/series").status_code == 404  # no report from it
     assert client.get("/api/nodes/2000/series").status_code == 422
     assert client.get("/api/nodes/2/series", params={"limit": 0}).status_code == 422
+
+
+def test_a_link_cut_from_the_page_is_the_operators_incident_with_its_window(client: TestClient) -> None:
+    store = store_of(client)
+    feed_recording(store, "reroute.jsonl")
+    round_now = store.state.fleet_round
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.post("/api/control", json={"action": "cut", "node": 3, "peer": 1}, headers=headers).status_code == 200
+    fleet = client.get("/api/fleet").json()
+    [cut] = fleet["incidents"]
+    assert (cut["kind"], cut["targets"], cut["source"], cut["active"]) == ("link", [1, 3], "operator", True)
+    assert cut["start_round"] == round_now and "operator" in cut["title"]
+    [action] = fleet["operator_actions"]
+    assert (action["action"], action["targets"], action["round"], action["incident"], action["undoes"],
+            action["outcome"]) == ("cut", [1, 3], round_now, "link", False, "")
+    # The simulator's answer is the same action's outcome, not a second one nor a second incident.
+    store.ingest_record({"type": "dashboard_control", "action": "cut", "node": 3, "peer": 1, "applied": True,
+                         "outcome": "applied: cut link 3->1, by the agents themselves"})
+    fleet = client.get("/api/fleet").json()
+    assert len(fleet["incidents"]) == 1
+    assert [a["outcome"] for a in fleet["operator_actions"]] == ["applied: cut link 3->1, by the agents themselves"]
+    assert client.post("/api/control", json={"action": "heal", "node": 1, "peer": 3}, headers=headers).status_code == 200
+    fleet = client.get("/api/fleet").json()
+    assert [(a["action"], a["undoes"]) for a in fleet["operator_actions"]] == [("cut", False), ("heal", True)]
+    assert fleet["incidents"][0]["healed_round"] == round_now
+
+
+def test_an_operator_command_the_simulator_did_not_carry_out_is_undone(client: TestClient) -> None:
+    store = store_of(client)
+    feed_recording(store, "reroute.jsonl")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    client.post("/api/control", json={"action": "hang", "node": 2}, headers=headers)
+    store.ingest_record({"type": "dashboard_control", "action": "hang", "node": 2, "applied": False,
+                         "outcome": "ignored: node 2 is not running"})
+    [hang] = client.get("/api/fleet").json()["incidents"]
+    assert (hang["kind"], hang["source"], hang["healed_round"]) == ("hang", "operator", store.state.fleet_round)

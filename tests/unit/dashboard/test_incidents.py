@@ -321,3 +321,22 @@ def test_the_end_of_the_run_leaves_the_last_live_state() -> None:
     assert len(run.of_kind("exit")) == NODES
     assert all(n.status == "online" and n.exited for n in run.state.nodes.values())
     assert [link for link in run.state.links.values() if link.state == "failed"] == []
+
+
+def test_a_replayed_operator_link_cut_and_loss_are_the_operators_not_the_fleets() -> None:
+    run = Run()
+    run.rounds(1, 29)
+    run.record(type="dashboard_control", action="cut", node=3, peer=1, applied=True,
+               outcome="applied: cut link 3->1, by the agents themselves")
+    run.record(type="dashboard_control", action="loss", node=4, peer=None, value=0.3, applied=True,
+               outcome="applied: loss node 4, by the agents themselves")
+    run.rounds(30, 31, links={3: {"1": "failed"}, 1: {"3": "failed"}})
+    cut, loss = run.state.incidents
+    assert (cut.kind, cut.targets, cut.source, cut.start_round) == ("link", (1, 3), "operator", 30)
+    assert "seen by the fleet" not in cut.title and cut.evidence  # the fleet's failure is its evidence
+    assert (loss.kind, loss.targets, loss.source) == ("loss", (4,), "operator")
+    assert [(a.action, a.round, a.outcome.startswith("applied")) for a in run.state.operator_actions] == [
+        ("cut", 30, True), ("loss", 30, True)]
+    run.record(type="dashboard_control", action="loss", node=4, peer=None, value=0, applied=True,
+               outcome="applied: loss node 4, by the agents themselves")
+    assert run.state.operator_actions[-1].undoes and run.state.incidents[1].healed_round == 32

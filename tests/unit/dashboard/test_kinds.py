@@ -8,9 +8,11 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from agent.jobs.states import DeviceState, ExecState
 from agent.protocol.messages import Telemetry
 from agent.protocol.notes import NoteKind
 from dashboard.app import create_app
+from dashboard.directory import JobState
 from dashboard.kinds import (
     BADGES,
     CHATTY,
@@ -26,7 +28,7 @@ from dashboard.state import FleetState, apply_telemetry
 from simulate.scenario import FAULT_KINDS
 
 STATIC = Path(__file__).resolve().parents[3] / "dashboard" / "static"
-SCRIPTS = ("app.js", "charts.js")
+SCRIPTS = ("app.js", "charts.js", "views.js")
 KIND_VALUES = {k.value for enum in (NoteKind, EventKind, IncidentKind) for k in enum}
 
 
@@ -97,3 +99,12 @@ def test_an_agent_speaks_only_notes() -> None:
     assert [(e.kind, e.detail) for e in events] == [
         (EventKind.UNKNOWN, "crash: says node 2"), (EventKind.CONTROL_APPLIED, "loss 0")]
     assert state.incidents == ()
+
+
+def test_every_device_execution_and_job_state_has_a_badge_the_page_knows() -> None:
+    kinds = page_kinds()
+    colours = set(re.findall(r"\b([a-z]+): \"#", _script("app.js").split("};")[0]))
+    for table, states in (("deviceBadge", DeviceState), ("execBadge", ExecState), ("jobBadge", JobState)):
+        badges = kinds[table]
+        assert isinstance(badges, dict) and set(badges) == {s.value for s in states}, table
+        assert set(badges.values()) <= colours, (table, set(badges.values()) - colours)
