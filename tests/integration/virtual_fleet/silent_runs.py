@@ -7,8 +7,8 @@ from __future__ import annotations
 import statistics
 
 from agent.config import AgentConfig
-from agent.runtime_config import allreduce_config
 from agent.protocol.allreduce import AllreduceConfig
+from agent.runtime_config import allreduce_config
 from simulate.virtual_fleet import FaultSpec, FleetConfig, RoundRecord, VirtualFleet
 
 CONFIG = AllreduceConfig(chunk_size=4096, min_timeout=0.05, max_timeout=1.0, initial_timeout=0.2,
