@@ -42,9 +42,7 @@ def test_simulate_with_tls_and_dynamic_security_runs_and_cuts_links(tmp_path: Pa
     scenario = tmp_path / "tls-link.toml"
     scenario.write_text(SCENARIO)
     run_dir = tmp_path / "run"
-    # Pinned to agents for now: through devices node 2 missed the last round's telemetry in 2 of
-    # 2 runs (J3's report on issue 52); the runtime under test is the same in both.
-    done = run_simulate("--via-agents", "--tls", "--broker", "mosquitto", "--scenario", str(scenario), "--out", str(run_dir),
+    done = run_simulate("--tls", "--broker", "mosquitto", "--scenario", str(scenario), "--out", str(run_dir),
                         "--json", "--dashboard-port", "0", "--baseline", "none",
                         "--agent-option", "eval_samples=1000", "--agent-option", "join_grace=60",
                         "--stall-timeout", "60")
