@@ -234,18 +234,7 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
     def forward(params: Any, x: Any) -> Any:
         return call(params, x, training=False)[0]
 
-    @tf.custom_gradient
-    def cross_entropy(scores: Any, onehot: Any) -> Any:
-        """Mean cross-entropy with its gradient written out: TensorFlow's own would broadcast
-        over the dynamic batch (BroadcastGradientArgs, no builtin kernel)."""
-        batch = tf.cast(tf.shape(scores)[0], tf.float32)
-        if probabilities:
-            clipped = tf.maximum(scores, 1e-7)
-            loss = -tf.reduce_sum(tf.math.log(clipped) * onehot) / batch
-            return loss, lambda up: (up * (-onehot / clipped) / batch, None)
-        log_probs = tf.nn.log_softmax(scores)
-        loss = -tf.reduce_sum(log_probs * onehot) / batch
-        return loss, lambda up: (up * (tf.exp(log_probs) - onehot) / batch, None)
+    cross_entropy = _cross_entropy(probabilities)
 
     class Exported(tf.Module):
         @tf.function(input_signature=[params_spec, x_spec, y_spec])
@@ -272,6 +261,26 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
             return {"json": tf.constant(meta)}
 
     return Exported()
+
+
+def _cross_entropy(probabilities: bool) -> Any:
+    """The mean cross-entropy of scores (probabilities or logits) against one-hot labels."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def cross_entropy(scores: Any, onehot: Any) -> Any:
+        """Mean cross-entropy with its gradient written out: TensorFlow's own would broadcast
+        over the dynamic batch (BroadcastGradientArgs, no builtin kernel)."""
+        batch = tf.cast(tf.shape(scores)[0], tf.float32)
+        if probabilities:
+            clipped = tf.maximum(scores, 1e-7)
+            loss = -tf.reduce_sum(tf.math.log(clipped) * onehot) / batch
+            return loss, lambda up: (up * (-onehot / clipped) / batch, None)
+        log_probs = tf.nn.log_softmax(scores)
+        loss = -tf.reduce_sum(log_probs * onehot) / batch
+        return loss, lambda up: (up * (tf.exp(log_probs) - onehot) / batch, None)
+
+    return cross_entropy
 
 
 def export(model: Any, name: str | None = None, batch_norm: str = "frozen") -> bytes:
