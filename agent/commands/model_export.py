@@ -8,7 +8,10 @@ training state and the agent keeps the optimizer:
   infer(params [P], x [B, ...])                  -> scores [B, classes]
   initial_weights()                              -> params [P]
   metadata()                                     -> json [n] uint8 (name, tensors, classes)
-B is dynamic: one file serves any batch. Builtin LiteRT ops only (a device's ai-edge-litert
+B is dynamic: one file serves any batch. ``--batch-norm train`` runs batch norm on each batch's
+statistics in ``gradients`` and carries the moving statistics in the vector (running tensors,
+named in the metadata). Recurrent layers are unrolled over the known sequence length. Builtin
+LiteRT ops only (a device's ai-edge-litert
 has no TF-Select kernels). Runs on a workstation with TensorFlow (`pip install
 'edgegrove[export]'`); a device never imports it.
 """
