@@ -8,7 +8,10 @@ training state and the agent keeps the optimizer:
   infer(params [P], x [B, ...])                  -> scores [B, classes]
   initial_weights()                              -> params [P]
   metadata()                                     -> json [n] uint8 (name, tensors, classes)
-B is dynamic: one file serves any batch. Builtin LiteRT ops only (a device's ai-edge-litert
+B is dynamic: one file serves any batch. ``--batch-norm train`` runs batch norm on each batch's
+statistics in ``gradients`` and carries the moving statistics in the vector (running tensors,
+named in the metadata). Recurrent layers are unrolled over the known sequence length. Builtin
+LiteRT ops only (a device's ai-edge-litert
 has no TF-Select kernels). Runs on a workstation with TensorFlow (`pip install
 'edgegrove[export]'`); a device never imports it.
 """
@@ -234,18 +237,7 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
     def forward(params: Any, x: Any) -> Any:
         return call(params, x, training=False)[0]
 
-    @tf.custom_gradient
-    def cross_entropy(scores: Any, onehot: Any) -> Any:
-        """Mean cross-entropy with its gradient written out: TensorFlow's own would broadcast
-        over the dynamic batch (BroadcastGradientArgs, no builtin kernel)."""
-        batch = tf.cast(tf.shape(scores)[0], tf.float32)
-        if probabilities:
-            clipped = tf.maximum(scores, 1e-7)
-            loss = -tf.reduce_sum(tf.math.log(clipped) * onehot) / batch
-            return loss, lambda up: (up * (-onehot / clipped) / batch, None)
-        log_probs = tf.nn.log_softmax(scores)
-        loss = -tf.reduce_sum(log_probs * onehot) / batch
-        return loss, lambda up: (up * (tf.exp(log_probs) - onehot) / batch, None)
+    cross_entropy = _cross_entropy(probabilities)
 
     class Exported(tf.Module):
         @tf.function(input_signature=[params_spec, x_spec, y_spec])
@@ -272,6 +264,26 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
             return {"json": tf.constant(meta)}
 
     return Exported()
+
+
+def _cross_entropy(probabilities: bool) -> Any:
+    """The mean cross-entropy of scores (probabilities or logits) against one-hot labels."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def cross_entropy(scores: Any, onehot: Any) -> Any:
+        """Mean cross-entropy with its gradient written out: TensorFlow's own would broadcast
+        over the dynamic batch (BroadcastGradientArgs, no builtin kernel)."""
+        batch = tf.cast(tf.shape(scores)[0], tf.float32)
+        if probabilities:
+            clipped = tf.maximum(scores, 1e-7)
+            loss = -tf.reduce_sum(tf.math.log(clipped) * onehot) / batch
+            return loss, lambda up: (up * (-onehot / clipped) / batch, None)
+        log_probs = tf.nn.log_softmax(scores)
+        loss = -tf.reduce_sum(log_probs * onehot) / batch
+        return loss, lambda up: (up * (tf.exp(log_probs) - onehot) / batch, None)
+
+    return cross_entropy
 
 
 def export(model: Any, name: str | None = None, batch_norm: str = "frozen") -> bytes:
