@@ -132,9 +132,9 @@ class AllreduceConfig:
     straggler_deadline: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "algorithm", Algorithm(self.algorithm))  # ValueError: no such algorithm
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        object.__setattr__(self, "algorithm", Algorithm(self.algorithm))  # a name given: its Algorithm
         if self.broadcast not in BROADCASTS:
             raise ValueError(f"broadcast must be one of {BROADCASTS}, got {self.broadcast!r}")
         if self.timeout_mode not in ("adaptive", "fixed"):
@@ -148,7 +148,7 @@ class AllreduceConfig:
         if self.round_deadline <= 0 or self.fixed_timeout <= 0 or self.initial_timeout <= 0:
             raise ValueError("round_deadline, fixed_timeout and initial_timeout must be > 0")
         if self.wire_auto and self.algorithm is not Algorithm.FT_TREE:
-            raise ValueError(f"wire_auto is for ft-tree, not {self.algorithm!r}")
+            raise ValueError(f"wire_auto is for ft-tree, not {self.algorithm.value!r}")
         if self.wire_budget <= 0:
             raise ValueError("wire_budget must be > 0")
         if self.link_rate_floor <= 0:

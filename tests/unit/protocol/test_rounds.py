@@ -25,7 +25,7 @@ def test_a_configured_name_is_taken_as_its_algorithm_and_an_unknown_one_refused(
     config = AllreduceConfig(algorithm="ring")  # type: ignore[arg-type]  # as a name from a file
     assert config.algorithm is Algorithm.RING
     assert json.dumps({"algorithm": config.algorithm}) == '{"algorithm": "ring"}'  # telemetry: the name
-    with pytest.raises(ValueError, match="'hypercube' is not a valid Algorithm"):
+    with pytest.raises(ValueError, match=r"algorithm must be one of .*, got 'hypercube'"):
         AllreduceConfig(algorithm="hypercube")  # type: ignore[arg-type]
 
 
