@@ -111,7 +111,7 @@ def run_compose(compose: list[str], *args: str) -> None:
                      f"{done.stderr.strip()[-800:]}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="the dashboard, e.g. http://127.0.0.1:8080")
     parser.add_argument("--compose", required=True, help="the compose command, with -p PROJECT")
@@ -124,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for each phase (generous: a loaded 2-core host)")
     parser.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="added to the summary")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     compose = shlex.split(args.compose)
     fleet_url = args.url.rstrip("/") + "/api/fleet"
     everyone = set(range(args.agents))

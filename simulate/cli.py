@@ -114,6 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=float, default=90.0,
                         help="seconds without any telemetry after which the run counts as halted")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
+    _add_fleet_path_arguments(parser)
+    model_choice.add_arguments(parser)
+    periodic_args.add_arguments(parser)
+    sites_sim.add_arguments(parser)
+
+
+def _add_fleet_path_arguments(parser: argparse.ArgumentParser) -> None:
     via = parser.add_mutually_exclusive_group()
     via.add_argument("--via-devices", action="store_true",
                      help="the fleet as devices (`edgegrove device`, one process per node, each with "
@@ -125,9 +132,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     via.add_argument("--via-agents", action="store_true",
                      help="the fleet as one `edgegrove agent` process per node, each told the job's "
                           "settings on its command line (the way before devices and jobs)")
-    model_choice.add_arguments(parser)
-    periodic_args.add_arguments(parser)
-    sites_sim.add_arguments(parser)
 
 
 def parse_agent_options(items: list[str]) -> dict[str, Any]:

@@ -218,7 +218,6 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
     meta = np.frombuffer(_metadata_json(model, name, layout).encode(), dtype=np.uint8)
     sample = [int(d) for d in model.inputs[0].shape[1:]]
     classes = int(model.outputs[0].shape[-1])
-    probabilities = _probabilities(model)
     params_spec = tf.TensorSpec([sum(layout.sizes)], tf.float32, name="params")
     x_spec = tf.TensorSpec([None, *sample], tf.float32, name="x")
     y_spec = tf.TensorSpec([None], tf.int32, name="y")
@@ -237,7 +236,7 @@ def _module(model: Any, name: str | None, batch_norm: str = "frozen") -> Any:
     def forward(params: Any, x: Any) -> Any:
         return call(params, x, training=False)[0]
 
-    cross_entropy = _cross_entropy(probabilities)
+    cross_entropy = _cross_entropy(_probabilities(model))
 
     class Exported(tf.Module):
         @tf.function(input_signature=[params_spec, x_spec, y_spec])

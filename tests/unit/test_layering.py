@@ -85,19 +85,9 @@ PACKAGE_RULES = (
     Rule("nothing imports the tests but the tests", ("*",), ("tests",), exempt=("tests/*",)),
 )
 
-# Known exceptions to the rules, as (path, module): the core reaching the runtime beside it
-# (issue 53 item 1 moves state_fetch, state_server and suspicion into the core and gives it its
-# own config; the lead empties this after merging that work).
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    ("agent/core.py", "agent.state_fetch"),
-    ("agent/core.py", "agent.state_server"),
-    ("agent/core.py", "agent.suspicion"),
-    ("agent/core_config.py", "agent.config"),
-    ("agent/core_outbox.py", "agent.suspicion"),
-    ("agent/core_steps.py", "agent.state_fetch"),
-    ("agent/core_steps.py", "agent.state_server"),
-    ("agent/core_steps.py", "agent.suspicion"),
-})
+# Known exceptions to the rules, as (path, module): none since the core became a package with
+# state_fetch, state_server and suspicion inside it and a config of its own.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -188,12 +178,9 @@ def repository_sources() -> dict[str, str]:
 
 PACKAGES = ("agent/", "dashboard/", "simulate/", "edgegrove/", "scripts/")
 
-# TYPE_CHECKING imports that close a loop, as (path, module): the core's nine-module loop (issue
-# 53 item 1 removes it; the lead empties this after merging that work).
-KNOWN_TYPE_CHECKING_LOOPS: frozenset[tuple[str, str]] = frozenset({
-    ("agent/core_report.py", "agent.core"),
-    ("agent/core_steps.py", "agent.core"),
-})
+# TYPE_CHECKING imports that close a loop, as (path, module): none (the core's nine-module loop
+# went with the package).
+KNOWN_TYPE_CHECKING_LOOPS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
