@@ -28,7 +28,8 @@ WHEELHOUSE=$CACHE/wheelhouse
 SUITE=bookworm            # Python 3.11: the cp311 wheels below
 PYVER=3.11
 READY_MARK=".edgegrove-arm64-ready-v1"
-PLATFORM_FLAGS=(--platform manylinux_2_27_aarch64 --platform manylinux2014_aarch64
+PLATFORM_FLAGS=(--platform manylinux_2_34_aarch64 --platform manylinux_2_28_aarch64
+                --platform manylinux_2_27_aarch64 --platform manylinux2014_aarch64
                 --python-version "$PYVER" --implementation cp --abi "cp${PYVER/./}"
                 --only-binary=:all:)
 
@@ -141,6 +142,9 @@ pip_target() {
   if ! pip_quiet install --no-index --find-links "$WHEELHOUSE" --no-warn-conflicts \
         "${PLATFORM_FLAGS[@]}" --target "$site" "$@" > "$log" 2>&1; then
     say "fetching aarch64 wheels into $WHEELHOUSE"
+    # A wheel of ours saved there by an earlier fetch has the same name as this tree's and
+    # pip download would resolve the old one's dependencies: never keep it.
+    rm -f "$WHEELHOUSE"/edgegrove-*.whl
     ( flock 9; pip_quiet download -q "${PLATFORM_FLAGS[@]}" -d "$WHEELHOUSE" "$@" ) 9>"$CACHE/.lock" \
       || { rm -f "$log"; die "pip download of aarch64 wheels for $* failed"; }
     rm -rf "$site"
