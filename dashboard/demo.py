@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,10 @@ class DemoNode:
         for peer in peers:
             self.client.publish(self.fleet.topics.link(self.node, peer), payload, 0)
 
+    def missing(self, round_no: int, peers: Sequence[int]) -> set[int]:
+        with self.lock:
+            return set(peers) - self.received.get(round_no, set())
+
     def heard(self, round_no: int) -> set[int]:
         with self.lock:
             heard = self.received.pop(round_no, set())
@@ -116,6 +121,7 @@ class DemoFleet:
         arity: int = 2,
         credentials: dict[int, NodeCredentials] | None = None,
         round_window: float = 0.3,
+        late_window: float = 2.0,
         eval_every: int = 2,
         sites: Mapping[int, str] | None = None,
         broker_urls: Mapping[int, str] | None = None,
@@ -127,6 +133,9 @@ class DemoFleet:
         self.topics = Topics(job)
         self.tree = Tree.of(range(nodes), arity, sites=self.sites or None)
         self.round_window = round_window
+        # A probe missing after the round's window gets this much longer before its link is
+        # judged: a loaded host delays probes, and only a cut (which never delivers) pays it.
+        self.late_window = late_window
         self.eval_every = eval_every
         self.round = 0
         creds = credentials or {}
@@ -168,9 +177,18 @@ class DemoFleet:
         for node_id, node in self.nodes.items():
             node.probe(round_no, sorted(self.tree.neighbours(node_id)))
         self._stop.wait(self.round_window)
+        self._wait_for_late_probes(round_no)
         for node_id, node in self.nodes.items():
             telemetry = self._telemetry(node_id, round_no, node.heard(round_no))
             node.client.publish(self.topics.telemetry(node_id), telemetry.encode(), 0)
+
+    def _wait_for_late_probes(self, round_no: int) -> None:
+        deadline = time.monotonic() + self.late_window
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if not any(node.missing(round_no, sorted(self.tree.neighbours(node_id)))
+                       for node_id, node in self.nodes.items()):
+                return
+            self._stop.wait(0.05)
 
     def _telemetry(self, node_id: int, round_no: int, heard: set[int]) -> Telemetry:
         links, events = self._judge_links(node_id, heard)

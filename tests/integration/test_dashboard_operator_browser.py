@@ -84,9 +84,12 @@ def test_a_link_cut_from_the_page_is_the_operators_incident_with_its_window(
         mark = page.locator(f'#{chart} .mark[data-source="operator"]')
         assert mark.count() == 1 and int(mark.get_attribute("data-round") or -1) == cut_round
         assert "operator: cut link 1–3" in (mark.get_attribute("title") or "")
-    # Nobody else opened an incident for the link the operator cut.
-    incidents = page.evaluate("model.fleet.incidents.map(i => [i.kind, i.targets.join('-'), i.source])")
-    assert [i for i in incidents if i[1] == "1-3"] == [["link", "1-3", "operator"]], incidents
+    # Nobody else opened an incident for the link the operator cut (a loaded host may have
+    # delayed a probe before the cut: the fleet's incident then, not the operator's, is fine).
+    incidents = page.evaluate(
+        "model.fleet.incidents.map(i => [i.kind, i.targets.join('-'), i.source, i.start_round])")
+    since_cut = [i[:3] for i in incidents if i[1] == "1-3" and (i[3] is None or i[3] >= cut_round)]
+    assert since_cut == [["link", "1-3", "operator"]], incidents
     shot = tmp_path / "dashboard-operator-cut.png"
     page.screenshot(path=str(shot), full_page=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
