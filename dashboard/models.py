@@ -253,6 +253,8 @@ class EventModel(BaseModel):
     peer: int | None
     round: int | None
     detail: str
+    by: str = Field(default="", description="who sent it: the operator's account (`token` for the "
+                    "control token) of a command from the dashboard, else empty")
 
 
 class NodePointModel(BaseModel):
@@ -504,7 +506,7 @@ def round_model(s: RoundSummary) -> RoundModel:
 def event_model(e: FleetEvent, wall_offset: float) -> EventModel:
     return EventModel(
         seq=e.seq, time=round(e.time + wall_offset, 3), kind=e.kind, node=e.node, peer=e.peer,
-        round=e.round, detail=e.detail,
+        round=e.round, detail=e.detail, by=e.by,
     )
 
 

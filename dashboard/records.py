@@ -136,12 +136,13 @@ MAX_OPERATOR_ACTIONS = 500
 
 
 def apply_operator(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
-                   now: float) -> Result:
+                   now: float, by: str = "") -> Result:
     """The dashboard sent the operator's command: marked at the fleet's round, and the fault it
     makes (or undoes) is the operator's incident, whatever it targets, before the fleet sees it."""
     state, made = _operator_action(state, action, node, peer, value, now)
     title = f"{made.action} {_targets_text(made.targets)}"
-    draft = Draft(EventKind.CONTROL, node, peer, made.round, f"{title}: sent by the operator from the dashboard")
+    sender = f"operator {by}" if by else "the operator"
+    draft = Draft(EventKind.CONTROL, node, peer, made.round, f"{title}: sent by {sender} from the dashboard", by)
     return with_events(state, [draft], now)
 
 

@@ -106,10 +106,11 @@ class FleetStore:
         self.node_series.add(telemetry)
         return self._commit(apply_telemetry(self.state, telemetry, now))
 
-    def operator_command(self, control: Control) -> tuple[FleetEvent, ...]:
-        """The operator's command, sent from the dashboard: its mark and its incident."""
+    def operator_command(self, control: Control, by: str = "") -> tuple[FleetEvent, ...]:
+        """The operator's command, sent from the dashboard: its mark and its incident, and
+        who sent it (the audit line of the event log)."""
         return self._commit(apply_operator(self.state, control.action, control.node, control.peer,
-                                           control.value, self._clock()))
+                                           control.value, self._clock(), by))
 
     def events_page(self, since: int | None = None, before: int | None = None,
                     limit: int | None = None) -> list[FleetEvent]:

@@ -33,7 +33,7 @@ const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
+const ui = { me: null, atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -546,7 +546,7 @@ function filteredEvents() {
 function eventRow(g) {
   const e = g.last;
   const li = html("li");
-  Object.assign(li.dataset, { kind: e.kind, round: e.round ?? "", node: e.node ?? "", count: g.count });
+  Object.assign(li.dataset, { kind: e.kind, round: e.round ?? "", node: e.node ?? "", count: g.count, by: e.by || "" });
   const when = new Date(e.time * 1000).toLocaleTimeString([], { hour12: false });
   const rounds = g.count > 1 && g.first.round !== e.round ? `r${g.first.round}–${e.round}` : `r${e.round}`;
   const chatty = CHATTY.has(e.kind) && g.count > 1;
@@ -853,7 +853,9 @@ function controlProblem() {
   const action = value("control-action");
   const ids = model.fleet ? fleetIds(model.fleet) : [];
   const inFleet = (v) => !ids.length || ids.includes(Number(v));
-  if (!value("control-token")) return "enter the control token to send";
+  const me = ui.me || {};
+  if (me.name && me.role !== "operator") return `${me.name} is a ${me.role}: a viewer only reads`;
+  if (!value("control-token") && !sessionOperator()) return "enter the control token to send";
   if (value("control-node") === "" || !inFleet(value("control-node"))) {
     return `node must be one of the fleet's (${ids.length ? `${ids[0]}–${ids[ids.length - 1]}` : "none known"})`;
   }
@@ -874,9 +876,15 @@ function updateControlForm() {
   const over = Boolean(model.fleet) && model.fleet.run.phase !== "live";
   for (const id of ["control-token", "control-action", "control-node"]) document.getElementById(id).disabled = over;
   if (over) for (const id of ["control-peer", "control-one-way", "control-value"]) document.getElementById(id).disabled = true;
-  document.getElementById("control-send").disabled = over || !document.getElementById("control-token").value;
+  const viewer = Boolean(ui.me && ui.me.name && ui.me.role !== "operator");
+  document.getElementById("control-token").closest("label").hidden = Boolean(ui.me && ui.me.via === "session");
+  document.getElementById("control-send").disabled = over || viewer
+    || (!document.getElementById("control-token").value && !sessionOperator());
   document.getElementById("control-hint").textContent = problem;
 }
+
+// Logged in with an operator account: the session cookie carries the command, no token.
+function sessionOperator() { return Boolean(ui.me && ui.me.via === "session" && ui.me.role === "operator"); }
 
 function controlBody() {
   const value = (id) => document.getElementById(id).value;
@@ -908,7 +916,8 @@ async function sendControl(event) {
   try {
     const response = await fetch("/api/control", {
       method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+      headers: token ? { "Content-Type": "application/json", Authorization: `Bearer ${token}` }
+        : { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
     const data = await response.json();
