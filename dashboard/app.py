@@ -22,6 +22,8 @@ from agent.operator.accounts import load_accounts
 from agent.protocol.messages import Control, MessageError
 from dashboard.access import Access, Refusal, add_access
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
+from dashboard.device_logs import PAGE as LOG_PAGE
+from dashboard.device_logs import LogLevel, LogQuery
 from dashboard.directory_models import DeviceModel, JobModel, devices_model, jobs_model
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
@@ -33,6 +35,7 @@ from dashboard.models import (
     ConfigModel,
     ControlRequest,
     ControlResponse,
+    DeviceLogPageModel,
     EventModel,
     FleetModel,
     HealthModel,
@@ -41,6 +44,7 @@ from dashboard.models import (
     NodeSeriesModel,
     RoundModel,
     SnapshotMessage,
+    device_log_model,
     event_model,
     fleet_model,
     incident_model,
@@ -202,6 +206,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     _add_websocket(app, dash)
     _add_control(app, dash)
     _add_directory_routes(app, dash)
+    _add_device_log_routes(app, dash)
     _add_page(app)
     return app
 
@@ -310,6 +315,25 @@ def _add_directory_routes(app: FastAPI, dash: Dashboard) -> None:
     async def jobs() -> list[JobModel]:
         """Every job the broker holds a document or an execution of: running first, then newest."""
         return jobs_model(dash.store.directory)
+
+
+def _add_device_log_routes(app: FastAPI, dash: Dashboard) -> None:
+    @app.get("/api/logs", response_model=DeviceLogPageModel, tags=["devices and jobs"])
+    async def device_logs(
+        since: Since = None,
+        device: Annotated[str | None, Query(max_length=63, description="only this device's lines")] = None,
+        level: Annotated[str, Query(pattern="^(warning|error|critical)$",
+                                    description="only lines of this level and above")] = "warning",
+        q: Annotated[str, Query(max_length=200, description="only lines containing this (any case)")] = "",
+        limit: Annotated[int, Query(ge=1, le=LOG_PAGE)] = LOG_PAGE,
+    ) -> DeviceLogPageModel:
+        """The devices' warnings and errors (edgegrove/devices/<device>/log), oldest first, each
+        at the round its device was in: the first ``limit`` after ``since``, else the last."""
+        book = dash.store.device_logs
+        query = LogQuery(since, device, LogLevel.named(level), q, limit)
+        return DeviceLogPageModel(lines=[device_log_model(line, dash.wall_offset) for line in book.page(query)],
+                                  last_seq=book.next_seq - 1, devices=sorted(book.devices),
+                                  unreadable=book.unreadable)
 
 
 def _add_node_routes(app: FastAPI, dash: Dashboard) -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from agent.protocol.messages import View
 from agent.protocol.topology import Tree
+from dashboard.device_logs import DeviceLogLine
 from dashboard.incidents import Incident
 from dashboard.kinds import IncidentKind, Kind
 from dashboard.node_series import SeriesPage
@@ -516,3 +517,31 @@ def node_series_model(node: int, page: SeriesPage) -> NodeSeriesModel:
         points=[NodePointModel(round=p.round, round_seconds=p.round_seconds, cpu_percent=p.cpu_percent,
                                rss_bytes=p.rss_bytes, bytes_sent=p.bytes_sent,
                                bytes_received=p.bytes_received) for p in page.points])
+
+
+class DeviceLogLineModel(BaseModel):
+    seq: int
+    device: str
+    level: str = Field(description="warning, error or critical")
+    logger: str
+    line: str
+    time: float = Field(description="Unix time: the device's own clock, else when the dashboard heard it")
+    heard_at: float = Field(description="Unix time when the dashboard heard it")
+    job: str | None = Field(description="the job the device was in")
+    round: int | None = Field(description="the round the device was in when the line arrived")
+    dropped: int = Field(description="lines the device dropped (its rate limit) just before this one")
+
+
+class DeviceLogPageModel(BaseModel):
+    lines: list[DeviceLogLineModel]
+    last_seq: int = Field(description="the newest line's seq the dashboard holds (0: none); ask ?since= it")
+    devices: list[str] = Field(description="every device a line was heard from")
+    unreadable: int = Field(description="messages on a log topic that did not parse")
+
+
+def device_log_model(line: DeviceLogLine, wall_offset: float) -> DeviceLogLineModel:
+    heard = round(line.heard_at + wall_offset, 3)
+    return DeviceLogLineModel(
+        seq=line.seq, device=line.device, level=line.level.name.lower(), logger=line.logger, line=line.line,
+        time=line.sent_at if line.sent_at is not None else heard, heard_at=heard, job=line.job,
+        round=line.round, dropped=line.dropped)
