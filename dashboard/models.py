@@ -298,7 +298,9 @@ class ConfigModel(BaseModel):
 
 class ControlRequest(BaseModel):
     action: Literal["cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency",
-                    "isolate", "rejoin"]
+                    "isolate", "rejoin", "broker_restart"] = Field(
+        description="broker_restart: the simulator stops its own broker and starts it again "
+                    "`value` seconds later (`node` is not used)")
     node: int = Field(ge=0, le=1023)
     peer: int | None = Field(default=None, ge=0, le=1023)
     value: float | None = None

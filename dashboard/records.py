@@ -33,7 +33,7 @@ from dashboard.state import (
 Record = Mapping[str, Any]
 MAX_CONTROLS = 50
 # What only the simulator knows; the rest of its records it heard on the broker, like us.
-SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run", "uplinks"})
+SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run", "uplinks", "broker"})
 Message = TypeVar("Message", Status, View, Telemetry)
 
 
@@ -55,6 +55,8 @@ def apply_record(state: FleetState, record: Record, now: float) -> Result:
             return _run(state, record, now)
         if kind == "uplinks":
             return _uplinks(state, record, now)
+        if kind == "broker":
+            return _broker(state, record, now)
     except (MessageError, KeyError, TypeError, ValueError):
         pass
     return state, ()
@@ -120,16 +122,18 @@ def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
     state = replace(state, controls=(*state.controls, entry)[-MAX_CONTROLS:])
     value = record.get("value")
     state = _operator_answered(state, entry, value if isinstance(value, (int, float)) else None, now)
-    target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
+    targets = _operator_targets(entry.action, entry.node, entry.peer)
+    target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "") if targets else "the broker"
     detail = f"{entry.action} {target}: {outcome}"
-    draft = Draft(EventKind.CONTROL, entry.node, entry.peer, state.fleet_round, detail)
+    draft = Draft(EventKind.CONTROL, entry.node if targets else None, entry.peer, state.fleet_round, detail)
     return with_events(state, [draft], now)
 
 
 # The operator's commands (the dashboard's controls): the fault each makes, and the fault each
 # undoes. A loss or latency of 0 undoes that fault.
 _OPERATOR_MAKES = {"crash": IncidentKind.CRASH, "hang": IncidentKind.HANG, "isolate": IncidentKind.ISOLATE,
-                   "cut": IncidentKind.LINK, "loss": IncidentKind.LOSS, "latency": IncidentKind.LATENCY}
+                   "cut": IncidentKind.LINK, "loss": IncidentKind.LOSS, "latency": IncidentKind.LATENCY,
+                   "broker_restart": IncidentKind.BROKER_RESTART}
 _OPERATOR_UNDOES = {"restart": IncidentKind.CRASH, "resume": IncidentKind.HANG, "rejoin": IncidentKind.ISOLATE,
                     "heal": IncidentKind.LINK}
 MAX_OPERATOR_ACTIONS = 500
@@ -142,7 +146,8 @@ def apply_operator(state: FleetState, action: str, node: int, peer: int | None, 
     state, made = _operator_action(state, action, node, peer, value, now)
     title = f"{made.action} {_targets_text(made.targets)}"
     sender = f"operator {by}" if by else "the operator"
-    draft = Draft(EventKind.CONTROL, node, peer, made.round, f"{title}: sent by {sender} from the dashboard", by)
+    node_of = node if made.targets else None  # a broker command names no node
+    draft = Draft(EventKind.CONTROL, node_of, peer, made.round, f"{title}: sent by {sender} from the dashboard", by)
     return with_events(state, [draft], now)
 
 
@@ -169,6 +174,8 @@ def _operator_answered(state: FleetState, entry: ControlOutcome, value: float | 
 
 def _operator_targets(action: str, node: int, peer: int | None) -> tuple[int, ...]:
     kind = _OPERATOR_MAKES.get(action) or _OPERATOR_UNDOES.get(action)
+    if kind is IncidentKind.BROKER_RESTART:
+        return ()  # the broker: every node's link to it
     nodes = (node,) if peer is None else (node, peer)
     return inc.targets_of(kind, nodes) if kind is not None else nodes
 
@@ -193,7 +200,21 @@ def _operator_action(state: FleetState, action: str, node: int, peer: int | None
 
 
 def _targets_text(targets: tuple[int, ...]) -> str:
+    if not targets:
+        return "the broker"
     return f"link {targets[0]}-{targets[1]}" if len(targets) == 2 else f"node {targets[0]}"
+
+
+def _broker(state: FleetState, record: Record, now: float) -> Result:
+    """The simulator's broker is back after the operator's restart: its incident closes at the
+    fleet's round (a scenario's restart closes with its fault's heal record)."""
+    operators = any(i.active and i.kind is IncidentKind.BROKER_RESTART and i.source == "operator"
+                    for i in state.incidents)
+    if record.get("event") != "started" or not operators:
+        return state, ()
+    incidents = inc.heal(state.incidents, IncidentKind.BROKER_RESTART, (), state.fleet_round, now)
+    draft = Draft(EventKind.FAULT_HEALED, None, None, state.fleet_round, "broker back up")
+    return with_events(replace(state, incidents=incidents), [draft], now)
 
 
 def _uplinks(state: FleetState, record: Record, now: float) -> Result:

@@ -111,3 +111,28 @@ def test_without_accounts_reading_is_open_and_login_is_absent() -> None:
         assert client.get("/api/fleet").status_code == 200
         assert client.get("/api/me").json()["accounts"] is False
         assert log_in(client, "ana", "ana-password") == 404
+
+
+def test_an_operators_broker_restart_is_her_incident_until_the_broker_is_back(
+        client: TestClient, published: list) -> None:
+    from dashboard.records import apply_record
+
+    assert log_in(client, "ana", "ana-password") == 200
+    bad = client.post("/api/control", json={"action": "broker_restart", "node": 0, "value": 600})
+    assert bad.status_code == 422 and "outage" in bad.json()["detail"]
+    sent = client.post("/api/control", json={"action": "broker_restart", "node": 0, "value": 3})
+    assert sent.status_code == 200 and len(published) == 1
+    [incident] = client.get("/api/incidents").json()
+    assert (incident["kind"], incident["targets"], incident["source"]) == ("broker-restart", [], "operator")
+    assert incident["end_time"] is None
+    [line] = [e for e in client.get("/api/events").json() if e["kind"] == "control"]
+    assert line["node"] is None and "broker_restart the broker: sent by operator ana" in line["detail"]
+    store = client.app.state.dashboard.store  # type: ignore[attr-defined]
+    store.ingest_record({"type": "dashboard_control", "action": "broker_restart", "node": 0, "value": 3.0,
+                         "applied": True, "outcome": "applied: broker stopped, back in 3 s"})
+    store.ingest_record({"type": "broker", "event": "stopped", "pid": 1})
+    assert client.get("/api/incidents").json()[0]["end_time"] is None
+    store.ingest_record({"type": "broker", "event": "started", "pid": 2})
+    [over] = client.get("/api/incidents").json()
+    assert over["end_time"] is not None
+    assert apply_record(store.state, {"type": "broker", "event": "started"}, 0.0)[1] == ()  # once
