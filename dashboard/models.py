@@ -156,6 +156,7 @@ class OperatorActionModel(BaseModel):
     incident: IncidentKind | None = Field(description="the kind of fault it makes or undoes")
     undoes: bool
     outcome: str = Field(description="what the simulator said it did (empty: no answer)")
+    by: str = Field(default="", description="who sent it: the operator's account (`token`: the control token)")
 
 
 class RunModel(BaseModel):
@@ -485,7 +486,7 @@ def fleet_model(
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],
         operator_actions=[OperatorActionModel(
             seq=a.seq, time=round(a.time + wall_offset, 3), round=a.round, action=a.action,
-            targets=list(a.targets), incident=a.incident, undoes=a.undoes, outcome=a.outcome)
+            targets=list(a.targets), incident=a.incident, undoes=a.undoes, outcome=a.outcome, by=a.by)
             for a in state.operator_actions],
         run=RunModel(phase=state.run.phase, fleet_size=state.run.fleet_size,
                      replay_hint=state.run.replay_hint, replay_of=state.run.replay_of),

@@ -17,6 +17,7 @@ from agent.protocol.notes import NoteKind
 from dashboard import incidents as inc
 from dashboard.bridges import apply_bridges, uplink_reports
 from dashboard.kinds import EventKind, IncidentKind, Kind
+from dashboard.sessions import TOKEN_ACTOR
 from dashboard.state import (
     ControlOutcome,
     Draft,
@@ -143,9 +144,9 @@ def apply_operator(state: FleetState, action: str, node: int, peer: int | None, 
                    now: float, by: str = "") -> Result:
     """The dashboard sent the operator's command: marked at the fleet's round, and the fault it
     makes (or undoes) is the operator's incident, whatever it targets, before the fleet sees it."""
-    state, made = _operator_action(state, action, node, peer, value, now)
+    state, made = _operator_action(state, action, node, peer, value, now, by)
     title = f"{made.action} {_targets_text(made.targets)}"
-    sender = f"operator {by}" if by else "the operator"
+    sender = _sender(by)
     node_of = node if made.targets else None  # a broker command names no node
     draft = Draft(EventKind.CONTROL, node_of, peer, made.round, f"{title}: sent by {sender} from the dashboard", by)
     return with_events(state, [draft], now)
@@ -181,7 +182,7 @@ def _operator_targets(action: str, node: int, peer: int | None) -> tuple[int, ..
 
 
 def _operator_action(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
-                     now: float) -> tuple[FleetState, OperatorAction]:
+                     now: float, by: str = "") -> tuple[FleetState, OperatorAction]:
     """Records the command and opens (or undoes) its fault as the operator's incident."""
     round_no = state.fleet_round
     targets = _operator_targets(action, node, peer)
@@ -191,12 +192,19 @@ def _operator_action(state: FleetState, action: str, node: int, peer: int | None
     if kind is not None and undoes:
         incidents = inc.heal(incidents, kind, targets, round_no, now)
     elif kind is not None:
-        title = f"{action} {_targets_text(targets)} (made by the operator from the dashboard)"
+        title = f"{action} {_targets_text(targets)} (made by {_sender(by)} from the dashboard)"
         incidents = inc.inject(incidents, kind, targets, title, round_no, now, "operator")
     seq = state.operator_actions[-1].seq + 1 if state.operator_actions else 1
-    made = OperatorAction(seq, now, round_no, action[:16], targets, kind, undoes)
+    made = OperatorAction(seq, now, round_no, action[:16], targets, kind, undoes, by=by)
     actions = (*state.operator_actions, made)[-MAX_OPERATOR_ACTIONS:]
     return replace(state, incidents=incidents, operator_actions=actions), made
+
+
+def _sender(by: str) -> str:
+    """Who sent a command, in the timeline's words."""
+    if by == TOKEN_ACTOR:
+        return "the operator with the control token"
+    return f"operator {by}" if by else "the operator"
 
 
 def _targets_text(targets: tuple[int, ...]) -> str:

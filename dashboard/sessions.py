@@ -49,11 +49,21 @@ class Sessions:
         self._lifetime = lifetime
         self._sessions: dict[str, _Session] = {}
 
-    def login(self, name: str, password: str) -> tuple[str, Actor] | None:
-        """A new session id and who it is, or None (no such account, or a wrong password)."""
+    def check(self, name: str, password: str) -> Account | None:
+        """The account, if the password is its own (scrypt: tens of milliseconds; safe to run
+        in a worker thread, it only reads the accounts)."""
         account = self.accounts.get(name)
         if account is None or not verify_password(account.password_hash, password):
             return None
+        return account
+
+    def login(self, name: str, password: str) -> tuple[str, Actor] | None:
+        """A new session id and who it is, or None (no such account, or a wrong password)."""
+        account = self.check(name, password)
+        return None if account is None else self.open(account)
+
+    def open(self, account: Account) -> tuple[str, Actor]:
+        """A new session of an account whose password was checked."""
         now = self._clock()
         self._sessions = {k: s for k, s in self._sessions.items() if s.expires > now}
         while len(self._sessions) >= MAX_SESSIONS:

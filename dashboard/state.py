@@ -273,6 +273,7 @@ class OperatorAction:
     incident: IncidentKind | None  # the kind of fault it makes or undoes (None: none)
     undoes: bool  # it undoes a fault (heal, restart, resume, rejoin, a loss or latency of 0)
     outcome: str = ""  # what the simulator said it did ("": no simulator answered)
+    by: str = ""  # the operator's account (`token`: the control token; "": not known, a replay)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ function renderWho() {
   who.dataset.role = me.role || "";
   document.getElementById("who-name").textContent = me.name ? `${me.name} · ${me.role}` : "";
   document.getElementById("logout").hidden = me.via !== "session";
-  document.getElementById("login-card").hidden = !(me.accounts && !me.name);
+  const needed = Boolean(me.accounts && !me.name);
+  document.getElementById("login-card").hidden = !needed;
+  document.body.dataset.login = needed ? "needed" : "";
   updateControlForm();
 }
 

@@ -74,6 +74,8 @@ def test_a_viewer_cannot_send_a_command_an_operator_can_and_the_log_names_them(
     assert len(published) == 1
     [line] = [e for e in client.get("/api/events").json() if e["kind"] == "control"]
     assert line["by"] == "ana" and "sent by operator ana" in line["detail"] and line["time"] > 0
+    [incident] = client.get("/api/incidents").json()
+    assert incident["source"] == "operator" and "made by operator ana" in incident["title"]
     logged = (accounts_file.parent / "events.jsonl").read_text()
     assert '"by":"ana"' in logged and "cut link 1-3" in logged
 
@@ -83,7 +85,9 @@ def test_the_control_token_still_acts_as_the_operator_token(client: TestClient, 
     assert client.get("/api/me", headers=headers).json()["name"] == "token"
     assert client.post("/api/control", json=CUT, headers=headers).status_code == 200
     [line] = [e for e in client.get("/api/events", headers=headers).json() if e["kind"] == "control"]
-    assert line["by"] == "token"
+    assert line["by"] == "token" and "sent by the operator with the control token" in line["detail"]
+    [action] = client.get("/api/fleet", headers=headers).json()["operator_actions"]
+    assert action["by"] == "token"
 
 
 def test_a_session_from_a_foreign_page_does_not_act(client: TestClient, published: list) -> None:
