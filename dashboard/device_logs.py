@@ -48,8 +48,18 @@ class DeviceLogLine:
     sent_at: float | None  # the device's clock (Unix time), if it said
     heard_at: float  # the dashboard's clock
     job: str | None
+    node: int | None  # its node in that job
     round: int | None
     dropped: int  # lines the device dropped (its rate limit) just before this one
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a device was when a line of it arrived (None: not in a job, or not known)."""
+
+    job: str | None = None
+    node: int | None = None
+    round: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,15 +86,15 @@ class DeviceLogBook:
         self.unreadable = 0
         self.devices: set[str] = set()
 
-    def add(self, device: str, payload: bytes, heard_at: float, place: tuple[str | None, int | None]
-            ) -> DeviceLogLine | None:
+    def add(self, device: str, payload: bytes, heard_at: float, place: Place) -> DeviceLogLine | None:
         """One message of a device's log topic (None: it did not parse, and is counted)."""
         try:
             level, logger, text, sent_at, dropped = _fields(payload)
         except ValueError:
             self.unreadable += 1
             return None
-        line = DeviceLogLine(self.next_seq, device, level, logger, text, sent_at, heard_at, place[0], place[1], dropped)
+        line = DeviceLogLine(self.next_seq, device, level, logger, text, sent_at, heard_at, place.job, place.node,
+                             place.round, dropped)
         self.next_seq += 1
         self.lines.append(line)
         self.devices.add(device)
@@ -97,19 +107,17 @@ class DeviceLogBook:
         return found[:query.limit] if query.since is not None else found[-query.limit:]
 
 
-def place_of(device: str, directory: Directory, state: FleetState, followed_job: str
-             ) -> tuple[str | None, int | None]:
-    """The job a device is in and its round now: the node's own latest round when the job
-    is the one this dashboard follows, else its execution's round on the broker."""
+def place_of(device: str, directory: Directory, state: FleetState, followed_job: str) -> Place:
+    """The job a device is in, its node and its round now: the node's own latest round when
+    the job is the one this dashboard follows, else its execution's round on the broker."""
     entry = directory.devices.get(device)
-    job = entry.record.job if entry is not None else None
-    if job is None:
-        return None, None
-    node = entry.record.node if entry is not None else None
+    if entry is None or entry.record.job is None:
+        return Place()
+    job, node = entry.record.job, entry.record.node
     if job == followed_job and node is not None and node in state.nodes:
-        return job, state.nodes[node].last_round
+        return Place(job, node, state.nodes[node].last_round)
     execution = directory.jobs[job].execs.get(device) if job in directory.jobs else None
-    return job, execution.round if execution is not None else None
+    return Place(job, node, execution.round if execution is not None else None)
 
 
 def _fields(payload: bytes) -> tuple[LogLevel, str, str, float | None, int]:

@@ -531,6 +531,7 @@ class DeviceLogLineModel(BaseModel):
     time: float = Field(description="Unix time: the device's own clock, else when the dashboard heard it")
     heard_at: float = Field(description="Unix time when the dashboard heard it")
     job: str | None = Field(description="the job the device was in")
+    node: int | None = Field(description="its node in that job")
     round: int | None = Field(description="the round the device was in when the line arrived")
     dropped: int = Field(description="lines the device dropped (its rate limit) just before this one")
 
@@ -547,4 +548,4 @@ def device_log_model(line: DeviceLogLine, wall_offset: float) -> DeviceLogLineMo
     return DeviceLogLineModel(
         seq=line.seq, device=line.device, level=line.level.name.lower(), logger=line.logger, line=line.line,
         time=line.sent_at if line.sent_at is not None else heard, heard_at=heard, job=line.job,
-        round=line.round, dropped=line.dropped)
+        node=line.node, round=line.round, dropped=line.dropped)

@@ -61,7 +61,9 @@ function logRow(line) {
   badge.style.background = line.level === "warning" ? COLORS.suspected : COLORS.failed;
   badgeCell.append(badge);
   const text = line.dropped ? `${line.line}  (${line.dropped} earlier lines dropped by the device's rate limit)` : line.line;
-  tr.append(html("td", "", when), round, html("td", "", line.device), badgeCell, html("td", "line", text));
+  const device = html("td", "", line.device);
+  if (line.node !== null) device.append(html("div", "sub", `node ${line.node}`));
+  tr.append(html("td", "", when), round, device, badgeCell, html("td", "line", text));
   tr.title = line.logger;
   return tr;
 }

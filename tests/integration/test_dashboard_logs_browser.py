@@ -103,6 +103,7 @@ def test_device_logs_searched_filtered_followed_at_their_round(
             assert page.locator("#logs-view").is_visible() and page.locator("#chart-loss").is_hidden()
             assert shown(page, "device") == ["barn-pi-1", "shop-pi-3", "barn-pi-1"]  # newest first
             assert shown(page, "round") == ["120"] * 3  # both train digits-live, at round 120
+            assert "node 0" in page.locator('#logs tbody tr[data-device="barn-pi-1"]').first.inner_text()
             assert no_overflow(page), f"the logs view overflows {width} px"
             save(page, tmp_path, f"logs-{width}")
             assert errors == []

@@ -14,7 +14,7 @@ from agent.jobs import topics
 from agent.jobs.document import canonical_json
 from agent.jobs.states import DeviceState
 from dashboard.app import create_app
-from dashboard.device_logs import DeviceLogBook, LogLevel, LogQuery
+from dashboard.device_logs import DeviceLogBook, LogLevel, LogQuery, Place
 from dashboard.settings import DashboardSettings
 from dashboard.store import FleetStore
 from tests.unit.dashboard.directory_messages import RUNNING, device_record, fleet_messages
@@ -45,6 +45,7 @@ def test_a_line_is_placed_at_the_round_of_its_devices_execution(client: TestClie
     page = client.get("/api/logs").json()
     first, second = page["lines"]
     assert (first["device"], first["job"], first["round"], first["dropped"]) == ("barn-pi-1", RUNNING, 120, 3)
+    assert first["node"] == 0
     assert first["time"] == 1_780_000_000.5 and first["level"] == "warning"
     assert (second["device"], second["job"], second["round"]) == ("hall-jetson", None, None)  # idle
     assert page["last_seq"] == 2 and page["devices"] == ["barn-pi-1", "hall-jetson"]
@@ -73,7 +74,7 @@ def test_the_log_filters_by_level_device_text_and_since(client: TestClient) -> N
 def test_the_book_keeps_the_last_lines_only() -> None:
     book = DeviceLogBook(max_lines=3)
     for k in range(5):
-        book.add("pi", line(f"line {k}"), float(k), (None, None))
+        book.add("pi", line(f"line {k}"), float(k), Place())
     assert [x.line for x in book.page(LogQuery())] == ["line 2", "line 3", "line 4"]
     assert [x.seq for x in book.page(LogQuery(since=3, level=LogLevel.WARNING))] == [4, 5]
 
@@ -92,7 +93,7 @@ def test_a_devices_forwarder_reaches_the_book_as_it_sent_it() -> None:
         logger.removeHandler(forwarder)
     [(topic, payload)] = sent
     assert topics.parse_device_log(topic) == "pi-7"
-    got = book.add("pi-7", payload, 1.0, ("job", 42))
+    got = book.add("pi-7", payload, 1.0, Place("job", 7, 42))
     assert got is not None and (got.level, got.line, got.logger, got.round) == (
         LogLevel.ERROR, "round 42 timed out", "edgegrove.test-device-logs", 42)
 
@@ -104,4 +105,5 @@ def test_a_line_of_the_followed_job_is_placed_at_its_nodes_latest_round(client: 
     feed_recording(store, "reroute.jsonl")
     store.ingest(topics.device_log("pi-3"), line("parent 1 silent, rerouting"))
     [got] = client.get("/api/logs").json()["lines"]
-    assert got["job"] == "rec" and got["round"] == store.state.nodes[3].last_round is not None
+    assert got["job"] == "rec" and got["node"] == 3
+    assert got["round"] == store.state.nodes[3].last_round is not None
