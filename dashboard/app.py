@@ -371,7 +371,8 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         "/api/control",
         response_model=ControlResponse,
         tags=["control"],
-        responses={403: {"description": "controls disabled, or missing/wrong token"},
+        responses={403: {"description": "controls disabled, a missing or wrong token and no operator "
+                                        "logged in, or a viewer (who only reads)"},
                    503: {"description": "not connected to the broker"}},
     )
     async def control(request: ControlRequest, http: Request) -> ControlResponse:
