@@ -257,7 +257,8 @@ NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
 
 
 def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
-    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory)
+    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory,
+                              dash.store.device_logs)
 
     @app.get("/healthz", response_model=HealthModel, tags=["health"])
     async def healthz() -> HealthModel:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -85,6 +85,9 @@ class DeviceLogBook:
         self.next_seq = 1
         self.unreadable = 0
         self.devices: set[str] = set()
+        # Every line heard since the start (the ring keeps the last MAX_LINES): /metrics.
+        self.heard: Counter[tuple[str, LogLevel]] = Counter()
+        self.dropped: Counter[str] = Counter()  # lines the devices said they dropped
 
     def add(self, device: str, payload: bytes, heard_at: float, place: Place) -> DeviceLogLine | None:
         """One message of a device's log topic (None: it did not parse, and is counted)."""
@@ -98,6 +101,8 @@ class DeviceLogBook:
         self.next_seq += 1
         self.lines.append(line)
         self.devices.add(device)
+        self.heard[device, level] += 1
+        self.dropped[device] += dropped
         return line
 
     def page(self, query: LogQuery) -> list[DeviceLogLine]:

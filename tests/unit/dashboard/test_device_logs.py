@@ -68,6 +68,10 @@ def test_the_log_filters_by_level_device_text_and_since(client: TestClient) -> N
     assert texts(since=1) == ["training failed: out of memory", "checkpoint unreadable"]
     assert texts(limit=1) == ["checkpoint unreadable"]
     assert client.get("/api/logs").json()["unreadable"] == 2
+    metrics = client.get("/metrics").text
+    assert 'edgegrove_device_log_lines_total{device="pi-1",level="warning"} 1.0' in metrics
+    assert 'edgegrove_device_log_lines_total{device="pi-1",level="critical"} 1.0' in metrics
+    assert 'edgegrove_device_log_dropped_total{device="pi-2"} 0.0' in metrics
     assert client.get("/api/logs", params={"level": "info"}).status_code == 422
 
 
