@@ -18,7 +18,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from agent.operator.accounts import Role
+from dashboard.accounts import Role
 from dashboard.guards import origin_allowed
 from dashboard.sessions import SESSION_COOKIE, Actor, Sessions, token_actor
 from dashboard.settings import DashboardSettings

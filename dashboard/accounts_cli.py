@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent.operator.accounts import (
+from dashboard.accounts import (
     Account,
     Role,
     load_accounts,

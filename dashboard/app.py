@@ -18,9 +18,9 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agent.operator.accounts import load_accounts
 from agent.protocol.messages import Control, MessageError
 from dashboard.access import Access, Refusal, add_access
+from dashboard.accounts import load_accounts
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
 from dashboard.device_logs import PAGE as LOG_PAGE
 from dashboard.device_logs import LogLevel, LogQuery

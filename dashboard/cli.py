@@ -130,7 +130,7 @@ def _check_files(args: argparse.Namespace) -> None:
     if args.run_dir is not None and not args.run_dir.is_dir():
         raise ValueError(f"--run-dir {args.run_dir}: no such directory")
     if args.accounts is not None:
-        from agent.operator.accounts import load_accounts
+        from dashboard.accounts import load_accounts
 
         if not load_accounts(args.accounts):
             raise ValueError(f"--accounts {args.accounts}: no account in it (`edgegrove accounts add`)")

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from agent.operator.accounts import Account, Role, verify_password
+from dashboard.accounts import Account, Role, verify_password
 
 SESSION_COOKIE = "edgegrove_session"
 SESSION_SECONDS = 12 * 3600.0

@@ -76,7 +76,7 @@ class DashboardSettings:
     run_dir: Path | None = None
     fleet_size: int | None = None  # the simulator's fleet size: control node ids are checked
     total_rounds: int | None = None  # the simulator's rounds: an agent done with them exits
-    # Named operator accounts (agent.operator.accounts): reading needs a login, acting the
+    # Named operator accounts (dashboard.accounts): reading needs a login, acting the
     # operator role. None: the page is open to read, the control token acts.
     accounts_file: Path | None = None
 

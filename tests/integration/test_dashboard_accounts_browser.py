@@ -20,9 +20,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from playwright.sync_api import Browser, Page
 
-from agent.operator.accounts import Role, save_accounts, with_account
 from agent.protocol.messages import Control
 from agent.protocol.topics import Topics
+from dashboard.accounts import Role, save_accounts, with_account
 from dashboard.server import DashboardHandle, run_in_thread
 from dashboard.settings import DashboardSettings
 from simulate.brokers import MosquittoBroker, start_mosquitto

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from agent.operator.accounts import Role, save_accounts, with_account
+from dashboard.accounts import Role, save_accounts, with_account
 from dashboard.app import create_app
 from dashboard.sessions import SESSION_COOKIE
 from dashboard.settings import DashboardSettings

@@ -1,4 +1,5 @@
-"""The dashboard's named operator accounts: a JSON file of names, roles and scrypt hashes.
+"""The dashboard's named operator accounts: a JSON file of names, roles and scrypt hashes
+(`edgegrove accounts`, `edgegrove dashboard --accounts FILE`).
 
     {"accounts": [{"name": "ana", "role": "operator", "password": "scrypt$16384$8$1$<salt>$<hash>"}]}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.operator.accounts import (
+from dashboard.accounts import (
     Role,
     hash_password,
     load_accounts,
