@@ -5,23 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
-import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, HTTPException, Query, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.protocol.messages import Control, MessageError
+from dashboard.access import Access, Refusal, add_access
+from dashboard.accounts import load_accounts
 from dashboard.agent_logs import MAX_NODE, LogUnavailable, tail_log
+from dashboard.device_logs import PAGE as LOG_PAGE
+from dashboard.device_logs import LogLevel, LogQuery
 from dashboard.directory_models import DeviceModel, JobModel, devices_model, jobs_model
 from dashboard.guards import check_control, origin_allowed
 from dashboard.hardening import HardeningMiddleware
@@ -33,6 +35,7 @@ from dashboard.models import (
     ConfigModel,
     ControlRequest,
     ControlResponse,
+    DeviceLogPageModel,
     EventModel,
     FleetModel,
     HealthModel,
@@ -41,6 +44,7 @@ from dashboard.models import (
     NodeSeriesModel,
     RoundModel,
     SnapshotMessage,
+    device_log_model,
     event_model,
     fleet_model,
     incident_model,
@@ -48,6 +52,7 @@ from dashboard.models import (
     round_model,
 )
 from dashboard.replay import RecordedRun, RoundSnapshot, load_run, replay_into, snapshot_at
+from dashboard.sessions import SESSION_COOKIE, Sessions
 from dashboard.settings import DashboardSettings
 from dashboard.state import FleetState, RunInfo, rounds_since
 from dashboard.store import FleetStore
@@ -89,6 +94,10 @@ class Dashboard:
         self.websockets = 0
         # Requests refused here (control API, WebSocket), by reason: shown with the counters.
         self.refused: Counter[str] = Counter()
+        # Named accounts (--accounts): who may read, who may act.
+        self.sessions = (Sessions(load_accounts(settings.accounts_file), time.monotonic)
+                         if settings.accounts_file is not None else None)
+        self.access = Access(settings, self.sessions, self.refused)
         self.sent_versions: dict[int, int] = {}  # per open socket: the state version it has
         self._fed = self._ingested = 0  # simulator records handed over / reduced
         self.closing = False
@@ -186,6 +195,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
         docs_url=None,
         redoc_url=None,
     )
+    add_access(app, dash.access)  # before the hardening: the Host check comes first
     app.add_middleware(HardeningMiddleware, bind_host=settings.host,
                        allowed_hosts=settings.allowed_hosts,
                        on_refused=lambda reason: dash.refused.update([reason]))
@@ -196,6 +206,7 @@ def create_app(settings: DashboardSettings, publisher: Publisher | None = None) 
     _add_websocket(app, dash)
     _add_control(app, dash)
     _add_directory_routes(app, dash)
+    _add_device_log_routes(app, dash)
     _add_page(app)
     return app
 
@@ -246,7 +257,8 @@ NodeId = Annotated[int, PathParam(ge=0, le=MAX_NODE, description="the node id")]
 
 
 def _add_health_routes(app: FastAPI, dash: Dashboard) -> None:
-    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory)
+    registry = fleet_registry(lambda: dash.store.state, dash.job, dash.broker_link, lambda: dash.store.directory,
+                              dash.store.device_logs)
 
     @app.get("/healthz", response_model=HealthModel, tags=["health"])
     async def healthz() -> HealthModel:
@@ -306,6 +318,25 @@ def _add_directory_routes(app: FastAPI, dash: Dashboard) -> None:
         return jobs_model(dash.store.directory)
 
 
+def _add_device_log_routes(app: FastAPI, dash: Dashboard) -> None:
+    @app.get("/api/logs", response_model=DeviceLogPageModel, tags=["devices and jobs"])
+    async def device_logs(
+        since: Since = None,
+        device: Annotated[str | None, Query(max_length=63, description="only this device's lines")] = None,
+        level: Annotated[str, Query(pattern="^(warning|error|critical)$",
+                                    description="only lines of this level and above")] = "warning",
+        q: Annotated[str, Query(max_length=200, description="only lines containing this (any case)")] = "",
+        limit: Annotated[int, Query(ge=1, le=LOG_PAGE)] = LOG_PAGE,
+    ) -> DeviceLogPageModel:
+        """The devices' warnings and errors (edgegrove/devices/<device>/log), oldest first, each
+        at the round its device was in: the first ``limit`` after ``since``, else the last."""
+        book = dash.store.device_logs
+        query = LogQuery(since, device, LogLevel.named(level), q, limit)
+        return DeviceLogPageModel(lines=[device_log_model(line, dash.wall_offset) for line in book.page(query)],
+                                  last_seq=book.next_seq - 1, devices=sorted(book.devices),
+                                  unreadable=book.unreadable)
+
+
 def _add_node_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/api/nodes/{node}/log", response_model=LogTailModel, tags=["fleet"],
              responses={404: {"description": "no run directory, or no log for that node in it"}})
@@ -341,17 +372,17 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
         "/api/control",
         response_model=ControlResponse,
         tags=["control"],
-        responses={403: {"description": "controls disabled, or missing/wrong token"},
+        responses={403: {"description": "controls disabled, a missing or wrong token and no operator "
+                                        "logged in, or a viewer (who only reads)"},
                    503: {"description": "not connected to the broker"}},
     )
-    async def control(
-        request: ControlRequest,
-        authorization: Annotated[str | None, Header()] = None,
-    ) -> ControlResponse:
-        refusal = _authorize(dash.settings.control_token, authorization)
-        if refusal is not None:
-            dash.refused[refusal.reason] += 1
-            raise HTTPException(status_code=403, detail=refusal.detail)
+    async def control(request: ControlRequest, http: Request) -> ControlResponse:
+        """A fault command, from an operator (a logged-in account or the control token);
+        the job's event log records who sent it."""
+        actor = dash.access.operator_of(http)
+        if isinstance(actor, Refusal):
+            dash.refused[actor.reason] += 1
+            raise HTTPException(status_code=403, detail=actor.detail)
         state = dash.store.state
         try:
             message = Control(**request.model_dump())
@@ -366,24 +397,8 @@ def _add_control(app: FastAPI, dash: Dashboard) -> None:
             dash.publish(topic, message.encode())
         except BrokerUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
-        dash.store.operator_command(message)
+        dash.store.operator_command(message, actor.name)
         return ControlResponse(published=True, topic=topic, after=after)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    reason: str  # the counter it goes to
-    detail: str  # what the client is told
-
-
-def _authorize(token: str | None, authorization: str | None) -> Refusal | None:
-    """Why a control request is refused (None: it may go on)."""
-    if not token:
-        return Refusal("control_disabled", "fault controls are disabled: start the dashboard with --control-token")
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), token.encode()):
-        return Refusal("control_token", "missing or wrong control token")
-    return None
 
 
 def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
@@ -394,6 +409,10 @@ def _add_websocket(app: FastAPI, dash: Dashboard) -> None:
             # Closing before accept refuses the handshake (HTTP 403).
             dash.refused["websocket_origin"] += 1
             await socket.close(code=WS_POLICY_VIOLATION, reason="origin not allowed")
+            return
+        if not dash.access.may_read(dash.access.actor(None, socket.cookies.get(SESSION_COOKIE), origin, host)):
+            dash.refused["login_needed"] += 1
+            await socket.close(code=WS_POLICY_VIOLATION, reason="log in first")
             return
         if dash.websockets >= dash.settings.max_websockets:
             dash.refused["websocket_full"] += 1

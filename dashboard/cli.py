@@ -57,6 +57,9 @@ def _add_server_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--control-token", default=None,
                         help=f"enable fault controls for clients sending this bearer token "
                              f"(at least 8 characters; default: ${TOKEN_ENV}, else disabled)")
+    parser.add_argument("--accounts", type=Path, metavar="FILE",
+                        help="named operator accounts (`edgegrove accounts add` writes the file): "
+                             "reading the page needs a login, commands the operator role")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="also let pages from this origin (http(s)://HOST[:PORT]) open the "
                              "WebSocket; the dashboard's own host is always allowed (repeatable)")
@@ -118,25 +121,36 @@ def read_credentials(path: Path, role: str = "dashboard") -> tuple[str, str]:
     return user, password
 
 
-def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
-    from dashboard.settings import DashboardSettings
-
-    username, password = args.username, args.password
-    token = args.control_token or os.environ.get(TOKEN_ENV) or None
-    if args.credentials is not None:
-        username, password = read_credentials(args.credentials, "admin" if token else "dashboard")
-    if password is not None and username is None:
-        raise ValueError("--password needs --username")
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port {args.port}: a port is 0-65535 (0 picks a free one)")
+def _check_files(args: argparse.Namespace) -> None:
+    """The files and directories the options name exist and read (ValueError says which not)."""
     if args.replay is not None:
         from dashboard.replay import check_run_dir
 
         check_run_dir(args.replay)
     if args.run_dir is not None and not args.run_dir.is_dir():
         raise ValueError(f"--run-dir {args.run_dir}: no such directory")
+    if args.accounts is not None:
+        from dashboard.accounts import load_accounts
+
+        if not load_accounts(args.accounts):
+            raise ValueError(f"--accounts {args.accounts}: no account in it (`edgegrove accounts add`)")
     if args.ca_file is not None and not args.ca_file.is_file():
         raise ValueError(f"--ca-file {args.ca_file}: no such file")
+
+
+def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
+    from dashboard.settings import DashboardSettings
+
+    username, password = args.username, args.password
+    token = args.control_token or os.environ.get(TOKEN_ENV) or None
+    if args.credentials is not None:
+        acting = token or args.accounts is not None  # only the admin may publish on control
+        username, password = read_credentials(args.credentials, "admin" if acting else "dashboard")
+    if password is not None and username is None:
+        raise ValueError("--password needs --username")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: a port is 0-65535 (0 picks a free one)")
+    _check_files(args)
     return DashboardSettings(
         broker_url=args.broker,
         ca_file=args.ca_file,
@@ -158,6 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         allowed_origins=tuple(args.allow_origin),
         allowed_hosts=tuple(args.allow_host),
         max_websockets=args.max_websockets,
+        accounts_file=None if args.replay is not None else args.accounts,
     )
 
 

@@ -30,7 +30,7 @@ MAX_CURVE = 2000  # accuracy points kept per job
 Unreadable = Literal["device_record", "job_spec", "job_exec", "job_result"]
 # The topic filters the dashboard subscribes to for the devices and jobs views.
 SUBSCRIPTIONS = (topics.all_device_records(), topics.all_job_specs(), topics.all_execs(),
-                 f"{topics.ROOT}/jobs/+/result")
+                 f"{topics.ROOT}/jobs/+/result", topics.all_device_logs())
 
 
 class JobState(enum.StrEnum):

@@ -8,6 +8,8 @@ from agent.protocol.messages import Control
 from dashboard.state import FleetState
 
 LATENCY_LIMIT_S = 60.0
+BROKER_OUTAGE_LIMIT_S = 60.0
+BROKER_ACTIONS = frozenset({"broker_restart"})  # they target the broker, not a node
 
 
 def fleet_ids(state: FleetState) -> list[int]:
@@ -20,6 +22,9 @@ def fleet_ids(state: FleetState) -> list[int]:
 
 def check_control(message: Control, state: FleetState) -> None:
     """Refuse a command the fleet could not carry out; ValueError says why."""
+    if message.action in BROKER_ACTIONS:
+        _check_outage(message.value)
+        return
     ids = fleet_ids(state)
     for role, node in (("node", message.node), ("peer", message.peer)):
         if node is not None and ids and node not in ids:
@@ -31,6 +36,12 @@ def check_control(message: Control, state: FleetState) -> None:
         raise ValueError(f"loss is a probability between 0 and 1, not {value}")
     if message.action == "latency" and value is not None and not 0.0 <= value <= LATENCY_LIMIT_S:
         raise ValueError(f"latency is seconds between 0 and {LATENCY_LIMIT_S:.0f}, not {value}")
+
+
+def _check_outage(value: float | None) -> None:
+    if value is None or not 0.0 < value <= BROKER_OUTAGE_LIMIT_S:
+        raise ValueError(f"a broker restart needs its outage, seconds above 0 and up to "
+                         f"{BROKER_OUTAGE_LIMIT_S:.0f}, not {value}")
 
 
 def _id_ranges(ids: list[int]) -> str:

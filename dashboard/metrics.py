@@ -22,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from dashboard.device_logs import DeviceLogBook
 from dashboard.directory import Directory
 from dashboard.state import ROUND_TIME_BUCKETS, FleetState, RoundTimes, rejected_frames
 
@@ -42,11 +43,13 @@ class BrokerLink:
 class FleetCollector(Collector):
     def __init__(self, state: Callable[[], FleetState], job: str,
                  broker: Callable[[], BrokerLink] | None = None,
-                 directory: Callable[[], Directory] | None = None) -> None:
+                 directory: Callable[[], Directory] | None = None,
+                 device_logs: DeviceLogBook | None = None) -> None:
         self.state = state
         self.job = job
         self.broker = broker
         self.directory = directory
+        self.device_logs = device_logs
 
     def collect(self) -> Iterable[Metric]:
         state = self.state()
@@ -58,6 +61,8 @@ class FleetCollector(Collector):
         yield from self._broker()
         if self.directory is not None:
             yield from directory_metrics(self.directory())
+        if self.device_logs is not None:
+            yield from device_log_metrics(self.device_logs)
 
     def _fleet(self, s: FleetState) -> Iterable[Metric]:
         c, job = s.counters, [self.job]
@@ -226,6 +231,20 @@ def directory_metrics(d: Directory) -> Iterable[Metric]:
     yield from (device_state, heard, execs, job_round, job_accuracy)
 
 
+def device_log_metrics(book: DeviceLogBook) -> Iterable[Metric]:
+    """The devices' warnings and errors heard (edgegrove/devices/<device>/log), by level, and
+    the lines the devices said their rate limit dropped."""
+    lines = CounterMetricFamily(f"{PREFIX}_device_log_lines", "Warning-or-worse log lines a device sent",
+                                labels=["device", "level"])
+    dropped = CounterMetricFamily(f"{PREFIX}_device_log_dropped", "Log lines a device's rate limit dropped",
+                                  labels=["device"])
+    for (device, level), count in sorted(book.heard.items()):
+        lines.add_metric([device, level.name.lower()], count)
+    for device, count in sorted(book.dropped.items()):
+        dropped.add_metric([device], count)
+    yield from (lines, dropped)
+
+
 def _faults_by_node(s: FleetState) -> dict[int, Counter[str]]:
     touched: dict[int, Counter[str]] = {}
     for incident in s.incidents:
@@ -252,7 +271,8 @@ def _one(metric: CounterMetricFamily | GaugeMetricFamily, labels: list[str], val
 
 def fleet_registry(state: Callable[[], FleetState], job: str,
                    broker: Callable[[], BrokerLink] | None = None,
-                   directory: Callable[[], Directory] | None = None) -> CollectorRegistry:
+                   directory: Callable[[], Directory] | None = None,
+                   device_logs: DeviceLogBook | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(state, job, broker, directory))
+    registry.register(FleetCollector(state, job, broker, directory, device_logs))
     return registry

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from agent.protocol.messages import View
 from agent.protocol.topology import Tree
+from dashboard.device_logs import DeviceLogLine
 from dashboard.incidents import Incident
 from dashboard.kinds import IncidentKind, Kind
 from dashboard.node_series import SeriesPage
@@ -155,6 +156,7 @@ class OperatorActionModel(BaseModel):
     incident: IncidentKind | None = Field(description="the kind of fault it makes or undoes")
     undoes: bool
     outcome: str = Field(description="what the simulator said it did (empty: no answer)")
+    by: str = Field(default="", description="who sent it: the operator's account (`token`: the control token)")
 
 
 class RunModel(BaseModel):
@@ -253,6 +255,8 @@ class EventModel(BaseModel):
     peer: int | None
     round: int | None
     detail: str
+    by: str = Field(default="", description="who sent it: the operator's account (`token` for the "
+                    "control token) of a command from the dashboard, else empty")
 
 
 class NodePointModel(BaseModel):
@@ -295,7 +299,9 @@ class ConfigModel(BaseModel):
 
 class ControlRequest(BaseModel):
     action: Literal["cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency",
-                    "isolate", "rejoin"]
+                    "isolate", "rejoin", "broker_restart"] = Field(
+        description="broker_restart: the simulator stops its own broker and starts it again "
+                    "`value` seconds later (`node` is not used)")
     node: int = Field(ge=0, le=1023)
     peer: int | None = Field(default=None, ge=0, le=1023)
     value: float | None = None
@@ -480,7 +486,7 @@ def fleet_model(
         controls=[control_outcome_model(c, wall_offset) for c in state.controls],
         operator_actions=[OperatorActionModel(
             seq=a.seq, time=round(a.time + wall_offset, 3), round=a.round, action=a.action,
-            targets=list(a.targets), incident=a.incident, undoes=a.undoes, outcome=a.outcome)
+            targets=list(a.targets), incident=a.incident, undoes=a.undoes, outcome=a.outcome, by=a.by)
             for a in state.operator_actions],
         run=RunModel(phase=state.run.phase, fleet_size=state.run.fleet_size,
                      replay_hint=state.run.replay_hint, replay_of=state.run.replay_of),
@@ -504,7 +510,7 @@ def round_model(s: RoundSummary) -> RoundModel:
 def event_model(e: FleetEvent, wall_offset: float) -> EventModel:
     return EventModel(
         seq=e.seq, time=round(e.time + wall_offset, 3), kind=e.kind, node=e.node, peer=e.peer,
-        round=e.round, detail=e.detail,
+        round=e.round, detail=e.detail, by=e.by,
     )
 
 
@@ -514,3 +520,32 @@ def node_series_model(node: int, page: SeriesPage) -> NodeSeriesModel:
         points=[NodePointModel(round=p.round, round_seconds=p.round_seconds, cpu_percent=p.cpu_percent,
                                rss_bytes=p.rss_bytes, bytes_sent=p.bytes_sent,
                                bytes_received=p.bytes_received) for p in page.points])
+
+
+class DeviceLogLineModel(BaseModel):
+    seq: int
+    device: str
+    level: str = Field(description="warning, error or critical")
+    logger: str
+    line: str
+    time: float = Field(description="Unix time: the device's own clock, else when the dashboard heard it")
+    heard_at: float = Field(description="Unix time when the dashboard heard it")
+    job: str | None = Field(description="the job the device was in")
+    node: int | None = Field(description="its node in that job")
+    round: int | None = Field(description="the round the device was in when the line arrived")
+    dropped: int = Field(description="lines the device dropped (its rate limit) just before this one")
+
+
+class DeviceLogPageModel(BaseModel):
+    lines: list[DeviceLogLineModel]
+    last_seq: int = Field(description="the newest line's seq the dashboard holds (0: none); ask ?since= it")
+    devices: list[str] = Field(description="every device a line was heard from")
+    unreadable: int = Field(description="messages on a log topic that did not parse")
+
+
+def device_log_model(line: DeviceLogLine, wall_offset: float) -> DeviceLogLineModel:
+    heard = round(line.heard_at + wall_offset, 3)
+    return DeviceLogLineModel(
+        seq=line.seq, device=line.device, level=line.level.name.lower(), logger=line.logger, line=line.line,
+        time=line.sent_at if line.sent_at is not None else heard, heard_at=heard, job=line.job,
+        node=line.node, round=line.round, dropped=line.dropped)

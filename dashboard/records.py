@@ -17,6 +17,7 @@ from agent.protocol.notes import NoteKind
 from dashboard import incidents as inc
 from dashboard.bridges import apply_bridges, uplink_reports
 from dashboard.kinds import EventKind, IncidentKind, Kind
+from dashboard.sessions import TOKEN_ACTOR
 from dashboard.state import (
     ControlOutcome,
     Draft,
@@ -33,7 +34,7 @@ from dashboard.state import (
 Record = Mapping[str, Any]
 MAX_CONTROLS = 50
 # What only the simulator knows; the rest of its records it heard on the broker, like us.
-SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run", "uplinks"})
+SIMULATOR_ONLY = frozenset({"fault", "dashboard_control", "run", "uplinks", "broker"})
 Message = TypeVar("Message", Status, View, Telemetry)
 
 
@@ -55,6 +56,8 @@ def apply_record(state: FleetState, record: Record, now: float) -> Result:
             return _run(state, record, now)
         if kind == "uplinks":
             return _uplinks(state, record, now)
+        if kind == "broker":
+            return _broker(state, record, now)
     except (MessageError, KeyError, TypeError, ValueError):
         pass
     return state, ()
@@ -120,28 +123,32 @@ def _control_outcome(state: FleetState, record: Record, now: float) -> Result:
     state = replace(state, controls=(*state.controls, entry)[-MAX_CONTROLS:])
     value = record.get("value")
     state = _operator_answered(state, entry, value if isinstance(value, (int, float)) else None, now)
-    target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "")
+    targets = _operator_targets(entry.action, entry.node, entry.peer)
+    target = f"node {entry.node}" + (f"->{entry.peer}" if entry.peer is not None else "") if targets else "the broker"
     detail = f"{entry.action} {target}: {outcome}"
-    draft = Draft(EventKind.CONTROL, entry.node, entry.peer, state.fleet_round, detail)
+    draft = Draft(EventKind.CONTROL, entry.node if targets else None, entry.peer, state.fleet_round, detail)
     return with_events(state, [draft], now)
 
 
 # The operator's commands (the dashboard's controls): the fault each makes, and the fault each
 # undoes. A loss or latency of 0 undoes that fault.
 _OPERATOR_MAKES = {"crash": IncidentKind.CRASH, "hang": IncidentKind.HANG, "isolate": IncidentKind.ISOLATE,
-                   "cut": IncidentKind.LINK, "loss": IncidentKind.LOSS, "latency": IncidentKind.LATENCY}
+                   "cut": IncidentKind.LINK, "loss": IncidentKind.LOSS, "latency": IncidentKind.LATENCY,
+                   "broker_restart": IncidentKind.BROKER_RESTART}
 _OPERATOR_UNDOES = {"restart": IncidentKind.CRASH, "resume": IncidentKind.HANG, "rejoin": IncidentKind.ISOLATE,
                     "heal": IncidentKind.LINK}
 MAX_OPERATOR_ACTIONS = 500
 
 
 def apply_operator(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
-                   now: float) -> Result:
+                   now: float, by: str = "") -> Result:
     """The dashboard sent the operator's command: marked at the fleet's round, and the fault it
     makes (or undoes) is the operator's incident, whatever it targets, before the fleet sees it."""
-    state, made = _operator_action(state, action, node, peer, value, now)
+    state, made = _operator_action(state, action, node, peer, value, now, by)
     title = f"{made.action} {_targets_text(made.targets)}"
-    draft = Draft(EventKind.CONTROL, node, peer, made.round, f"{title}: sent by the operator from the dashboard")
+    sender = _sender(by)
+    node_of = node if made.targets else None  # a broker command names no node
+    draft = Draft(EventKind.CONTROL, node_of, peer, made.round, f"{title}: sent by {sender} from the dashboard", by)
     return with_events(state, [draft], now)
 
 
@@ -168,12 +175,14 @@ def _operator_answered(state: FleetState, entry: ControlOutcome, value: float | 
 
 def _operator_targets(action: str, node: int, peer: int | None) -> tuple[int, ...]:
     kind = _OPERATOR_MAKES.get(action) or _OPERATOR_UNDOES.get(action)
+    if kind is IncidentKind.BROKER_RESTART:
+        return ()  # the broker: every node's link to it
     nodes = (node,) if peer is None else (node, peer)
     return inc.targets_of(kind, nodes) if kind is not None else nodes
 
 
 def _operator_action(state: FleetState, action: str, node: int, peer: int | None, value: float | None,
-                     now: float) -> tuple[FleetState, OperatorAction]:
+                     now: float, by: str = "") -> tuple[FleetState, OperatorAction]:
     """Records the command and opens (or undoes) its fault as the operator's incident."""
     round_no = state.fleet_round
     targets = _operator_targets(action, node, peer)
@@ -183,16 +192,37 @@ def _operator_action(state: FleetState, action: str, node: int, peer: int | None
     if kind is not None and undoes:
         incidents = inc.heal(incidents, kind, targets, round_no, now)
     elif kind is not None:
-        title = f"{action} {_targets_text(targets)} (made by the operator from the dashboard)"
+        title = f"{action} {_targets_text(targets)} (made by {_sender(by)} from the dashboard)"
         incidents = inc.inject(incidents, kind, targets, title, round_no, now, "operator")
     seq = state.operator_actions[-1].seq + 1 if state.operator_actions else 1
-    made = OperatorAction(seq, now, round_no, action[:16], targets, kind, undoes)
+    made = OperatorAction(seq, now, round_no, action[:16], targets, kind, undoes, by=by)
     actions = (*state.operator_actions, made)[-MAX_OPERATOR_ACTIONS:]
     return replace(state, incidents=incidents, operator_actions=actions), made
 
 
+def _sender(by: str) -> str:
+    """Who sent a command, in the timeline's words."""
+    if by == TOKEN_ACTOR:
+        return "the operator with the control token"
+    return f"operator {by}" if by else "the operator"
+
+
 def _targets_text(targets: tuple[int, ...]) -> str:
+    if not targets:
+        return "the broker"
     return f"link {targets[0]}-{targets[1]}" if len(targets) == 2 else f"node {targets[0]}"
+
+
+def _broker(state: FleetState, record: Record, now: float) -> Result:
+    """The simulator's broker is back after the operator's restart: its incident closes at the
+    fleet's round (a scenario's restart closes with its fault's heal record)."""
+    operators = any(i.active and i.kind is IncidentKind.BROKER_RESTART and i.source == "operator"
+                    for i in state.incidents)
+    if record.get("event") != "started" or not operators:
+        return state, ()
+    incidents = inc.heal(state.incidents, IncidentKind.BROKER_RESTART, (), state.fleet_round, now)
+    draft = Draft(EventKind.FAULT_HEALED, None, None, state.fleet_round, "broker back up")
+    return with_events(replace(state, incidents=incidents), [draft], now)
 
 
 def _uplinks(state: FleetState, record: Record, now: float) -> Result:

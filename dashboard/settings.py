@@ -76,6 +76,9 @@ class DashboardSettings:
     run_dir: Path | None = None
     fleet_size: int | None = None  # the simulator's fleet size: control node ids are checked
     total_rounds: int | None = None  # the simulator's rounds: an agent done with them exits
+    # Named operator accounts (dashboard.accounts): reading needs a login, acting the
+    # operator role. None: the page is open to read, the control token acts.
+    accounts_file: Path | None = None
 
     def __post_init__(self) -> None:
         validate_job(self.job)
@@ -105,4 +108,4 @@ class DashboardSettings:
 
     @property
     def controls_enabled(self) -> bool:
-        return bool(self.control_token)
+        return bool(self.control_token) or self.accounts_file is not None

@@ -65,6 +65,7 @@ class FleetEvent:
     peer: int | None = None
     round: int | None = None
     detail: str = ""
+    by: str = ""  # the operator who sent it (an operator's command), else ""
 
 
 # Upper bounds (seconds) of the buckets of each node's round-time histogram (/metrics).
@@ -272,6 +273,7 @@ class OperatorAction:
     incident: IncidentKind | None  # the kind of fault it makes or undoes (None: none)
     undoes: bool  # it undoes a fault (heal, restart, resume, rejoin, a loss or latency of 0)
     outcome: str = ""  # what the simulator said it did ("": no simulator answered)
+    by: str = ""  # the operator's account (`token`: the control token; "": not known, a replay)
 
 
 @dataclass(frozen=True)
@@ -547,6 +549,7 @@ class Draft:
     peer: int | None
     round: int | None
     detail: str
+    by: str = ""
 
 
 def _finish(state: FleetState, drafts: Iterable[Draft], now: float, relink: bool = True) -> Result:
@@ -560,7 +563,7 @@ def _finish(state: FleetState, drafts: Iterable[Draft], now: float, relink: bool
         state = replace(state, links=_frozen(links))
     seq = state.next_seq
     events = tuple(
-        FleetEvent(seq + i, now, d.kind, d.node, d.peer, d.round, d.detail)
+        FleetEvent(seq + i, now, d.kind, d.node, d.peer, d.round, d.detail, d.by)
         for i, d in enumerate(all_drafts)
     )
     if events:

@@ -16,9 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
+from agent.jobs import topics as device_topics
 from agent.protocol.messages import Control, MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
 from dashboard.bridges import apply_bridge, notification_report
+from dashboard.device_logs import DeviceLogBook, place_of
 from dashboard.directory import Directory, is_directory_topic, take
 from dashboard.node_series import DEFAULT_MAX_POINTS, NodeSeriesBook
 from dashboard.records import Record, apply_operator, apply_record, telemetry_record
@@ -72,10 +74,16 @@ class FleetStore:
         self.node_series = NodeSeriesBook(max_node_points)
         # The devices and jobs the broker's retained topics tell of (agent.jobs' wire).
         self.directory = Directory()
+        # The devices' warnings and errors (edgegrove/devices/<device>/log), placed at their round.
+        self.device_logs = DeviceLogBook()
 
     def ingest(self, topic: str, payload: bytes) -> tuple[FleetEvent, ...]:
         """One raw MQTT message. Anything malformed is counted by reason, never raised."""
         now = self._clock()
+        if (device := device_topics.parse_device_log(topic)) is not None:
+            place = place_of(device, self.directory, self.state, self.topics.job)
+            self.device_logs.add(device, payload, now, place)
+            return ()
         if is_directory_topic(topic):
             self.directory = take(self.directory, topic, payload, now)
             self.wake_all()
@@ -106,10 +114,11 @@ class FleetStore:
         self.node_series.add(telemetry)
         return self._commit(apply_telemetry(self.state, telemetry, now))
 
-    def operator_command(self, control: Control) -> tuple[FleetEvent, ...]:
-        """The operator's command, sent from the dashboard: its mark and its incident."""
+    def operator_command(self, control: Control, by: str = "") -> tuple[FleetEvent, ...]:
+        """The operator's command, sent from the dashboard: its mark and its incident, and
+        who sent it (the audit line of the event log)."""
         return self._commit(apply_operator(self.state, control.action, control.node, control.peer,
-                                           control.value, self._clock()))
+                                           control.value, self._clock(), by))
 
     def events_page(self, since: int | None = None, before: int | None = None,
                     limit: int | None = None) -> list[FleetEvent]:

@@ -18,6 +18,7 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("edgegrove.analyze", "analytic studies of the FT-tree (isolation, fault cost)"),
     "broker": Command("simulate.broker_cli", "run a broker: mosquitto from broker-config/, or the embedded one"),
     "dashboard": Command("dashboard.cli", "serve the live fleet dashboard"),
+    "accounts": Command("dashboard.accounts_cli", "the dashboard's named operator accounts (add, remove, list)"),
     "simulate": Command("simulate.cli", "run a whole fleet with faults, the dashboard and a report"),
     "bench": Command("simulate.bench.cli", "benchmarks that print figures (model, agent, allreduce, ...)"),
 }

@@ -507,6 +507,11 @@ class Injector:
         if refusal:
             return f"ignored: {refusal}"
         node, action = control.node, control.action
+        if action == "broker_restart":
+            outage = float(control.value or 0.0)
+            self._restart_broker(BrokerRestartFault(kind="broker-restart", at_round=0, phase="start", outage=outage),
+                                 self.restartable)
+            return f"applied: broker stopped, back in {outage:g} s"
         if action == "crash":
             self.fleet.kill(node)
         elif action in ("restart", "rejoin"):
@@ -526,6 +531,14 @@ class Injector:
 
     def _refusal(self, control: Control) -> str:
         """Why a command cannot be carried out in this fleet, or ''."""
+        if control.action == "broker_restart":
+            if self.restartable is None:
+                return "the broker is not the simulator's own (an external broker, or sites): it is not restarted from here"
+            if self.restartable.pid is None:
+                return "the broker is down already (a restart is under way)"
+            if not 0.0 < (control.value or 0.0) <= 600.0:
+                return "a broker restart needs its outage in seconds (above 0, up to 600)"
+            return ""
         ids = sorted(self.fleet.agents)
         for role, node in (("node", control.node), ("peer", control.peer)):
             if node is not None and node not in self.fleet.agents:

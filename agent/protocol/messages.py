@@ -19,7 +19,8 @@ MAX_MESSAGE_BYTES = 256 * 1024
 NodeState = Literal["online", "joining", "offline"]
 LinkState = Literal["ok", "suspected", "failed", "rerouted"]
 ControlAction = Literal[
-    "cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency", "isolate", "rejoin"
+    "cut", "heal", "crash", "restart", "hang", "resume", "loss", "latency", "isolate", "rejoin",
+    "broker_restart",  # the simulator's own broker, down for ``value`` seconds (``node`` unused)
 ]
 
 

@@ -25,15 +25,16 @@ const MAX_EVENTS_KEPT = 200000; // the whole history of a long run; earlier page
 const EARLIER_PAGE = 5000;
 const EARLIER_ROUNDS_PAGE = 5000;
 const MAX_ROWS_SHOWN = 300;
-const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate"]);
+const CONFIRM_ACTIONS = new Set(["crash", "hang", "isolate", "broker_restart"]);
 const NEEDS_PEER = new Set(["cut", "heal"]);
-const NEEDS_VALUE = new Set(["loss", "latency"]);
+const NEEDS_VALUE = new Set(["loss", "latency", "broker_restart"]);
+const NO_NODE = new Set(["broker_restart"]); // the whole broker, not a node
 const OUTCOME_WAIT_MS = 8000;
 const LOG_LINES = 200;
 
 const model = { fleet: null, rounds: new Map(), events: [], atFleet: null };
 // atRound: the replay slider's round (null: the end of the run, or live).
-const ui = { atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
+const ui = { me: null, atLoading: false, loadingRounds: false, zoom: null, chartContext: null, hoverChart: null, settingScale: false, filter: "faults", timeAgent: "median", pending: null, charts: {}, atRound: null, atAsked: 0, nodes: [], nodeSeries: new Map() };
 let socket = null;
 let retryDelay = 500;
 let renderPending = false;
@@ -65,7 +66,7 @@ function fmtNum(v, digits = 3) { return v === null || v === undefined ? "–" : 
 // One convention for percentages everywhere: accuracy as "92.6 %".
 function fmtPct(v) { return v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)} %`; }
 function fmtSeconds(v) { return v === null || v === undefined ? "–" : `${v.toFixed(v < 10 ? 2 : 1)} s`; }
-function targetsText(t) { return t.length === 2 ? `link ${t[0]}–${t[1]}` : `node ${t[0]}`; }
+function targetsText(t) { return t.length === 2 ? `link ${t[0]}–${t[1]}` : t.length ? `node ${t[0]}` : "the broker"; }
 
 // ------------------------------------------------------------------ connection
 
@@ -546,7 +547,7 @@ function filteredEvents() {
 function eventRow(g) {
   const e = g.last;
   const li = html("li");
-  Object.assign(li.dataset, { kind: e.kind, round: e.round ?? "", node: e.node ?? "", count: g.count });
+  Object.assign(li.dataset, { kind: e.kind, round: e.round ?? "", node: e.node ?? "", count: g.count, by: e.by || "" });
   const when = new Date(e.time * 1000).toLocaleTimeString([], { hour12: false });
   const rounds = g.count > 1 && g.first.round !== e.round ? `r${g.first.round}–${e.round}` : `r${e.round}`;
   const chatty = CHATTY.has(e.kind) && g.count > 1;
@@ -853,8 +854,10 @@ function controlProblem() {
   const action = value("control-action");
   const ids = model.fleet ? fleetIds(model.fleet) : [];
   const inFleet = (v) => !ids.length || ids.includes(Number(v));
-  if (!value("control-token")) return "enter the control token to send";
-  if (value("control-node") === "" || !inFleet(value("control-node"))) {
+  const me = ui.me || {};
+  if (me.name && me.role !== "operator") return `${me.name} is a ${me.role}: a viewer only reads`;
+  if (!value("control-token") && !sessionOperator()) return "enter the control token to send";
+  if (!NO_NODE.has(action) && (value("control-node") === "" || !inFleet(value("control-node")))) {
     return `node must be one of the fleet's (${ids.length ? `${ids[0]}–${ids[ids.length - 1]}` : "none known"})`;
   }
   if (NEEDS_PEER.has(action) && value("control-peer") === "") return `${action} needs a peer`;
@@ -873,15 +876,22 @@ function updateControlForm() {
   // Send stays disabled without a token; other problems are explained and checked by the server.
   const over = Boolean(model.fleet) && model.fleet.run.phase !== "live";
   for (const id of ["control-token", "control-action", "control-node"]) document.getElementById(id).disabled = over;
+  document.getElementById("control-node").disabled = over || NO_NODE.has(action);
   if (over) for (const id of ["control-peer", "control-one-way", "control-value"]) document.getElementById(id).disabled = true;
-  document.getElementById("control-send").disabled = over || !document.getElementById("control-token").value;
+  const viewer = Boolean(ui.me && ui.me.name && ui.me.role !== "operator");
+  document.getElementById("control-token").closest("label").hidden = Boolean(ui.me && ui.me.via === "session");
+  document.getElementById("control-send").disabled = over || viewer
+    || (!document.getElementById("control-token").value && !sessionOperator());
   document.getElementById("control-hint").textContent = problem;
 }
+
+// Logged in with an operator account: the session cookie carries the command, no token.
+function sessionOperator() { return Boolean(ui.me && ui.me.via === "session" && ui.me.role === "operator"); }
 
 function controlBody() {
   const value = (id) => document.getElementById(id).value;
   const action = value("control-action");
-  const body = { action, node: Number(value("control-node")) };
+  const body = { action, node: NO_NODE.has(action) ? 0 : Number(value("control-node")) };
   if (NEEDS_PEER.has(action) && value("control-peer") !== "") body.peer = Number(value("control-peer"));
   if (NEEDS_VALUE.has(action) && value("control-value") !== "") body.value = Number(value("control-value"));
   if (NEEDS_PEER.has(action)) body.one_way = document.getElementById("control-one-way").checked;
@@ -899,7 +909,8 @@ async function sendControl(event) {
   const token = document.getElementById("control-token").value;
   sessionStorage.setItem("edgegrove-token", token);
   const body = controlBody();
-  const what = `${body.action} node ${body.node}${body.peer !== undefined ? `→${body.peer}` : ""}`;
+  const what = NO_NODE.has(body.action) ? `${body.action} for ${body.value} s`
+    : `${body.action} node ${body.node}${body.peer !== undefined ? `→${body.peer}` : ""}`;
   setResult("sending", `sending ${what}…`);  // the previous command's outcome is not this one's
   if (CONFIRM_ACTIONS.has(body.action) && !window.confirm(`Really ${what}?`)) {
     setResult("cancelled", `not sent: ${what}`);
@@ -908,7 +919,8 @@ async function sendControl(event) {
   try {
     const response = await fetch("/api/control", {
       method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+      headers: token ? { "Content-Type": "application/json", Authorization: `Bearer ${token}` }
+        : { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
     const data = await response.json();

@@ -96,7 +96,7 @@ function operatorMarks(at) {
   const actions = model.fleet.operator_actions || [];
   return actions.filter((a) => a.round !== null && (at === null || a.round <= at)).map((a) => ({
     round: a.round, kind: OPERATOR_MARK, source: "operator",
-    text: `operator: ${a.action} ${targetsText(a.targets)}${a.outcome ? ` (${a.outcome})` : ""}`,
+    text: `operator: ${a.action} ${targetsText(a.targets)}${a.by ? ` by ${a.by}` : ""}${a.outcome ? ` (${a.outcome})` : ""}`,
   }));
 }
 

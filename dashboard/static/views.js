@@ -6,7 +6,7 @@
 "use strict";
 
 const DIRECTORY_POLL_MS = 2000;
-const VIEWS = ["fleet", "devices", "jobs"];
+const VIEWS = ["fleet", "devices", "jobs", "logs"]; // logs: logs.js
 const directory = { view: "fleet", timer: null, asked: 0, compare: new Set(), jobs: [], curves: null, curvesKey: "" };
 
 function showView() {
@@ -18,7 +18,7 @@ function showView() {
     else tab.removeAttribute("aria-current");
   }
   clearTimeout(directory.timer);
-  if (directory.view !== "fleet") refreshDirectory();
+  if (directory.view === "devices" || directory.view === "jobs") refreshDirectory();
   else scheduleRender(); // the charts take their width again
 }
 
@@ -34,7 +34,7 @@ async function refreshDirectory() {
   } catch (err) {
     // The server went away for a moment: the next poll asks again.
   }
-  if (asked === directory.asked && directory.view !== "fleet") {
+  if (asked === directory.asked && (directory.view === "devices" || directory.view === "jobs")) {
     directory.timer = setTimeout(refreshDirectory, DIRECTORY_POLL_MS);
   }
 }

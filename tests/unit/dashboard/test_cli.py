@@ -197,3 +197,25 @@ def test_the_url_file_appears_only_whole(tmp_path: Path, monkeypatch: pytest.Mon
     assert seen == [(False, "http://127.0.0.1:8080/\n")]
     assert target.read_text(encoding="utf-8") == "http://127.0.0.1:8080/\n"
     assert [p.name for p in tmp_path.iterdir()] == ["url"]  # no temp file left beside it
+
+
+def test_accounts_enable_controls_and_a_bad_file_is_one_line_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(cli.TOKEN_ENV, raising=False)
+    accounts = tmp_path / "accounts.json"
+    monkeypatch.setenv("EDGEGROVE_ACCOUNT_PASSWORD", "ana-password")
+    assert main(["accounts", "add", "ana", "--role", "operator", "--file", str(accounts)]) == 0
+    assert main(["accounts", "list", "--file", str(accounts)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "ana\toperator"
+    settings = cli.settings_from_args(parse("--accounts", str(accounts)))
+    assert settings.accounts_file == accounts and settings.controls_enabled
+    creds = tmp_path / "credentials.json"
+    creds.write_text(json.dumps({"dashboard": {"username": "d", "password": "p"},
+                                 "admin": {"username": "a", "password": "q"}}))
+    assert cli.settings_from_args(parse("--accounts", str(accounts), "--credentials", str(creds))).username == "a"
+    accounts.write_text('{"accounts": [{"name": "ana", "role": "root", "password": "scrypt$x"}]}')
+    assert main(["dashboard", "--accounts", str(accounts), "--port", "0"]) == 2
+    assert "role 'root'" in capsys.readouterr().err
+    assert main(["accounts", "remove", "bob", "--file", str(accounts)]) == 2
+    assert main(["dashboard", "--accounts", str(tmp_path / "missing.json"), "--port", "0"]) == 2
+    assert "cannot read the accounts file" in capsys.readouterr().err

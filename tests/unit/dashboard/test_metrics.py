@@ -14,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.protocol.messages import Status, Telemetry, View
 from dashboard.bridges import apply_bridge, notification_report
+from dashboard.device_logs import DeviceLogBook, Place
 from dashboard.directory import Directory, take
-from dashboard.metrics import BrokerLink, directory_metrics, fleet_registry
+from dashboard.metrics import BrokerLink, device_log_metrics, directory_metrics, fleet_registry
 from dashboard.records import apply_record
 from dashboard.state import FleetState, apply_status, apply_telemetry, apply_view
 from tests.unit.dashboard.directory_messages import fleet_messages
@@ -74,6 +75,9 @@ def test_the_deploy_examples_name_only_metrics_that_exist() -> None:
     for topic, payload in fleet_messages():
         directory = take(directory, topic, payload, 1.0)
     names |= {s.name for family in directory_metrics(directory) for s in family.samples}
+    book = DeviceLogBook()
+    book.add("pi-1", b'{"level": "error", "line": "out of memory"}', 1.0, Place())
+    names |= {s.name for family in device_log_metrics(book) for s in family.samples}
     grafana = (DEPLOY / "grafana" / "edgegrove-fleet.json").read_text()
     json.loads(grafana)  # a valid dashboard file
     rules = (DEPLOY / "prometheus" / "edgegrove-alerts.yml").read_text()
