@@ -322,10 +322,11 @@ class AgentRuntime:
     def _with_privacy_spent(self, telemetry: Telemetry) -> Telemetry:
         if self.dp is None:
             return telemetry
-        if self.dp.over_budget():
+        spent = self.dp.epsilon_spent(telemetry.round)
+        if self.dp.over_budget(telemetry.round):
             log.warning("differential privacy: this device's data has spent epsilon %.3g, over the budget %g",
-                        self.dp.epsilon_spent() or 0.0, self.dp.plan.budget or 0.0)
-        return replace(telemetry, dp_epsilon=self.dp.epsilon_spent())
+                        spent or 0.0, self.dp.plan.budget or 0.0)
+        return replace(telemetry, dp_epsilon=spent)
 
     def _evaluate(self) -> float | None:
         x, y = self.test_set

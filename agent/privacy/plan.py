@@ -75,11 +75,16 @@ class DeviceDp:
     plan: DpPlan
     backend: PrivateBackend
 
-    def epsilon_spent(self) -> float | None:
-        return self.plan.epsilon_after(self.backend.noised)
+    def epsilon_spent(self, round: int) -> float | None:
+        """After ``round``: counted as if this device took part in every round from 0 (an upper
+        bound that a restart, a rejoin or a round left out of never lowers)."""
+        return self.plan.epsilon_after(self._steps(round))
 
-    def over_budget(self) -> bool:
-        return self.plan.over_budget(self.backend.noised)
+    def over_budget(self, round: int) -> bool:
+        return self.plan.over_budget(self._steps(round))
+
+    def _steps(self, round: int) -> int:
+        return (round + 1) * self.plan.steps_per_round
 
     def line(self) -> str:
         plan, settings = self.plan, self.plan.settings
