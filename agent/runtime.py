@@ -307,6 +307,7 @@ class AgentRuntime:
             report.accuracy = self._evaluate()
         if self.on_round is not None:
             self.on_round(report)
+        self._warn_over_budget(report.round)
         if self.config.telemetry:
             wall = time.time()
             # The core's clock is monotonic; the wall clock lets a bench line up the agents of one
@@ -322,11 +323,12 @@ class AgentRuntime:
     def _with_privacy_spent(self, telemetry: Telemetry) -> Telemetry:
         if self.dp is None:
             return telemetry
-        spent = self.dp.epsilon_spent(telemetry.round)
-        if self.dp.over_budget(telemetry.round):
+        return replace(telemetry, dp_epsilon=self.dp.epsilon_spent(telemetry.round))
+
+    def _warn_over_budget(self, round: int) -> None:
+        if self.dp is not None and self.dp.over_budget(round):  # dp_at_budget warn: it goes on
             log.warning("differential privacy: this device's data has spent epsilon %.3g, over the budget %g",
-                        spent or 0.0, self.dp.plan.budget or 0.0)
-        return replace(telemetry, dp_epsilon=spent)
+                        self.dp.epsilon_spent(round) or 0.0, self.dp.plan.budget or 0.0)
 
     def _evaluate(self) -> float | None:
         x, y = self.test_set

@@ -65,7 +65,9 @@ class PrivateBackend:
         return loss, np.asarray(grad, dtype=np.float32)
 
     def _noise(self, std: float, size: int) -> F32:
-        return self.rng.normal(0.0, std, size).astype(np.float32)
+        noise = self.rng.standard_normal(size, dtype=np.float32)  # half the time of float64 draws
+        noise *= np.float32(std)
+        return noise
 
     def params(self) -> F32:
         return self.inner.params()

@@ -3,6 +3,10 @@ where the budget is spent (one agent on the in-memory bus, tests/unit/test_runti
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from agent.privacy.accountant import Accountant
 from agent.protocol.messages import Telemetry
 from agent.transport.memory import MemoryBus
@@ -33,3 +37,11 @@ def test_the_run_stops_where_the_budget_is_spent() -> None:
     assert 1 <= cap < 50
     reports = _run(rounds=1000, dp_noise=10.0, dp_epsilon=1.0)
     assert len(reports) == cap and (reports[-1].dp_epsilon or 0) <= 1.0
+
+
+def test_warn_at_the_budget_runs_on_and_logs_each_round_past_it(caplog: pytest.LogCaptureFixture) -> None:
+    cap = Accountant(10.0, 1.0, 1e-5).max_steps(1.0)
+    with caplog.at_level(logging.WARNING, logger="edgegrove.agent"):
+        reports = _run(rounds=cap + 2, dp_noise=10.0, dp_epsilon=1.0, dp_at_budget="warn")
+    assert len(reports) == cap + 2 and (reports[-1].dp_epsilon or 0) > 1.0
+    assert sum("over the budget 1" in r.getMessage() for r in caplog.records) == 2
