@@ -43,9 +43,15 @@ def mlp_clipped_sum(params: F32, x: F32, y: npt.NDArray[np.integer], clip: float
     factor = np.minimum(1.0, clip / (norms + _TINY)).astype(np.float32)[:, None]
     d_hidden *= factor
     d_logits *= factor
-    grad = mlp.pack(x.T @ d_hidden, d_hidden.sum(axis=0), hidden.T @ d_logits, d_logits.sum(axis=0))
-    return loss, grad.astype(np.float32, copy=False)
+    # Straight into the flat vector, as mlp.loss_and_grad does: no concatenation per step.
+    grad = np.empty(mlp.PARAM_COUNT, dtype=np.float32)
+    g_w1, g_b1, g_w2, g_b2 = mlp.unpack(grad)
+    np.matmul(x.T, d_hidden, out=g_w1)
+    np.sum(d_hidden, axis=0, out=g_b1)
+    np.matmul(hidden.T, d_logits, out=g_w2)
+    np.sum(d_logits, axis=0, out=g_b2)
+    return loss, grad
 
 
 def _squared_rows(a: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
-    return np.einsum("ij,ij->i", a, a, dtype=np.float64)
+    return np.einsum("ij,ij->i", a, a).astype(np.float64)
