@@ -115,6 +115,18 @@ class AgentConfig(BaseModel):
     checkpoint_dir: Path | None = Field(None, description="directory for checkpoints (resume and rejoin)")
     checkpoint_every: int = Field(20, ge=1, description="checkpoint every N rounds")
     telemetry: bool = Field(True, description="publish per-round telemetry")
+    dp_clip: float = Field(0.0, ge=0, description="differential privacy (docs/PRIVACY.md): clip each example's "
+                           "gradient (the thesis MLP on numpy; any other model: the batch's) to this L2 norm and "
+                           "add Gaussian noise before it leaves the device; 0: no differential privacy")
+    dp_epsilon: float | None = Field(None, gt=0, description="with dp-clip: the privacy budget epsilon of each "
+                                     "device's data over the run (needs the privacy extra on the device); without "
+                                     "dp-noise the noise is calibrated to spend it in the job's rounds")
+    dp_delta: float = Field(1e-5, gt=0, lt=1, description="with dp-clip: the delta of (epsilon, delta)")
+    dp_noise: float | None = Field(None, gt=0, description="with dp-clip: the noise multiplier (noise standard "
+                                   "deviation over the clip norm); default: calibrated from dp-epsilon")
+    dp_at_budget: Literal["stop", "warn"] = Field("stop", description="with dp-epsilon and dp-noise: at the budget "
+                                                  "the fleet stops (the rounds are capped where it is spent) or "
+                                                  "each device warns and goes on")
 
     @field_validator("job")
     @classmethod
@@ -192,6 +204,18 @@ class AgentConfig(BaseModel):
     def _comm_share_needs_auto(self) -> AgentConfig:
         if self.comm_share is not None and self.sync_every != "auto":
             raise ValueError("comm_share applies to sync_every auto: set sync_every = auto too")
+        return self
+
+    @model_validator(mode="after")
+    def _dp_is_calibrated(self) -> AgentConfig:
+        if not self.dp_clip:
+            if self.dp_epsilon is not None or self.dp_noise is not None:
+                raise ValueError("dp_epsilon and dp_noise apply to differential privacy: set dp_clip too")
+            return self
+        if self.dp_noise is None and (self.dp_epsilon is None or not self.rounds):
+            raise ValueError("dp_clip needs dp_noise, or dp_epsilon and rounds > 0 to calibrate it")
+        if self.sync_every == "auto":
+            raise ValueError("differential privacy counts its steps ahead: use a fixed sync_every, not auto")
         return self
 
     @property

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
-from agent.config import AgentConfig
+from agent.config import AgentConfig, ConfigError
 from agent.core import (
     AgentCore,
     ApplyControl,
@@ -57,8 +57,9 @@ from agent.core.events import (
 )
 from agent.model.data import to_float_pixels
 from agent.model.periodic import PeriodicTrainer
+from agent.privacy.plan import with_privacy
 from agent.protocol.membership import ModelIdentity, Refusal
-from agent.protocol.messages import Suspect, View
+from agent.protocol.messages import Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind
 from agent.runtime_config import core_config
@@ -118,6 +119,11 @@ class AgentRuntime:
         model: ModelIdentity | None = None,
         labels: tuple[int, ...] = (),
     ) -> None:
+        # Differential privacy: every gradient noised once, here on the device (agent/privacy).
+        config, backend, self.dp = with_privacy(config, backend, _training_samples(batches),
+                                                np.random.default_rng())  # OS entropy, never the job's seed
+        if self.dp is not None:
+            log.info("%s", self.dp.line())
         self.config = config
         # Periodic averaging: the round's vector is the local steps' model delta, and applying
         # the fleet's mean is the outer optimizer's step (agent/model/periodic.py).
@@ -301,6 +307,7 @@ class AgentRuntime:
             report.accuracy = self._evaluate()
         if self.on_round is not None:
             self.on_round(report)
+        self._warn_over_budget(report.round)
         if self.config.telemetry:
             wall = time.time()
             # The core's clock is monotonic; the wall clock lets a bench line up the agents of one
@@ -311,7 +318,17 @@ class AgentRuntime:
                                       model_hash=self.backend.model_hash(), wall_time=wall,
                                       machine=os.uname().machine, reduced_at=reduced_at,
                                       cpu_percent=usage.cpu_percent, rss_bytes=usage.rss_bytes)
-            self._publish(Publish.telemetry(telemetry))
+            self._publish(Publish.telemetry(self._with_privacy_spent(telemetry)))
+
+    def _with_privacy_spent(self, telemetry: Telemetry) -> Telemetry:
+        if self.dp is None:
+            return telemetry
+        return replace(telemetry, dp_epsilon=self.dp.epsilon_spent(telemetry.round))
+
+    def _warn_over_budget(self, round: int) -> None:
+        if self.dp is not None and self.dp.over_budget(round):  # dp_at_budget warn: it goes on
+            log.warning("differential privacy: this device's data has spent epsilon %.3g, over the budget %g",
+                        self.dp.epsilon_spent(round) or 0.0, self.dp.plan.budget or 0.0)
 
     def _evaluate(self) -> float | None:
         x, y = self.test_set
@@ -369,6 +386,14 @@ def _log_publish(action: Publish) -> None:
     elif action.channel is Channel.VIEW and isinstance(message, View):
         log.info("coordinator: view epoch %d members %s from round %d",
                  message.epoch, message.members, message.from_round)
+
+
+def _training_samples(batches: Iterator[tuple[np.ndarray, np.ndarray]]) -> int:
+    """The examples the batches are drawn from (the sampling rate's denominator); a plain
+    iterator (tests) counts as one batch drawn from itself."""
+    from agent.model.data import BatchStream
+
+    return len(batches.x) if isinstance(batches, BatchStream) else 1
 
 
 # -- process entry ------------------------------------------------------------------------------
@@ -474,6 +499,9 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
     except TransportError as exc:
         log.error("%s", exc)
         return 3
+    except ConfigError as exc:  # differential privacy that cannot be run here (agent/privacy/plan.py)
+        log.error("%s", exc)
+        return 2
     except ModelError as exc:  # the model's loss or gradient went NaN/inf: never averaged in
         log.error("%s", exc)
         return 2

@@ -109,6 +109,8 @@ class FleetCollector(Collector):
                                 labels=labels)
         cpu = GaugeMetricFamily(f"{PREFIX}_node_cpu_percent",
                                 "The node's CPU in its last reported round, percent of one core", labels=labels)
+        dp = GaugeMetricFamily(f"{PREFIX}_node_dp_epsilon", "The epsilon the node's data has spent, as it last "
+                               "reported (differential privacy)", labels=labels)
         restarts = CounterMetricFamily(f"{PREFIX}_node_restarts", "Times the node came back as a new process", labels=labels)
         rejected = CounterMetricFamily(f"{PREFIX}_node_rejected_frames", "Frames the node rejected",
                                        labels=[*labels, "reason"])
@@ -127,9 +129,11 @@ class FleetCollector(Collector):
                 rss.add_metric(key, n.rss_bytes)
             if n.cpu_percent is not None:
                 cpu.add_metric(key, n.cpu_percent)
+            if n.dp_epsilon is not None:
+                dp.add_metric(key, n.dp_epsilon)
             for reason, count in sorted(n.rejected.items()):
                 rejected.add_metric([*key, reason], count)
-        yield from (online, last, loss, sent, received, reroutes, restarts, rss, cpu, rejected)
+        yield from (online, last, loss, sent, received, reroutes, restarts, rss, cpu, dp, rejected)
 
     def _node_health(self, s: FleetState) -> Iterable[Metric]:
         """Each node's learning, its link troubles and faults, its round times."""

@@ -113,6 +113,7 @@ class NodeInfo:
     # as it reported them (None/0: never said).
     cpu_percent: float | None = None
     rss_bytes: int = 0
+    dp_epsilon: float | None = None  # differential privacy: its data's epsilon spent (docs/PRIVACY.md)
     restarts: int = 0  # new incarnations seen after the first
     # The agent's rejected-frame counters are totals since it started: keep its latest.
     rejected: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -648,6 +649,7 @@ def _node_with_telemetry(node: NodeInfo, msg: Telemetry, now: float) -> NodeInfo
         degraded=msg.degraded,
         cpu_percent=msg.cpu_percent if msg.cpu_percent is not None else totals.cpu_percent,
         rss_bytes=msg.rss_bytes or totals.rss_bytes,
+        dp_epsilon=msg.dp_epsilon if msg.dp_epsilon is not None else totals.dp_epsilon,
         model_hash=msg.model_hash[:64],
         rejected=_frozen({str(k)[:32]: max(0, v) for k, v in list(msg.rejected.items())[:32]}),
         links=_frozen(_parse_links(msg.links)),

@@ -49,7 +49,7 @@ ROUND_COLUMNS = (
     "round", "reporters", "members", "loss", "accuracy", "allreduce_s_max", "allreduce_s_median",
     "round_s_max", "bytes_sent", "bytes_received", "reroutes", "timeouts", "nacks",
     "missing_chunks", "degraded_nodes", "distinct_hashes", "faults_active", "wire_frames",
-    "after_last_gradient_s", "local_steps", "samples", "compute_s_median", "bytes_per_sample",
+    "after_last_gradient_s", "local_steps", "samples", "compute_s_median", "bytes_per_sample", "dp_epsilon",
 )
 
 
@@ -109,6 +109,8 @@ def _training_figures(tels: Sequence[Record]) -> dict[str, Any]:
         "samples": samples,
         "compute_s_median": _median([float(t.get("phase_seconds", {}).get("compute", 0.0)) for t in tels]) or 0.0,
         "bytes_per_sample": round(sent / samples, 3) if samples else None,
+        # Differential privacy: the most any reporter's data has spent (agent/privacy).
+        "dp_epsilon": max((float(t["dp_epsilon"]) for t in tels if t.get("dp_epsilon") is not None), default=None),
     }
 
 
@@ -125,6 +127,7 @@ def sync_figures(rows: Sequence[RoundRow]) -> dict[str, Any]:
         "sync_share": (sync / (sync + compute)) if sync is not None and compute is not None and sync + compute > 0
         else None,
         "bytes_per_sample": (sum(r.bytes_sent for r in rows) / samples) if samples else None,
+        "dp_epsilon": max((r.dp_epsilon for r in rows if r.dp_epsilon is not None), default=None),
     }
 
 
@@ -493,6 +496,8 @@ def render_markdown(summary: dict[str, Any], plots: Sequence[str]) -> str:
         f"- local steps per sync: {s.get('local_steps_per_sync', 1)}; sync (allreduce) vs compute per round, "
         f"median: {_fmt(s.get('sync_s_median'))} s vs {_fmt(s.get('compute_s_median'))} s (sync share "
         f"{_fmt(s.get('sync_share'), '.0%')}); bytes sent per sample trained: {_fmt(s.get('bytes_per_sample'), '.0f')}",
+        f"- differential privacy: epsilon spent {_fmt(s.get('dp_epsilon'), '.3g')} (the most of any device; "
+        "n/a: no DP, or no accountant on the devices)",
         "",
         "## Faults",
         "",

@@ -37,6 +37,7 @@ class RoundRow:
     samples: int = 0
     compute_s_median: float = 0.0
     bytes_per_sample: float | None = None
+    dp_epsilon: float | None = None  # differential privacy: the most any reporter's data spent so far
 
 
 @dataclass

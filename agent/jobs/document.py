@@ -33,6 +33,7 @@ AGENT_OPTIONS = frozenset({
     "wire_dtype", "wire_budget", "influence_bound", "remember_dead_links", "adapt_broadcast",
     "adapt_chunks", "straggler_deadline", "comm_share", "outer_lr", "lr_final", "min_members",
     "join_grace", "checkpoint_every", "keepalive", "publish_rate", "telemetry",
+    "dp_clip", "dp_epsilon", "dp_delta", "dp_noise", "dp_at_budget",
 })
 OptionValue = int | float | str | bool
 

@@ -306,6 +306,9 @@ class Telemetry(_JsonMessage):
     # in bytes (0: not said).
     cpu_percent: float | None = None
     rss_bytes: int = 0
+    # Differential privacy (agent/privacy): the epsilon this agent's data has spent so far, at
+    # the job's delta (None: no DP, or no accountant on the device).
+    dp_epsilon: float | None = None
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
