@@ -12,7 +12,6 @@ from agent.jobs.document import DeviceRecord
 from agent.operator.connection import (
     add_broker_arguments,
     fleet_snapshot,
-    login_from_args,
     one_line_errors,
 )
 from agent.operator.tables import ago, table
@@ -26,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @one_line_errors("edgegrove devices")
 def run(args: argparse.Namespace) -> int:
-    view = fleet_snapshot(login_from_args(args), [topics.all_device_records()])
+    view = fleet_snapshot(args, [topics.all_device_records()])
     records = [view.devices[d] for d in sorted(view.devices)]
     if args.json:
         print(json.dumps([r.model_dump(mode="json") for r in records]))

@@ -11,7 +11,6 @@ from agent.jobs import topics
 from agent.operator.connection import (
     add_broker_arguments,
     fleet_snapshot,
-    login_from_args,
     one_line_errors,
 )
 from agent.operator.fleet import FleetView
@@ -28,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     filters = [topics.all_job_specs(), topics.all_execs(), f"{topics.ROOT}/jobs/+/result",
                topics.all_job_controls()]
-    view = fleet_snapshot(login_from_args(args), filters)
+    view = fleet_snapshot(args, filters)
     now = time.time()
     rows: list[dict[str, Any]] = []
     for name in sorted(set(view.jobs) | set(view.execs), key=lambda j: _submitted(view, j)):

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @one_line_errors("edgegrove job logs")
 def run(args: argparse.Namespace) -> int:
     try:
-        view = fleet_snapshot(login_from_args(args), [topics.job_spec(args.job), topics.job_execs(args.job)])
+        view = fleet_snapshot(args, [topics.job_spec(args.job), topics.job_execs(args.job)])
         spec = view.jobs.get(args.job)
         if spec is None:
             raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")

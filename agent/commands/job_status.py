@@ -13,7 +13,6 @@ from agent.operator.connection import (
     OperatorError,
     add_broker_arguments,
     fleet_snapshot,
-    login_from_args,
     one_line_errors,
 )
 from agent.operator.fleet import FleetView
@@ -32,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     filters = [topics.job_spec(args.job), topics.job_execs(args.job), topics.job_result(args.job),
                topics.job_control(args.job)]
-    view = fleet_snapshot(login_from_args(args), filters)
+    view = fleet_snapshot(args, filters)
     spec, execs = view.jobs.get(args.job), view.execs.get(args.job, {})
     if spec is None and not execs:
         raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")

@@ -95,9 +95,10 @@ def one_line_errors(prog: str) -> Callable[[Run], Run]:
     return guard
 
 
-def fleet_snapshot(login: BrokerLogin, filters: list[str]) -> FleetView:
-    """The retained state of ``filters`` on the broker, read over one short connection."""
-    with OperatorClient(login, filters) as client:
+def fleet_snapshot(args: argparse.Namespace, filters: list[str]) -> FleetView:
+    """The retained state of ``filters`` on the broker of the command's options
+    (add_broker_arguments), read over one short connection."""
+    with OperatorClient(login_from_args(args), filters) as client:
         return FleetView().take_all(client.sync())
 
 
