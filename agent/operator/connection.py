@@ -102,12 +102,18 @@ def fleet_snapshot(args: argparse.Namespace, filters: list[str]) -> FleetView:
         return FleetView().take_all(client.sync())
 
 
+def marker_topic(client_id: str) -> str:
+    """Where a client's sync marker goes: the operator's ACL must let it write and read there
+    (broker-config/acl.template), or each snapshot waits out a quiet period."""
+    return f"{ROOT}/operator/{client_id}/sync"
+
+
 class OperatorClient:
     """One connection of the operator's, for one command."""
 
     def __init__(self, login: BrokerLogin, subscriptions: list[str]) -> None:
         self.client_id = f"edgegrove-operator-{uuid.uuid4().hex[:10]}"
-        self._marker_topic: str | None = f"{ROOT}/operator/{self.client_id}/sync"
+        self._marker_topic: str | None = marker_topic(self.client_id)
         try:
             self._transport = self._connected(login, [*subscriptions, self._marker_topic])
         except TransportError as exc:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from agent.cli import COMMANDS, dispatch
-from agent.operator.connection import OperatorError, one_line_errors
+from agent.operator.connection import OperatorError, marker_topic, one_line_errors
 from simulate.brokers import free_port
+from tests.unit.jobs.test_acl import REPO, make_credentials
 
 
 def test_an_operator_error_is_one_line_on_stderr_and_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,3 +42,13 @@ def test_each_operator_command_says_an_unreachable_broker_in_one_line(
     assert code == 2 and out == ""
     assert err.startswith(f"edgegrove {' '.join(a for a in argv if a != 'j1')}: ")
     assert err.count("\n") == 1
+
+
+def test_the_operators_acl_lets_it_write_and_read_its_sync_marker() -> None:
+    """Else every snapshot (each operator command, `simulate`'s submit and fetch) waits out
+    3 s of quiet instead of the marker's round trip."""
+    users = make_credentials().parse_acl_template((REPO / "broker-config" / "acl.template").read_text(),
+                                                  "edgegrove/x", [], [])
+    marker = marker_topic("edgegrove-operator-0123456789")
+    assert any(access == "readwrite" and mqtt.topic_matches_sub(topic, marker)
+               for access, topic in users["operator"]), users["operator"]
