@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from agent.jobs import signing
 from agent.jobs.document import AGENT_OPTIONS
 from agent.jobs.states import ExecState
+from agent.validate import one_line
 from simulate.device_setup import (
     DataSource,
     DeviceConfig,
@@ -43,8 +44,13 @@ from simulate.device_setup import (
 from simulate.device_watch import DeviceWatch
 from simulate.fleet import AgentSpec, Fleet
 from simulate.model_choice import ModelChoice
+from simulate.progress import say
 from simulate.scenario import Scenario
+from simulate.stage import BrokerSetup
 from simulate.telemetry import EventLog, FleetWatch
+
+if TYPE_CHECKING:
+    from simulate.brokers import Credentials, MosquittoBroker
 
 MODEL_DIR = "model"
 
@@ -89,6 +95,7 @@ class DeviceRun:
         self.log = log
         self.watch = watch
         self.devices: DeviceWatch | None = None
+        self.login: Login | None = None  # the operator's: submits the job, fetches its model
         self.key_path = run_dir / "operator.key"
         self.job_path = run_dir / "job.toml"
         self.fetched: dict[str, Any] | None = None
@@ -119,6 +126,23 @@ class DeviceRun:
             specs.append(replace(spec, options={}, checkpoint_dir=home / "state", device_config=path))
         return specs
 
+    def prepare(self, stack: ExitStack, broker: BrokerSetup, mosquitto: MosquittoBroker | None,
+                base: list[AgentSpec]) -> list[AgentSpec]:
+        """Device configs for the nodes (each with the broker address of ``base``'s agent: its
+        proxy, its namespace); the simulator's ear on their records and executions."""
+        user, password = broker.admin or (None, None)
+        logins = {}
+        if mosquitto is not None:  # each device its own user; link cuts in the job's roles
+            from agent.operator.grants import role_name
+
+            user, password = mosquitto.operator_credentials.username, mosquitto.operator_credentials.password
+            logins = {name: mosquitto.device_credentials(name) for name in self.plan.names}
+            mosquitto.node_role = lambda node: role_name(self.job, node)
+        self.login = Login(broker.url, user, password, broker.ca_file)
+        self.listen(stack, self.login)
+        return self.write_files(base, lambda name: _device_login(logins, name), broker.ca_file,
+                                {"simulate": self.job})
+
     def listen(self, stack: ExitStack, login: Login) -> None:
         self.devices = DeviceWatch(login.url, self.job, self.log, self.watch, login.username,
                                    login.password, login.ca_file)
@@ -142,6 +166,17 @@ class DeviceRun:
                 raise RuntimeError(f"only {len(up)} of {len(names)} devices published their record "
                                    f"within {timeout:.0f} s; see {self.run_dir / 'agents'}")
         self.log.add("run", phase="devices_ready", devices=list(devices.up(names)))
+
+    def submit_when_up(self, timeout: float, stopped: Callable[[], bool], check_exits: Callable[[], None]) -> None:
+        """Once every device is up: the job, through `job submit`'s path."""
+        assert self.login is not None
+        say(f"simulate: waiting for {len(self.plan.names)} devices to publish their records")
+        self.await_devices(timeout, stopped, check_exits)
+        if stopped():
+            return
+        grants = "auto" if self.login.username is not None else "none"  # embedded: no ACLs
+        self.start_submit(self.login, grants)
+        say(f"simulate: submitting job {self.job} ({self.job_path})")
 
     def start_submit(self, login: Login, grants: str = "auto") -> None:
         """`edgegrove job submit job.toml`, the command itself, in a process of its own: the
@@ -184,6 +219,17 @@ class DeviceRun:
                      file=str(self.job_path), fingerprint=result.get("fingerprint"), said=said)
         return assignments
 
+    def confirm_submit(self, wait: float = 0.0) -> None:
+        """`job submit`'s outcome, once it has one (RuntimeError: it failed or assigned the
+        devices other node ids than the scenario's, which its faults name)."""
+        assignments = self.check_submit(wait)
+        if assignments is None:
+            return
+        expected = {name: node for node, name in enumerate(self.plan.names)}
+        if assignments != expected:
+            raise RuntimeError(f"job submit assigned {assignments}, not every device its node")
+        say(f"simulate: job {self.job} submitted to {len(assignments)} devices")
+
     def stop_submit(self) -> None:
         if self._submit is not None and self._submit.poll() is None:
             self._submit.kill()
@@ -211,6 +257,19 @@ class DeviceRun:
         return True
 
     # -- after the job -----------------------------------------------------------------------
+
+    def fetch_model(self) -> None:
+        """The trained model into the run directory; a failure is said and logged, never
+        raised (the run's report comes first)."""
+        assert self.login is not None
+        self.confirm_submit(wait=30.0)
+        try:
+            fetched = self.fetch(self.login)
+        except Exception as exc:  # a failed fetch must not lose the run's report
+            say(f"simulate: the trained model could not be fetched: {one_line(str(exc))}")
+            self.log.add("job", action="fetch_failed", job=self.job, error=one_line(str(exc)))
+            return
+        say(f"simulate: trained model fetched into {fetched['dir']}: {', '.join(fetched['files'])}")
 
     def fetch(self, login: Login, wait: float = 30.0) -> dict[str, Any]:
         """`edgegrove job fetch JOB -o <run>/model` (its parser and its run): model.npz,
@@ -244,6 +303,12 @@ class DeviceRun:
         limit = self.scenario.agent.get("eval_samples", 10000)
         return (f"edgegrove model evaluate {self.run_dir / MODEL_DIR / 'model.npz'} {data} "
                 f"--limit {limit} --seed {self.scenario.agent.get('seed', 0)}")
+
+
+def _device_login(logins: Mapping[str, Credentials], name: str) -> tuple[str, str] | None:
+    """A device's user and password (None: a broker without logins)."""
+    entry = logins.get(name)
+    return None if entry is None else (entry.username, entry.password)
 
 
 def _login_flags(login: Login) -> list[str]:

@@ -11,6 +11,8 @@ own and the kernel limits each uplink's rate; the proxy adds its RTT.
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +20,11 @@ from agent.validate import UsageError
 from simulate.injector import kernel_shaping_supported
 from simulate.scenario import BridgeCutFault, Scenario, SiteBrokerRestartFault
 from simulate.site_brokers import SiteBrokers, split_sites, start_sites
+from simulate.telemetry import EventLog
 
 # Faults that need the agent's own proxy or network namespace in front of the one broker.
 _PER_AGENT_NETWORK = ("latency", "bandwidth", "flap", "isolate")
+UPLINK_SAMPLE_S = 1.0  # s: the uplinks' bytes and cuts logged at least this often
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,25 @@ def start(run_dir: Path, job: str, nodes: int, options: SitesOptions, persistenc
     if options.trace:
         brokers.trace_uplinks()
     return brokers
+
+
+class UplinkLog:
+    """Per round, what crossed the uplinks so far (`bench sites --real` reads it); between
+    rounds at least every UPLINK_SAMPLE_S, without a round, so that the dashboard's rates and
+    bridge states move on while the fleet waits (a cut site)."""
+
+    def __init__(self, sites: SiteBrokers, log: EventLog, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sites = sites
+        self.log = log
+        self.clock = clock
+        self.round, self.at = -1, 0.0  # the last record logged
+
+    def sample(self, fleet_round: int) -> None:
+        now = self.clock()
+        if fleet_round != self.round:
+            self.log.add("uplinks", round=fleet_round, **self.sites.uplinks_record())
+        elif now - self.at >= UPLINK_SAMPLE_S:
+            self.log.add("uplinks", **self.sites.uplinks_record())
+        else:
+            return
+        self.round, self.at = fleet_round, now

@@ -10,12 +10,10 @@ import time
 from agent.jobs import topics
 from agent.jobs.document import DeviceRecord
 from agent.operator.connection import (
-    OperatorClient,
-    OperatorError,
     add_broker_arguments,
-    login_from_args,
+    fleet_snapshot,
+    one_line_errors,
 )
-from agent.operator.fleet import FleetView
 from agent.operator.tables import ago, table
 
 DESCRIPTION = __doc__
@@ -25,13 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
+@one_line_errors("edgegrove devices")
 def run(args: argparse.Namespace) -> int:
-    try:
-        with OperatorClient(login_from_args(args), [topics.all_device_records()]) as client:
-            view = FleetView().take_all(client.sync())
-    except OperatorError as exc:
-        print(f"edgegrove devices: {exc}", file=sys.stderr)
-        return 2
+    view = fleet_snapshot(args, [topics.all_device_records()])
     records = [view.devices[d] for d in sorted(view.devices)]
     if args.json:
         print(json.dumps([r.model_dump(mode="json") for r in records]))

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from agent.jobs import topics
 from agent.operator.connection import (
-    OperatorClient,
-    OperatorError,
     add_broker_arguments,
-    login_from_args,
+    fleet_snapshot,
+    one_line_errors,
 )
 from agent.operator.fleet import FleetView
 from agent.operator.tables import ago, last_round, percent, states_summary, table
@@ -25,15 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
+@one_line_errors("edgegrove job list")
 def run(args: argparse.Namespace) -> int:
     filters = [topics.all_job_specs(), topics.all_execs(), f"{topics.ROOT}/jobs/+/result",
                topics.all_job_controls()]
-    try:
-        with OperatorClient(login_from_args(args), filters) as client:
-            view = FleetView().take_all(client.sync())
-    except OperatorError as exc:
-        print(f"edgegrove job list: {exc}", file=sys.stderr)
-        return 2
+    view = fleet_snapshot(args, filters)
     now = time.time()
     rows: list[dict[str, Any]] = []
     for name in sorted(set(view.jobs) | set(view.execs), key=lambda j: _submitted(view, j)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
@@ -20,7 +19,9 @@ from agent.operator.connection import (
     OperatorClient,
     OperatorError,
     add_broker_arguments,
+    fleet_snapshot,
     login_from_args,
+    one_line_errors,
 )
 from agent.operator.fleet import FleetView
 from agent.protocol.topics import Topics
@@ -38,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
+@one_line_errors("edgegrove job logs")
 def run(args: argparse.Namespace) -> int:
     try:
-        with OperatorClient(login_from_args(args), [topics.job_spec(args.job), topics.job_execs(args.job)]) as first:
-            view = FleetView().take_all(first.sync())
+        view = fleet_snapshot(args, [topics.job_spec(args.job), topics.job_execs(args.job)])
         spec = view.jobs.get(args.job)
         if spec is None:
             raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
@@ -69,9 +70,6 @@ def run(args: argparse.Namespace) -> int:
                     break
     except KeyboardInterrupt:
         return 0
-    except OperatorError as exc:
-        print(f"edgegrove job logs: {exc}", file=sys.stderr)
-        return 2
     return 0
 
 

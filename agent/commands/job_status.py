@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from agent.jobs import topics
 from agent.jobs.document import ExecStatus, JobSpec
 from agent.operator.connection import (
-    OperatorClient,
     OperatorError,
     add_broker_arguments,
-    login_from_args,
+    fleet_snapshot,
+    one_line_errors,
 )
 from agent.operator.fleet import FleetView
 from agent.operator.tables import ago, last_round, percent, states_summary, table
@@ -28,20 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
+@one_line_errors("edgegrove job status")
 def run(args: argparse.Namespace) -> int:
     filters = [topics.job_spec(args.job), topics.job_execs(args.job), topics.job_result(args.job),
                topics.job_control(args.job)]
-    try:
-        with OperatorClient(login_from_args(args), filters) as client:
-            view = FleetView().take_all(client.sync())
-    except OperatorError as exc:
-        print(f"edgegrove job status: {exc}", file=sys.stderr)
-        return 2
+    view = fleet_snapshot(args, filters)
     spec, execs = view.jobs.get(args.job), view.execs.get(args.job, {})
     if spec is None and not execs:
-        print(f"edgegrove job status: no job {args.job} on this broker (see `edgegrove job list`)",
-              file=sys.stderr)
-        return 2
+        raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
     status = job_status(args.job, spec, execs, view)
     print(json.dumps(status) if args.json else _text(status, spec, execs))
     return 0

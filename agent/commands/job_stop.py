@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 from agent.jobs import topics
@@ -17,6 +16,7 @@ from agent.operator.connection import (
     OperatorError,
     add_broker_arguments,
     login_from_args,
+    one_line_errors,
 )
 from agent.operator.fleet import FleetView
 from agent.operator.keys import add_key_argument, signing_key
@@ -34,22 +34,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
+@one_line_errors("edgegrove job stop")
 def run(args: argparse.Namespace) -> int:
-    try:
-        key = signing_key(args.key)
-        filters = [topics.job_spec(args.job), topics.job_execs(args.job)]
-        with OperatorClient(login_from_args(args), filters) as client:
-            view = FleetView().take_all(client.sync())
-            if args.job not in view.jobs:
-                raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
-            at_stop = last_round(view.execs.get(args.job, {}))[0]
-            control = ControlMessage(job=args.job, action=ControlAction.STOP, issued_at=time.time())
-            client.publish(topics.job_control(args.job), envelope_bytes(sign(control, key)))
-            client.sync()
-            ended = _wait(client, view, args.job, args.wait)
-    except OperatorError as exc:
-        print(f"edgegrove job stop: {exc}", file=sys.stderr)
-        return 2
+    key = signing_key(args.key)
+    filters = [topics.job_spec(args.job), topics.job_execs(args.job)]
+    with OperatorClient(login_from_args(args), filters) as client:
+        view = FleetView().take_all(client.sync())
+        if args.job not in view.jobs:
+            raise OperatorError(f"no job {args.job} on this broker (see `edgegrove job list`)")
+        at_stop = last_round(view.execs.get(args.job, {}))[0]
+        control = ControlMessage(job=args.job, action=ControlAction.STOP, issued_at=time.time())
+        client.publish(topics.job_control(args.job), envelope_bytes(sign(control, key)))
+        client.sync()
+        ended = _wait(client, view, args.job, args.wait)
     execs = view.execs.get(args.job, {})
     summary, final = states_summary(view.jobs[args.job], execs), last_round(execs)[0]
     if args.json:

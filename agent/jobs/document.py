@@ -13,11 +13,12 @@ import math
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.jobs.states import ControlAction, DeviceState, ExecState, RejectReason
 from agent.jobs.topics import MAX_CHUNKS, validate_device, validate_job_name, validate_sha256
 from agent.model.partition import parse_partition
+from agent.validate import one_line
 
 DEFAULT_CHUNK_BYTES = 256 * 1024
 MAX_BLOB_BYTES = 256 << 20
@@ -47,6 +48,22 @@ def validate_source_name(name: str) -> str:
     if not isinstance(name, str) or not _SOURCE_RE.fullmatch(name):
         raise ValueError(f"data source name {name!r}: 1-64 letters, digits, '_' or '-'")
     return name
+
+
+def first_error(exc: ValidationError, whole: str = "document") -> str:
+    """The first of a document's problems, one line, with where it is (``whole``: at the top)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or whole
+    return one_line(f"{where}: {err['msg']}")
+
+
+def check_agent_options(options: dict[str, OptionValue], field: str) -> dict[str, OptionValue]:
+    """Only the agent settings a job may set (AGENT_OPTIONS)."""
+    unknown = sorted(set(options) - AGENT_OPTIONS)
+    if unknown:
+        raise ValueError(f"{field} {', '.join(unknown)} may not be set by a job "
+                         f"(allowed: {', '.join(sorted(AGENT_OPTIONS))})")
+    return options
 
 
 def canonical_json(document: BaseModel) -> str:
@@ -124,12 +141,11 @@ class Selector(Frozen):
         return True
 
 
-class JobSpec(Frozen):
-    """The job document the operator signs (``edgegrove/jobs/<name>/spec``)."""
+class JobSettings(Frozen):
+    """How a job trains: the same fields and checks in the operator's job file
+    (agent.operator.jobfile.JobFile) and in the document it signs (JobSpec)."""
 
     name: str
-    model: str | BlobRef = BUILTIN_MODEL
-    backend: Literal["numpy", "litert"] = "numpy"
     data: str  # the name of a data source in the devices' configs
     partition: str = "iid"  # iid | shards:K | dirichlet:A | none (each device's data whole)
     batch: int = Field(default=100, ge=1, le=60000)
@@ -141,27 +157,12 @@ class JobSpec(Frozen):
     outer_optimizer: Literal["avg", "nesterov"] = "avg"
     algorithm: Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"] = "ft-tree"
     arity: int = Field(default=2, ge=2, le=16)
-    stop: StopRule = StopRule()
     min_devices: int = Field(default=1, ge=1, le=1024)
-    selector: Selector = Selector()
-    assignments: dict[str, int]  # device -> node id 0..n-1
-    agent_options: dict[str, OptionValue] = Field(default_factory=dict)
-    submitted_by: str = ""
-    submitted_at: float = Field(ge=0)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return validate_job_name(value)
-
-    @field_validator("model")
-    @classmethod
-    def _model(cls, value: str | BlobRef) -> str | BlobRef:
-        if isinstance(value, str) and value != BUILTIN_MODEL and (
-                "/" in value or value.endswith(_BLOB_SUFFIXES) or ":" not in value):
-            raise ValueError(f"model {value!r}: {BUILTIN_MODEL}, an installed pkg.module:factory, "
-                             "or a model file sent as a blob")
-        return value
 
     @field_validator("data")
     @classmethod
@@ -173,6 +174,39 @@ class JobSpec(Frozen):
     def _partition(cls, value: str) -> str:
         if value != "none":
             parse_partition(value)
+        return value
+
+    @field_validator("sync_every")
+    @classmethod
+    def _sync_every(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("sync_every must be at least 1 (or auto)")
+        return value
+
+    def settings(self) -> dict[str, object]:
+        """These fields by name, to carry them over into another JobSettings."""
+        return {name: getattr(self, name) for name in JobSettings.model_fields}
+
+
+class JobSpec(JobSettings):
+    """The job document the operator signs (``edgegrove/jobs/<name>/spec``)."""
+
+    model: str | BlobRef = BUILTIN_MODEL
+    backend: Literal["numpy", "litert"] = "numpy"
+    stop: StopRule = StopRule()
+    selector: Selector = Selector()
+    assignments: dict[str, int]  # device -> node id 0..n-1
+    agent_options: dict[str, OptionValue] = Field(default_factory=dict)
+    submitted_by: str = ""
+    submitted_at: float = Field(ge=0)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | BlobRef) -> str | BlobRef:
+        if isinstance(value, str) and value != BUILTIN_MODEL and (
+                "/" in value or value.endswith(_BLOB_SUFFIXES) or ":" not in value):
+            raise ValueError(f"model {value!r}: {BUILTIN_MODEL}, an installed pkg.module:factory, "
+                             "or a model file sent as a blob")
         return value
 
     @field_validator("assignments")
@@ -189,11 +223,7 @@ class JobSpec(Frozen):
     @field_validator("agent_options")
     @classmethod
     def _options(cls, value: dict[str, OptionValue]) -> dict[str, OptionValue]:
-        unknown = sorted(set(value) - AGENT_OPTIONS)
-        if unknown:
-            raise ValueError(f"agent_options {', '.join(unknown)} may not be set by a job "
-                             f"(allowed: {', '.join(sorted(AGENT_OPTIONS))})")
-        return value
+        return check_agent_options(value, "agent_options")
 
     @model_validator(mode="after")
     def _enough_devices(self) -> JobSpec:

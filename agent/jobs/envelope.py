@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agent.jobs.document import Frozen
+from agent.jobs.document import Frozen, first_error
 from agent.jobs.states import RejectReason
 from agent.validate import one_line
 
@@ -108,8 +108,3 @@ def open_verified(verdict: Verdict, kind: type[D]) -> D:
         what = first_error(exc) if isinstance(exc, ValidationError) else one_line(str(exc))
         raise Refused(RejectReason.INVALID_DOCUMENT, f"signed {kind.__name__} is invalid: {what}") from None
 
-
-def first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "document"
-    return one_line(f"{where}: {err['msg']}")

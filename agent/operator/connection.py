@@ -9,15 +9,18 @@ written, then a short quiet period ends it).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.jobs.topics import ROOT
+from agent.operator.fleet import FleetView
 from agent.transport.base import Message, TransportError
 from agent.transport.mqtt import MqttTransport
 from agent.validate import arg, broker_url, input_file
@@ -25,6 +28,7 @@ from agent.validate import arg, broker_url, input_file
 SNAPSHOT_TIMEOUT_S = 10.0
 QUIET_S = 1.0
 CREDENTIAL_ENTRIES = ("operator", "admin")
+Run = Callable[[argparse.Namespace], int]
 
 
 class OperatorError(Exception):
@@ -77,12 +81,39 @@ def _from_credentials(path: Path) -> tuple[str, str]:
     raise OperatorError(f"credentials file {path} has no operator or admin entry with a username")
 
 
+def one_line_errors(prog: str) -> Callable[[Run], Run]:
+    """A command's ``run`` whose OperatorError ends it as one line on stderr, exit code 2."""
+    def guard(run: Run) -> Run:
+        @functools.wraps(run)
+        def guarded(args: argparse.Namespace) -> int:
+            try:
+                return run(args)
+            except OperatorError as exc:
+                print(f"{prog}: {exc}", file=sys.stderr)
+                return 2
+        return guarded
+    return guard
+
+
+def fleet_snapshot(args: argparse.Namespace, filters: list[str]) -> FleetView:
+    """The retained state of ``filters`` on the broker of the command's options
+    (add_broker_arguments), read over one short connection."""
+    with OperatorClient(login_from_args(args), filters) as client:
+        return FleetView().take_all(client.sync())
+
+
+def marker_topic(client_id: str) -> str:
+    """Where a client's sync marker goes: the operator's ACL must let it write and read there
+    (broker-config/acl.template), or each snapshot waits out a quiet period."""
+    return f"{ROOT}/operator/{client_id}/sync"
+
+
 class OperatorClient:
     """One connection of the operator's, for one command."""
 
     def __init__(self, login: BrokerLogin, subscriptions: list[str]) -> None:
         self.client_id = f"edgegrove-operator-{uuid.uuid4().hex[:10]}"
-        self._marker_topic: str | None = f"{ROOT}/operator/{self.client_id}/sync"
+        self._marker_topic: str | None = marker_topic(self.client_id)
         try:
             self._transport = self._connected(login, [*subscriptions, self._marker_topic])
         except TransportError as exc:

@@ -23,10 +23,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent.jobs.document import AGENT_OPTIONS, BUILTIN_MODEL, OptionValue, Selector, StopRule
-from agent.jobs.topics import validate_device, validate_job_name
-from agent.model.partition import parse_partition
-from agent.validate import one_line
+from agent.jobs.document import (
+    BUILTIN_MODEL,
+    JobSettings,
+    OptionValue,
+    Selector,
+    StopRule,
+    check_agent_options,
+    first_error,
+)
+from agent.jobs.topics import validate_device
 
 
 class JobFileError(ValueError):
@@ -86,55 +92,20 @@ class DevicesTable(_Strict):
         return Selector(devices=self.ids, labels=self.labels)
 
 
-class JobFile(_Strict):
-    """The job as the operator wrote it (before devices are assigned)."""
+class JobFile(JobSettings):
+    """The job as the operator wrote it (before devices are assigned): the job's settings
+    (JobSettings, as the signed JobSpec carries them) and how the file says the rest."""
 
-    name: str
     model: str = BUILTIN_MODEL
     backend: Literal["numpy", "litert"] | None = None  # unset: litert for a .tflite, else numpy
-    data: str
-    partition: str = "iid"
-    batch: int = Field(default=100, ge=1, le=60000)
-    optimizer: Literal["adam", "sgd"] = "adam"
-    lr: float = Field(default=0.001, gt=0)
-    lr_schedule: Literal["constant", "linear"] = "constant"
-    seed: int = Field(default=0, ge=0)
-    sync_every: int | Literal["auto"] | None = None
-    outer_optimizer: Literal["avg", "nesterov"] = "avg"
-    algorithm: Literal["ft-tree", "tree", "rps", "ps-sync", "ps-async", "ring"] = "ft-tree"
-    arity: int = Field(default=2, ge=2, le=16)
-    min_devices: int = Field(default=1, ge=1, le=1024)
     stop: StopTable = StopTable()
     devices: DevicesTable = DevicesTable()
     options: dict[str, OptionValue] = Field(default_factory=dict)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return validate_job_name(value)
-
-    @field_validator("partition")
-    @classmethod
-    def _partition(cls, value: str) -> str:
-        if value != "none":
-            parse_partition(value)
-        return value
-
-    @field_validator("sync_every")
-    @classmethod
-    def _sync_every(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("sync_every must be at least 1 (or auto)")
-        return value
-
     @field_validator("options")
     @classmethod
     def _options(cls, value: dict[str, OptionValue]) -> dict[str, OptionValue]:
-        unknown = sorted(set(value) - AGENT_OPTIONS)
-        if unknown:
-            raise ValueError(f"{', '.join(unknown)} may not be set by a job "
-                             f"(allowed: {', '.join(sorted(AGENT_OPTIONS))})")
-        return value
+        return check_agent_options(value, "options")
 
     @property
     def backend_to_run(self) -> Literal["numpy", "litert"]:
@@ -160,7 +131,7 @@ def read_job_file(path: Path) -> JobFile:
     try:
         job = JobFile.model_validate(table)
     except ValidationError as exc:
-        raise JobFileError(f"{path}: {_first(exc)}") from None
+        raise JobFileError(f"{path}: {first_error(exc, 'job')}") from None
     return job.model_copy(update={"model": model_reference(job.model, path.parent)})
 
 
@@ -181,8 +152,3 @@ def model_reference(model: str, base: Path) -> str:
         raise JobFileError(f"model file {resolved} does not exist")
     return f"{resolved}{tail}"
 
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "job"
-    return one_line(f"{where}: {err['msg']}")

@@ -14,12 +14,11 @@ import numpy as np
 from pydantic import ValidationError
 
 from agent.config import AgentConfig
-from agent.jobs.document import BlobRef, DeviceRecord, JobSpec, training_options
+from agent.jobs.document import BlobRef, DeviceRecord, JobSpec, first_error, training_options
 from agent.model.contract import Model, ModelError, fingerprint
 from agent.model.loader import load_model
 from agent.operator.assign import Assignment, assign
 from agent.operator.jobfile import JobFile, JobFileError
-from agent.validate import one_line
 
 PROBE_ROWS = 8
 
@@ -62,16 +61,13 @@ def build_spec(job: JobFile, records: dict[str, DeviceRecord], blob: BlobRef | N
     selector = job.devices.selector()
     chosen = assign(records, selector, job.data, job.min_devices)
     try:
-        spec = JobSpec(
-            name=job.name, model=blob if blob is not None else job.model, backend=job.backend_to_run,
-            data=job.data, partition=job.partition, batch=job.batch, optimizer=job.optimizer, lr=job.lr,
-            lr_schedule=job.lr_schedule, seed=job.seed, sync_every=job.sync_every,
-            outer_optimizer=job.outer_optimizer, algorithm=job.algorithm, arity=job.arity,
-            stop=job.stop.rule(now), min_devices=job.min_devices, selector=selector,
-            assignments=chosen.nodes, agent_options=dict(job.options), submitted_by=submitted_by,
-            submitted_at=now)
+        spec = JobSpec.model_validate({
+            **job.settings(), "model": blob if blob is not None else job.model,
+            "backend": job.backend_to_run, "stop": job.stop.rule(now), "selector": selector,
+            "assignments": chosen.nodes, "agent_options": dict(job.options),
+            "submitted_by": submitted_by, "submitted_at": now})
     except ValidationError as exc:
-        raise JobFileError(f"job {job.name}: {_first(exc)}") from None
+        raise JobFileError(f"job {job.name}: {first_error(exc, 'job')}") from None
     check_agent_config(spec)
     return spec, chosen
 
@@ -82,10 +78,5 @@ def check_agent_config(spec: JobSpec) -> None:
     try:
         AgentConfig(id=0, **training_options(spec))  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise JobFileError(f"job {spec.name}: {_first(exc)}") from None
+        raise JobFileError(f"job {spec.name}: {first_error(exc, 'job')}") from None
 
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "job"
-    return one_line(f"{where}: {err['msg']}")

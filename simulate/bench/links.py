@@ -188,7 +188,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _topic_prefix() -> str:
     """The topics' prefix in a simulator run (its job name has a fixed length)."""
-    from simulate.cli import fresh_job_name
+    from simulate.simulation import fresh_job_name
 
     return f"edgegrove/{fresh_job_name()}"
 

@@ -22,8 +22,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.metrics import fleet_registry
-from simulate.cli import Simulation
 from simulate.scenario import parse_scenario
+from simulate.simulation import Simulation
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 ROUNDS = 40

@@ -43,8 +43,8 @@ from agent.protocol.membership import view_tree
 from agent.protocol.messages import View
 from dashboard.server import run_in_thread
 from dashboard.settings import DashboardSettings
-from simulate.cli import Simulation
 from simulate.scenario import load_scenario
+from simulate.simulation import Simulation
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 ARTIFACTS = Path(os.environ.get("EDGEGROVE_ARTIFACTS",

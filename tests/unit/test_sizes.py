@@ -25,10 +25,6 @@ KNOWN_LONG: Mapping[str, int] = {
     "simulate/evaluation.py: function render_links": 60,
     "agent/commands/model_export.py: function _module": 56,
     "agent/transport/mqtt.py: function __init__": 52,
-    # The simulator grew a second way to run its fleet (devices and a job beside agents) in the
-    # same session the class check came to simulate/: its device half belongs in a class of its
-    # own (simulate/device_run.py holds most of it already).
-    "simulate/cli.py: class Simulation": 553,
 }
 
 

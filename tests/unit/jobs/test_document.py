@@ -39,7 +39,7 @@ def test_canonical_json_does_not_depend_on_field_order() -> None:
     {"name": "devices"}, {"assignments": {"a": 0, "b": 2}}, {"assignments": {}},
     {"assignments": {"A": 0}}, {"agent_options": {"broker": "mqtt://evil"}},
     {"agent_options": {"id": 3}}, {"model": "/etc/passwd.py:factory"}, {"model": "m.tflite"},
-    {"partition": "shards:x"}, {"min_devices": 3}, {"data": "a/b"}, {"surprise": 1},
+    {"partition": "shards:x"}, {"min_devices": 3}, {"data": "a/b"}, {"surprise": 1}, {"sync_every": 0},
     {"model": {"sha256": SHA, "size": 600_000, "chunks": 2, "filename": "m.tflite"}},
     {"model": {"sha256": SHA, "size": 10, "chunks": 1, "filename": "../m.tflite"}},
     {"selector": {"devices": ["a"], "labels": {"k": "v"}}},

@@ -58,6 +58,8 @@ def test_a_python_model_keeps_its_factory(tmp_path: Path) -> None:
     ('name = "jobs"\ndata = "d"', "reserved"),
     ('name = "j"\ndata = "d"\nbatch = 0', "batch"),
     ('name = "j"\ndata = "d"\nlr = "fast"', "lr"),
+    ('name = "j"\ndata = "a/b"', "data source name"),  # as the signed document checks it
+    ('name = "j"\ndata = "d"\nsync_every = 0', "sync_every"),
     ('name = "j"\ndata = "d"\npartition = "dirichlet:x"', "partition"),
     ('name = "j"\ndata = "d"\ncolour = 1', "colour"),
     ('name = "j"\ndata = "d"\nmodel = "nowhere.tflite"', "does not exist"),

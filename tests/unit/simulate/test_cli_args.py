@@ -59,38 +59,6 @@ def test_bad_input_exits_2_and_starts_nothing(argv: list[str], tmp_path: Path,
     assert "edgegrove simulate:" in capsys.readouterr().err
 
 
-def test_a_mixed_fleet_alternates_the_agents_backend_and_model(tmp_path: Path) -> None:
-    from simulate.model_choice import choose
-    from simulate.scenario import load_scenario
-
-    tflite, factory = tmp_path / "cnn.tflite", tmp_path / "cnn.py"
-    tflite.write_bytes(b"x")
-    factory.write_text("def factory(): ...\n")
-    args = _args("--backend", "mixed", "--model", str(tflite), "--numpy-model", f"{factory}:factory",
-                 "--partition", "dirichlet:0.5")
-    scenario = load_scenario("default")  # 7 nodes
-    sim = cli.Simulation(scenario, tmp_path / "run", model=choose(args, scenario.agent))
-    specs = sim._specs("mqtt://127.0.0.1:1883", None, {}, {})
-    flags = [spec.command() for spec in specs]
-    for node, command in enumerate(flags):
-        model = command[command.index("--model") + 1]
-        assert model == (f"{factory.resolve()}:factory" if node % 2 == 0 else str(tflite.resolve()))
-        assert ("--backend" in command) == (node % 2 == 1)
-        assert command[command.index("--partition") + 1] == "dirichlet:0.5"
-        assert command[command.index("--fleet-size") + 1] == "7"
-
-
-def test_the_default_run_gives_the_agents_the_flags_of_before(tmp_path: Path) -> None:
-    from simulate.model_choice import choose
-    from simulate.scenario import load_scenario
-
-    scenario = load_scenario("default")
-    sim = cli.Simulation(scenario, tmp_path / "run", model=choose(_args(), scenario.agent))
-    command = sim._specs("mqtt://127.0.0.1:1883", None, {}, {})[0].command()
-    for flag in ("--model", "--backend", "--dataset", "--data", "--partition"):
-        assert flag not in command
-
-
 @pytest.mark.parametrize(("argv", "said"), [
     (["--sync-every", "0"], "1 or more"),
     (["--sync-every", "-2"], "1 or more"),
