@@ -125,6 +125,9 @@ class AllreduceConfig:
     # (influence_bound, default DEFAULT_INFLUENCE_FACTOR); off here, the protocol's own tests
     # and the virtual fleet average their synthetic vectors exactly.
     influence_factor: float = 0.0
+    # ft-tree, with an influence bound: a unit goes to the grandparent too, as an audit copy,
+    # and an inner node's own part of its unit is bounded as a leaf's (agent/protocol/audit.py).
+    audit_units: bool = False
     # ft-tree: a member slower than the rest (a straggler) is waited for at most this many
     # seconds after a node's own contribution was ready (the root's wait; a node below waits
     # its subtree's share of it, so the levels under the root cut theirs first), then left

@@ -5,6 +5,8 @@ straight to further ancestors, finally a flood)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from agent.protocol.allreduce import WAITING_EVERY
@@ -43,13 +45,27 @@ class Uplink:
             return
         unit = self.reducer.take_unsent(j)
         if unit is not None:
-            self.send(j, unit[0], unit[1], now)
+            frame = self.send(j, unit[0], unit[1], now)
+            self.send_audit_copy(frame)
 
-    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
+    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> Frame:
         scope, parent = self.scope, self.scope.parent
         assert parent is not None
         frame = scope.frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.wire_dtype(parent, j))
         self.courier.send(Pending(False, j, parent, ids, frame, self._routes(parent), cycle=True), now)
+        return frame
+
+    def send_audit_copy(self, frame: Frame) -> None:
+        """The unit just sent up, once to our grandparent as well: with it, it takes our
+        parent's unit apart (audit.py). Sent once, never ACKed: a lost copy leaves that unit
+        unaudited, as before."""
+        scope = self.scope
+        ancestors = scope.tree.ancestors(scope.node)
+        if not scope.cfg.audit_units or scope.ctx.influence is None or len(ancestors) < 2:
+            return
+        grandparent = ancestors[1]
+        if grandparent not in scope.down:
+            scope.out.send(grandparent, replace(frame, flags=frame.flags | Flag.AUDIT))
 
     def wire_dtype(self, peer: int, j: int) -> DType:
         """The format of chunk ``j``'s values to ``peer``: with ``wire_auto``, the narrowest of
