@@ -22,6 +22,7 @@ import numpy as np
 
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
+from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -261,6 +262,9 @@ class RoundContext:
     own_link_rate: float | None = None
     # The bound on each unit's norm where it is first merged (None: no bound).
     influence: InfluenceBound | None = None
+    # ft-tree, with a bound: which children lied in earlier rounds (kept by the core; None: a
+    # record of this round only).
+    plausibility: PlausibilityBook | None = None
     # ps-async: what the parameter server owes each worker across rounds (kept by the core;
     # None: a ledger of this round only).
     ledger: ServerLedger | None = None

@@ -78,15 +78,18 @@ def own_part(ids: frozenset[int], values: np.ndarray, parts: Sequence[Unit]) -> 
 
 
 def audit_unit(origin: int, chunk: int, ids: frozenset[int], values: np.ndarray, copies: Sequence[Unit],
-               bound: InfluenceBound) -> AuditOutcome:
-    """The check of ``origin``'s unit of chunk ``chunk`` against its children's ``copies``."""
+               bound: InfluenceBound, left_out: bool = False) -> AuditOutcome:
+    """The check of ``origin``'s unit of chunk ``chunk`` against its children's ``copies``;
+    ``left_out``: its own part counts as zero whatever it is (a liar, plausibility.py)."""
     parts = pieces(origin, ids, copies)
     if parts is None:
         return AuditOutcome(Audit.UNAUDITED, values)
     bounded = [(c_ids, bound_unit(c_values, chunk, bound)[1]) for c_ids, c_values in parts]
     own = own_part(ids, values, bounded)
     own_norm = float(np.sqrt(np.dot(own, own)))
-    if origin in ids:
+    if left_out:
+        own_verdict, own_kept = Influence.REFUSED, np.zeros(len(values), np.float32)
+    elif origin in ids:
         own_verdict, own_kept = bound_unit(own.astype(np.float32), chunk, bound)
     else:  # a supplement of its children's late units: it adds nothing of its own
         rounding = own_norm <= SUPPLEMENT_ROUNDING * bound.limit(chunk)

@@ -1,14 +1,17 @@
 """The audit of one FT-tree round at one node: the copies our grandchildren send us of the units
-they send their parents (our children), and the check of each child's unit against them
-(audit.py), so that an inner child's own part weighs one member's bound, as a leaf's does."""
+they send their parents (our children), the check of each child's unit against them
+(audit.py), so that an inner child's own part weighs one member's bound as a leaf's does, and
+the record of children whose own part was far beyond it (plausibility.py): a liar's own part
+is left out."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from agent.protocol.audit import Audit, AuditOutcome, CopyBook, audit_unit
+from agent.protocol.audit import Audit, CopyBook, audit_unit
 from agent.protocol.ft_scope import RoundScope
 from agent.protocol.notes import NoteKind
+from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.wire import Frame, RejectReason
 
 _REASONS = {Audit.CLIPPED: RejectReason.OWN_PART_CLIPPED, Audit.REFUSED: RejectReason.OWN_PART_REFUSED}
@@ -18,6 +21,7 @@ class UnitAuditor:
     def __init__(self, scope: RoundScope) -> None:
         self.scope = scope
         self.copies = CopyBook()
+        self.record = scope.ctx.plausibility or PlausibilityBook()
         self.outcomes: dict[Audit, int] = dict.fromkeys(Audit, 0)  # units checked this round, by outcome
 
     def on_copy(self, frame: Frame) -> None:
@@ -31,17 +35,33 @@ class UnitAuditor:
             return
         self.copies.keep(frame.chunk_index, ancestors[0], frame.contributors, frame.values())
 
-    def check(self, j: int, origin: int, ids: frozenset[int], values: np.ndarray) -> AuditOutcome | None:
-        """The check of a unit of chunk ``j`` from ``origin`` (None: not one we audit: a leaf's,
-        or audits are off); its own part beyond the bound is counted and noted."""
+    def check(self, j: int, origin: int, ids: frozenset[int], values: np.ndarray) -> np.ndarray | None:
+        """What to count for a unit of chunk ``j`` from ``origin`` instead of the unit as
+        sent, or None: the unit as sent, under the whole-unit bound. A liar's own part is left
+        out (its whole unit, when its children's copies are not all here); an inner node's
+        own part beyond a member's bound leaves the bounded pieces, counted and noted."""
         scope, bound = self.scope, self.scope.ctx.influence
-        if not scope.cfg.audit_units or bound is None or origin not in scope.tree or not scope.tree.children(origin):
+        if bound is None:
             return None
-        outcome = audit_unit(origin, j, ids, values, self.copies.of(j, origin), bound)
+        liar, inner = self.record.flagged(origin), origin in scope.tree and bool(scope.tree.children(origin))
+        if not (inner and scope.cfg.audit_units):
+            return np.zeros(len(values), np.float32) if liar and origin in ids else None
+        outcome = audit_unit(origin, j, ids, values, self.copies.of(j, origin), bound, left_out=liar)
         self.outcomes[outcome.audit] += 1
+        if outcome.audit is Audit.UNAUDITED:
+            return np.zeros(len(values), np.float32) if liar else None
         reason = _REASONS.get(outcome.audit)
-        if reason is not None:
+        if reason is not None and not liar:
             scope.stats.refused[reason] += 1
             scope.out.note(NoteKind.INFLUENCE_BOUNDED, origin, f"chunk {j} own part {outcome.audit.value}: "
                            f"{outcome.own_norm:.3g} beyond {bound.limit(j):.3g}")
-        return outcome
+        if outcome.audit is Audit.REFUSED:
+            self.refused(origin)
+        return None if outcome.audit is Audit.WITHIN else outcome.values
+
+    def refused(self, origin: int) -> None:
+        """``origin``'s own contribution was far beyond a member's bound this round: on its
+        record; noted with the evidence when that makes it a liar."""
+        if self.record.refused(origin, self.scope.round):
+            self.scope.stats.refused[RejectReason.LIAR_LEFT_OUT] += 1
+            self.scope.out.note(NoteKind.LIAR, origin, self.record.evidence(origin))

@@ -54,7 +54,6 @@ from agent.protocol.allreduce import (
     RoundStats,
     frame_size,
 )
-from agent.protocol.audit import Audit
 from agent.protocol.ft_audit import UnitAuditor
 from agent.protocol.ft_broadcast import BroadcastStrategy, FanoutBroadcast, ResultBook, ResultChunk
 from agent.protocol.ft_courier import Courier, CourierEvent, Delivered, PeerSilent, Undeliverable
@@ -468,13 +467,17 @@ class FtTreeRound:
         inner child's own part beyond a member's bound leaves the bounded pieces (ft_audit.py)."""
         bound, stats = self.scope.ctx.influence, self.scope.stats
         if not self._plausible(values, sender):
+            if bound is not None and origin in ids:
+                self.auditor.refused(origin)
             return None if bound is None else np.zeros(len(values), np.float32)
         if bound is None:
             return values
-        audit = self.auditor.check(j, origin, ids, values)
-        if audit is not None and audit.audit in (Audit.CLIPPED, Audit.REFUSED):
-            return audit.values
+        audited = self.auditor.check(j, origin, ids, values)
+        if audited is not None:
+            return audited
         verdict, kept = bound_unit(values, j, bound)
+        if verdict is Influence.REFUSED and origin in ids:
+            self.auditor.refused(origin)
         if verdict is not Influence.WITHIN:
             stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
             self.scope.out.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")

@@ -45,15 +45,15 @@ class Uplink:
             return
         unit = self.reducer.take_unsent(j)
         if unit is not None:
-            frame = self.send(j, unit[0], unit[1], now)
-            self.send_audit_copy(frame)
+            self.send(j, unit[0], unit[1], now, audit_copy=True)
 
-    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> Frame:
+    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float, audit_copy: bool = False) -> None:
         scope, parent = self.scope, self.scope.parent
         assert parent is not None
         frame = scope.frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.wire_dtype(parent, j))
+        if audit_copy:
+            self.send_audit_copy(frame)  # first: it is to be there before our parent's unit
         self.courier.send(Pending(False, j, parent, ids, frame, self._routes(parent), cycle=True), now)
-        return frame
 
     def send_audit_copy(self, frame: Frame) -> None:
         """The unit just sent up, once to our grandparent as well: with it, it takes our

@@ -131,6 +131,9 @@ class RejectReason(enum.StrEnum):
     # own part beyond a member's bound (the bounded pieces counted), or far beyond (zero).
     OWN_PART_CLIPPED = "own_part_clipped"
     OWN_PART_REFUSED = "own_part_refused"
+    # A child whose own part was far beyond the bound in several recent rounds (plausibility.py):
+    # left out from then on (counted once, when it is flagged).
+    LIAR_LEFT_OUT = "liar_left_out"
 
 
 @dataclass(frozen=True)
