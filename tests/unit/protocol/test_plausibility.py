@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.protocol.allreduce import AllreduceConfig, RoundContext
+from agent.protocol.allreduce import AllreduceConfig, Note, RoundContext
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
@@ -56,11 +56,11 @@ def root_round(rnd: int, book: PlausibilityBook) -> FtTreeRound:
 
 
 def test_a_leaf_far_beyond_the_bound_in_several_rounds_is_left_out_and_noted_once() -> None:
-    book, notes = PlausibilityBook(), []
+    book, notes = PlausibilityBook(), list[Note]()
     for rnd in range(FLAG_ROUNDS):
         root = root_round(rnd, book)
-        notes += [a for a in root.on_frame(unit(rnd, 2, {2}, -5.0), 0.01) if getattr(a, "kind", None) is NoteKind.LIAR]
-    assert book.flagged(2) and len(notes) == 1 and notes[0].peer == 2  # type: ignore[attr-defined]
+        notes += [a for a in root.on_frame(unit(rnd, 2, {2}, -5.0), 0.01) if isinstance(a, Note) and a.kind is NoteKind.LIAR]
+    assert book.flagged(2) and len(notes) == 1 and notes[0].peer == 2
     root = root_round(FLAG_ROUNDS, book)
     root.on_frame(unit(FLAG_ROUNDS, 2, {2}, 0.5), 0.01)  # honest-looking now: still left out
     ids, values = root.reducer.merged(0)
