@@ -11,7 +11,7 @@ import numpy as np
 from agent.protocol.audit import Audit, CopyBook, audit_unit
 from agent.protocol.ft_scope import RoundScope
 from agent.protocol.notes import NoteKind
-from agent.protocol.plausibility import PlausibilityBook
+from agent.protocol.plausibility import Evidence, PlausibilityBook
 from agent.protocol.wire import Frame, RejectReason
 
 _REASONS = {Audit.CLIPPED: RejectReason.OWN_PART_CLIPPED, Audit.REFUSED: RejectReason.OWN_PART_REFUSED}
@@ -55,13 +55,13 @@ class UnitAuditor:
             scope.stats.refused[reason] += 1
             scope.out.note(NoteKind.INFLUENCE_BOUNDED, origin, f"chunk {j} own part {outcome.audit.value}: "
                            f"{outcome.own_norm:.3g} beyond {bound.limit(j):.3g}")
-        if outcome.audit is Audit.REFUSED:
-            self.refused(origin)
+        if outcome.audit is not Audit.WITHIN and not liar:
+            self.off(origin, Evidence.FAR if outcome.audit is Audit.REFUSED else Evidence.BEYOND)
         return None if outcome.audit is Audit.WITHIN else outcome.values
 
-    def refused(self, origin: int) -> None:
-        """``origin``'s own contribution was far beyond a member's bound this round: on its
+    def off(self, origin: int, evidence: Evidence) -> None:
+        """``origin``'s own contribution was beyond a member's bound this round: on its
         record; noted with the evidence when that makes it a liar."""
-        if self.record.refused(origin, self.scope.round):
+        if self.record.observe(origin, self.scope.round, evidence):
             self.scope.stats.refused[RejectReason.LIAR_LEFT_OUT] += 1
             self.scope.out.note(NoteKind.LIAR, origin, self.record.evidence(origin))

@@ -69,6 +69,7 @@ from agent.protocol.ft_wait import ContributionWait
 from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.influence import Influence, bound_unit
 from agent.protocol.notes import NoteKind
+from agent.protocol.plausibility import Evidence
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 _T = TypeVar("_T")
@@ -468,7 +469,7 @@ class FtTreeRound:
         bound, stats = self.scope.ctx.influence, self.scope.stats
         if not self._plausible(values, sender):
             if bound is not None and origin in ids:
-                self.auditor.refused(origin)
+                self.auditor.off(origin, Evidence.FAR)
             return None if bound is None else np.zeros(len(values), np.float32)
         if bound is None:
             return values
@@ -476,8 +477,8 @@ class FtTreeRound:
         if audited is not None:
             return audited
         verdict, kept = bound_unit(values, j, bound)
-        if verdict is Influence.REFUSED and origin in ids:
-            self.auditor.refused(origin)
+        if verdict is not Influence.WITHIN and origin in ids:
+            self.auditor.off(origin, Evidence.FAR if verdict is Influence.REFUSED else Evidence.BEYOND)
         if verdict is not Influence.WITHIN:
             stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
             self.scope.out.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")

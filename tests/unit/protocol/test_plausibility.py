@@ -9,26 +9,42 @@ from agent.protocol.allreduce import AllreduceConfig, Note, RoundContext
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
-from agent.protocol.plausibility import FLAG_ROUNDS, WINDOW, PlausibilityBook
+from agent.protocol.plausibility import (
+    BEYOND_ROUNDS,
+    FLAG_ROUNDS,
+    WINDOW,
+    Evidence,
+    PlausibilityBook,
+)
 from agent.protocol.topology import Tree
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 
-def test_a_child_is_flagged_after_enough_refused_rounds_within_the_window_once() -> None:
+def test_a_child_is_flagged_after_enough_far_off_rounds_within_the_window_once() -> None:
     book = PlausibilityBook()
-    flags = [book.refused(3, r) for r in range(FLAG_ROUNDS)]
+    flags = [book.observe(3, r, Evidence.FAR) for r in range(FLAG_ROUNDS)]
     assert flags == [False] * (FLAG_ROUNDS - 1) + [True] and book.flagged(3)
-    assert not book.refused(3, FLAG_ROUNDS)  # flagged once
+    assert not book.observe(3, FLAG_ROUNDS, Evidence.FAR)  # flagged once
     assert "left out from round" in book.evidence(3) and not book.flagged(4)
 
 
-def test_refusals_spread_wider_than_the_window_or_in_one_round_flag_nobody() -> None:
+def test_far_off_rounds_spread_wider_than_the_window_or_in_one_round_flag_nobody() -> None:
     book = PlausibilityBook()
     for r in range(0, 10 * WINDOW, WINDOW // (FLAG_ROUNDS - 1) + 1):
-        book.refused(3, r)
+        book.observe(3, r, Evidence.FAR)
     for _ in range(5):
-        book.refused(4, 7)  # both chunks of one round, several times: one round
+        book.observe(4, 7, Evidence.FAR)  # both chunks of one round, several times: one round
     assert not book.flagged(3) and not book.flagged(4)
+
+
+def test_a_child_at_the_bound_in_nearly_every_round_is_flagged_and_an_honest_non_iid_one_not() -> None:
+    book = PlausibilityBook()
+    # The honest dirichlet:0.1 leaf measured: beyond the bound in at most 5 of any 8 rounds.
+    for r in range(300):
+        if r % 8 < BEYOND_ROUNDS - 2:
+            assert not book.observe(4, r, Evidence.BEYOND)
+    flags = [book.observe(3, r, Evidence.BEYOND) for r in range(BEYOND_ROUNDS)]
+    assert flags[-1] and not any(flags[:-1]) and not book.flagged(4)
 
 
 # ---------------------------------------------------------------------- in FT-tree rounds
