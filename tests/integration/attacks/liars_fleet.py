@@ -48,6 +48,7 @@ class Run:
     rejected: dict[int, dict[str, int]]
     members: list[int]
     degraded: int
+    left_out: dict[int, tuple[int, int]]  # liar -> (its parent, the round it was left out in)
 
     def bounded(self, node: int) -> int:
         """Units (or own parts) ``node`` held to a member's bound, zeroed or refused."""
@@ -76,11 +77,22 @@ def run_fleet(tmp: Path, nodes: int, rounds: int, liar: int | None = None, attac
             return Run(accuracy=float(np.mean(accs)), hashes=listener.hashes_at(last),
                        rejected={n: dict(listener.last(n).rejected) for n in range(nodes)},
                        members=[t.members for t in listener.telemetry[0]],
-                       degraded=sum(t.degraded for t in listener.telemetry[0]))
+                       degraded=sum(t.degraded for t in listener.telemetry[0]), left_out=_left_out(listener, nodes))
         finally:
             forced = fleet.stop_all(grace=10)
             listener.close()
             assert forced == [], agent_logs(tmp)
+
+
+def _left_out(listener: FleetListener, nodes: int) -> dict[int, tuple[int, int]]:
+    """Every liar a parent left out (its ``liar`` note), with the parent and the round."""
+    found: dict[int, tuple[int, int]] = {}
+    for node in range(nodes):
+        for t in listener.telemetry[node]:
+            for note in t.events:
+                if note.get("kind") == "liar" and isinstance(note.get("peer"), int):
+                    found.setdefault(note["peer"], (node, t.round))
+    return found
 
 
 def _specs(broker: MosquittoBroker, tmp: Path, nodes: int, rounds: int, liar: int | None, attack: str,
@@ -121,6 +133,7 @@ def main(argv: list[str]) -> int:
                 print(f"{nodes} agents, liar {liar} ({at}) {attack}: accuracy {run.accuracy:.4f} "
                       f"({(run.accuracy - clean.accuracy) * 100:+.2f} pp); its parent {parent} bounded "
                       f"{run.bounded(parent)} (own parts {run.own_parts(parent)}) {run.rejected[parent]}; "
+                      f"left out (by, in round): {run.left_out}; "
                       f"one model: {len(set(run.hashes.values())) == 1}", flush=True)
     return 0
 
