@@ -9,9 +9,9 @@ whole subtree's budget (a 4-agent fleet's inner node flipping its unit x-3 left 
 chance accuracy, a leaf doing the same 0.43).
 
 So every node that has a grandparent sends it a copy of each unit it sends its parent (the
-"audit copy", never counted). The grandparent takes the parent's unit apart: what the copies
+"audit copy", in int8, never counted). The grandparent takes the parent's unit apart: what the copies
 of its children account for, and the rest, its *own part* (for an honest node, its own
-gradient). The own part is bounded as a leaf's unit is, and the copies as the parent would
+gradient, plus the copies' rounding). The own part is bounded as a leaf's unit is, and the copies as the parent would
 have; when the own part is within its bound the unit counts as sent, else the grandparent
 counts the bounded pieces instead. An inner node then moves the mean by one member's bound,
 as a leaf does. Non-IID data makes no honest unit suspect here (measured with
@@ -33,9 +33,6 @@ import numpy as np
 from agent.protocol.influence import Influence, InfluenceBound, bound_unit
 
 Unit = tuple[frozenset[int], np.ndarray]
-# A supplement (its origin not among its contributors) is its children's units merged: what is
-# left of it after the copies is float rounding, far below this share of a member's bound.
-SUPPLEMENT_ROUNDING = 1e-3
 
 
 class Audit(enum.Enum):
@@ -89,12 +86,8 @@ def audit_unit(origin: int, chunk: int, ids: frozenset[int], values: np.ndarray,
     own_norm = float(np.sqrt(np.dot(own, own)))
     if left_out:
         own_verdict, own_kept = Influence.REFUSED, np.zeros(len(values), np.float32)
-    elif origin in ids:
+    else:  # (a supplement of late children's units has an own part too: the copies' rounding)
         own_verdict, own_kept = bound_unit(own.astype(np.float32), chunk, bound)
-    else:  # a supplement of its children's late units: it adds nothing of its own
-        rounding = own_norm <= SUPPLEMENT_ROUNDING * bound.limit(chunk)
-        own_verdict = Influence.WITHIN if rounding else Influence.REFUSED
-        own_kept = np.zeros(len(values), np.float32)
     audit = _VERDICT[own_verdict]
     if audit is Audit.WITHIN:
         return AuditOutcome(audit, values, own_norm)

@@ -15,7 +15,7 @@ from agent.protocol.audit import Audit, CopyBook, audit_unit, own_part, pieces
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.topology import Tree
-from agent.protocol.wire import Flag, Frame, Kind, RejectReason
+from agent.protocol.wire import DType, Flag, Frame, Kind, RejectReason
 
 BOUND = InfluenceBound((1.0,), factor=3.0, refuse_factor=2.0)  # a member's unit: norm <= 3, zero beyond 6
 
@@ -64,7 +64,7 @@ def test_an_own_gradient_flipped_x3_is_clipped_to_a_members_bound() -> None:
     assert np.allclose(outcome.values, (vec(-1.5) + vec(0.5)) / 2)  # own part held to norm 3, sign kept
 
 
-def test_a_supplement_adds_nothing_of_its_own() -> None:
+def test_a_supplement_adds_no_more_than_a_members_bound_of_its_own() -> None:
     copies = [(frozenset({4}), vec(0.5))]
     assert audit_unit(1, 0, frozenset({4}), vec(0.5), copies, BOUND).audit is Audit.WITHIN
     forged = audit_unit(1, 0, frozenset({4}), vec(5.0), copies, BOUND)
@@ -109,7 +109,7 @@ def test_a_grandchild_sends_its_grandparent_a_copy_once_and_a_child_of_the_root_
     leaf = sent_frames(machine(3, 0.5).start(0.0))
     copies = [(peer, f) for peer, f in leaf if f.flags & Flag.AUDIT]
     assert sorted(peer for peer, _ in copies) == [0, 0]  # one per chunk, to the root
-    assert all(f.kind is Kind.DATA and f.contributors == {3} for _, f in copies)
+    assert all(f.kind is Kind.DATA and f.contributors == {3} and f.dtype is DType.I8 for _, f in copies)
     assert not any(f.flags & Flag.AUDIT for _, f in sent_frames(machine(2, 0.5).start(0.0)))
     off = sent_frames(machine(3, 0.5, replace(CFG, audit_units=False)).start(0.0))
     assert not any(f.flags & Flag.AUDIT for _, f in off)
