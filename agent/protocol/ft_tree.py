@@ -465,7 +465,8 @@ class FtTreeRound:
         (counted and noted when beyond it). An implausible unit is refused; under a bound it
         counts with zero values, so nobody waits for its contributors (a device sending such
         units in every round made each round wait out its subtree: 150 degraded rounds). An
-        inner child's own part beyond a member's bound leaves the bounded pieces (ft_audit.py)."""
+        inner child's own part beyond a member's bound leaves the bounded pieces, and a child
+        found lying in several rounds is left out (ft_audit.py)."""
         bound, stats = self.scope.ctx.influence, self.scope.stats
         if not self._plausible(values, sender):
             if bound is not None and origin in ids:
@@ -477,9 +478,9 @@ class FtTreeRound:
         if audited is not None:
             return audited
         verdict, kept = bound_unit(values, j, bound)
-        if verdict is not Influence.WITHIN and origin in ids:
-            self.auditor.off(origin, Evidence.FAR if verdict is Influence.REFUSED else Evidence.BEYOND)
         if verdict is not Influence.WITHIN:
+            if origin in ids:  # its own values: on its record (a supplement holds its children's)
+                self.auditor.off(origin, Evidence.FAR if verdict is Influence.REFUSED else Evidence.BEYOND)
             stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
             self.scope.out.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
         return kept
