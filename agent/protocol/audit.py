@@ -33,6 +33,7 @@ import numpy as np
 from agent.protocol.influence import Influence, InfluenceBound, bound_unit
 
 Unit = tuple[frozenset[int], np.ndarray]
+MAX_SUSPECT_READINGS = 3  # suspects among one unit's copies weighed both ways (2^3 readings)
 
 
 class Audit(enum.Enum):
@@ -74,14 +75,32 @@ def own_part(ids: frozenset[int], values: np.ndarray, parts: Sequence[Unit]) -> 
     return total
 
 
+def as_counted(ids: frozenset[int], values: np.ndarray, parts: list[Unit], suspects: frozenset[int]) -> list[Unit]:
+    """The copies as the unit's origin may have counted them: a suspect's (``suspects``: its
+    own values were beyond a member's bound before) may have been left out, as zero, by an
+    honest parent that caught it lying. Of those readings, the one that leaves the smallest
+    own part (at most ``MAX_SUSPECT_READINGS`` suspects weighed)."""
+    zeroable = [i for i, (c_ids, _) in enumerate(parts) if c_ids <= suspects][:MAX_SUSPECT_READINGS]
+    best, best_norm = parts, float("inf")
+    for mask in range(1 << len(zeroable)):
+        dropped = {zeroable[b] for b in range(len(zeroable)) if mask >> b & 1}
+        reading = [(c_ids, np.zeros_like(v) if i in dropped else v) for i, (c_ids, v) in enumerate(parts)]
+        own = own_part(ids, values, reading)
+        if (size := float(np.dot(own, own))) < best_norm:
+            best, best_norm = reading, size
+    return best
+
+
 def audit_unit(origin: int, chunk: int, ids: frozenset[int], values: np.ndarray, copies: Sequence[Unit],
-               bound: InfluenceBound, left_out: bool = False) -> AuditOutcome:
+               bound: InfluenceBound, left_out: bool = False, suspects: frozenset[int] = frozenset()) -> AuditOutcome:
     """The check of ``origin``'s unit of chunk ``chunk`` against its children's ``copies``;
-    ``left_out``: its own part counts as zero whatever it is (a liar, plausibility.py)."""
+    ``left_out``: its own part counts as zero whatever it is (a liar, plausibility.py);
+    ``suspects``: members whose copies the origin may have counted as zero (``as_counted``)."""
     parts = pieces(origin, ids, copies)
     if parts is None:
         return AuditOutcome(Audit.UNAUDITED, values)
     bounded = [(c_ids, bound_unit(c_values, chunk, bound)[1]) for c_ids, c_values in parts]
+    bounded = as_counted(ids, values, bounded, suspects) if suspects else bounded
     own = own_part(ids, values, bounded)
     own_norm = float(np.sqrt(np.dot(own, own)))
     if left_out:

@@ -10,6 +10,7 @@ import numpy as np
 
 from agent.protocol.audit import Audit, CopyBook, audit_unit
 from agent.protocol.ft_scope import RoundScope
+from agent.protocol.influence import Influence, bound_unit
 from agent.protocol.notes import NoteKind
 from agent.protocol.plausibility import Evidence, PlausibilityBook
 from agent.protocol.wire import Frame, RejectReason
@@ -33,7 +34,11 @@ class UnitAuditor:
                 or not frame.contributors or not frame.contributors <= tree.subtree(origin)):
             scope.stats.dropped += 1
             return
-        self.copies.keep(frame.chunk_index, ancestors[0], frame.contributors, frame.values())
+        values, bound = frame.values(), scope.ctx.influence
+        self.copies.keep(frame.chunk_index, ancestors[0], frame.contributors, values)
+        leaf_copy = not tree.children(origin) and frame.contributors == {origin}  # its own values
+        if leaf_copy and bound is not None and bound_unit(values, frame.chunk_index, bound)[0] is not Influence.WITHIN:
+            self.record.suspects.add(origin)  # beyond a member's bound: its parent may leave it out
 
     def check(self, j: int, origin: int, ids: frozenset[int], values: np.ndarray) -> np.ndarray | None:
         """What to count for a unit of chunk ``j`` from ``origin`` instead of the unit as
@@ -46,7 +51,8 @@ class UnitAuditor:
         liar, inner = self.record.flagged(origin), origin in scope.tree and bool(scope.tree.children(origin))
         if not (inner and scope.cfg.audit_units):
             return np.zeros(len(values), np.float32) if liar and origin in ids else None
-        outcome = audit_unit(origin, j, ids, values, self.copies.of(j, origin), bound, left_out=liar)
+        suspects = frozenset(self.record.suspects & ids)
+        outcome = audit_unit(origin, j, ids, values, self.copies.of(j, origin), bound, left_out=liar, suspects=suspects)
         self.outcomes[outcome.audit] += 1
         if outcome.audit is Audit.UNAUDITED:
             return np.zeros(len(values), np.float32) if liar else None

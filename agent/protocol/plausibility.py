@@ -55,6 +55,9 @@ class ChildRecord:
 @dataclass
 class PlausibilityBook:
     records: dict[int, ChildRecord] = field(default_factory=dict)
+    # Members whose own values we saw beyond a member's bound, in a unit or an audit copy:
+    # their parent may have left them out (audit.as_counted).
+    suspects: set[int] = field(default_factory=set)
 
     def flagged(self, child: int) -> bool:
         record = self.records.get(child)
@@ -63,6 +66,7 @@ class PlausibilityBook:
     def observe(self, child: int, round: int, evidence: Evidence) -> bool:
         """``child``'s own part was off in ``round`` as ``evidence`` says; True when that
         flags it now (once)."""
+        self.suspects.add(child)
         record = self.records.setdefault(child, ChildRecord())
         if record.flagged_at is not None:
             return False

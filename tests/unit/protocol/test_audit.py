@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agent.protocol.allreduce import AllreduceConfig, RoundContext, Send
-from agent.protocol.audit import Audit, CopyBook, audit_unit, own_part, pieces
+from agent.protocol.audit import Audit, CopyBook, as_counted, audit_unit, own_part, pieces
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.topology import Tree
@@ -143,3 +143,21 @@ def test_a_copy_from_anyone_but_a_grandchild_is_dropped() -> None:
     root.on_frame(unit(2, {2}, 0.5, flags=Flag.AUDIT), 0.01)  # a child, not a grandchild
     root.on_frame(unit(3, {1, 3}, 0.5, flags=Flag.AUDIT), 0.01)  # claims beyond its subtree
     assert root.auditor.copies.copies == {} and root.stats.dropped == 2
+
+
+def test_a_suspects_copy_may_have_been_left_out_by_its_honest_parent() -> None:
+    # Node 1 left its lying child 3 out (zero): its unit is (own 0.5 + 0) / 2.
+    copies = [(frozenset({3}), vec(-1.4))]  # the liar's copy, within the bound here
+    unit = (vec(0.5) + vec(0.0)) / 2
+    blamed = audit_unit(1, 0, frozenset({1, 3}), unit, copies, BOUND)
+    assert blamed.audit is not Audit.WITHIN  # read as counted, node 1's own part looks off
+    read = audit_unit(1, 0, frozenset({1, 3}), unit, copies, BOUND, suspects=frozenset({3}))
+    assert read.audit is Audit.WITHIN and read.values is unit and read.own_norm == pytest.approx(1.0)
+
+
+def test_the_reading_that_leaves_the_smallest_own_part_is_taken() -> None:
+    parts = [(frozenset({3}), vec(2.0)), (frozenset({4}), vec(0.5))]
+    unit = (vec(0.5) + vec(2.0) + vec(0.5)) / 3  # nobody left out
+    assert [float(v[0]) for _, v in as_counted(frozenset({1, 3, 4}), unit, parts, frozenset({3, 4}))] == [2.0, 0.5]
+    left = (vec(0.5) + vec(0.5)) / 3  # 3 left out
+    assert [float(v[0]) for _, v in as_counted(frozenset({1, 3, 4}), left, parts, frozenset({3}))] == [0.0, 0.5]
