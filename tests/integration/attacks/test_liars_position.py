@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol.plausibility import BEYOND_ROUNDS
+from agent.protocol.plausibility import FLAG_ROUNDS
 from agent.protocol.wire import RejectReason
 from tests.integration.attacks.liars_fleet import INNER, LEAF, Run, run_fleet
 
@@ -24,11 +24,7 @@ ROUNDS = 40
 ACCURACY_PP = 1.0  # the issue's bound against the clean run at the same round
 # A liar is left out by the round its record convicts it at the latest (every round counted
 # against it), plus a round of slack for a round its parent missed.
-LEFT_OUT_BY = BEYOND_ROUNDS + 1
-# A liar at the bound is caught later (its own part is beyond it in most rounds, not all):
-# until then it moves the mean as one member may. Measured: -8.8 pp after 40 rounds, -3.3 pp
-# after 60; without the audit it spent its subtree's budget: -77 pp after 60 (chance).
-AT_THE_BOUND_PP = 15.0
+LEFT_OUT_BY = FLAG_ROUNDS + 1
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +54,14 @@ def test_a_liar_is_left_out_by_its_parent_and_the_fleet_learns_as_the_clean_one(
     assert abs(run.accuracy - clean.accuracy) * 100 <= ACCURACY_PP, (run.accuracy, clean.accuracy)
 
 
-def test_a_liar_at_the_bound_inside_the_tree_weighs_one_member_and_is_left_out(clean: Run, tmp_path: Path) -> None:
+def test_a_liar_at_the_bound_inside_the_tree_weighs_one_member(clean: Run, tmp_path: Path) -> None:
     """Node 1 sends its own gradient x-3 merged with its child's honest unit: its own part sits
     at a member's bound. Without the audit it spent its subtree's budget (60 rounds: 0.157
-    against 0.923 clean, chance); now the root takes the unit apart, clips the own part as a leaf's,
-    and leaves node 1 out once it was beyond the bound in 7 of 8 rounds (measured: round 17)."""
+    against 0.923 clean, chance); now the root takes the unit apart and clips the own part as
+    a leaf's (a leaf doing the same: 0.434 after 60 rounds). Being at the bound flags nobody
+    (an honest non-IID leaf is there too), so it is not left out."""
     run = run_fleet(tmp_path, NODES, ROUNDS, INNER, "own:-3")
     print(f"liar {INNER} own:-3: accuracy {run.accuracy:.4f} against {clean.accuracy:.4f} clean after {ROUNDS} "
           f"rounds; left out {run.left_out}; root refused {run.rejected[0]}")
-    assert run.rejected[0].get(RejectReason.OWN_PART_CLIPPED, 0) >= BEYOND_ROUNDS, run.rejected
-    assert run.left_out.get(INNER, (None, ROUNDS))[0] == 0 and run.left_out[INNER][1] < ROUNDS, run.left_out
-    assert len(set(run.hashes.values())) == 1, run.hashes
-    assert (clean.accuracy - run.accuracy) * 100 <= AT_THE_BOUND_PP, (run.accuracy, clean.accuracy)
+    assert run.rejected[0].get(RejectReason.OWN_PART_CLIPPED, 0) >= ROUNDS // 2, run.rejected
+    assert run.left_out == {} and len(set(run.hashes.values())) == 1, (run.left_out, run.hashes)

@@ -10,7 +10,6 @@ from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
 from agent.protocol.plausibility import (
-    BEYOND_ROUNDS,
     FLAG_ROUNDS,
     WINDOW,
     Evidence,
@@ -37,14 +36,11 @@ def test_far_off_rounds_spread_wider_than_the_window_or_in_one_round_flag_nobody
     assert not book.flagged(3) and not book.flagged(4)
 
 
-def test_a_child_at_the_bound_in_nearly_every_round_is_flagged_and_an_honest_non_iid_one_not() -> None:
+def test_a_child_beyond_the_bound_in_every_round_is_a_suspect_but_never_flagged() -> None:
     book = PlausibilityBook()
-    # The honest dirichlet:0.1 leaf measured: beyond the bound in at most 5 of any 8 rounds.
-    for r in range(300):
-        if r % 8 < BEYOND_ROUNDS - 2:
-            assert not book.observe(4, r, Evidence.BEYOND)
-    flags = [book.observe(3, r, Evidence.BEYOND) for r in range(BEYOND_ROUNDS)]
-    assert flags[-1] and not any(flags[:-1]) and not book.flagged(4)
+    # Measured: an honest dirichlet:0.1 leaf clipped in 7 rounds in a row, as a x-3 flip is.
+    assert not any(book.observe(4, r, Evidence.BEYOND) for r in range(3 * WINDOW))
+    assert not book.flagged(4) and 4 in book.suspects
 
 
 # ---------------------------------------------------------------------- in FT-tree rounds
