@@ -22,7 +22,7 @@ def allreduce_config(config: AgentConfig, fingerprint: str = "") -> AllreduceCon
         max_timeout=config.max_timeout, initial_timeout=config.timeout,
         round_deadline=config.round_deadline, remember_dead_links=config.remember_dead_links,
         link_rate_floor=config.link_rate_floor, broadcast=config.broadcast,
-        influence_factor=config.influence_bound, straggler_deadline=config.straggler_deadline,
+        influence_factor=config.influence_bound, audit_units=config.audit_units, straggler_deadline=config.straggler_deadline,
     )
 
 

@@ -31,6 +31,8 @@ _DETECTS: dict[Kind, tuple[IncidentKind, bool]] = {
     EventKind.LINK_FAILED: (IncidentKind.LINK, True),
     # A node running another model than the fleet's (it is refused and stops).
     EventKind.MODEL_MISMATCH: (IncidentKind.MODEL, True),
+    # A parent left a child out for lying about its contribution (the note names the liar).
+    NoteKind.LIAR: (IncidentKind.LIAR, True),
     # A rerouted link may be the backup route in use, working as designed: evidence only.
     EventKind.LINK_REROUTED: (IncidentKind.LINK, False),
 }
@@ -44,7 +46,7 @@ _RECOVERS: dict[Kind, IncidentKind] = {
 SETTLED_KINDS = frozenset({IncidentKind.CRASH, IncidentKind.HANG, IncidentKind.ISOLATE, IncidentKind.LOSS,
                            IncidentKind.LATENCY, IncidentKind.BANDWIDTH, IncidentKind.LINK})
 # Titles of detected incidents whose kind alone does not say it ("crash node 3 ...").
-_TITLES = {IncidentKind.MODEL: "model mismatch: node {}"}
+_TITLES = {IncidentKind.MODEL: "model mismatch: node {}", IncidentKind.LIAR: "lying: node {} left out by its parent"}
 # Events that count as evidence for any active incident touching the event's node or peer:
 # the agents' notes, then the dashboard's own events.
 _SYMPTOMS: frozenset[Kind] = frozenset({
@@ -175,6 +177,8 @@ def _observe_one(incidents: tuple[Incident, ...], e: Observation, fleet_round: i
 
 def _event_key(kind: IncidentKind, e: Observation) -> Key:
     nodes = (e.node,) if kind is not IncidentKind.LINK or e.peer is None else (e.node, e.peer)
+    if kind is IncidentKind.LIAR:
+        nodes = (e.peer,)  # the liar, not its parent who noted it
     return kind, targets_of(kind, [n for n in nodes if n is not None])
 
 

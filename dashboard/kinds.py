@@ -64,6 +64,7 @@ class IncidentKind(enum.StrEnum):
     BRIDGE_CUT = "bridge-cut"
     SITE_BROKER_RESTART = "site-broker-restart"
     MODEL = "model"  # a node running another model than the fleet's
+    LIAR = "liar"  # a node its parent left out for lying about its contribution (NoteKind.LIAR)
 
 
 def note_kind(text: str) -> NoteKind | None:
@@ -113,7 +114,7 @@ FAULT_COLOURS: Mapping[IncidentKind, str] = {
     IncidentKind.LOSS: "#e0a100", IncidentKind.LATENCY: "#7b4fd6", IncidentKind.BANDWIDTH: "#7b4fd6",
     IncidentKind.FLAP: "#c2410c", IncidentKind.ISOLATE: "#6b7280", IncidentKind.BROKER_RESTART: "#1f2937",
     IncidentKind.BRIDGE_CUT: "#b42318", IncidentKind.SITE_BROKER_RESTART: "#1f2937",
-    IncidentKind.MODEL: "#a4262c",
+    IncidentKind.MODEL: "#a4262c", IncidentKind.LIAR: "#86198f",
 }
 # The charts' marks besides an incident's start (in its kind's colour): a crashed node's
 # return, a view change.

@@ -25,6 +25,7 @@ from agent.protocol.chunking import DownlinkRate
 from agent.protocol.influence import NormHistory
 from agent.protocol.membership import Membership, StartupGate
 from agent.protocol.messages import NodeState, Status
+from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rounds import root_finishes_first, server_holds_the_state
 from agent.protocol.topics import Topics
@@ -48,6 +49,7 @@ class CoreParts:
         self.broker = BrokerLink()
         self.links = config.allreduce.new_links()
         self.norms = NormHistory(factor=config.allreduce.influence_factor)
+        self.plausibility = PlausibilityBook()  # ft-tree: children that lied, across rounds
         self.ledger = ServerLedger()  # ps-async: what this node, as the server, owes each worker
         self.downlink = DownlinkRate()
         algorithm = config.allreduce.algorithm

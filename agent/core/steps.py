@@ -93,7 +93,7 @@ class Steps:
                                          current.gradient, current.own_hash, self.parts.links, now,
                                          irregular_start=self._irregular_start(current.view),
                                          own_link_rate=self.parts.downlink.rate(), influence=influence,
-                                         ledger=self.parts.ledger))
+                                         ledger=self.parts.ledger, plausibility=self.parts.plausibility))
         self.progress.go(trigger)
         # A refutation crosses the broker twice, like a frame and its ACK: on a slow broker
         # (a loaded gateway, the embedded one) give the suspect twice the round trip our

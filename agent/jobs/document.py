@@ -31,7 +31,7 @@ BUILTIN_MODEL = "mlp"
 AGENT_OPTIONS = frozenset({
     "eval_every", "eval_samples", "holdout", "label_column", "round_deadline", "timeout",
     "timeout_mode", "min_timeout", "max_timeout", "link_rate_floor", "broadcast", "chunk_size",
-    "wire_dtype", "wire_budget", "influence_bound", "remember_dead_links", "adapt_broadcast",
+    "wire_dtype", "wire_budget", "influence_bound", "audit_units", "remember_dead_links", "adapt_broadcast",
     "adapt_chunks", "straggler_deadline", "comm_share", "outer_lr", "lr_final", "min_members",
     "join_grace", "checkpoint_every", "keepalive", "publish_rate", "telemetry",
     "dp_clip", "dp_epsilon", "dp_delta", "dp_noise", "dp_at_budget",

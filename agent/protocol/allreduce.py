@@ -22,6 +22,7 @@ import numpy as np
 
 from agent.protocol.influence import InfluenceBound
 from agent.protocol.notes import NoteKind
+from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -125,6 +126,9 @@ class AllreduceConfig:
     # (influence_bound, default DEFAULT_INFLUENCE_FACTOR); off here, the protocol's own tests
     # and the virtual fleet average their synthetic vectors exactly.
     influence_factor: float = 0.0
+    # ft-tree, with an influence bound: a unit goes to the grandparent too, as an audit copy,
+    # and an inner node's own part of its unit is bounded as a leaf's (agent/protocol/audit.py).
+    audit_units: bool = False
     # ft-tree: a member slower than the rest (a straggler) is waited for at most this many
     # seconds after a node's own contribution was ready (the root's wait; a node below waits
     # its subtree's share of it, so the levels under the root cut theirs first), then left
@@ -258,6 +262,9 @@ class RoundContext:
     own_link_rate: float | None = None
     # The bound on each unit's norm where it is first merged (None: no bound).
     influence: InfluenceBound | None = None
+    # ft-tree, with a bound: which children lied in earlier rounds (kept by the core; None: a
+    # record of this round only).
+    plausibility: PlausibilityBook | None = None
     # ps-async: what the parameter server owes each worker across rounds (kept by the core;
     # None: a ledger of this round only).
     ledger: ServerLedger | None = None

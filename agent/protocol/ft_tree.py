@@ -54,6 +54,7 @@ from agent.protocol.allreduce import (
     RoundStats,
     frame_size,
 )
+from agent.protocol.ft_audit import UnitAuditor
 from agent.protocol.ft_broadcast import BroadcastStrategy, FanoutBroadcast, ResultBook, ResultChunk
 from agent.protocol.ft_courier import Courier, CourierEvent, Delivered, PeerSilent, Undeliverable
 from agent.protocol.ft_pull import PullAnswer, ResultPull
@@ -68,6 +69,7 @@ from agent.protocol.ft_wait import ContributionWait
 from agent.protocol.ft_watch import PeerWatch
 from agent.protocol.influence import Influence, bound_unit
 from agent.protocol.notes import NoteKind
+from agent.protocol.plausibility import Evidence
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 _T = TypeVar("_T")
@@ -109,6 +111,7 @@ class FtTreeRound:
         self.courier = Courier(scope, self.watch, self.relay, weak_method(self._on_courier_event))
         self.reducer = ChunkReducer(scope.n, peak(ctx.gradient), passes_up=scope.parent is not None)
         self.uplink = Uplink(scope, self.reducer, self.courier)
+        self.auditor = UnitAuditor(scope)
         self.wait = ContributionWait(scope, self.watch, self.reducer)
         self.results = ResultBook(scope, self.courier)
         self.pull = ResultPull(scope, self.results, self.courier)
@@ -452,23 +455,32 @@ class FtTreeRound:
             scope.stats.overlaps += 1
         if offer is not Offer.NEW:
             return  # a duplicate (lost ACK, resend) is ACKed, not counted
-        values = self._bounded(j, frame.values(), frame.sender)
+        values = self._bounded(j, frame.values(), frame.sender, frame.origin, ids)
         if values is not None:
             self.reducer.accept(j, ids, values, frame.dtype)
             self._try_forward(j, now)
 
-    def _bounded(self, j: int, values: np.ndarray, sender: int) -> np.ndarray | None:
+    def _bounded(self, j: int, values: np.ndarray, sender: int, origin: int, ids: frozenset[int]) -> np.ndarray | None:
         """The values to count for a unit of chunk ``j``, held to the round's influence bound
         (counted and noted when beyond it). An implausible unit is refused; under a bound it
         counts with zero values, so nobody waits for its contributors (a device sending such
-        units in every round made each round wait out its subtree: 150 degraded rounds)."""
+        units in every round made each round wait out its subtree: 150 degraded rounds). An
+        inner child's own part beyond a member's bound leaves the bounded pieces, and a child
+        found lying in several rounds is left out (ft_audit.py)."""
         bound, stats = self.scope.ctx.influence, self.scope.stats
         if not self._plausible(values, sender):
+            if bound is not None and origin in ids:
+                self.auditor.off(origin, Evidence.FAR)
             return None if bound is None else np.zeros(len(values), np.float32)
         if bound is None:
             return values
+        audited = self.auditor.check(j, origin, ids, values)
+        if audited is not None:
+            return audited
         verdict, kept = bound_unit(values, j, bound)
         if verdict is not Influence.WITHIN:
+            if origin in ids:  # its own values: on its record (a supplement holds its children's)
+                self.auditor.off(origin, Evidence.FAR if verdict is Influence.REFUSED else Evidence.BEYOND)
             stats.refused[RejectReason.NORM_CLIPPED if verdict is Influence.CLIPPED else RejectReason.NORM_REFUSED] += 1
             self.scope.out.note(NoteKind.INFLUENCE_BOUNDED, sender, f"chunk {j} {verdict.value}: beyond {bound.limit(j):.3g}")
         return kept
@@ -512,7 +524,9 @@ class FtTreeRound:
         if j >= self.n or frame.chunk_count != self.n or frame.n_values != self.chunks[j].hi - self.chunks[j].lo:
             self.scope.stats.dropped += 1
             return
-        if frame.is_broadcast:
+        if frame.flags & Flag.AUDIT:
+            self.auditor.on_copy(frame)
+        elif frame.is_broadcast:
             if self.flow.on_final(frame, now, how, running=self.result is None):
                 self._complete(now)
         else:

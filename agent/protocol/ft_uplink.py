@@ -14,6 +14,8 @@ from agent.protocol.ft_scope import Hop, RoundScope
 from agent.protocol.wire import DType, Flag, Frame, Kind
 from agent.protocol.wire_choice import choose, choose_for_own_link, narrowest
 
+AUDIT_DTYPE = DType.I8  # the audit copies' wire format (see Uplink.send_audit_copy)
+
 
 class Uplink:
     def __init__(self, scope: RoundScope, reducer: ChunkReducer, courier: Courier) -> None:
@@ -43,13 +45,29 @@ class Uplink:
             return
         unit = self.reducer.take_unsent(j)
         if unit is not None:
-            self.send(j, unit[0], unit[1], now)
+            self.send(j, unit[0], unit[1], now, audit_copy=True)
 
-    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float) -> None:
+    def send(self, j: int, ids: frozenset[int], mean: np.ndarray, now: float, audit_copy: bool = False) -> None:
         scope, parent = self.scope, self.scope.parent
         assert parent is not None
+        if audit_copy:
+            self.send_audit_copy(j, ids, mean)  # first: it is to be there before our parent's unit
         frame = scope.frame(Kind.DATA, j, Flag.NONE, ids).with_values(mean, self.wire_dtype(parent, j))
         self.courier.send(Pending(False, j, parent, ids, frame, self._routes(parent), cycle=True), now)
+
+    def send_audit_copy(self, j: int, ids: frozenset[int], mean: np.ndarray) -> None:
+        """The unit we send up, once to our grandparent as well, in int8 (a quarter of a
+        float32 unit; 2-9 % error on the unit's norm, measured on the thesis MLP's gradients,
+        against a member's bound of 3 medians): with it, it takes our parent's unit apart
+        (audit.py). Sent once, never ACKed: a lost copy leaves that unit unaudited, as before."""
+        scope = self.scope
+        ancestors = scope.tree.ancestors(scope.node)
+        if not scope.cfg.audit_units or scope.ctx.influence is None or len(ancestors) < 2:
+            return
+        grandparent = ancestors[1]
+        if grandparent not in scope.down:
+            copy = scope.frame(Kind.DATA, j, Flag.AUDIT, ids).with_values(mean, AUDIT_DTYPE)
+            scope.out.send(grandparent, copy)
 
     def wire_dtype(self, peer: int, j: int) -> DType:
         """The format of chunk ``j``'s values to ``peer``: with ``wire_auto``, the narrowest of

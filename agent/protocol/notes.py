@@ -23,6 +23,7 @@ class NoteKind(enum.StrEnum):
     FAULT_INJECTED = "fault_injected"
     IMPLAUSIBLE = "implausible"
     INFLUENCE_BOUNDED = "influence_bounded"
+    LIAR = "liar"  # a child's own contribution far beyond a member's bound, repeatedly: left out
     LINK_DEAD = "link_dead"
     LINK_HEALED = "link_healed"
     NACK = "nack"

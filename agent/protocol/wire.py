@@ -54,6 +54,7 @@ class Flag(enum.IntFlag):
     REPLY = 4  # PROBE: the answer to a probe, which proves the link works both ways
     PROGRESS = 8  # PROBE: "my downlink is busy with a large frame: yours may be queued behind it"
     WAITING = 0x10  # PROBE to the parent: "I am in this round, waiting for my children's data"
+    AUDIT = 0x20  # DATA to the grandparent: a copy of a unit sent to the parent, never counted (audit.py)
     FLOOD = 0x80  # RELAY/ACK to be flooded over the FT graph (last resort when no route works)
 
 
@@ -81,7 +82,8 @@ def value_bytes(dtype: DType) -> int:
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}
 _DTYPES: dict[int, DType] = {int(d): d for d in DType}
 _FLAGS: dict[int, Flag] = {
-    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.REPLY | Flag.PROGRESS | Flag.WAITING | Flag.FLOOD)
+    bits: Flag(bits) for bits in range(256) if not bits & ~int(Flag.BROADCAST | Flag.FINAL | Flag.REPLY | Flag.PROGRESS | Flag.WAITING | Flag.AUDIT
+                                                    | Flag.FLOOD)
 }
 
 
@@ -125,6 +127,13 @@ class RejectReason(enum.StrEnum):
     # influence bound, or counted with zero values far beyond it.
     NORM_CLIPPED = "norm_clipped"
     NORM_REFUSED = "norm_refused"
+    # An inner node's unit against its children's audit copies (agent/protocol/audit.py): its
+    # own part beyond a member's bound (the bounded pieces counted), or far beyond (zero).
+    OWN_PART_CLIPPED = "own_part_clipped"
+    OWN_PART_REFUSED = "own_part_refused"
+    # A child whose own part was far beyond the bound in several recent rounds (plausibility.py):
+    # left out from then on (counted once, when it is flagged).
+    LIAR_LEFT_OUT = "liar_left_out"
 
 
 @dataclass(frozen=True)

@@ -340,3 +340,13 @@ def test_a_replayed_operator_link_cut_and_loss_are_the_operators_not_the_fleets(
     run.record(type="dashboard_control", action="loss", node=4, peer=None, value=0, applied=True,
                outcome="applied: loss node 4, by the agents themselves")
     assert run.state.operator_actions[-1].undoes and run.state.incidents[1].healed_round == 32
+
+
+def test_a_liar_left_out_by_its_parent_is_an_incident_naming_the_liar() -> None:
+    run = Run()
+    run.rounds(1, 9)
+    liar = [{"kind": "liar", "peer": 3, "detail": "own part far beyond a member's bound in rounds 8, 9, 10"}]
+    run.rounds(10, 11, notes={(1, 10): liar})
+    [incident] = run.state.incidents
+    assert (incident.kind, incident.targets, incident.source, incident.active) == ("liar", (3,), "detected", True)
+    assert incident.title == "lying: node 3 left out by its parent"

@@ -263,7 +263,7 @@ FIELD = {name: i for i, name in enumerate(
     ("kind", 0, RejectReason.BAD_KIND),
     ("kind", 99, RejectReason.BAD_KIND),
     ("dtype", 4, RejectReason.BAD_DTYPE),
-    ("flags", 0x20, RejectReason.BAD_FLAGS),
+    ("flags", 0x40, RejectReason.BAD_FLAGS),
     ("count", 0, RejectReason.ABSURD_SIZE),
     ("count", MAX_CHUNKS + 1, RejectReason.ABSURD_SIZE),
     ("index", 4, RejectReason.ABSURD_SIZE),
