@@ -89,6 +89,7 @@ class ResultPull:
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
         scope.out.send(peer, pull.with_indices([] if len(missing) == scope.n else missing))
         scope.stats.pulls += 1
+        scope.carriers.add(peer)  # asked by us: its answer is a result we may take
         # A sibling's link carries nothing in a healthy round, so it is never measured: count
         # on our parent's (the same broker's round trip), not the initial timeout. Half a
         # second per sibling asked kept the children of a frozen parent waiting (issue 12).
