@@ -21,6 +21,7 @@ from agent.protocol.allreduce import (
     RoundStats,
     chunk_bounds,
 )
+from agent.protocol.answer_budget import values_frame_bytes
 from agent.protocol.chunking import cross_site_timeout
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -139,6 +140,12 @@ class RoundScope:
         if self.parent is not None and self.parent in self.down | self.away | self.dead:
             return self.carriers | set(self.tree.backups(self.node))
         return self.carriers
+
+    def result_bytes(self, chunks: Collection[int]) -> int:
+        """Bytes of the result frames of ``chunks`` at most (in the round's widest format,
+        every member counted): what a pull of them pays for (answer_budget.py)."""
+        item, top = value_bytes(self.cfg.wire_dtype), max(self.tree.members)
+        return sum(values_frame_bytes(hi - lo, item, top) for lo, hi in (self.bounds[j] for j in chunks))
 
     def frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = NO_NODE) -> Frame:
         return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,
