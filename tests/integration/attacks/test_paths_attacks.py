@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,11 @@ from tests.integration.fleet_harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "paths"
 ROUNDS = 24
+# The flood test's fleet: two phases of the flood, each followed by a wait for its last
+# answers (rounds go on meanwhile: tens of them on an idle host).
+FLOOD_ROUNDS = 90
+PHASE_ROUNDS = 6
+DRAIN_S = 3.0
 ATTACK_AT = 4  # the fleet's round the attack starts at
 ATTACK_ROUNDS = 12  # rounds the attack is kept up, paced by the fleet
 CHUNKS = chunk_bounds(PARAM_COUNT, AgentConfig.model_fields["chunk_size"].default)
@@ -63,10 +69,10 @@ class Seat:
 
 # A backup: the inner node 1 of both trees on its sibling 2, the leaf 3 on its sibling 4.
 INJECTIONS = [Seat(4, 1, 2), Seat(7, 1, 2), Seat(7, 3, 4)]
-# A flood: from a leaf on the root, from an inner node on its sibling and on a node below
-# the root's other child (nodes the attacker sends nothing else to: its own data is no part
-# of what the meter counts as asked, see Meter).
-FLOODS = [Seat(4, 3, 0), Seat(4, 1, 2), Seat(7, 1, 5)]
+# A flood: from a leaf and from an inner node, on nodes the attacker's own agent sends
+# nothing else to (its data would pay for answers too, and the meter counts only the asks):
+# the root, a sibling, nodes below the root's other child.
+FLOODS = [Seat(4, 3, 0), Seat(4, 1, 2), Seat(7, 1, 5), Seat(7, 3, 6)]
 
 
 def _broker(tmp: Path, seat: Seat) -> MosquittoBroker:
@@ -74,11 +80,11 @@ def _broker(tmp: Path, seat: Seat) -> MosquittoBroker:
     return start_mosquitto(tmp / "broker", job=JOB, nodes=seat.nodes, bind_client_ids=False)
 
 
-def _each_round(listener: FleetListener, act: Callable[[int], None]) -> None:
-    """``act(fleet_round)`` once for each round node 0 enters, ATTACK_ROUNDS rounds in a row."""
+def _each_round(listener: FleetListener, act: Callable[[int], None], rounds: int = ATTACK_ROUNDS) -> None:
+    """``act(fleet_round)`` once for each round node 0 enters, ``rounds`` rounds in a row."""
     done: set[int] = set()
     deadline = time.monotonic() + 300
-    while len(done) < ATTACK_ROUNDS:
+    while len(done) < rounds:
         assert time.monotonic() < deadline, f"the fleet stalled under attack: {listener.last_rounds()}"
         current = listener.last(0).round + 1
         if current not in done:
@@ -87,20 +93,20 @@ def _each_round(listener: FleetListener, act: Callable[[int], None]) -> None:
         listener.pump(0.05)
 
 
-def _run(broker: MosquittoBroker, tmp: Path, seat: Seat, attack: Callable[[MqttTransport, FleetListener], None]
-         ) -> FleetListener:
-    """A fleet of ROUNDS rounds, attacked from ATTACK_AT on: it ends with one model on every
-    member, every member in the view. The listener, for the counts."""
+def _run(broker: MosquittoBroker, tmp: Path, seat: Seat, attack: Callable[[MqttTransport, FleetListener], None],
+         rounds: int = ROUNDS) -> FleetListener:
+    """A fleet of ``rounds`` rounds, attacked from ATTACK_AT on: it ends with one model on
+    every member, every member in the view. The listener, for the counts."""
     creds = broker.dashboard_credentials
     listener = FleetListener(broker.url, JOB, creds.username, creds.password)
     evil = second_session(broker, seat.attacker)
-    fleet = start_fleet(broker, tmp, seat.nodes, {"rounds": ROUNDS})
+    fleet = start_fleet(broker, tmp, seat.nodes, {"rounds": rounds})
     everyone = list(range(seat.nodes))
     try:
         listener.wait_for(lambda: listener.reached(everyone, ATTACK_AT), 240, f"round {ATTACK_AT}")
         attack(evil, listener)
-        listener.wait_for(lambda: listener.reached(everyone, ROUNDS - 1), 300, "the last round")
-        hashes = listener.hashes_at(ROUNDS - 1)
+        listener.wait_for(lambda: listener.reached(everyone, rounds - 1), 300, "the last round")
+        hashes = listener.hashes_at(rounds - 1)
         assert len(hashes) == seat.nodes and len(set(hashes.values())) == 1, f"{hashes}\n{agent_logs(tmp)}"
         assert all(t.members == seat.nodes for n in everyone for t in listener.telemetry[n][-3:]), "a split"
         return listener
@@ -159,7 +165,8 @@ def test_a_backup_cannot_inject_a_rounds_result(tmp_path: Path, seat: Seat) -> N
 
 
 class Meter:
-    """The attacker's side of a flood: the bytes it asks with, the answers on its inbox."""
+    """The attacker's side of a flood: the bytes it asks with, the answers on its inbox, by
+    phase of the attack."""
 
     def __init__(self, broker: MosquittoBroker, seat: Seat) -> None:
         creds = broker.credentials_for(seat.attacker)
@@ -167,25 +174,36 @@ class Meter:
         self.inbox = MqttTransport(f"edgegrove-{JOB}-{seat.attacker}-meter", broker.url,
                                    username=creds.username, password=creds.password)
         self.inbox.connect([self.topics.link(seat.victim, seat.attacker)])
-        self.asked = 0
-        self.answered = 0
-        self.answers = 0
+        self.phase = "unpaid"
+        self.asked: Counter[str] = Counter()
+        self.answered: Counter[str] = Counter()
+        self.answers: Counter[str] = Counter()
 
     def ask(self, evil: MqttTransport, payload: bytes) -> None:
         evil.publish(self.topics.link(self.seat.attacker, self.seat.victim), payload)
-        self.asked += len(payload)
+        self.asked[self.phase] += len(payload)
 
     def read(self, timeout: float = 0.0) -> None:
         for message in self.inbox.receive(timeout):
             frame = decode(message.payload)
             if isinstance(frame, Frame) and (frame.kind is Kind.MODEL or (
                     frame.kind is Kind.DATA and frame.flags & Flag.FINAL)):
-                self.answered += len(message.payload)
-                self.answers += 1
+                self.answered[self.phase] += len(message.payload)
+                self.answers[self.phase] += 1
 
-    @property
-    def amplification(self) -> float:
-        return self.answered / self.asked
+    def drain(self) -> None:
+        """The phase's last answers: still on their way for a moment."""
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline:
+            self.read(0.2)
+
+    def amplification(self, phase: str) -> float:
+        return self.answered[phase] / self.asked[phase]
+
+    def figures(self, phase: str) -> str:
+        return (f"{phase}: asked with {self.asked[phase] / 1e6:.3f} MB, answered with "
+                f"{self.answered[phase] / 1e6:.3f} MB in {self.answers[phase]} frames: "
+                f"{self.amplification(phase):.2f}x by bytes")
 
 
 @functools.cache
@@ -195,56 +213,55 @@ def _state_bytes() -> int:
     return sum(state_frame_bytes(size, STATE_CHUNK_VALUES, j) for j in range(state_chunk_count(size, STATE_CHUNK_VALUES)))
 
 
-def _asks(seat: Seat, round_: int, job: int) -> list[bytes]:
-    """One round's flood: unpadded pulls of the whole result and of the whole state (claiming
-    to be behind), and one of each padded to pay for all it asks, as an honest asker pads."""
-    state = _state_bytes()
+def _asks(seat: Seat, round_: int, job: int, paid: bool) -> list[bytes]:
+    """One round's flood: unpadded pulls of the whole result and of the whole state, and
+    (``paid``) one of each padded to pay for all it asks, as an honest asker pads."""
     result = sum(values_frame_bytes(hi - lo, 4, seat.nodes - 1) for lo, hi in CHUNKS)
     pull = Frame(Kind.PULL, job, round_, seat.attacker, 0, len(CHUNKS), Flag.BROADCAST).with_indices([])
     model_pull = Frame(Kind.MODEL_PULL, job, round_, seat.attacker, 0, 1).with_indices([])
-    return ([encode(pull), encode(model_pull)] * UNPAID_ASKS
-            + [encode(padded(pull, result)), encode(padded(model_pull, state))])
+    flood = [encode(pull), encode(model_pull)] * UNPAID_ASKS
+    return flood + ([encode(padded(pull, result)), encode(padded(model_pull, _state_bytes()))] if paid else [])
 
 
 @pytest.mark.parametrize("seat", FLOODS, ids=lambda s: s.label)
 def test_pull_floods_are_answered_with_at_most_three_times_their_bytes(tmp_path: Path, seat: Seat) -> None:
     """Issue 54: a PULL's answer was ~5,100x its bytes, a MODEL_PULL's ~7,000x (capped per
-    round). Each round of the attack, the attacker says it is behind and floods the root
-    with unpadded pulls of the whole result and the whole state, plus one padded pull of
-    each: over the attack the root's answers stay within AMPLIFICATION x the asks' bytes,
-    the unpaid asks counted."""
+    round). Each round of the attack the attacker says it is behind and floods its victim
+    with unpadded pulls of the whole result and the whole state; in a second phase it adds
+    one padded pull of each a round. The answers stay within AMPLIFICATION x the asks'
+    bytes in each phase, the unpaid asks counted, the paid ones answered."""
     topics, job = Topics(JOB), fleet_job_hash(JOB)
     sent: dict[str, list[int]] = {}
 
     def attack(evil: MqttTransport, listener: FleetListener) -> None:
         sent["before"] = [t.bytes_sent for t in listener.telemetry[seat.victim][1:ATTACK_AT]]
         flooded: list[int] = []
+        for phase in ("unpaid", "paid"):
+            meter.phase = phase
 
-        def act(fleet_round: int) -> None:
-            flooded.append(fleet_round)
-            evil.publish(topics.suspect(seat.attacker), Suspect(seat.attacker, fleet_round + 1, seat.attacker).encode())
-            for payload in _asks(seat, fleet_round, job):
-                meter.ask(evil, payload)
-            meter.read()
+            def act(fleet_round: int) -> None:
+                flooded.append(fleet_round)
+                evil.publish(topics.suspect(seat.attacker), Suspect(seat.attacker, fleet_round + 1, seat.attacker).encode())
+                for payload in _asks(seat, fleet_round, job, paid=meter.phase == "paid"):
+                    meter.ask(evil, payload)
+                meter.read()
 
-        _each_round(listener, act)
-        deadline = time.monotonic() + 5  # the last answers still on their way
-        while time.monotonic() < deadline:
-            meter.read(0.2)
+            _each_round(listener, act, PHASE_ROUNDS)
+            meter.drain()
         sent["during"] = [t.bytes_sent for t in listener.telemetry[seat.victim] if t.round in flooded]
 
     with _broker(tmp_path, seat) as broker:
         meter = Meter(broker, seat)
         try:
-            listener = _run(broker, tmp_path, seat, attack)
+            listener = _run(broker, tmp_path, seat, attack, FLOOD_ROUNDS)
         finally:
             meter.inbox.close()
     rejected = listener.last(seat.victim).rejected
     before, during = np.mean(sent["before"]), np.mean(sent["during"])
-    print(f"{seat.label}: asked with {meter.asked / 1e6:.2f} MB, answered with {meter.answered / 1e6:.2f} MB "
-          f"in {meter.answers} frames: amplification {meter.amplification:.2f}x by bytes; "
-          f"victim sent {during / 1e6:.2f} MB a round under attack, {before / 1e6:.2f} MB before; "
+    print(f"{seat.label}: {meter.figures('unpaid')}; {meter.figures('paid')}; victim sent "
+          f"{during / 1e6:.2f} MB a round under attack, {before / 1e6:.2f} MB before; "
           f"pull_unpaid {rejected.get('pull_unpaid', 0)}")
-    assert meter.amplification <= AMPLIFICATION, (meter.asked, meter.answered)
-    assert meter.answers >= 1, "a padded pull is answered"
-    assert rejected.get("pull_unpaid", 0) >= ATTACK_ROUNDS, rejected
+    for phase in ("unpaid", "paid"):
+        assert meter.amplification(phase) <= AMPLIFICATION, meter.figures(phase)
+    assert meter.answers["paid"] >= 1, "a padded pull is answered"
+    assert rejected.get("pull_unpaid", 0) >= PHASE_ROUNDS, rejected
