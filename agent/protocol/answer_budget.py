@@ -19,14 +19,18 @@ bytes it asks for (``padded``), so a ~60-byte ask is no longer answered with a 1
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+
+import numpy as np
 
 from agent.protocol.allreduce import frame_size
-from agent.protocol.wire import HEADER_SIZE, Frame
+from agent.protocol.wire import HEADER_SIZE, DType, Frame
 
 AMPLIFICATION = 3  # answer bytes per byte received from the asker, at most
 PAD_INDEX = 0xFFFF_FFFF  # an index entry of a PULL or MODEL_PULL that only pads it
 _CRC_BYTES = 4
-_INDEX_BYTES = 4
+_PAD = PAD_INDEX.to_bytes(4, "little")
+_PAD_BYTES = len(_PAD)
 
 
 class AnswerBudget:
@@ -56,8 +60,11 @@ class AnswerBudget:
 
 
 def asked_indices(frame: Frame) -> list[int]:
-    """The chunk indices a PULL or MODEL_PULL asks for, its padding left out (empty: all)."""
-    return [i for i in frame.indices() if i != PAD_INDEX]
+    """The chunk indices a PULL or MODEL_PULL asks for, its padding left out (empty: all).
+    Vectorized: a padded ask holds up to ~400,000 entries, a Python loop over them cost
+    tens of milliseconds per ask on a loaded host."""
+    entries = np.frombuffer(frame.payload, dtype="<u4")
+    return [int(i) for i in entries[entries != PAD_INDEX]]
 
 
 def padded(ask: Frame, answer_bytes: int) -> Frame:
@@ -66,7 +73,7 @@ def padded(ask: Frame, answer_bytes: int) -> Frame:
     lacking = -(-answer_bytes // AMPLIFICATION) - frame_size(ask)
     if lacking <= 0:
         return ask
-    return ask.with_indices([*ask.indices(), *[PAD_INDEX] * -(-lacking // _INDEX_BYTES)])
+    return replace(ask, dtype=DType.U32, payload=ask.payload + _PAD * -(-lacking // _PAD_BYTES))
 
 
 def values_frame_bytes(n_values: int, item_bytes: int, top_id: int = -1) -> int:
