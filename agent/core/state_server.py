@@ -13,7 +13,8 @@ from collections import Counter
 import numpy as np
 
 from agent.core.actions import AnnounceState, SendState
-from agent.protocol.allreduce import Send
+from agent.protocol.allreduce import Send, frame_size
+from agent.protocol.answer_budget import AnswerBudget, asked_indices
 from agent.protocol.membership import Membership
 from agent.protocol.messages import StateDigest
 from agent.protocol.state_transfer import (
@@ -21,8 +22,9 @@ from agent.protocol.state_transfer import (
     serve_model_pull,
     state_chunk_count,
     state_digest,
+    state_frame_bytes,
 )
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 
 class StateServer:
@@ -36,9 +38,12 @@ class StateServer:
         self.served: dict[tuple[int, int], set[int]] = {}  # (puller, round) -> state chunks sent
         self.hinted: dict[int, int] = {}  # puller -> our round when we told it it is behind
         self.announced_round = -1  # the last round whose state digest we announced
+        self.budget = AnswerBudget()  # each puller's pulls against the state it got, over the run
 
     def asked(self, request: Frame) -> None:
-        """A MODEL_PULL came: answered as soon as we are at its round (``due``)."""
+        """A MODEL_PULL came: answered as soon as we are at its round (``due``); its bytes pay
+        for the answer (answer_budget.py)."""
+        self.budget.earn(request.sender, frame_size(request))
         self.pending[request.sender] = request
 
     def due(self, round: int, membership: Membership, *, can_serve: bool, lingering: bool) -> list[SendState]:
@@ -128,9 +133,22 @@ class StateServer:
             return None if first else ()
         count = state_chunk_count(self.state_size, self.chunk_values)
         sent = self.served.setdefault((puller, round), set())
-        fresh = tuple(j for j in (request.indices() or range(count)) if 0 <= j < count and j not in sent)
+        fresh = tuple(j for j in (asked_indices(request) or range(count)) if 0 <= j < count and j not in sent)
         chunks = fresh if limit is None else fresh[: max(0, limit - len(sent))]
         if not chunks:
             self.rejected["model_pull_budget" if fresh else "model_pull_repeat"] += 1
-        sent.update(chunks)
-        return chunks
+        paid = self._paid(puller, chunks)
+        sent.update(paid)
+        return paid
+
+    def _paid(self, puller: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
+        """The first of ``chunks`` that ``puller``'s pulls pay for (answer_budget.py): a
+        ~60-byte pull was answered with a 1 MB chunk (a flood of them amplified ~7,000x).
+        The rest is refused, counted; an honest puller pads its pull to pay for it all."""
+        paid: list[int] = []
+        for j in chunks:
+            if not self.budget.spend(puller, state_frame_bytes(self.state_size or 0, self.chunk_values, j)):
+                self.rejected[RejectReason.PULL_UNPAID] += 1
+                break
+            paid.append(j)
+        return tuple(paid)

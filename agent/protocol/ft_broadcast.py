@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from agent.protocol.answer_budget import padded
 from agent.protocol.ft_courier import Courier, Pending, Route
 from agent.protocol.ft_receipts import ACK_AT_ONCE_BYTES, Receipts
 from agent.protocol.ft_scope import Hop, RoundScope
@@ -262,7 +263,7 @@ class FanoutBroadcast:
         scope.stats.nacks += 1
         scope.out.note(NoteKind.NACK, scope.parent, f"{len(gaps)} chunks lost in the fan-out: pulled")
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
-        scope.out.send(scope.parent, pull.with_indices(gaps))
+        scope.out.send(scope.parent, padded(pull.with_indices(gaps), scope.result_bytes(gaps)))
 
     def child_acked(self, frame: Frame, indices: list[int], now: float) -> None:
         """A child ACKed the fan-out: one RTT sample per child and round, when we had every

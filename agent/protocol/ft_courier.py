@@ -161,6 +161,9 @@ class Courier:
         if fresh:
             p.route_since, p.retries = now, 0
             p.timeout = self._route_timeout(route)
+        if not p.broadcast and route.kind != Hop.DIRECT:
+            # Our units go around our parent: the result comes back the same way (ft_scope.result_source).
+            scope.carriers.update([route.via] if route.kind == Hop.RELAY else scope.tree.backups(scope.node))
         if route.kind == Hop.DIRECT:
             scope.out.send(route.target, replace(p.frame, kind=Kind.DATA, target=route.target))
         elif route.kind == Hop.RELAY:

@@ -8,11 +8,13 @@ import enum
 from collections import Counter
 from dataclasses import replace
 
+from agent.protocol.allreduce import frame_size
+from agent.protocol.answer_budget import AnswerBudget, padded
 from agent.protocol.ft_broadcast import ResultBook
 from agent.protocol.ft_courier import Courier
 from agent.protocol.ft_scope import RoundScope
 from agent.protocol.notes import NoteKind
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
 # Copies of one result chunk a peer's PULLs get from us in a round: its ask and one more (the
 # answer lost on a lossy link); past that it asks the next peer of its chain.
@@ -22,6 +24,7 @@ PULL_ANSWERS_PER_CHUNK = 2
 class PullAnswer(enum.Enum):
     ANSWERED = "answered"  # sent, promised for when we have it, or said there is none
     OVER_BUDGET = "over_budget"  # that peer had its copies of this chunk this round: refused
+    UNPAID = "unpaid"  # beyond AMPLIFICATION x the bytes that peer sent us this round: refused
 
 
 class ResultPull:
@@ -38,6 +41,7 @@ class ResultPull:
         self.no_result_for: dict[int, list[int]] = {}  # peer -> chunks it asked for that we skipped
         self.no_result: set[int] = set()  # chunks our parent or the root says have no result
         self.answered: Counter[tuple[int, int]] = Counter()  # (peer, chunk) -> copies sent for its PULLs
+        self.budget = AnswerBudget()  # this round's bytes from each peer against our answers
 
     def _chain(self) -> list[int]:
         scope = self.scope
@@ -87,8 +91,10 @@ class ResultPull:
         scope = self.scope
         missing = self.results.missing()
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
-        scope.out.send(peer, pull.with_indices([] if len(missing) == scope.n else missing))
+        asked = pull.with_indices([] if len(missing) == scope.n else missing)
+        scope.out.send(peer, padded(asked, scope.result_bytes(missing)))
         scope.stats.pulls += 1
+        scope.carriers.add(peer)  # asked by us: its answer is a result we may take
         # A sibling's link carries nothing in a healthy round, so it is never measured: count
         # on our parent's (the same broker's round trip), not the initial timeout. Half a
         # second per sibling asked kept the children of a frozen parent waiting (issue 12).
@@ -97,29 +103,37 @@ class ResultPull:
 
     def answer(self, j: int, peer: int, now: float, skipped: bool, over: bool, asked: bool = False) -> PullAnswer:
         """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline);
-        or, when this round ended here without one (``skipped``), that it has none. ``asked``:
-        by a PULL, a few bytes for the whole chunk: within the peer's budget for the round."""
+        or, when this round ended here without one (``skipped``), that it has none. Every
+        copy is paid for by the bytes ``peer`` sent us this round (answer_budget.py);
+        ``asked``: by a PULL, within the peer's copies of the chunk for the round, too."""
         ch = self.results[j]
         sent = self.courier.pending.get((True, j, peer))
         if ch.final is not None and sent is not None and now - sent.sent_at < sent.timeout:
             return PullAnswer.ANSWERED  # our broadcast to it left just now (resends follow): not a second copy
         if ch.final_frame is not None:
-            if asked and self.spend(peer, j) is PullAnswer.OVER_BUDGET:
+            # A ~50-byte PULL got the whole 1.63 MB result every time (1.24 MB of pulls cost
+            # their victims 12.4 GB): its ask and one more copy (a lost answer), paid for.
+            if asked and self.answered[(peer, j)] >= PULL_ANSWERS_PER_CHUNK:
                 return PullAnswer.OVER_BUDGET
-            self.scope.out.send(peer, replace(ch.final_frame, target=peer))
+            verdict = self._send_paid(peer, replace(ch.final_frame, target=peer))
+            if asked and verdict is PullAnswer.ANSWERED:
+                self.answered[(peer, j)] += 1
+            return verdict
         elif skipped:
             self.no_result_for.setdefault(peer, []).append(j)
         elif not over:
             self.waiters.setdefault(j, set()).add(peer)
         return PullAnswer.ANSWERED
 
-    def spend(self, peer: int, j: int) -> PullAnswer:
-        """One copy of chunk ``j``'s result for ``peer``'s PULL, if its budget for this round
-        allows: a ~50-byte PULL got the whole 1.63 MB result every time (1.24 MB of pulls
-        cost their victims 12.4 GB)."""
-        if self.answered[(peer, j)] >= PULL_ANSWERS_PER_CHUNK:
-            return PullAnswer.OVER_BUDGET
-        self.answered[(peer, j)] += 1
+    def earned(self, frame: Frame) -> None:
+        """A frame of this round from its sender: its bytes pay for answers to it."""
+        self.budget.earn(frame.sender, frame_size(frame))
+
+    def _send_paid(self, peer: int, answer: Frame) -> PullAnswer:
+        """``answer`` to ``peer`` if the bytes it sent us this round pay for it."""
+        if not self.budget.spend(peer, frame_size(answer)):
+            return PullAnswer.UNPAID
+        self.scope.out.send(peer, answer)
         return PullAnswer.ANSWERED
 
     def send_no_result(self) -> None:
@@ -143,8 +157,9 @@ class ResultPull:
         anyway gets it once (with its ACK and resends), not twice; one whose parent lives gets
         it from there (it pulls again if its link is cut)."""
         for peer in sorted(self.waiters.pop(j, set()) - set(broadcast)):
-            if not self.results.its_parent_sends_it(peer):
-                self.scope.out.send(peer, replace(frame, target=peer))
+            if (not self.results.its_parent_sends_it(peer)
+                    and self._send_paid(peer, replace(frame, target=peer)) is PullAnswer.UNPAID):
+                self.scope.stats.refused[RejectReason.PULL_UNPAID] += 1
 
     def no_result_said(self, frame: Frame, running: bool) -> bool:
         """A NACK|FINAL: our parent or the root ended this round without a result for the

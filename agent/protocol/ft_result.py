@@ -25,6 +25,9 @@ from agent.protocol.notes import NoteKind
 from agent.protocol.wire import DType, Flag, Frame, Kind, RejectReason
 from agent.protocol.wire_choice import narrowest
 
+_REFUSED_RESULT = {ResultSource.ELSEWHERE: RejectReason.RESULT_NOT_FROM_ABOVE,
+                   ResultSource.BACKUP_NOT_ROUTED: RejectReason.RESULT_BACKUP_NOT_ROUTED}
+
 
 class ResultFlow:
     def __init__(self, scope: RoundScope, results: ResultBook, fanout: FanoutBroadcast,
@@ -73,9 +76,10 @@ class ResultFlow:
         scope, j = self.scope, frame.chunk_index
         if how == Hop.DIRECT and self.broadcast.fanned(frame):
             return self._on_fanned(frame, now, running)
-        if result_source(scope.tree, scope.node, frame) is ResultSource.ELSEWHERE:
+        source = result_source(scope.tree, scope.node, frame, scope.result_carriers())
+        if source is not ResultSource.ABOVE:
             scope.stats.dropped += 1
-            scope.stats.refused[RejectReason.RESULT_NOT_FROM_ABOVE] += 1
+            scope.stats.refused[_REFUSED_RESULT[source]] += 1
             return False
         self.receipts.ack(frame, how, now, batch=running)
         if self.results.has(j):

@@ -8,6 +8,7 @@ link estimators rather than keeping its own copy.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import replace
 
 import numpy as np
@@ -20,6 +21,7 @@ from agent.protocol.allreduce import (
     RoundStats,
     chunk_bounds,
 )
+from agent.protocol.answer_budget import values_frame_bytes
 from agent.protocol.chunking import cross_site_timeout
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -65,6 +67,9 @@ class RoundScope:
         self.expected: set[int] = set(self.subtree)
         # The root's model hash: ours at the root, the root's from its first result frame.
         self.root_hash: int | None = ctx.model_hash if self.parent is None else None
+        # Backups this node itself made carriers of this round's result: peers it pulled the
+        # result from, relays its own units went up through (see ``result_carriers``).
+        self.carriers: set[int] = set()
 
     # ------------------------------------------------------------------ the context
 
@@ -128,6 +133,20 @@ class RoundScope:
             return 0.0
         return self.ctx.links.arrival_time(peer, nbytes, sharing, headroom)
 
+    def result_carriers(self) -> set[int]:
+        """Backups that may bring us this round's result (``result_source``): those we made
+        carriers, and all of them once our parent is lost to us (down, its Will in, or our
+        link to it dead): then the result comes around it."""
+        if self.parent is not None and self.parent in self.down | self.away | self.dead:
+            return self.carriers | set(self.tree.backups(self.node))
+        return self.carriers
+
+    def result_bytes(self, chunks: Collection[int]) -> int:
+        """Bytes of the result frames of ``chunks`` at most (in the round's widest format,
+        every member counted): what a pull of them pays for (answer_budget.py)."""
+        item, top = value_bytes(self.cfg.wire_dtype), max(self.tree.members)
+        return sum(values_frame_bytes(hi - lo, item, top) for lo, hi in (self.bounds[j] for j in chunks))
+
     def frame(self, kind: Kind, j: int, flags: Flag, ids: frozenset[int], target: int = NO_NODE) -> Frame:
         return Frame(kind, self.cfg.job, self.round, self.node, j, self.n, flags,
                      origin=self.node, target=target, model_hash=self.root_hash or 0,
@@ -164,19 +183,28 @@ def unit_source(tree: Tree, node: int, frame: Frame, how: Hop) -> UnitSource:
 class ResultSource(enum.Enum):
     """Whether a round's result may come to a node from where it did (``result_source``)."""
 
-    ABOVE = "above"  # its parent, a backup or an ancestor (who sends or answers it): taken
+    ABOVE = "above"  # the root's path (our ancestors), or a backup that carries it to us: taken
     ELSEWHERE = "elsewhere"  # anyone else: refused
+    BACKUP_NOT_ROUTED = "backup_not_routed"  # a backup nothing we know of made carry it: refused
 
 
-def result_source(tree: Tree, node: int, frame: Frame) -> ResultSource:
-    """A result comes down from our parent, or from whom we pull it (our backups, ancestors),
-    directly or relayed by a backup: both its origin and the last hop are one of those.
-    Results sent by a node that is none of them were taken (the victim's model differed in
-    139 of 150 rounds)."""
+def result_source(tree: Tree, node: int, frame: Frame, carriers: Collection[int]) -> ResultSource:
+    """A round's result comes down the root's path: from our ancestors, directly. A backup
+    (a sibling, an uncle) carries it only when our own knowledge says so this round: we
+    pulled from it, our units went up through it, or our parent is lost to us (see
+    ``RoundScope.result_carriers``); both the frame's origin and its last hop must be such.
+    Results sent by a node off every route were taken (the victim's model differed in 139 of
+    150 rounds), and so were a sibling's that nobody asked for (189 of 200)."""
     if node not in tree:
         return ResultSource.ELSEWHERE
-    above = {*tree.ancestors(node), *tree.backups(node)}
-    return ResultSource.ABOVE if frame.sender in above and frame.origin in above else ResultSource.ELSEWHERE
+    ancestors = set(tree.ancestors(node))
+    backups = set(tree.backups(node)) - ancestors
+    hops = {frame.sender, frame.origin}
+    if not hops <= ancestors | backups:
+        return ResultSource.ELSEWHERE
+    if not hops & backups <= set(carriers):
+        return ResultSource.BACKUP_NOT_ROUTED
+    return ResultSource.ABOVE
 
 
 def flood_key(frame: Frame) -> tuple[object, ...]:

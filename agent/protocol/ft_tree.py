@@ -54,6 +54,7 @@ from agent.protocol.allreduce import (
     RoundStats,
     frame_size,
 )
+from agent.protocol.answer_budget import asked_indices
 from agent.protocol.ft_audit import UnitAuditor
 from agent.protocol.ft_broadcast import BroadcastStrategy, FanoutBroadcast, ResultBook, ResultChunk
 from agent.protocol.ft_courier import Courier, CourierEvent, Delivered, PeerSilent, Undeliverable
@@ -190,6 +191,7 @@ class FtTreeRound:
             scope.stats.dropped += 1
             return scope.out.flush()  # (floods released above)
         self.watch.paced(frame.sender, frame_size(frame), now)
+        self.pull.earned(frame)
         if first:
             self.watch.first_frame(frame.sender, now)
         handler = _HANDLERS.get(frame.kind)
@@ -558,15 +560,16 @@ class FtTreeRound:
 
     def _on_pull(self, frame: Frame, now: float) -> None:
         self.scope.out.note(NoteKind.PULL, frame.sender, "served")
-        refused = False
-        for j in frame.indices() or list(range(self.n)):
-            if 0 <= j < self.n:
-                refused |= self.pull.answer(j, frame.sender, now, skipped=self._skipped(j),
-                                            over=self.state.over, asked=True) is PullAnswer.OVER_BUDGET
-        if refused:
-            self.scope.stats.refused[RejectReason.PULL_BUDGET] += 1  # once per pull
+        verdicts = {self.pull.answer(j, frame.sender, now, skipped=self._skipped(j), over=self.state.over, asked=True)
+                    for j in asked_indices(frame) or range(self.n) if 0 <= j < self.n}
+        for verdict, reason in _REFUSED_PULL.items():
+            if verdict in verdicts:
+                self.scope.stats.refused[reason] += 1  # once per pull
         self.pull.send_no_result()
 
+
+
+_REFUSED_PULL = {PullAnswer.OVER_BUDGET: RejectReason.PULL_BUDGET, PullAnswer.UNPAID: RejectReason.PULL_UNPAID}
 
 
 def _on_data_frame(machine: FtTreeRound, frame: Frame, now: float) -> None:

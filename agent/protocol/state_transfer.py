@@ -21,8 +21,9 @@ from collections.abc import Collection, Mapping
 import numpy as np
 
 from agent.protocol.allreduce import Action, Note, RoundResult, Send, chunk_bounds
+from agent.protocol.answer_budget import asked_indices, padded, values_frame_bytes
 from agent.protocol.notes import NoteKind
-from agent.protocol.wire import DType, Flag, Frame, Kind
+from agent.protocol.wire import DType, Flag, Frame, Kind, value_bytes
 
 # Values per MODEL frame when the runtime serves its state (256 KiB of float32).
 STATE_CHUNK_VALUES = 1 << 16
@@ -127,7 +128,7 @@ def serve_model_pull(
     hash, which the puller checks against the assembled values and the other stripe's."""
     state = np.asarray(state, dtype=np.float32)  # the copy must be exact: always float32
     bounds = chunk_bounds(len(state), chunk_size)
-    wanted = chunks if chunks is not None else (request.indices() or list(range(len(bounds))))
+    wanted = chunks if chunks is not None else (asked_indices(request) or list(range(len(bounds))))
     digest = state_hash(state)
     out: list[Send] = []
     for j in wanted:
@@ -143,6 +144,12 @@ def serve_model_pull(
 def state_chunk_count(size: int, chunk_values: int) -> int:
     """MODEL frames of a state of ``size`` values (the same on every agent of a job)."""
     return max(1, -(-size // chunk_values))
+
+
+def state_frame_bytes(size: int, chunk_values: int, j: int) -> int:
+    """Bytes of the MODEL frame of chunk ``j`` of a state of ``size`` values."""
+    lo = j * chunk_values
+    return values_frame_bytes(max(0, min(size, lo + chunk_values) - lo), value_bytes(DType.F32))
 
 
 class StateTransfer:
@@ -179,7 +186,7 @@ class StateTransfer:
         self.node, self.job, self.round = node, job, round
         self.peers = list(peers)
         self.timeout = timeout
-        self.size = size
+        self.size, self.chunk_values = size, chunk_values
         self.count = state_chunk_count(size, chunk_values) if size is not None else None
         # Distinct peers that must vouch for a state (stripes need the chunk count).
         self.needed = min(STATE_STRIPES, len(self.peers), self.count) if self.count is not None else 1
@@ -246,7 +253,15 @@ class StateTransfer:
     def _pull(self, peer: int, chunks: list[int]) -> Send:
         """MODEL_PULL of ``chunks`` (empty: all) of the target round, which ``peer`` may then send."""
         self.assigned[peer] = None if not chunks else (self.assigned.get(peer) or set()) | set(chunks)
-        return Send(peer, Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks))
+        ask = Frame(Kind.MODEL_PULL, self.job, self.target, self.node, 0, 1).with_indices(chunks)
+        return Send(peer, ask if self.size is None else padded(ask, self._answer_bytes(chunks)))
+
+    def _answer_bytes(self, chunks: list[int]) -> int:
+        """Bytes of the MODEL frames answering a pull of ``chunks`` (empty: all): what the
+        pull pays for (answer_budget.py)."""
+        assert self.size is not None and self.count is not None
+        wanted = chunks or range(self.count)
+        return sum(state_frame_bytes(self.size, self.chunk_values, j) for j in wanted)
 
     def _stripe(self, stripe: int) -> list[int]:
         """Chunk indices of one stripe (empty = all: a single peer, or the count unknown)."""

@@ -121,7 +121,9 @@ class RejectReason(enum.StrEnum):
     CONTRIBUTORS_OUTSIDE_SUBTREE = "contributors_outside_subtree"  # not below the unit's origin
     RELAY_NOT_A_BACKUP = "relay_not_a_backup"  # a unit relayed by a node that is not its origin's backup
     RESULT_NOT_FROM_ABOVE = "result_not_from_above"  # a round's result from off our routes up
+    RESULT_BACKUP_NOT_ROUTED = "result_backup_not_routed"  # from a backup no reroute of ours made carry it
     PULL_BUDGET = "pull_budget"  # a result chunk asked for too often by one peer in a round
+    PULL_UNPAID = "pull_unpaid"  # an answer beyond AMPLIFICATION x the bytes its asker sent (answer_budget.py)
     NACK_BUDGET = "nack_budget"  # a unit's resend asked for too often by one peer in a round
     # Decided where a unit is first merged (agent/protocol/influence.py): scaled down to its
     # influence bound, or counted with zero values far beyond it.

@@ -228,7 +228,8 @@ def test_a_pull_flood_gets_a_bounded_answer(broker: MosquittoBroker, tmp_path: P
         _each_round(listener, act)
 
     listener = _run(broker, tmp_path, attack)
-    assert _rejected(listener, 0, "pull_budget") >= 1, listener.last(0).rejected
+    # Unpadded, a pull pays for no result chunk (answer_budget.py): refused as unpaid.
+    assert _rejected(listener, 0, "pull_budget") + _rejected(listener, 0, "pull_unpaid") >= 1, listener.last(0).rejected
     result_bytes = PARAM_COUNT * 4
     during = [t.bytes_sent for t in listener.telemetry[0][ATTACK_AT:ATTACK_AT + ATTACK_ROUNDS]]
     # Two copies of the result per round at most for the flooder (one lost answer may be

@@ -41,10 +41,11 @@ from agent.core.events import (
 )
 from agent.core.rounds import ABSENCE_SETTLE_S
 from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundResult, RoundStats
+from agent.protocol.answer_budget import padded
 from agent.protocol.chunking import SLOW_LINK_CHUNK_VALUES
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.messages import Status, Suspect, Telemetry, View
-from agent.protocol.state_transfer import state_hash
+from agent.protocol.state_transfer import state_frame_bytes, state_hash
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, encode
 from simulate.virtual_fleet import FaultSpec, FleetConfig, SimAgent, VirtualFleet
 
@@ -243,6 +244,11 @@ def test_a_model_pull_flood_gets_one_state_per_peer_and_round() -> None:
     assert len(sent) == 1 and core.parts.counters.rejected["model_pull_repeat"] == 99
 
 
+def _paid(pull: Frame) -> Frame:
+    """``pull`` padded to pay for a whole state of 40 values (answer_budget.py)."""
+    return padded(pull, sum(state_frame_bytes(40, 4, j) for j in range(10)))
+
+
 def _striped_core() -> AgentCore:
     """Node 1 of four, a state of 10 chunks (two stripes of 5)."""
     core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=40, state_chunk_values=4), 3)
@@ -255,17 +261,17 @@ def _striped_core() -> AgentCore:
 
 def test_a_puller_gets_at_most_one_state_per_round_and_each_chunk_once() -> None:
     core = _striped_core()
-    stripe = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1).with_indices([0, 2, 4, 6, 8])
+    stripe = _paid(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1).with_indices([0, 2, 4, 6, 8]))
     first = [a for a in core.handle(FrameArrived(stripe), 0.02) if isinstance(a, SendState)]
     assert len(first) == 1 and first[0].chunks == (0, 2, 4, 6, 8)
     frames = core.state_frames(first[0], np.arange(40, dtype=np.float32))
     assert [s.frame.chunk_index for s in frames] == [0, 2, 4, 6, 8]
     assert all(s.frame.model_hash == state_hash(np.arange(40, dtype=np.float32)) for s in frames)
-    everything = Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1)  # one stripe is its share
+    everything = _paid(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 2, 0, 1))  # one stripe is its share
     assert not [a for a in core.handle(FrameArrived(everything), 0.03) if isinstance(a, SendState)]
     assert core.parts.counters.rejected["model_pull_budget"] == 1
     # Another member pulls this round too (a fault made several drift): the rest, then nothing.
-    core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 3, 0, 1).with_indices([1])), 0.032)
+    core.handle(FrameArrived(_paid(Frame(Kind.MODEL_PULL, CONFIG.job, 0, 3, 0, 1).with_indices([1]))), 0.032)
     rest = [a for a in core.handle(FrameArrived(everything), 0.035) if isinstance(a, SendState)]
     assert len(rest) == 1 and rest[0].chunks == (1, 3, 5, 7, 9)
     again = [a for a in core.handle(FrameArrived(everything), 0.04) if isinstance(a, SendState)]
@@ -385,24 +391,24 @@ def test_a_member_in_step_with_us_gets_one_stripe_a_round_unless_others_pull_too
     for rnd in range(1, 9):
         core.progress.round, core.parts.rounds.machines = rnd, {rnd: machine}  # as if the rounds went by
         for _ in range(3):
-            got += _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1), 0.1 * rnd)
+            got += _served(core, _paid(Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)), 0.1 * rnd)
     assert got == [(0, 1, 2, 3, 4)] * 8, got
     assert core.parts.counters.rejected["model_pull_budget"] == 8 * 2
     # Several members drifted at once (a broker restart): no two peers may agree, and the
     # coordinator's word alone resyncs them, so each gets the whole state from it.
     core.progress.round, core.parts.rounds.machines = 9, {9: machine}
-    first = {p: _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, 9, p, 0, 1).with_indices([0, 2]), 1.0)
+    first = {p: _served(core, _paid(Frame(Kind.MODEL_PULL, CONFIG.job, 9, p, 0, 1).with_indices([0, 2])), 1.0)
              for p in (2, 3)}
     assert first == {2: [(0, 2)], 3: [(0, 2)]}
     rest = [i for i in range(10) if i not in (0, 2)]
-    assert _served(core, Frame(Kind.MODEL_PULL, CONFIG.job, 9, 2, 0, 1).with_indices(rest), 1.1) == [tuple(rest)]
+    assert _served(core, _paid(Frame(Kind.MODEL_PULL, CONFIG.job, 9, 2, 0, 1).with_indices(rest)), 1.1) == [tuple(rest)]
 
 
 def test_a_member_that_said_it_fell_behind_is_served_at_once() -> None:
     core = _running_core(node=1)
     core.progress.round, core.parts.rounds.machines = 5, {5: core.parts.rounds.machines.pop(0)}
     core.handle(MessageArrived(core.parts.topics.suspect(2), Suspect(2, 6, 2).encode()), 0.5)  # it fell behind
-    pull = Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1)
+    pull = _paid(Frame(Kind.MODEL_PULL, CONFIG.job, 5, 2, 0, 1))
     assert any(isinstance(a, SendState) for a in core.handle(FrameArrived(pull), 0.6))
 
 
@@ -416,8 +422,8 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
     got: dict[int, list[tuple[int, ...]]] = {2: [], 3: []}
     for rnd in range(1, 13):
         core.progress.round, core.parts.rounds.machines = rnd, {rnd: machine}
-        everything = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1)
-        stripe = Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9])
+        everything = _paid(Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 2, 0, 1))
+        stripe = _paid(Frame(Kind.MODEL_PULL, CONFIG.job, rnd, 3, 0, 1).with_indices([1, 3, 5, 7, 9]))
         # The joiner pulls in the even rounds (two pullers at once: see the test above).
         for pull in [everything] * 5 + ([stripe] if rnd % 2 == 0 else []):
             for a in core.handle(FrameArrived(pull), 0.1 * rnd):
@@ -429,7 +435,7 @@ def test_a_member_that_keeps_saying_it_is_behind_gets_one_stripe_a_round() -> No
     # The run over (lingering), the final sync of a member taken back late takes it whole.
     core.progress.phase = Phase.LINGERING
     core.progress.round, core.parts.rounds.machines = 13, {13: machine}
-    last = [a for a in core.handle(FrameArrived(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1)), 2.0)
+    last = [a for a in core.handle(FrameArrived(_paid(Frame(Kind.MODEL_PULL, CONFIG.job, 13, 2, 0, 1))), 2.0)
             if isinstance(a, SendState)]
     assert [len(a.chunks or ()) for a in last] == [10]
 

@@ -17,6 +17,7 @@ from agent.core.state_fetch import (
     site_first,
 )
 from agent.core.suspicion import SuspicionBook
+from agent.protocol.answer_budget import asked_indices
 from agent.protocol.membership import Membership
 from agent.protocol.messages import StateDigest, Status, View
 from agent.protocol.notes import NoteKind
@@ -180,7 +181,7 @@ def test_a_fetch_from_the_coordinator_alone_asks_it_for_everything() -> None:
     actions = fetch.fetch(12, [1, 0, 2], 0.0, 10)
     assert _pulls(actions) == [0]
     pull = next(a.message for a in actions if isinstance(a, Publish) and isinstance(a.message, Frame))
-    assert pull.indices() == []  # all of it
+    assert asked_indices(pull) == []  # all of it, padded to pay for it
     state = np.arange(1000, dtype=np.float32)
     for send in serve_model_pull(pull, 0, 1, state, 12, 100):
         fetch.on_frame(send.frame, 0.1, 10)

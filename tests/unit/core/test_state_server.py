@@ -8,9 +8,11 @@ import numpy as np
 
 from agent.core.actions import SendState
 from agent.core.state_server import StateServer
+from agent.protocol.allreduce import frame_size
+from agent.protocol.answer_budget import AMPLIFICATION, padded
 from agent.protocol.membership import Membership
 from agent.protocol.messages import Status, View
-from agent.protocol.state_transfer import state_hash
+from agent.protocol.state_transfer import state_frame_bytes, state_hash
 from agent.protocol.wire import Frame, Kind
 
 JOB = 7
@@ -27,9 +29,11 @@ def _server(size: int | None = 40, rejected: Counter[str] | None = None) -> Stat
     return StateServer(1, JOB, size, 4, rejected if rejected is not None else Counter())
 
 
-def _pull(sender: int, round: int, chunks: list[int] | None = None) -> Frame:
+def _pull(sender: int, round: int, chunks: list[int] | None = None, paid: bool = True) -> Frame:
+    """A MODEL_PULL, padded (``paid``) as a puller pays for a whole state of 40 values."""
     frame = Frame(Kind.MODEL_PULL, JOB, round, sender, 0, 1)
-    return frame.with_indices(chunks) if chunks is not None else frame
+    frame = frame.with_indices(chunks) if chunks is not None else frame
+    return padded(frame, sum(state_frame_bytes(40, 4, j) for j in range(10))) if paid else frame
 
 
 def test_a_pull_of_a_round_ahead_waits_until_we_are_there() -> None:
@@ -119,3 +123,24 @@ def test_the_sole_holder_of_the_fleets_state_sends_it_whole_to_one_puller() -> N
     worker.asked(_pull(2, 0))
     assert [a.chunks for a in worker.due(0, _membership([0, 1, 2, 3]), can_serve=True, lingering=False)] == [
         (0, 1, 2, 3, 4)]
+
+
+def test_a_pull_is_answered_with_at_most_three_times_its_bytes() -> None:
+    """Issue 54: a ~60-byte MODEL_PULL got a 1 MB chunk (~7,000x by bytes). An unpadded
+    pull of the whole state gets what its bytes pay for, no more, the rest counted; over any
+    number of pulls the answers stay within AMPLIFICATION x the pulls' bytes."""
+    rejected: Counter[str] = Counter()
+    server, membership = _server(rejected=rejected), _membership([1, 2])  # our puller's only source
+    asked = 0
+    for round in range(3):
+        pull = _pull(2, round, paid=False)
+        asked += frame_size(pull)
+        server.asked(pull)
+        for action in server.due(round, membership, can_serve=True, lingering=False):
+            assert action.chunks is not None and len(action.chunks) < 10
+    assert rejected["pull_unpaid"] == 3
+    assert 0 < server.budget.answered[2] <= AMPLIFICATION * asked
+    paid = _pull(2, 3)
+    server.asked(paid)
+    assert [len(a.chunks or ()) for a in server.due(3, membership, can_serve=True, lingering=False)] == [10]
+    assert server.budget.amplification(2) <= AMPLIFICATION

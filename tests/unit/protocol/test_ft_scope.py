@@ -34,11 +34,20 @@ def test_a_relayed_unit_comes_through_a_backup_of_its_origin() -> None:
     assert unit_source(TREE, 1, unit(5, {3}, origin=3), Hop.RELAY) is UnitSource.RELAY_NOT_A_BACKUP
 
 
-def test_a_result_comes_from_our_parent_a_backup_or_an_ancestor() -> None:
-    assert result_source(TREE, 3, result(1)) is ResultSource.ABOVE  # the parent
-    assert result_source(TREE, 3, result(4)) is ResultSource.ABOVE  # a sibling answers a pull
-    assert result_source(TREE, 3, result(0)) is ResultSource.ABOVE  # the grandparent
-    assert result_source(TREE, 3, result(4, origin=1)) is ResultSource.ABOVE  # relayed by a sibling
-    assert result_source(TREE, 2, result(3)) is ResultSource.ELSEWHERE  # not above 2
-    assert result_source(TREE, 3, result(5, origin=1)) is ResultSource.ELSEWHERE  # relayed off route
-    assert result_source(TREE, 1, result(3)) is ResultSource.ELSEWHERE  # our own child
+def test_a_result_comes_from_our_parent_an_ancestor_or_a_backup_we_made_carry_it() -> None:
+    assert result_source(TREE, 3, result(1), set()) is ResultSource.ABOVE  # the parent
+    assert result_source(TREE, 3, result(0), set()) is ResultSource.ABOVE  # the grandparent
+    assert result_source(TREE, 3, result(4), {4}) is ResultSource.ABOVE  # a sibling answers our pull
+    assert result_source(TREE, 3, result(4, origin=1), {4}) is ResultSource.ABOVE  # relayed by our relay
+    assert result_source(TREE, 2, result(3), {3}) is ResultSource.ELSEWHERE  # not above 2
+    assert result_source(TREE, 3, result(5, origin=1), {5}) is ResultSource.ELSEWHERE  # relayed off route
+    assert result_source(TREE, 1, result(3), {3}) is ResultSource.ELSEWHERE  # our own child
+
+
+def test_a_backup_nobody_made_a_carrier_brings_no_result() -> None:
+    """Issue 54: a sibling sent its victim results for the rounds ahead (189 of 200 rounds
+    differed): a backup carries a result only when we asked it or routed through it."""
+    assert result_source(TREE, 4, result(3), set()) is ResultSource.BACKUP_NOT_ROUTED
+    assert result_source(TREE, 3, result(4, origin=1), set()) is ResultSource.BACKUP_NOT_ROUTED  # "relayed"
+    assert result_source(TREE, 3, result(4), {1}) is ResultSource.BACKUP_NOT_ROUTED
+    assert result_source(TREE, 2, result(1), set()) is ResultSource.BACKUP_NOT_ROUTED  # 1, 2: the root's children

@@ -19,6 +19,7 @@ from agent.protocol.allreduce import (
     Send,
     frame_size,
 )
+from agent.protocol.answer_budget import padded
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
@@ -66,7 +67,9 @@ def final(m: FtTreeRound, j: int, dtype: DType, ids: frozenset[int]) -> Frame:
 
 
 def pull(sender: int, m: FtTreeRound) -> Frame:
-    return Frame(Kind.PULL, 0, 0, sender, 0, m.n, Flag.BROADCAST).with_indices([])
+    """A PULL of the whole result, paid for (answer_budget.py)."""
+    ask = Frame(Kind.PULL, 0, 0, sender, 0, m.n, Flag.BROADCAST).with_indices([])
+    return padded(ask, 2 * m.scope.result_bytes(range(m.n)))
 
 
 @pytest.mark.parametrize(("children", "parent_slow", "expected"), [

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundContext, Send
+from agent.protocol.allreduce import AllreduceConfig, Broadcast, RoundContext, Send, frame_size
+from agent.protocol.answer_budget import AMPLIFICATION, asked_indices, padded
 from agent.protocol.ft_courier import NACK_RESENDS_PER_UNIT
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
@@ -154,3 +155,61 @@ def test_below_a_site_root_only_the_own_site_is_asked_while_one_of_it_lives() ->
         ack = Frame(Kind.ACK, CFG.job, 0, 0, j, 2, Flag.NONE, origin=0, target=3, contributors=frozenset({3}))
         root3.on_frame(ack.with_indices([j]), 0.02)
     assert 0 in [dst for _, dst in pulls_until(root3, 4.0)]  # the site root asks across
+
+
+def test_a_pull_is_answered_with_at_most_three_times_the_bytes_its_puller_sent() -> None:
+    """Issue 54: a ~60-byte PULL was answered with a chunk of the result (~5,100x by bytes).
+    An unpadded flood from a node that sent us nothing else gets nothing, counted; a padded
+    pull (as ResultPull sends them) gets the result, within AMPLIFICATION x its bytes."""
+    cfg = replace(CFG, chunk_size=4096)
+    tree = Tree((0, 1, 2, 3), 2)  # 3 below 1: the root hears from it only by its pulls
+    root = FtTreeRound(RoundContext(cfg, tree, 0, 0, np.zeros(8192, np.float32), 0, cfg.new_links(), 0.0))
+    root.start(0.0)
+    for sender, ids in ((1, {1, 3}), (2, {2})):
+        for j in (0, 1):
+            unit = Frame(Kind.DATA, cfg.job, 0, sender, j, 2, Flag.NONE, origin=sender, target=0,
+                         contributors=frozenset(ids)).with_values(np.ones(4096, np.float32))
+            root.on_frame(unit, 0.01)
+    assert root.result is not None
+    flood = Frame(Kind.PULL, cfg.job, 0, 3, 0, 2, Flag.BROADCAST).with_indices([0])
+    answered = [a for _ in range(50) for a in root.on_frame(flood, 1.0) if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert answered == [] and root.stats.refused["pull_unpaid"] == 50
+    paid = padded(flood, root.scope.result_bytes([0]))
+    answers = [a for a in root.on_frame(paid, 1.1) if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert [a.frame.chunk_index for a in answers] == [0]
+    asked = 50 * frame_size(flood) + frame_size(paid)
+    assert frame_size(answers[0].frame) <= AMPLIFICATION * asked
+    assert root.pull.budget.amplification(3) <= AMPLIFICATION
+
+
+def test_a_pull_of_ours_pays_for_what_it_asks() -> None:
+    m = leaf(CFG.new_links())
+    pulls = [a for a in m.on_timer(CFG.round_deadline * 0.9) if isinstance(a, Send) and a.frame.kind == Kind.PULL]
+    assert pulls and all(AMPLIFICATION * frame_size(a.frame) >= m.scope.result_bytes(range(m.n)) for a in pulls)
+    assert all(asked_indices(a.frame) == [] for a in pulls)  # the whole result
+
+
+def _sibling_result(j: int) -> Frame:
+    return Frame(Kind.DATA, CFG.job, 0, 4, j, 2, Flag.BROADCAST | Flag.FINAL, target=3,
+                 contributors=frozenset(range(7))).with_values(np.full(4, 0.5, np.float32))
+
+
+def test_a_siblings_result_is_taken_only_once_we_asked_it() -> None:
+    """Issue 54: a sibling (a backup) sent its victim the rounds' results unasked and they
+    were taken (189 of 200 rounds differed). Refused and counted until we pull from it."""
+    m = leaf(measured_parent())
+    acked(m, 0.01)
+    m.on_frame(_sibling_result(0), 0.01)
+    assert not m.results.has(0) and m.stats.refused["result_backup_not_routed"] == 1
+    asked = pulls_until(m, 2.0)
+    assert asked and asked[0][1] == 4  # the sibling first (see above): now it carries the result
+    for j in (0, 1):
+        m.on_frame(_sibling_result(j), asked[0][0] + 0.01)
+    assert m.result is not None and m.stats.refused["result_backup_not_routed"] == 1
+
+
+def test_a_siblings_result_is_taken_once_our_parent_is_down() -> None:
+    m = leaf(CFG.new_links())
+    m.peer_down(1, 0.01)
+    m.on_frame(_sibling_result(0), 0.02)
+    assert m.results.has(0) and not m.stats.refused["result_backup_not_routed"]

@@ -6,7 +6,16 @@ import numpy as np
 
 from agent.core import AgentCore, CoreConfig, SendState
 from agent.core.events import FrameArrived, GradientReady, StatusSeen, ViewSeen
-from agent.protocol.allreduce import Action, AllreduceConfig, Note, RoundResult, RoundStats, Send
+from agent.protocol.allreduce import (
+    Action,
+    AllreduceConfig,
+    Note,
+    RoundResult,
+    RoundStats,
+    Send,
+    frame_size,
+)
+from agent.protocol.answer_budget import AMPLIFICATION, asked_indices, padded
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import (
     StateTransfer,
@@ -14,6 +23,7 @@ from agent.protocol.state_transfer import (
     resync_reason,
     serve_model_pull,
     state_digest,
+    state_frame_bytes,
     state_hash,
     vouch,
 )
@@ -146,7 +156,7 @@ def test_a_state_of_the_wrong_size_or_inexact_dtype_is_dropped() -> None:
 def test_with_one_peer_its_word_is_all_there_is() -> None:
     transfer = StateTransfer(5, 9, 12, [1], 0.5, 0.0, size=10, chunk_values=4)
     asked = pulls(transfer.start(0.0))
-    assert asked[1].indices() == []
+    assert asked_indices(asked[1]) == []
     feed(transfer, answer(asked[1], 1), 0.1)
     assert transfer.result is not None
 
@@ -162,7 +172,7 @@ def test_a_server_gives_one_puller_a_whole_state_when_alone_else_a_stripe() -> N
         for peer in members:
             core.handle(StatusSeen(Status(peer, "online", incarnation=3 if peer == 1 else 0)), 0.0)
         core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
-        pull = Frame(Kind.MODEL_PULL, core.parts.config.allreduce.job, 0, 2, 0, 1)
+        pull = padded(Frame(Kind.MODEL_PULL, core.parts.config.allreduce.job, 0, 2, 0, 1), 19 * 100)
         served = [a for a in core.handle(FrameArrived(pull), 0.02) if isinstance(a, SendState)]
         assert len(served) == 1 and served[0].chunks is not None and len(served[0].chunks) == count
 
@@ -210,7 +220,7 @@ def test_a_drifted_member_in_a_dispute_takes_the_anchors_word() -> None:
     out = feed(transfer, answer(asked[1], 1) + answer(asked[2], 2, np.zeros(10, np.float32)), 0.1)
     assert "state_rejected" in kinds(out)
     # The anchor is asked for its whole state; within its round it sends what it has not yet.
-    assert {p: (f.round, f.indices()) for p, f in pulls(out).items()} == {1: (12, [])}
+    assert {p: (f.round, asked_indices(f)) for p, f in pulls(out).items()} == {1: (12, [])}
     assert kinds(feed(transfer, answer(asked[2], 2), 0.15)) == ["state_unasked"]  # the liar's stripe
     feed(transfer, answer(Frame(Kind.MODEL_PULL, 9, 12, 5).with_indices([1]), 1), 0.2)
     assert transfer.result is not None and transfer.result[1].tobytes() == STATE.tobytes()
@@ -396,3 +406,16 @@ def test_a_majority_of_the_view_vouches_one_device_never_does() -> None:
     assert vouch(good, {0: good, 3: bad}, members, coordinator=0) is Vouch.VOUCHED
     # Announcements by nodes outside the view count for nothing.
     assert vouch(bad, {7: bad, 8: bad, 9: bad}, members, coordinator=None) is Vouch.UNANNOUNCED
+
+
+def test_a_pull_pays_for_the_state_it_asks_for() -> None:
+    """Issue 54: a server answers a pull with at most AMPLIFICATION x its bytes; the puller
+    pads each pull to a third of the MODEL frames it asks for, a stripe or the whole state."""
+    transfer = StateTransfer(5, 9, 12, [1, 2], 0.5, 0.0, size=10, chunk_values=4)
+    for peer, pull in pulls(transfer.start(0.0)).items():
+        answer_bytes = sum(frame_size(f) for f in answer(pull, peer))
+        assert answer_bytes == sum(state_frame_bytes(10, 4, j) for j in asked_indices(pull))
+        assert answer_bytes <= AMPLIFICATION * frame_size(pull)
+    alone = StateTransfer(5, 9, 12, [1], 0.5, 0.0, size=10, chunk_values=4)
+    whole = pulls(alone.start(0.0))[1]
+    assert sum(frame_size(f) for f in answer(whole, 1)) <= AMPLIFICATION * frame_size(whole)
