@@ -24,7 +24,7 @@ import numpy as np
 
 from agent import checkpoint
 from agent.clock import Clock, MonotonicClock
-from agent.config import AgentConfig
+from agent.config import AgentConfig, ConfigError
 from agent.core import (
     AgentCore,
     ApplyControl,
@@ -57,11 +57,12 @@ from agent.core.events import (
 )
 from agent.model.data import to_float_pixels
 from agent.model.periodic import PeriodicTrainer
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind
-from agent.runtime_config import core_config
+from agent.runtime_config import core_config, member_keys
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
 from agent.usage import ProcessUsage
 
@@ -117,6 +118,7 @@ class AgentRuntime:
         on_round: Callable[[RoundReport], None] | None = None,
         model: ModelIdentity | None = None,
         labels: tuple[int, ...] = (),
+        keys: MemberKeys | None = None,
     ) -> None:
         self.config = config
         # Periodic averaging: the round's vector is the local steps' model delta, and applying
@@ -134,7 +136,7 @@ class AgentRuntime:
         self.refusal: Refusal | None = None
         resumed, age = self._resume() or (None, 0.0)
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
+        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels, keys), self.incarnation,
                               resumed_round=resumed, resumed_age=age, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
@@ -453,6 +455,11 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
         return 2
     backend, batches, test_set, identity, labels = training
     try:
+        keys = member_keys(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
         mqtt = MqttTransport(
             config.client_id or f"edgegrove-{config.job}-{config.id}", config.broker,
             username=config.username, password=config.password,
@@ -469,7 +476,7 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
                                    f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
                                    r.phase_seconds["total"] * 1000,
                                    " DEGRADED" if r.degraded else ""),
-                               model=identity, labels=tuple(labels))
+                               model=identity, labels=tuple(labels), keys=keys)
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)
