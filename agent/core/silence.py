@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from agent.core.actions import CoreAction, Publish
+from agent.core.actions import CoreAction
 from agent.core.parts import CoreParts
 from agent.core.progress import Phase, Progress
 from agent.core.steps import Steps
@@ -45,7 +45,7 @@ class SilenceReports:
         elif book.absent_in(report.round):
             # We take no part in that round (alive, catching up): say so again (that report
             # may have been lost), and refute the suspicion below all the same.
-            out.append(Publish.suspect(book.absence_again()))
+            out.append(self.parts.outbox.suspect(book.absence_again()))
         if phase not in (Phase.CONNECTING, Phase.DONE) and book.refute_once(report.node, report.round):
             # We are not silent (cut links around us, a slow moment, or rejoining): say so at
             # once, also while lingering after our last round (the others may still be in it:
@@ -73,6 +73,9 @@ class SilenceReports:
         for peer in parts.book.newly_suspected(parts.membership.witnesses.suspected()):
             parts.outbox.note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses")
             out += parts.rounds.each(partial(_peer_down, peer=peer, now=now))
+            if parts.config.keys is not None:
+                # Our signed word that it is silent: the coordinator's certificate to drop it.
+                out += parts.outbox.silent(peer, parts.membership.round)
         return out
 
 

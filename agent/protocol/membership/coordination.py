@@ -28,7 +28,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership.admission import Admission, ModelIdentity
+from agent.protocol.membership.evidence import (
+    Certificate,
+    SignedReports,
+    certified,
+    evidence_of,
+    evidence_round,
+)
 from agent.protocol.membership.first_view import FirstView, StartupGate, first_view
 from agent.protocol.membership.quorum import (
     LEAD_ROUNDS,
@@ -56,8 +64,12 @@ class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
                  gate: StartupGate | None = None, grace: float = 0.0,
                  offline_settle: float = 0.0, identity: ModelIdentity | None = None,
-                 root_finishes_first: bool = False) -> None:
+                 root_finishes_first: bool = False, keys: MemberKeys | None = None) -> None:
         self.node = node
+        # With the job's keys, a view drops a member for silence only with a certificate of
+        # signed suspicions (evidence.py); without them, on our own evidence as before.
+        self.keys = keys
+        self.signed = SignedReports()
         self.arity = arity
         # A round's result leaves from the view's root and the next round starts on it (``front``).
         self.root_finishes_first = root_finishes_first
@@ -132,6 +144,7 @@ class Membership:
         """A member heard nothing from ``report.peer`` for a whole timeout."""
         if not self.witnesses.record(report, now, self.round):
             return []
+        self.signed.heard(report)
         return self.check(now)
 
     def hold(self, until: float) -> None:
@@ -163,6 +176,8 @@ class Membership:
         # is news to us even though we would still coordinate (we resumed from a hang). Only
         # from the member next in line, though: anyone else's view without us is a forgery.
         taken_out = self._takes_us_out(view)
+        if taken_out and (why := self._uncertified(view, self.node)) is not None:
+            return why  # one member's word that we are silent (and its view) evicts nobody
         if taken_out and publisher == self._next_in_line() and view.epoch <= self.views.newest.epoch + MAX_EPOCH_STEP:
             self.views.yield_own(view, self.node)
         elif taken_out and publisher != self.coordinator():
@@ -180,12 +195,13 @@ class Membership:
             # predecessor's Will or eviction may still be on the way); counted meanwhile.
             self.views.pending[publisher] = view
             return RejectReason.VIEW_NOT_COORDINATOR
-        if not away and not self._removals_witnessed(view):
-            # Even the coordinator removes only who we saw go offline or reported silent:
-            # a compromised one cannot evict healthy members. Held until we see it too.
-            # (Cut off ourselves, we saw nothing: the coordinator's word is all there is.)
+        if not away and (why := self._removals_refused(view)) is not None:
+            # Even the coordinator removes only who we saw go offline or reported silent
+            # (with keys: whom its certificate proves silent): a compromised one cannot evict
+            # healthy members. Held until we see it too. (Cut off ourselves, we saw nothing:
+            # the coordinator's word is all there is.)
             self.views.pending[publisher] = view
-            return RejectReason.VIEW_REMOVAL_UNWITNESSED
+            return why
         self.on_view(view)
         return None
 
@@ -235,16 +251,50 @@ class Membership:
                 continue
             if not self.views.is_news(view):
                 del pending[publisher]
-            elif publisher == self.coordinator() and self._removals_witnessed(view):
+            elif publisher == self.coordinator() and self._removals_refused(view) is None:
                 del pending[publisher]
                 self.on_view(view)
 
-    def _removals_witnessed(self, view: View) -> bool:
-        """Every member ``view`` drops (but us: a fleet that went on without us is news we
-        must take, see offer_view) is one we have our own evidence against: offline now, or
-        went offline or was reported silent within EVIDENCE_ROUNDS rounds."""
+    def _removals_refused(self, view: View) -> RejectReason | None:
+        """Why ``view`` may not drop the members it drops (None: it may). Every one (but us: a
+        fleet that went on without us is news we must take, see offer_view) is one we have our
+        own evidence against: offline now, or went offline or was reported silent within
+        EVIDENCE_ROUNDS rounds; with keys, a report is no evidence, the view's certificate is,
+        and a new coordinator only takes over from a live one with it."""
         removed = set(self.views.newest.members) - set(view.members) - {self.node}
-        return all(self._seen_gone(n) for n in removed)
+        if self.keys is None:
+            ok = all(self._seen_gone(n) for n in removed)
+            return None if ok else RejectReason.VIEW_REMOVAL_UNWITNESSED
+        if self._coordinator_changes_unproved(view):
+            return RejectReason.VIEW_COORDINATOR_UNCERTIFIED
+        for node in sorted(removed):
+            if not self._gone_by_its_word(node) and (why := self._uncertified(view, node)) is not None:
+                return why
+        return None
+
+    def _coordinator_changes_unproved(self, view: View) -> bool:
+        """``view`` names another coordinator than the newest view, whose coordinator is still
+        online and stays in it, without being the lower id (a member back that coordinates
+        by the lowest-id rule)."""
+        old = self.views.newest.coordinator
+        return (view.coordinator != old and self.states.get(old) == "online" and old in view.members
+                and view.coordinator > old)
+
+    def _gone_by_its_word(self, node: int) -> bool:
+        """Its own status (a Will, a clean exit; signed) says it went, now or lately, or it runs
+        another model, or we never heard of it: no certificate needed."""
+        if self.states.get(node) not in LIVE_STATES or node in self.admission.foreign:
+            return True
+        return self.went_down.get(node, -1) >= self.round - EVIDENCE_ROUNDS
+
+    def _uncertified(self, view: View, node: int) -> RejectReason | None:
+        """Why ``view``'s certificate does not drop ``node`` (None: it does, or there are no keys)."""
+        if self.keys is None:
+            return None
+        verdict = certified(self.keys, view, node, evidence_round(view, self.round))
+        if verdict is Certificate.CERTIFIED:
+            return None
+        return RejectReason.VIEW_EVIDENCE_STALE if verdict is Certificate.STALE else RejectReason.VIEW_REMOVAL_UNCERTIFIED
 
     def _seen_gone(self, node: int) -> bool:
         witnesses = self.witnesses
@@ -268,6 +318,7 @@ class Membership:
         """The node is at ``round``. Idempotent: call it again while waiting for the first
         view, the start-up gate may open by time alone."""
         self.round, self.now = round, now
+        self.signed.forget_before(round)
         return self._coordinate()
 
     # ------------------------------------------------------------------ queries
@@ -368,15 +419,33 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.views.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
+        live, evidence = self._certify(live, gone - self.witnesses.suspected())
         unchanged = list(newest.members) == live and not self.admission.new_lives & set(live)
         if unchanged or self.mass_down.holds(newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         first = first_round(self.round, live, gone, newest, self.views.view_for(self.round), self.front())
         if newest.from_round > self.round:
-            return self._amend_pending(live, first)
-        return self._publish(live, newest.epoch + 1, first)
+            return self._amend_pending(live, first, evidence)
+        return self._publish(live, newest.epoch + 1, first, evidence=evidence)
 
-    def _amend_pending(self, live: list[int], first: int) -> list[PublishView]:
+    def _certify(self, live: list[int], gone_by_word: set[int]) -> tuple[list[int], list[dict[str, object]]]:
+        """With keys, the members ``live`` drops for silence alone stay in until a quorum of
+        ``live`` signed suspicions about them (the certificate the view carries, returned with
+        the members to publish); without keys, ``live`` as it is."""
+        if self.keys is None:
+            return live, []
+        kept, reports = list(live), []
+        dropped = set(self.views.newest.members) - set(live) - gone_by_word - {n for n in self.views.newest.members
+                                                                              if self._gone_by_its_word(n)}
+        for node in sorted(dropped):
+            certificate = self.signed.certificate(node, live, self.round)
+            if certificate is None:
+                kept.append(node)
+            else:
+                reports += certificate
+        return sorted(kept), evidence_of(reports)
+
+    def _amend_pending(self, live: list[int], first: int, evidence: list[dict[str, object]]) -> list[PublishView]:
         """The last change has not taken effect yet. While nobody can have reached its first
         round (and it is not too soon for this change), the pending view is replaced (same
         ``from_round``) by one of ``live``: a group healed together gets one view. Else the
@@ -384,7 +453,7 @@ class Membership:
         newest = self.views.newest
         pending, ahead = newest.from_round, self.front()
         amend = newest.coordinator == self.node and pending > ahead and pending >= first
-        return self._publish(live, newest.epoch + 1, pending if amend else max(first, ahead + 1))
+        return self._publish(live, newest.epoch + 1, pending if amend else max(first, ahead + 1), evidence=evidence)
 
     def _publish_first_view(self) -> list[PublishView]:
         live = self.live()
@@ -413,12 +482,12 @@ class Membership:
         return self._publish(list(newest.members), newest.epoch + 1, self.round + LEAD_ROUNDS, tuning)
 
     def _publish(self, members: list[int], epoch: int, from_round: int,
-                 tuning: Tuning | None = None) -> list[PublishView]:
+                 tuning: Tuning | None = None, evidence: list[dict[str, object]] | None = None) -> list[PublishView]:
         # A membership change keeps the tuning of the newest view (a new coordinator decides again).
         tuning, own = tuning or Tuning.of(self.views.latest), self.admission.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
                     from_round=from_round, chunk_values=tuning.chunk_values, broadcast=tuning.broadcast,
                     sync_every=tuning.sync_every, fingerprint=own.fingerprint, model=own.name, params=own.params,
-                    sites=sites_of(self.sites, members))
+                    sites=sites_of(self.sites, members), evidence=list(evidence or []))
         self.on_view(view)
         return [PublishView(view)]

@@ -1,0 +1,134 @@
+"""Evidence, not assertions: signed control messages and the certificates views carry.
+
+Every member signs its statuses, suspicions and views with its device key (keys.py); a
+receiver refuses one that is unsigned or badly signed (``signature``), counted by reason. A
+view that drops a member for silence carries the signed suspicions about it, from more than
+half of the view's members (or exactly half with the lowest of them: docs/PARTITIONS.md's
+quorum rule), each for a recent round (``certified``). A member that finds a peer silent by
+the fleet's witnesses signs a suspicion of its own about it (the core publishes it), so the
+coordinator can collect a certificate for an honest eviction (``SignedReports``), while one
+device's word (a suspicion and a view of its own) is never enough to drop anybody, the
+coordinator least of all. Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TypeVar
+
+from agent.protocol.keys import MemberKeys
+from agent.protocol.membership.quorum import LEAD_ROUNDS, keeps_quorum
+from agent.protocol.membership.witnesses import SUSPICION_ROUNDS
+from agent.protocol.messages import Signed, Status, Suspect, View, sealed_bytes, suspect_of
+
+# A suspicion in a certificate names a round this close to ours: the view applies LEAD_ROUNDS
+# after its coordinator's round, and a report counts SUSPICION_ROUNDS after its own. An older
+# one, replayed, proves nothing about now.
+EVIDENCE_ROUNDS = SUSPICION_ROUNDS + LEAD_ROUNDS
+
+S = TypeVar("S", Status, Suspect, View)
+
+
+class Signature(enum.Enum):
+    """What a control message's signature says (the reason a refusal is counted by)."""
+
+    VALID = "valid"
+    UNSIGNED = "unsigned"
+    UNKNOWN_KEY = "unknown_key"  # its signer has no key in the job's ring
+    BAD_SIGNATURE = "bad_signature"
+
+
+class Certificate(enum.Enum):
+    """Whether a view's evidence justifies dropping one member."""
+
+    CERTIFIED = "certified"
+    TOO_FEW = "too_few"  # fewer valid, recent signers than the quorum
+    STALE = "stale"  # enough signers only counting suspicions of rounds long past (a replay)
+
+
+def seal(keys: MemberKeys, message: S) -> S:
+    """``message`` signed with our device key."""
+    signature = keys.sign(sealed_bytes(message))
+    return replace(message, sig=base64.b64encode(signature).decode())
+
+
+def signature(keys: MemberKeys, message: Signed, signer: int) -> Signature:
+    """Whether ``message`` carries ``signer``'s valid signature."""
+    if not message.sig:
+        return Signature.UNSIGNED
+    if not keys.knows(signer):
+        return Signature.UNKNOWN_KEY
+    try:
+        raw = base64.b64decode(message.sig, validate=True)
+    except (binascii.Error, ValueError):
+        return Signature.BAD_SIGNATURE
+    return Signature.VALID if keys.verify(signer, sealed_bytes(message), raw) else Signature.BAD_SIGNATURE
+
+
+def certified(keys: MemberKeys, view: View, node: int, round: int) -> Certificate:
+    """Whether ``view``'s evidence drops ``node`` rightly as seen at our ``round``: signed
+    suspicions about it, each valid and about a round within EVIDENCE_ROUNDS of ours, from a
+    quorum of the view's members."""
+    recent: set[int] = set()
+    old: set[int] = set()
+    for report in _reports(view.evidence):
+        if report.peer != node or report.node not in view.members or report.is_self_report:
+            continue
+        if signature(keys, report, report.node) is not Signature.VALID:
+            continue
+        fresh = round - EVIDENCE_ROUNDS <= report.round <= round + 1
+        (recent if fresh else old).add(report.node)
+    if keeps_quorum(view.members, recent):
+        return Certificate.CERTIFIED
+    return Certificate.STALE if keeps_quorum(view.members, recent | old) else Certificate.TOO_FEW
+
+
+def evidence_round(view: View, our_round: int) -> int:
+    """The round a view's evidence is judged at: ours, or (we fell behind: hung, cut off) the
+    one its coordinator published it at. Never earlier than ours: a view claiming an old
+    ``from_round`` cannot make old suspicions fresh."""
+    return max(our_round, view.from_round - LEAD_ROUNDS)
+
+
+def _reports(evidence: Iterable[dict[str, object]]) -> list[Suspect]:
+    return [r for entry in evidence if (r := suspect_of(dict(entry))) is not None]
+
+
+class SignedReports:
+    """The signed suspicions heard lately, the latest of each reporter about each peer: what a
+    coordinator's certificate is made of."""
+
+    def __init__(self) -> None:
+        self.about: dict[int, dict[int, Suspect]] = {}  # peer -> reporter -> its latest report
+
+    def heard(self, report: Suspect) -> None:
+        if not report.sig or report.is_self_report:
+            return
+        by = self.about.setdefault(report.peer, {})
+        if report.round >= by.get(report.node, report).round:
+            by[report.node] = report
+
+    def certificate(self, node: int, members: list[int], round: int) -> list[Suspect] | None:
+        """Signed suspicions about ``node`` from a quorum of ``members``, each within
+        EVIDENCE_ROUNDS of ``round``; None when they are too few (yet)."""
+        fresh = [r for reporter, r in sorted(self.about.get(node, {}).items())
+                 if reporter in members and round - EVIDENCE_ROUNDS <= r.round <= round + 1]
+        return fresh if keeps_quorum(members, {r.node for r in fresh}) else None
+
+    def forget_before(self, round: int) -> None:
+        for peer in list(self.about):
+            kept = {n: r for n, r in self.about[peer].items() if r.round >= round - EVIDENCE_ROUNDS}
+            if kept:
+                self.about[peer] = kept
+            else:
+                del self.about[peer]
+
+
+def evidence_of(reports: Iterable[Suspect]) -> list[dict[str, object]]:
+    """Signed suspicions as a view carries them."""
+    return [{"node": r.node, "round": r.round, "peer": r.peer, "incarnation": r.incarnation, "sig": r.sig}
+            for r in reports]
