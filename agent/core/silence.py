@@ -12,6 +12,7 @@ from agent.core.progress import Phase, Progress
 from agent.core.steps import Steps
 from agent.core.suspicion import first_report_at
 from agent.protocol.allreduce import Fanout, Note, RoundMachine, Send
+from agent.protocol.membership.evidence import co_signs
 from agent.protocol.messages import Suspect
 from agent.protocol.notes import NoteKind
 
@@ -51,8 +52,18 @@ class SilenceReports:
             # once, also while lingering after our last round (the others may still be in it:
             # an unrefuted root there ends it for everybody). Membership ignores an "online"
             # from a node far behind the fleet.
+            self.parts.membership.evidence.refuting(report)
             out.append(self.steps.my_status())
         return out
+
+    def refused(self, now: float) -> list[CoreAction]:
+        """A message was refused or was not ours. Many refused (a flood on our link, counted
+        by the inbox) delay or crowd out the reports about us: our status refutes them before
+        they come."""
+        total = sum(self.parts.counters.rejected.values())
+        if not self.parts.book.refused(total, now) or self.progress.phase in (Phase.CONNECTING, Phase.DONE):
+            return []
+        return [self.steps.my_status()]
 
     def _absent(self, peer: int, through: int, now: float) -> list[CoreAction]:
         """``peer`` takes no part in the rounds up to ``through`` (its self-report): route
@@ -74,9 +85,17 @@ class SilenceReports:
             parts.outbox.note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses")
             out += parts.rounds.each(partial(_peer_down, peer=peer, now=now))
             if parts.config.keys is not None:
-                # Our signed word that it is silent: the coordinator's certificate to drop it.
-                out += parts.outbox.silent(peer, parts.membership.round)
-        return out
+                parts.book.to_co_sign.add(peer)
+        return out + self._co_sign(now)
+
+    def _co_sign(self, now: float) -> list[CoreAction]:
+        """Our signed word that a suspected peer is silent, once we heard nothing from it for
+        a round deadline ourselves: what the coordinator's certificate to drop it is made of."""
+        parts, membership = self.parts, self.parts.membership
+        deadline = parts.config.allreduce.round_deadline
+        due = parts.book.co_sign_due(membership.witnesses.suspected(),
+                                     lambda p: co_signs(membership.evidence.quiet_for(p, now), deadline))
+        return [a for peer in due for a in parts.outbox.silent(peer, membership.round)]
 
 
 def _peer_down(machine: RoundMachine, *, peer: int, now: float) -> list[Send | Fanout | Note]:

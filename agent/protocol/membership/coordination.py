@@ -32,7 +32,7 @@ from agent.protocol.keys import MemberKeys
 from agent.protocol.membership.admission import Admission, ModelIdentity
 from agent.protocol.membership.evidence import (
     Certificate,
-    SignedReports,
+    Evidence,
     certified,
     evidence_of,
     evidence_round,
@@ -68,8 +68,7 @@ class Membership:
         self.node = node
         # With the job's keys, a view drops a member for silence only with a certificate of
         # signed suspicions (evidence.py); without them, on our own evidence as before.
-        self.keys = keys
-        self.signed = SignedReports()
+        self.evidence = Evidence(keys)
         self.arity = arity
         # A round's result leaves from the view's root and the next round starts on it (``front``).
         self.root_finishes_first = root_finishes_first
@@ -114,6 +113,7 @@ class Membership:
         self.states[status.node] = status.state
         if status.state != "offline":
             self.sites[status.node] = status.site
+            self.evidence.heard_from(status.node, now)
         if (unconfirmed := self.admission.heard(status)) is not None:
             self.on_view(unconfirmed)
         self.seen += 1
@@ -142,10 +142,17 @@ class Membership:
 
     def on_suspect(self, report: Suspect, now: float) -> list[PublishView]:
         """A member heard nothing from ``report.peer`` for a whole timeout."""
+        self.evidence.heard_from(report.node, now)
         if not self.witnesses.record(report, now, self.round):
             return []
-        self.signed.heard(report)
+        self.evidence.signed.heard(report)
         return self.check(now)
+
+    def _refuted(self, report: Suspect) -> bool:
+        """Its suspect spoke after it (we did, when it is about us)."""
+        if report.peer == self.node:
+            return self.evidence.answered.get(report.node, -1) >= report.round
+        return self.witnesses.refuted.get((report.peer, report.node), -1) >= report.round
 
     def hold(self, until: float) -> None:
         """Decide nothing until ``until`` (inf: until told otherwise): while the broker is
@@ -262,7 +269,7 @@ class Membership:
         EVIDENCE_ROUNDS rounds; with keys, a report is no evidence, the view's certificate is,
         and a new coordinator only takes over from a live one with it."""
         removed = set(self.views.newest.members) - set(view.members) - {self.node}
-        if self.keys is None:
+        if self.evidence.keys is None:
             ok = all(self._seen_gone(n) for n in removed)
             return None if ok else RejectReason.VIEW_REMOVAL_UNWITNESSED
         if self._coordinator_changes_unproved(view):
@@ -289,9 +296,9 @@ class Membership:
 
     def _uncertified(self, view: View, node: int) -> RejectReason | None:
         """Why ``view``'s certificate does not drop ``node`` (None: it does, or there are no keys)."""
-        if self.keys is None:
+        if self.evidence.keys is None:
             return None
-        verdict = certified(self.keys, view, node, evidence_round(view, self.round))
+        verdict = certified(self.evidence.keys, view, node, evidence_round(view, self.round), self._refuted)
         if verdict is Certificate.CERTIFIED:
             return None
         return RejectReason.VIEW_EVIDENCE_STALE if verdict is Certificate.STALE else RejectReason.VIEW_REMOVAL_UNCERTIFIED
@@ -318,7 +325,7 @@ class Membership:
         """The node is at ``round``. Idempotent: call it again while waiting for the first
         view, the start-up gate may open by time alone."""
         self.round, self.now = round, now
-        self.signed.forget_before(round)
+        self.evidence.signed.forget_before(round)
         return self._coordinate()
 
     # ------------------------------------------------------------------ queries
@@ -432,13 +439,13 @@ class Membership:
         """With keys, the members ``live`` drops for silence alone stay in until a quorum of
         ``live`` signed suspicions about them (the certificate the view carries, returned with
         the members to publish); without keys, ``live`` as it is."""
-        if self.keys is None:
+        if self.evidence.keys is None:
             return live, []
         kept, reports = list(live), []
         dropped = set(self.views.newest.members) - set(live) - gone_by_word - {n for n in self.views.newest.members
                                                                               if self._gone_by_its_word(n)}
         for node in sorted(dropped):
-            certificate = self.signed.certificate(node, live, self.round)
+            certificate = self.evidence.signed.certificate(node, live, self.round, self._refuted)
             if certificate is None:
                 kept.append(node)
             else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TypeVar
 
@@ -50,6 +50,15 @@ class Certificate(enum.Enum):
     STALE = "stale"  # enough signers only counting suspicions of rounds long past (a replay)
 
 
+def co_signs(quiet_for: float, round_deadline: float) -> bool:
+    """Whether we sign a suspicion of our own about a peer the fleet's witnesses found silent:
+    only once we ourselves heard nothing at all from it for a whole round deadline (no round
+    can finish without it for that long). A report standing its grace is not enough: a busy
+    root that refuted one device's suspicion late (a loaded host, a flooded link) would
+    otherwise get the attacker its certificate."""
+    return quiet_for >= round_deadline
+
+
 def seal(keys: MemberKeys, message: S) -> S:
     """``message`` signed with our device key."""
     signature = keys.sign(sealed_bytes(message))
@@ -69,14 +78,16 @@ def signature(keys: MemberKeys, message: Signed, signer: int) -> Signature:
     return Signature.VALID if keys.verify(signer, sealed_bytes(message), raw) else Signature.BAD_SIGNATURE
 
 
-def certified(keys: MemberKeys, view: View, node: int, round: int) -> Certificate:
+def certified(keys: MemberKeys, view: View, node: int, round: int,
+              refuted: Callable[[Suspect], bool] = lambda _: False) -> Certificate:
     """Whether ``view``'s evidence drops ``node`` rightly as seen at our ``round``: signed
-    suspicions about it, each valid and about a round within EVIDENCE_ROUNDS of ours, from a
-    quorum of the view's members."""
+    suspicions about it, each valid, not ``refuted`` (its suspect spoke after it: a slow
+    moment, not silence) and about a round within EVIDENCE_ROUNDS of ours, from a quorum of
+    the view's members."""
     recent: set[int] = set()
     old: set[int] = set()
     for report in _reports(view.evidence):
-        if report.peer != node or report.node not in view.members or report.is_self_report:
+        if report.peer != node or report.node not in view.members or report.is_self_report or refuted(report):
             continue
         if signature(keys, report, report.node) is not Signature.VALID:
             continue
@@ -112,11 +123,12 @@ class SignedReports:
         if report.round >= by.get(report.node, report).round:
             by[report.node] = report
 
-    def certificate(self, node: int, members: list[int], round: int) -> list[Suspect] | None:
+    def certificate(self, node: int, members: list[int], round: int,
+                    refuted: Callable[[Suspect], bool] = lambda _: False) -> list[Suspect] | None:
         """Signed suspicions about ``node`` from a quorum of ``members``, each within
-        EVIDENCE_ROUNDS of ``round``; None when they are too few (yet)."""
+        EVIDENCE_ROUNDS of ``round`` and not ``refuted``; None when they are too few (yet)."""
         fresh = [r for reporter, r in sorted(self.about.get(node, {}).items())
-                 if reporter in members and round - EVIDENCE_ROUNDS <= r.round <= round + 1]
+                 if reporter in members and round - EVIDENCE_ROUNDS <= r.round <= round + 1 and not refuted(r)]
         return fresh if keeps_quorum(members, {r.node for r in fresh}) else None
 
     def forget_before(self, round: int) -> None:
@@ -126,6 +138,29 @@ class SignedReports:
                 self.about[peer] = kept
             else:
                 del self.about[peer]
+
+
+class Evidence:
+    """One member's side of it: the job's keys (None: the fleet runs unsigned), the signed
+    reports heard, when each node was last heard from, and the reports about us we refuted."""
+
+    def __init__(self, keys: MemberKeys | None) -> None:
+        self.keys = keys
+        self.signed = SignedReports()
+        self.heard_at: dict[int, float] = {}  # node -> when we last heard anything from it
+        self.answered: dict[int, int] = {}  # reporter -> the latest round of its report about us we refuted
+
+    def heard_from(self, node: int, now: float) -> None:
+        """Anything from ``node`` came (a frame, a status, a report): it is not silent to us."""
+        self.heard_at[node] = now
+
+    def quiet_for(self, node: int, now: float) -> float:
+        """How long we have heard nothing at all from ``node`` (inf: never heard of it)."""
+        return now - self.heard_at.get(node, -float("inf"))
+
+    def refuting(self, report: Suspect) -> None:
+        """We answer ``report`` about us with our status: it is no evidence against us."""
+        self.answered[report.node] = max(report.round, self.answered.get(report.node, -1))
 
 
 def evidence_of(reports: Iterable[Suspect]) -> list[dict[str, object]]:

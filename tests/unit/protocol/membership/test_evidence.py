@@ -12,6 +12,7 @@ from agent.protocol.membership.evidence import (
     Signature,
     SignedReports,
     certified,
+    co_signs,
     evidence_of,
     seal,
     signature,
@@ -114,3 +115,30 @@ def test_the_signed_reports_keep_the_latest_per_reporter_and_forget_old_rounds()
     assert book.certificate(0, [1, 2, 3, 4, 5], 20) is None
     book.forget_before(40)
     assert book.about == {}
+
+
+def test_a_suspicion_its_suspect_refuted_is_no_evidence() -> None:
+    """Node 2's honest report about node 0 in a slow moment, refuted by node 0: replayed with
+    node 1's own in a view, it must not take node 0 out (1 is next in line)."""
+    honest, own = signed_suspect(2, 20, 0), signed_suspect(1, 21, 0)
+    view = seal(KEYS[1], View(1, [1, 2, 3], 2, 1, 22, evidence=evidence_of([honest, own])))
+    coordinator = fleet_member(0)
+    coordinator.on_suspect(honest, 0.0)
+    coordinator.evidence.refuting(honest)
+    coordinator.on_suspect(own, 0.1)
+    assert coordinator.offer_view(view, 1) == "view_removal_uncertified"
+    member = fleet_member(3)
+    member.on_suspect(honest, 0.0)
+    member.on_status(Status(0, "online", round=20), 0.1)  # node 0 speaks: refuted
+    assert member.witnesses.refuted[(0, 2)] == 20
+    member.on_suspect(own, 0.2)
+    member.check(10.0)  # node 1's report stood: 1 coordinates here, but its certificate is short
+    assert member.coordinator() == 1
+    assert member.offer_view(view, 1) == "view_removal_uncertified"
+
+
+def test_we_sign_a_report_of_our_own_only_after_a_round_deadline_of_silence() -> None:
+    assert not co_signs(0.5, 3.0) and co_signs(3.0, 3.0)
+    m = fleet_member(2)
+    m.evidence.heard_from(0, 10.0)
+    assert m.evidence.quiet_for(0, 12.0) == 2.0 and m.evidence.quiet_for(9, 12.0) == float("inf")
