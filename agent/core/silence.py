@@ -52,7 +52,6 @@ class SilenceReports:
             # once, also while lingering after our last round (the others may still be in it:
             # an unrefuted root there ends it for everybody). Membership ignores an "online"
             # from a node far behind the fleet.
-            self.parts.membership.evidence.refuting(report)
             out.append(self.steps.my_status())
         return out
 

@@ -30,13 +30,7 @@ from dataclasses import replace
 
 from agent.protocol.keys import MemberKeys
 from agent.protocol.membership.admission import Admission, ModelIdentity
-from agent.protocol.membership.evidence import (
-    Certificate,
-    Evidence,
-    certified,
-    evidence_of,
-    evidence_round,
-)
+from agent.protocol.membership.evidence import Certificate, Evidence, certified, evidence_of
 from agent.protocol.membership.first_view import FirstView, StartupGate, first_view
 from agent.protocol.membership.quorum import (
     LEAD_ROUNDS,
@@ -149,9 +143,8 @@ class Membership:
         return self.check(now)
 
     def _refuted(self, report: Suspect) -> bool:
-        """Its suspect spoke after it (we did, when it is about us)."""
-        if report.peer == self.node:
-            return self.evidence.answered.get(report.node, -1) >= report.round
+        """Its suspect spoke after it, as we saw. Not one about us: we answer every report about
+        us, a hung node too once it wakes, too late for the fleet, which went on without it."""
         return self.witnesses.refuted.get((report.peer, report.node), -1) >= report.round
 
     def hold(self, until: float) -> None:
@@ -292,13 +285,13 @@ class Membership:
         another model, or we never heard of it: no certificate needed."""
         if self.states.get(node) not in LIVE_STATES or node in self.admission.foreign:
             return True
-        return self.went_down.get(node, -1) >= self.round - EVIDENCE_ROUNDS
+        return node in self.went_down and self.went_down[node] >= self.round - EVIDENCE_ROUNDS
 
     def _uncertified(self, view: View, node: int) -> RejectReason | None:
         """Why ``view``'s certificate does not drop ``node`` (None: it does, or there are no keys)."""
         if self.evidence.keys is None:
             return None
-        verdict = certified(self.evidence.keys, view, node, evidence_round(view, self.round), self._refuted)
+        verdict = certified(self.evidence.keys, view, node, self.round, self._refuted)
         if verdict is Certificate.CERTIFIED:
             return None
         return RejectReason.VIEW_EVIDENCE_STALE if verdict is Certificate.STALE else RejectReason.VIEW_REMOVAL_UNCERTIFIED
@@ -426,22 +419,23 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.views.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
-        live, evidence = self._certify(live, gone - self.witnesses.suspected())
+        live = self._certify(live, gone - self.witnesses.suspected())
         unchanged = list(newest.members) == live and not self.admission.new_lives & set(live)
         if unchanged or self.mass_down.holds(newest.members, gone, self.now) or not self.has_quorum(live):
             return []
         first = first_round(self.round, live, gone, newest, self.views.view_for(self.round), self.front())
         if newest.from_round > self.round:
-            return self._amend_pending(live, first, evidence)
-        return self._publish(live, newest.epoch + 1, first, evidence=evidence)
+            return self._amend_pending(live, first)
+        return self._publish(live, newest.epoch + 1, first)
 
-    def _certify(self, live: list[int], gone_by_word: set[int]) -> tuple[list[int], list[dict[str, object]]]:
+    def _certify(self, live: list[int], gone_by_word: set[int]) -> list[int]:
         """With keys, the members ``live`` drops for silence alone stay in until a quorum of
-        ``live`` signed suspicions about them (the certificate the view carries, returned with
-        the members to publish); without keys, ``live`` as it is."""
+        ``live`` signed suspicions about them (kept as their certificate, which every view of
+        ours carries while they are out: a member that hung meanwhile learns from our newest
+        view alone that it is out); without keys, ``live`` as it is."""
         if self.evidence.keys is None:
-            return live, []
-        kept, reports = list(live), []
+            return live
+        kept = list(live)
         dropped = set(self.views.newest.members) - set(live) - gone_by_word - {n for n in self.views.newest.members
                                                                               if self._gone_by_its_word(n)}
         for node in sorted(dropped):
@@ -449,10 +443,10 @@ class Membership:
             if certificate is None:
                 kept.append(node)
             else:
-                reports += certificate
-        return sorted(kept), evidence_of(reports)
+                self.evidence.carried[node] = evidence_of(certificate)
+        return sorted(kept)
 
-    def _amend_pending(self, live: list[int], first: int, evidence: list[dict[str, object]]) -> list[PublishView]:
+    def _amend_pending(self, live: list[int], first: int) -> list[PublishView]:
         """The last change has not taken effect yet. While nobody can have reached its first
         round (and it is not too soon for this change), the pending view is replaced (same
         ``from_round``) by one of ``live``: a group healed together gets one view. Else the
@@ -460,7 +454,7 @@ class Membership:
         newest = self.views.newest
         pending, ahead = newest.from_round, self.front()
         amend = newest.coordinator == self.node and pending > ahead and pending >= first
-        return self._publish(live, newest.epoch + 1, pending if amend else max(first, ahead + 1), evidence=evidence)
+        return self._publish(live, newest.epoch + 1, pending if amend else max(first, ahead + 1))
 
     def _publish_first_view(self) -> list[PublishView]:
         live = self.live()
@@ -489,12 +483,12 @@ class Membership:
         return self._publish(list(newest.members), newest.epoch + 1, self.round + LEAD_ROUNDS, tuning)
 
     def _publish(self, members: list[int], epoch: int, from_round: int,
-                 tuning: Tuning | None = None, evidence: list[dict[str, object]] | None = None) -> list[PublishView]:
+                 tuning: Tuning | None = None) -> list[PublishView]:
         # A membership change keeps the tuning of the newest view (a new coordinator decides again).
         tuning, own = tuning or Tuning.of(self.views.latest), self.admission.identity
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
                     from_round=from_round, chunk_values=tuning.chunk_values, broadcast=tuning.broadcast,
                     sync_every=tuning.sync_every, fingerprint=own.fingerprint, model=own.name, params=own.params,
-                    sites=sites_of(self.sites, members), evidence=list(evidence or []))
+                    sites=sites_of(self.sites, members), evidence=self.evidence.carry(members))
         self.on_view(view)
         return [PublishView(view)]

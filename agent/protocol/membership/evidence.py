@@ -98,13 +98,6 @@ def certified(keys: MemberKeys, view: View, node: int, round: int,
     return Certificate.STALE if keeps_quorum(view.members, recent | old) else Certificate.TOO_FEW
 
 
-def evidence_round(view: View, our_round: int) -> int:
-    """The round a view's evidence is judged at: ours, or (we fell behind: hung, cut off) the
-    one its coordinator published it at. Never earlier than ours: a view claiming an old
-    ``from_round`` cannot make old suspicions fresh."""
-    return max(our_round, view.from_round - LEAD_ROUNDS)
-
-
 def _reports(evidence: Iterable[dict[str, object]]) -> list[Suspect]:
     return [r for entry in evidence if (r := suspect_of(dict(entry))) is not None]
 
@@ -142,13 +135,21 @@ class SignedReports:
 
 class Evidence:
     """One member's side of it: the job's keys (None: the fleet runs unsigned), the signed
-    reports heard, when each node was last heard from, and the reports about us we refuted."""
+    reports heard, when each node was last heard from, and the certificates of those we dropped."""
 
     def __init__(self, keys: MemberKeys | None) -> None:
         self.keys = keys
         self.signed = SignedReports()
         self.heard_at: dict[int, float] = {}  # node -> when we last heard anything from it
-        self.answered: dict[int, int] = {}  # reporter -> the latest round of its report about us we refuted
+        self.carried: dict[int, list[dict[str, object]]] = {}  # node we dropped -> its certificate
+
+    def carry(self, members: list[int]) -> list[dict[str, object]]:
+        """The certificates a view of ``members`` carries: of every node we dropped that it
+        still leaves out (judged at the receiver's own round: a member that hung when they
+        were signed finds them fresh)."""
+        for node in [n for n in self.carried if n in members]:
+            del self.carried[node]  # back: its certificate is spent
+        return [entry for node in sorted(self.carried) for entry in self.carried[node]]
 
     def heard_from(self, node: int, now: float) -> None:
         """Anything from ``node`` came (a frame, a status, a report): it is not silent to us."""
@@ -157,10 +158,6 @@ class Evidence:
     def quiet_for(self, node: int, now: float) -> float:
         """How long we have heard nothing at all from ``node`` (inf: never heard of it)."""
         return now - self.heard_at.get(node, -float("inf"))
-
-    def refuting(self, report: Suspect) -> None:
-        """We answer ``report`` about us with our status: it is no evidence against us."""
-        self.answered[report.node] = max(report.round, self.answered.get(report.node, -1))
 
 
 def evidence_of(reports: Iterable[Suspect]) -> list[dict[str, object]]:

@@ -119,14 +119,9 @@ def test_the_signed_reports_keep_the_latest_per_reporter_and_forget_old_rounds()
 
 def test_a_suspicion_its_suspect_refuted_is_no_evidence() -> None:
     """Node 2's honest report about node 0 in a slow moment, refuted by node 0: replayed with
-    node 1's own in a view, it must not take node 0 out (1 is next in line)."""
+    node 1's own in a view, it must not take node 0 out for the members who saw it refuted."""
     honest, own = signed_suspect(2, 20, 0), signed_suspect(1, 21, 0)
     view = seal(KEYS[1], View(1, [1, 2, 3], 2, 1, 22, evidence=evidence_of([honest, own])))
-    coordinator = fleet_member(0)
-    coordinator.on_suspect(honest, 0.0)
-    coordinator.evidence.refuting(honest)
-    coordinator.on_suspect(own, 0.1)
-    assert coordinator.offer_view(view, 1) == "view_removal_uncertified"
     member = fleet_member(3)
     member.on_suspect(honest, 0.0)
     member.on_status(Status(0, "online", round=20), 0.1)  # node 0 speaks: refuted
@@ -142,3 +137,11 @@ def test_we_sign_a_report_of_our_own_only_after_a_round_deadline_of_silence() ->
     m = fleet_member(2)
     m.evidence.heard_from(0, 10.0)
     assert m.evidence.quiet_for(0, 12.0) == 2.0 and m.evidence.quiet_for(9, 12.0) == float("inf")
+
+
+def test_in_the_first_rounds_a_member_never_seen_going_needs_a_certificate_too() -> None:
+    """Round 3: "went offline within EVIDENCE_ROUNDS" must not hold for a node that never did."""
+    m = fleet_member(2, round=3)
+    m.on_suspect(signed_suspect(1, 3, 0), 0.0)
+    m.check(10.0)
+    assert m.offer_view(seal(KEYS[1], View(1, [1, 2, 3], 2, 1, 5)), 1) == "view_removal_uncertified"
