@@ -40,6 +40,12 @@ class AgentConfig(BaseModel):
     client_id: str | None = Field(None, description="MQTT client id (default: from the credentials file, "
                                   "else edgegrove-<job>-<id>); a dynamic-security broker admits only the bound one")
     tls_ca: Path | None = Field(None, description="CA certificate for mqtts://")
+    device_key: str | None = Field(None, description="this agent's Ed25519 device key that signs its control messages: "
+                                   "base64 raw private key, or a file holding it (default: the credentials file's "
+                                   "entry, from make-credentials)")
+    member_keys: Path | None = Field(None, description="the job's member public keys, JSON {node id: base64 key} "
+                                     "(or a credentials.json with member_keys); with device-key, unsigned or badly "
+                                     "signed control messages are refused (default: the credentials file's)")
     mqtt_version: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
     keepalive: int = Field(10, ge=2, le=600, description="MQTT keepalive (s); a hung agent's Last Will comes after ~1.5x this")
     publish_rate: float = Field(0.0, ge=0, description="pace publishing to this many MB/s (0 = unpaced; use ~50 with the embedded broker)")
@@ -324,6 +330,11 @@ def _with_credentials(config: AgentConfig) -> AgentConfig:
         update = {"username": entry["username"], "password": entry["password"]}
         if config.client_id is None and isinstance(entry.get("client_id"), str):
             update["client_id"] = entry["client_id"]
+        # make-credentials' per-job keys, for a fleet without enrolment (agent/protocol/keys.py)
+        if config.device_key is None and isinstance(entry.get("device_key"), str):
+            update["device_key"] = entry["device_key"]
+        if config.member_keys is None and isinstance(table.get("member_keys"), dict):
+            update["member_keys"] = config.credentials
         return config.model_copy(update=update)
     except UsageError as exc:
         raise ConfigError(f"credentials: {exc}") from None

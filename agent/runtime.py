@@ -58,11 +58,12 @@ from agent.core.events import (
 from agent.model.data import to_float_pixels
 from agent.model.periodic import PeriodicTrainer
 from agent.privacy.plan import with_privacy
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Suspect, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import Frame, Kind
-from agent.runtime_config import core_config
+from agent.runtime_config import core_config, member_keys
 from agent.transport.base import Message, Notice, Transport, TransportError, Will
 from agent.usage import ProcessUsage
 
@@ -118,6 +119,7 @@ class AgentRuntime:
         on_round: Callable[[RoundReport], None] | None = None,
         model: ModelIdentity | None = None,
         labels: tuple[int, ...] = (),
+        keys: MemberKeys | None = None,
     ) -> None:
         # Differential privacy: every gradient noised once, here on the device (agent/privacy).
         config, backend, self.dp = with_privacy(config, backend, _training_samples(batches),
@@ -140,7 +142,7 @@ class AgentRuntime:
         self.refusal: Refusal | None = None
         resumed, age = self._resume() or (None, 0.0)
         self.checkpoints = checkpoint.BackgroundWriter(config.checkpoint_dir or Path("."))
-        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels), self.incarnation,
+        self.core = AgentCore(core_config(config, int(self.backend.state().size), model, labels, keys), self.incarnation,
                               resumed_round=resumed, resumed_age=age, pid=os.getpid(), now=self.clock.now())
         self.apply_seconds = 0.0
         self.read_at = self.clock.now()  # when the loop last read the transport
@@ -478,6 +480,11 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
         return 2
     backend, batches, test_set, identity, labels = training
     try:
+        keys = member_keys(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
         mqtt = MqttTransport(
             config.client_id or f"edgegrove-{config.job}-{config.id}", config.broker,
             username=config.username, password=config.password,
@@ -494,7 +501,7 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
                                    f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
                                    r.phase_seconds["total"] * 1000,
                                    " DEGRADED" if r.degraded else ""),
-                               model=identity, labels=tuple(labels))
+                               model=identity, labels=tuple(labels), keys=keys)
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)

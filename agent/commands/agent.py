@@ -57,10 +57,13 @@ def run(args: argparse.Namespace, wrap_transport: TransportWrapper | None = None
         level=getattr(logging, args.log_level), stream=sys.stderr,
         format="%(asctime)s agent %(levelname)s %(message)s",
     )
+    from agent.runtime_config import member_keys
+
     flags = {k: v for k, v in vars(args).items() if k in AgentConfig.model_fields}
     try:
         config = load_config(flags, args.config)
         check_paths(config)
+        member_keys(config)  # unusable keys: one line before anything starts
     except ConfigError as exc:
         print(f"edgegrove agent: {exc}", file=sys.stderr)
         return 2

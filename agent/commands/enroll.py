@@ -3,8 +3,10 @@
 On the operator's workstation. The credentials come from credentials.json written by
 `broker-config/make-credentials --devices NAME,...` (--from-credentials), or are made now on
 a running dynamic-security broker with the operator's login (--create). The device.toml
-written (mode 0600: it holds the device's password) names the broker, the operator's public
-key, the labels and data sources given; copy it to the device (/etc/edgegrove/device.toml)
+written (mode 0600: it holds the device's password and its device key) names the broker, the
+operator's public key, the labels and data sources given, and a new Ed25519 device key, whose
+public half goes to the operator's side (--device-keys/NAME.pub): `job submit` pins it in the
+job, and the device signs its control messages with it (agent/protocol/keys.py); copy it to the device (/etc/edgegrove/device.toml)
 and start `edgegrove device --config /etc/edgegrove/device.toml` (docs/DEVICES.md).
 """
 
@@ -21,6 +23,7 @@ from agent.jobs.acl import create_commands, device_user
 from agent.jobs.document import validate_source_name
 from agent.jobs.signing import KeyProblem, parse_public_key, public_key_text
 from agent.jobs.topics import validate_device
+from agent.protocol.keys import key_text, new_private_key, public_of
 from agent.validate import arg, broker_url
 
 DESCRIPTION = __doc__
@@ -34,7 +37,7 @@ class EnrollError(ValueError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from agent.operator.connection import add_broker_arguments
-    from agent.operator.keys import DEFAULT_KEY
+    from agent.operator.keys import DEFAULT_KEY, add_device_keys_argument
 
     parser.add_argument("name", type=arg(validate_device), help="the device's name ([a-z0-9-])")
     parser.add_argument("-o", "--out", type=Path, default=None, help="folder for device.toml (default ./NAME)")
@@ -51,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", action="append", default=[], metavar="NAME=FORMAT[:PATH]",
                         help=f"a data source on the device; FORMAT one of {', '.join(FORMATS)}")
     parser.add_argument("--state-dir", default="/var/lib/edgegrove", help="the device's state directory")
+    add_device_keys_argument(parser)
     add_broker_arguments(parser)
 
 
@@ -63,13 +67,27 @@ def run(args: argparse.Namespace) -> int:
         data = [_data_source(text) for text in args.data]
         password = _from_file(args.from_credentials, args.name) if args.from_credentials else _create(args)
         out = args.out or Path(args.name)
-        path = _write(out, _toml(args, keys, labels, data, password))
+        device_key = new_private_key()
+        path = _write(out, _toml(args, keys, labels, data, password, device_key))
+        public = _keep_public_key(args.device_keys, args.name, public_of(device_key))
     except (EnrollError, OperatorError) as exc:
         print(f"edgegrove enroll: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {path} for device {args.name} (user {device_user(args.name)}); copy it to the device "
-          f"as /etc/edgegrove/device.toml and start `edgegrove device --config /etc/edgegrove/device.toml`")
+          f"as /etc/edgegrove/device.toml and start `edgegrove device --config /etc/edgegrove/device.toml`; "
+          f"its device key's public half: {public}")
     return 0
+
+
+def _keep_public_key(folder: Path, name: str, public: bytes) -> Path:
+    """The device key's public half where `job submit` pins it from (a re-enrolment replaces it)."""
+    path = folder / f"{name}.pub"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(key_text(public) + "\n")
+    except OSError as exc:
+        raise EnrollError(f"cannot write {path}: {exc}") from None
+    return path
 
 
 def _operator_keys(given: list[str] | None) -> list[str]:
@@ -128,12 +146,14 @@ def _create(args: argparse.Namespace) -> str:
 
 
 def _toml(args: argparse.Namespace, keys: list[str], labels: dict[str, str],
-          data: list[tuple[str, str, str]], password: str) -> str:
+          data: list[tuple[str, str, str]], password: str, device_key: bytes) -> str:
     q = json.dumps  # a TOML basic string is a JSON string
     lines = [f"# device {args.name}, written by `edgegrove enroll` (holds its password: mode 0600)",
              f"id = {q(args.name)}", f"broker = {q(args.device_broker or args.broker)}",
              f"username = {q(device_user(args.name))}", f"password = {q(password)}",
-             f"operator_keys = [{', '.join(q(k) for k in keys)}]", f"state_dir = {q(args.state_dir)}"]
+             f"operator_keys = [{', '.join(q(k) for k in keys)}]", f"state_dir = {q(args.state_dir)}",
+             f"device_key = {q(key_text(device_key))}  # signs this device's control messages in its jobs",
+             f"device_public_key = {q(key_text(public_of(device_key)))}"]
     if args.tls_ca:
         lines.append(f"tls_ca = {q('/etc/edgegrove/ca.crt')}  # copy the CA there")
     if labels:

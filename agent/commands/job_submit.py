@@ -38,7 +38,12 @@ from agent.operator.connection import (
 )
 from agent.operator.fleet import FleetView
 from agent.operator.jobfile import JobFileError, read_job_file
-from agent.operator.keys import add_key_argument, signing_key
+from agent.operator.keys import (
+    add_device_keys_argument,
+    add_key_argument,
+    pinned_member_keys,
+    signing_key,
+)
 from agent.operator.submit import build_spec, check_model
 from agent.validate import arg, input_file
 
@@ -50,6 +55,7 @@ DYNSEC_WAIT_S = 3.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_file", type=arg(input_file), help="the job file (TOML; docs/DEVICES.md)")
     add_key_argument(parser)
+    add_device_keys_argument(parser)
     parser.add_argument("--grants", choices=("auto", "dynsec", "none"), default="auto",
                         help="grant each device its node's training topics through dynamic security: "
                              "auto (when the broker answers), dynsec (required), none")
@@ -74,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             if job.name in view.jobs and not args.replace:
                 raise OperatorError(f"job {job.name} exists already: pick another name, or --replace it")
             spec, chosen = build_spec(job, view.devices, ref, time.time(), _submitter())
+            # Trust from enrolment, not from the records: the keys enroll kept, pinned and signed.
+            spec = spec.model_copy(update={"member_keys": pinned_member_keys(args.device_keys, spec.assignments)})
             for device, why in chosen.skipped.items():
                 print(f"{PROG}: skipped {device}: {why}", file=sys.stderr)
             if args.dry_run:

@@ -147,7 +147,7 @@ class AgentCore:
             case MessageArrived(topic, payload, arrival):
                 read = parts.inbox.read(topic, payload, arrival)
                 if read is None:
-                    return []
+                    return self.silence.refused(now)
                 return self.intake.link_frame(read, now) if isinstance(read, LinkFrame) else self.handle(read, now)
             case FrameArrived(frame):
                 parts.counters.bytes_received += frame_size(frame)

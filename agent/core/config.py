@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict, Unpack
 
 from agent.protocol.allreduce import AllreduceConfig
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership import ModelIdentity
 from agent.protocol.state_transfer import STATE_CHUNK_VALUES
 from agent.protocol.sync_period import PeriodRule
@@ -51,6 +52,8 @@ class CoreConfig:
     # rule and publishes it in the view (agent/protocol/sync_period.py); sync_every is the start.
     sync_auto: PeriodRule | None = None
     site: str = ""  # our site, announced in our status: the coordinator's views place us by it
+    # Our device key and the job's ring: control messages signed and checked (None: neither).
+    keys: MemberKeys | None = None
 
 
 
@@ -77,6 +80,7 @@ class CoreOverrides(TypedDict, total=False):
     sync_every: int | None
     sync_auto: PeriodRule | None
     site: str
+    keys: MemberKeys | None
 
 
 def build_core_config(node: int, allreduce: AllreduceConfig, *, job: str, arity: int, rounds: int,

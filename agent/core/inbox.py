@@ -12,8 +12,18 @@ from dataclasses import dataclass
 from agent.core.events import BridgeSeen, ControlSeen, DigestSeen, StatusSeen, SuspectSeen, ViewSeen
 from agent.core.report import Counters
 from agent.protocol.chunking import DownlinkRate
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership import StatusSource, status_source
-from agent.protocol.messages import Control, MessageError, StateDigest, Status, Suspect, View
+from agent.protocol.membership.evidence import Signature, signature
+from agent.protocol.messages import (
+    Control,
+    MessageError,
+    Signed,
+    StateDigest,
+    Status,
+    Suspect,
+    View,
+)
 from agent.protocol.topics import Topics
 from agent.protocol.wire import NO_NODE, Flag, Frame, Kind, Rejection, RejectReason, decode
 
@@ -36,6 +46,7 @@ class Inbox:
     topics: Topics
     counters: Counters
     downlink: DownlinkRate
+    keys: MemberKeys | None = None  # the job's ring: control messages are checked against it
 
     def read(self, topic: str, payload: bytes, arrival: float) -> Read | None:
         """``payload`` on ``topic`` as an event, None when refused (counted) or not ours."""
@@ -72,6 +83,17 @@ class Inbox:
             self.counters.rejected[reason] += 1
         return forged
 
+    def _signed(self, kind: str, message: Signed, signer: int) -> bool:
+        """With the job's keys, whether ``message`` carries ``signer``'s valid signature; a
+        refusal is counted by kind and reason (``status_unsigned``, ``view_bad_signature``, ...)."""
+        if self.keys is None:
+            return True
+        verdict = signature(self.keys, message, signer)
+        if verdict is Signature.VALID:
+            return True
+        self.counters.rejected[f"{kind}_{verdict.value}"] += 1
+        return False
+
     def _json(self, topic: str, payload: bytes) -> Read | None:
         topics = self.topics
         # The ACL lets a device write only its own topics: a message there in another's name
@@ -80,12 +102,18 @@ class Inbox:
         if (owner := topics.parse_status(topic)) is not None:
             status = Status.decode(payload)
             forged = status_source(status, owner) is StatusSource.FORGED
-            return None if self._refused(forged, RejectReason.STATUS_FORGED) else StatusSeen(status)
+            if self._refused(forged, RejectReason.STATUS_FORGED) or not self._signed("status", status, owner):
+                return None
+            return StatusSeen(status)
         if (publisher := topics.parse_view(topic)) is not None:
-            return ViewSeen(View.decode(payload), publisher)
+            view = View.decode(payload)
+            return ViewSeen(view, publisher) if self._signed("view", view, publisher) else None
         if (reporter := topics.parse_suspect(topic)) is not None:
             report = Suspect.decode(payload)  # also an absence claimed for another
-            return None if self._refused(report.node != reporter, RejectReason.SUSPECT_FORGED) else SuspectSeen(report)
+            if self._refused(report.node != reporter, RejectReason.SUSPECT_FORGED) or not self._signed(
+                    "suspect", report, reporter):
+                return None
+            return SuspectSeen(report)
         if (announcer := topics.parse_state(topic)) is not None:
             digest = StateDigest.decode(payload)
             forged = digest.node != announcer

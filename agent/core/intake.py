@@ -37,6 +37,7 @@ class FrameIntake:
         parts, round = self.parts, self.progress.round
         out: list[CoreAction] = []
         machine = parts.rounds.get(frame.round)
+        parts.membership.evidence.heard_from(frame.sender, now)  # not silent to us (evidence.co_signs)
         progress = frame.kind == Kind.PROBE and bool(frame.flags & Flag.PROGRESS)
         if progress:
             parts.membership.witnesses.peer_busy(frame.sender, now)  # a report about it waits behind that

@@ -9,14 +9,18 @@ from agent.core.actions import CoreAction, Publish
 from agent.core.report import Counters
 from agent.core.suspicion import SuspicionBook
 from agent.protocol.allreduce import Fanout, Note, Send, frame_size
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership import PublishView
+from agent.protocol.membership.evidence import seal
+from agent.protocol.messages import Suspect
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Frame
 
 
 class CoreOutbox:
-    def __init__(self, node: int, counters: Counters, book: SuspicionBook) -> None:
+    def __init__(self, node: int, counters: Counters, book: SuspicionBook, keys: MemberKeys | None = None) -> None:
         self.node, self.counters, self.book = node, counters, book
+        self.keys = keys  # our device key signs every suspicion and view we publish
         self.notes: list[Note] = []
 
     def note(self, kind: NoteKind, peer: int | None, detail: str = "") -> None:
@@ -42,9 +46,7 @@ class CoreOutbox:
             else:
                 self.notes.append(action)
                 if action.kind == NoteKind.SILENT and action.peer is not None:
-                    report = self.book.silent(action.peer, round)
-                    if report is not None:
-                        out.append(Publish.suspect(report))
+                    out += self.silent(action.peer, round)
         return out
 
     def frame(self, dst: int, frame: Frame) -> Publish:
@@ -53,9 +55,18 @@ class CoreOutbox:
 
     def views(self, actions: Sequence[PublishView]) -> list[CoreAction]:
         """The membership's views to publish, as this node (the coordinator)."""
-        return [Publish.view_by(self.node, action.view) for action in actions]
+        keys = self.keys
+        return [Publish.view_by(self.node, a.view if keys is None else seal(keys, a.view)) for a in actions]
+
+    def silent(self, peer: int, round: int) -> list[CoreAction]:
+        """``peer`` is silent to us in ``round``: our report, once per peer and round."""
+        report = self.book.silent(peer, round)
+        return [self.suspect(report)] if report is not None else []
 
     def absence(self, through: int, round: int) -> list[CoreAction]:
         """We take no part in the rounds up to ``through`` that list us: tell the fleet."""
         report = self.book.absence(through, round)
-        return [Publish.suspect(report)] if report is not None else []
+        return [self.suspect(report)] if report is not None else []
+
+    def suspect(self, report: Suspect) -> Publish:
+        return Publish.suspect(report if self.keys is None else seal(self.keys, report))

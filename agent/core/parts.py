@@ -24,6 +24,7 @@ from agent.core.suspicion import SuspicionBook
 from agent.protocol.chunking import DownlinkRate
 from agent.protocol.influence import NormHistory
 from agent.protocol.membership import Membership, StartupGate
+from agent.protocol.membership.evidence import seal
 from agent.protocol.messages import NodeState, Status
 from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
@@ -56,11 +57,11 @@ class CoreParts:
         self.membership = Membership(config.node, config.arity, gate=StartupGate(
             config.expected_members, config.join_grace, now), grace=config.suspicion_grace,
             offline_settle=config.offline_settle, identity=config.model,
-            root_finishes_first=root_finishes_first(algorithm))
+            root_finishes_first=root_finishes_first(algorithm), keys=config.keys)
         self.counters = Counters()
         self.book = SuspicionBook(config.node, incarnation)
-        self.outbox = CoreOutbox(config.node, self.counters, self.book)
-        self.inbox = Inbox(config.node, config.allreduce.job, self.topics, self.counters, self.downlink)
+        self.outbox = CoreOutbox(config.node, self.counters, self.book, config.keys)
+        self.inbox = Inbox(config.node, config.allreduce.job, self.topics, self.counters, self.downlink, config.keys)
         sole_source = server_holds_the_state(algorithm)
         self.server = StateServer(config.node, config.allreduce.job, config.state_size, config.state_chunk_values,
                                   self.counters.rejected, sole_source=sole_source)
@@ -76,7 +77,8 @@ class CoreParts:
     def status(self, state: NodeState, round: int) -> Status:
         """Our status as ``state`` at ``round``: who we are, our model, site and timings."""
         model, timing = self.config.model, self.period.announced()
-        return Status(node=self.node, state=state, round=round, pid=self.pid,
-                      incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
-                      params=model.params, labels=list(self.config.labels),
-                      site=self.config.site, step_s=timing.step_s, sync_s=timing.sync_s)
+        status = Status(node=self.node, state=state, round=round, pid=self.pid,
+                        incarnation=self.incarnation, fingerprint=model.fingerprint, model=model.name,
+                        params=model.params, labels=list(self.config.labels),
+                        site=self.config.site, step_s=timing.step_s, sync_s=timing.sync_s)
+        return status if self.config.keys is None else seal(self.config.keys, status)

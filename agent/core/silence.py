@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from functools import partial
 
-from agent.core.actions import CoreAction, Publish
+from agent.core.actions import CoreAction
 from agent.core.parts import CoreParts
 from agent.core.progress import Phase, Progress
 from agent.core.steps import Steps
 from agent.core.suspicion import first_report_at
 from agent.protocol.allreduce import Fanout, Note, RoundMachine, Send
+from agent.protocol.membership.evidence import co_signs
 from agent.protocol.messages import Suspect
 from agent.protocol.notes import NoteKind
 
@@ -45,7 +46,7 @@ class SilenceReports:
         elif book.absent_in(report.round):
             # We take no part in that round (alive, catching up): say so again (that report
             # may have been lost), and refute the suspicion below all the same.
-            out.append(Publish.suspect(book.absence_again()))
+            out.append(self.parts.outbox.suspect(book.absence_again()))
         if phase not in (Phase.CONNECTING, Phase.DONE) and book.refute_once(report.node, report.round):
             # We are not silent (cut links around us, a slow moment, or rejoining): say so at
             # once, also while lingering after our last round (the others may still be in it:
@@ -53,6 +54,15 @@ class SilenceReports:
             # from a node far behind the fleet.
             out.append(self.steps.my_status())
         return out
+
+    def refused(self, now: float) -> list[CoreAction]:
+        """A message was refused or was not ours. Many refused (a flood on our link, counted
+        by the inbox) delay or crowd out the reports about us: our status refutes them before
+        they come."""
+        total = sum(self.parts.counters.rejected.values())
+        if not self.parts.book.refused(total, now) or self.progress.phase in (Phase.CONNECTING, Phase.DONE):
+            return []
+        return [self.steps.my_status()]
 
     def _absent(self, peer: int, through: int, now: float) -> list[CoreAction]:
         """``peer`` takes no part in the rounds up to ``through`` (its self-report): route
@@ -73,7 +83,18 @@ class SilenceReports:
         for peer in parts.book.newly_suspected(parts.membership.witnesses.suspected()):
             parts.outbox.note(NoteKind.SUSPECTED, peer, "silent by the fleet's witnesses")
             out += parts.rounds.each(partial(_peer_down, peer=peer, now=now))
-        return out
+            if parts.config.keys is not None:
+                parts.book.to_co_sign.add(peer)
+        return out + self._co_sign(now)
+
+    def _co_sign(self, now: float) -> list[CoreAction]:
+        """Our signed word that a suspected peer is silent, once we heard nothing from it for
+        a round deadline ourselves: what the coordinator's certificate to drop it is made of."""
+        parts, membership = self.parts, self.parts.membership
+        deadline = parts.config.allreduce.round_deadline
+        due = parts.book.co_sign_due(membership.witnesses.suspected(),
+                                     lambda p: co_signs(membership.evidence.quiet_for(p, now), deadline))
+        return [a for peer in due for a in parts.outbox.silent(peer, membership.round)]
 
 
 def _peer_down(machine: RoundMachine, *, peer: int, now: float) -> list[Send | Fanout | Note]:

@@ -12,9 +12,15 @@ agent did about them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from agent.protocol.messages import Suspect
+
+# A flood of refused messages (garbage on our link, say) queues or crowds out the reports about
+# us at the broker: we would refute them too late, and look silent. After this many refused, we
+# say we live (our status) without waiting for a report, at most every FLOOD_STATUS_EVERY s.
+FLOOD_REFUSED = 64
+FLOOD_STATUS_EVERY = 0.1
 
 
 class SuspicionBook:
@@ -27,6 +33,9 @@ class SuspicionBook:
         self.excused: set[tuple[int, int]] = set()  # (peer, round) no longer waited for
         self.down_seen: frozenset[int] = frozenset()  # suspected peers already routed around
         self.refuted: set[tuple[int, int]] = set()  # (reporter, round) reports answered
+        self.to_co_sign: set[int] = set()  # suspected peers we have not signed a report of our own about
+        self.refused_seen = 0  # messages refused (in all) when we last said our status for a flood
+        self.flood_status_at = -1e18
 
     def silent(self, peer: int, round: int) -> Suspect | None:
         """A round machine heard nothing at all from ``peer`` for a whole timeout in
@@ -78,6 +87,21 @@ class SuspicionBook:
         fresh = sorted(suspected - self.down_seen - {self.node})
         self.down_seen = suspected
         return fresh
+
+    def co_sign_due(self, suspected: frozenset[int], quiet: Callable[[int], bool]) -> list[int]:
+        """Suspected peers to sign a report of our own about now (``quiet``: we heard nothing
+        from it long enough); peers no longer suspected need none."""
+        self.to_co_sign &= suspected
+        due = sorted(p for p in self.to_co_sign if quiet(p))
+        self.to_co_sign -= set(due)
+        return due
+
+    def refused(self, total: int, now: float) -> bool:
+        """``total`` messages refused so far; True when a flood of them calls for our status now."""
+        if total - self.refused_seen < FLOOD_REFUSED or now - self.flood_status_at < FLOOD_STATUS_EVERY:
+            return False
+        self.refused_seen, self.flood_status_at = total, now
+        return True
 
     def refute_once(self, reporter: int, round: int) -> bool:
         """A report by ``reporter`` about us in ``round``: True the first time (answer it)."""

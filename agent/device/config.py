@@ -29,6 +29,7 @@ from agent.config import ConfigError, _problems
 from agent.jobs.document import validate_source_name
 from agent.jobs.envelope import KeyProblem, raw_public_key
 from agent.jobs.topics import validate_device
+from agent.protocol.keys import key_bytes
 from agent.validate import UsageError, broker_url, existing_path, input_file, one_line, output_dir
 
 DataFormat = Literal["npz", "csv", "images", "mnist", "digits"]
@@ -67,6 +68,10 @@ class DeviceConfig(BaseModel):
     keepalive: int = Field(default=10, ge=2, le=600)
     labels: dict[str, str] = Field(default_factory=dict)
     operator_keys: list[str] = Field(min_length=1)
+    # The device key (`edgegrove enroll`): base64 raw Ed25519 private key, or a 0600 file holding
+    # it; signs the control messages of its jobs. None: jobs with member keys are refused.
+    device_key: str | None = None
+    device_public_key: str | None = None  # its public half, shown in the device's record
     state_dir: Path
     backends: list[BackendName] = Field(default_factory=lambda: list(ALL_BACKENDS))
     data: dict[str, DataSource] = Field(default_factory=dict)
@@ -96,6 +101,23 @@ class DeviceConfig(BaseModel):
         if self.tls_ca is not None and not self.broker.startswith("mqtts://"):
             raise ValueError(f"tls_ca is given but the broker URL {self.broker} is not mqtts://")
         return self
+
+    @field_validator("device_key")
+    @classmethod
+    def _device_key(cls, value: str | None) -> str | None:
+        if value is None or key_bytes(value) is not None:
+            return value
+        try:
+            text = Path(value).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"neither a base64 Ed25519 private key nor a readable file: {exc}") from None
+        if key_bytes(text) is None:
+            raise ValueError(f"{value} does not hold a base64 Ed25519 private key (32 bytes)")
+        return text
+
+    @property
+    def private_device_key(self) -> bytes | None:
+        return None if self.device_key is None else key_bytes(self.device_key)
 
     @property
     def mqtt_client_id(self) -> str:

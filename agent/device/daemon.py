@@ -237,6 +237,7 @@ class DeviceDaemon:
         blob = None if isinstance(spec.model, str) else spec.model
         try:
             execution.check_memory(spec, self.config.min_free_memory_mb)
+            execution.job_keys(self.config, spec, work.node)
             config = execution.agent_config(self.config, spec, work.node,
                                             self.store.blob_path(blob) if blob else None,
                                             self.store.checkpoints(spec.name))
@@ -253,7 +254,8 @@ class DeviceDaemon:
         self.stop_job, self.losses, self.running = None, [], work
         log.info("job %s: training as node %d of %d", job, work.node, work.spec.fleet_size)
         finished = execution.run(config, training, lambda: self._should_stop(job),
-                                 lambda report: self._on_round(job, report), self.wrap_transport)
+                                 lambda report: self._on_round(job, report), self.wrap_transport,
+                                 execution.job_keys(self.config, work.spec, work.node))
         if self.shutdown.is_set():
             self.prepared = None
             return  # the state directory keeps the job: the next start resumes it

@@ -33,6 +33,7 @@ from agent.jobs.document import (
     training_options,
 )
 from agent.jobs.states import ExecState, RejectReason
+from agent.protocol.keys import MemberKeys, public_of, ring_of
 from agent.runtime import AgentRuntime, RoundReport, Training, TransportWrapper, load_training
 
 log = logging.getLogger("edgegrove.device")
@@ -73,6 +74,21 @@ def agent_config(device: DeviceConfig, spec: JobSpec, node: int, model_file: Pat
         raise Unfit(RejectReason.INVALID_DOCUMENT, f"the job's options: {_problems(exc)}") from None
 
 
+def job_keys(device: DeviceConfig, spec: JobSpec, node: int) -> MemberKeys | None:
+    """The keys this device's node of ``spec`` signs and checks with: its device key and the
+    ring the job pinned (None: a job without member keys). Unfit when the job pinned a key
+    that is not this device's: it would sign what nobody accepts."""
+    if not spec.member_keys:
+        return None
+    private = device.private_device_key
+    ring = ring_of(spec.member_keys)
+    if private is None or ring.get(node) != public_of(private):
+        raise Unfit(RejectReason.DEVICE_KEY_MISMATCH,
+                    f"the job pins a device key for node {node} that is not this device's "
+                    f"({'none configured' if private is None else 'enrol it again and resubmit'})")
+    return MemberKeys.of_private(node, private, ring)
+
+
 def check_memory(spec: JobSpec, min_free_mb: float, available: int | None = None) -> None:
     """Unfit unless the job's model fits beside the free memory the device keeps."""
     model_bytes = spec.model.size if isinstance(spec.model, BlobRef) else THESIS_MODEL_BYTES
@@ -111,7 +127,8 @@ class Finished:
 
 
 def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool],
-        on_round: Callable[[RoundReport], None], wrap_transport: TransportWrapper | None = None) -> Finished:
+        on_round: Callable[[RoundReport], None], wrap_transport: TransportWrapper | None = None,
+        keys: MemberKeys | None = None) -> Finished:
     """Run the node to its end (rounds reached, stopped, or failed). ``wrap_transport``
     decorates the job's MQTT transport (the simulator's fault injector), as for the agent."""
     from agent.core import Phase
@@ -129,7 +146,7 @@ def run(config: AgentConfig, training: Training, should_stop: Callable[[], bool]
         transport = mqtt if wrap_transport is None else wrap_transport(mqtt, config)
         runtime = AgentRuntime(config, training.backend, training.batches, training.test_set, transport,
                                should_stop=should_stop, on_round=on_round, model=training.identity,
-                               labels=tuple(training.labels))
+                               labels=tuple(training.labels), keys=keys)
         code = runtime.run()
     except (TransportError, ModelError) as exc:
         return Finished(Outcome.FAILED, 0, str(exc))

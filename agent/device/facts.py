@@ -54,7 +54,7 @@ def record(config: DeviceConfig, facts: Facts, summary: Summary | None, now: flo
         state=summary.state if summary else DeviceState.OFFLINE,
         job=summary.job if summary else None, node=summary.node if summary else None,
         queued=summary.queued if summary else [], last_seen=now, started_at=facts.started_at,
-        refused=summary.refused if summary else {})
+        refused=summary.refused if summary else {}, public_key=config.device_public_key or "")
 
 
 def meminfo(field: str, path: str = MEMINFO) -> int:

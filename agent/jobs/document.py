@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.jobs.states import ControlAction, DeviceState, ExecState, RejectReason
 from agent.jobs.topics import MAX_CHUNKS, validate_device, validate_job_name, validate_sha256
 from agent.model.partition import parse_partition
+from agent.protocol.keys import key_bytes
 from agent.validate import one_line
 
 DEFAULT_CHUNK_BYTES = 256 * 1024
@@ -197,6 +198,10 @@ class JobSpec(JobSettings):
     selector: Selector = Selector()
     assignments: dict[str, int]  # device -> node id 0..n-1
     agent_options: dict[str, OptionValue] = Field(default_factory=dict)
+    # node id (text) -> its device's Ed25519 public key (base64 raw), pinned from enrolment:
+    # every member signs its control messages and checks the others' (agent/protocol/keys.py);
+    # {}: the fleet runs without signatures.
+    member_keys: dict[str, str] = Field(default_factory=dict)
     submitted_by: str = ""
     submitted_at: float = Field(ge=0)
 
@@ -224,6 +229,15 @@ class JobSpec(JobSettings):
     @classmethod
     def _options(cls, value: dict[str, OptionValue]) -> dict[str, OptionValue]:
         return check_agent_options(value, "agent_options")
+
+    @model_validator(mode="after")
+    def _member_keys(self) -> JobSpec:
+        nodes = {str(n) for n in self.assignments.values()}
+        if self.member_keys and set(self.member_keys) != nodes:
+            raise ValueError("member_keys must name every assigned node id, or none")
+        if any(key_bytes(text) is None for text in self.member_keys.values()):
+            raise ValueError("member_keys must be base64 Ed25519 public keys (32 bytes)")
+        return self
 
     @model_validator(mode="after")
     def _enough_devices(self) -> JobSpec:
@@ -315,6 +329,7 @@ class DeviceRecord(Frozen):
     last_seen: float = 0.0
     started_at: float = 0.0
     refused: dict[str, int] = Field(default_factory=dict)  # RejectReason value -> count
+    public_key: str = ""  # the device key's public half (base64 raw; enrolment pins it, not this)
 
     @field_validator("id")
     @classmethod

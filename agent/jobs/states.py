@@ -38,6 +38,7 @@ class RejectReason(enum.StrEnum):
     MODEL_CHECK_FAILED = "model_check_failed"
     BLOB_HASH_MISMATCH = "blob_hash_mismatch"
     INVALID_DOCUMENT = "invalid_document"
+    DEVICE_KEY_MISMATCH = "device_key_mismatch"  # the job pins another key than this device's
 
 
 class DeviceState(enum.StrEnum):

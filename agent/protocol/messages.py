@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 from agent.protocol.allreduce import BROADCASTS
@@ -115,6 +115,15 @@ def _check_model(fingerprint: Any, model: Any, params: Any) -> None:
     _check_int("params", params)
 
 
+MAX_EVIDENCE = 256  # signed suspicions a view may carry
+SIGNATURE_CHARS = 88  # base64 of a 64-byte Ed25519 signature
+
+
+def _check_sig(sig: Any) -> None:
+    if not isinstance(sig, str) or len(sig) > SIGNATURE_CHARS:
+        raise ValueError(f"sig must be a base64 signature of at most {SIGNATURE_CHARS} characters")
+
+
 def _check_ids(name: str, ids: Any) -> None:
     if not isinstance(ids, (list, tuple)):
         raise ValueError(f"{name} must be a list of node ids")
@@ -144,9 +153,11 @@ class Status(_JsonMessage):
     # 0 when not measured or not said.
     step_s: float = 0.0
     sync_s: float = 0.0
+    sig: str = ""  # the node's device key's signature (``sealed_bytes``); "" unsigned
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
+        _check_sig(self.sig)
         _check_site("site", self.site)
         for name in ("step_s", "sync_s"):
             _check_seconds(name, getattr(self, name))
@@ -176,6 +187,7 @@ class Suspect(_JsonMessage):
     round: int
     peer: int
     incarnation: int = 0
+    sig: str = ""  # the reporter's device key's signature (``sealed_bytes``); "" unsigned
 
     @property
     def is_self_report(self) -> bool:
@@ -183,6 +195,7 @@ class Suspect(_JsonMessage):
 
     def validate(self) -> None:
         _check_int("node", self.node, 0, 1023)
+        _check_sig(self.sig)
         _check_int("round", self.round)
         _check_int("peer", self.peer, 0, 1023)
         _check_int("incarnation", self.incarnation)
@@ -218,9 +231,19 @@ class View(_JsonMessage):
     # Periodic averaging: local steps per round in its rounds, the coordinator's pick from the
     # members' timings (sync-every auto, agent/protocol/sync_period.py); 0: as configured.
     sync_every: int = 0
+    # The certificate of the members it drops for silence: signed suspicions about each, from
+    # more than half of its members (membership/evidence.py); Suspect documents.
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    sig: str = ""  # the coordinator's device key's signature (``sealed_bytes``); "" unsigned
 
     def validate(self) -> None:
         _check_int("epoch", self.epoch)
+        _check_sig(self.sig)
+        if not isinstance(self.evidence, list) or len(self.evidence) > MAX_EVIDENCE:
+            raise ValueError(f"evidence must be a list of at most {MAX_EVIDENCE} signed suspicions")
+        for entry in self.evidence:
+            if not isinstance(entry, dict) or set(entry) - SUSPECT_FIELDS:
+                raise ValueError("evidence[] must be suspicion documents")
         _check_int("sync_every", self.sync_every, 0, MAX_LOCAL_STEPS)
         if not isinstance(self.sites, list) or (self.sites and len(self.sites) != len(self.members)):
             raise ValueError("sites must be empty or name one site per member")
@@ -237,6 +260,25 @@ class View(_JsonMessage):
         _check_int("arity", self.arity, 2, 16)
         _check_int("coordinator", self.coordinator, 0, 1023)
         _check_int("from_round", self.from_round)
+
+
+SUSPECT_FIELDS = frozenset(f.name for f in fields(Suspect))
+Signed = Status | Suspect | View  # the control messages members sign
+
+
+def sealed_bytes(message: Signed) -> bytes:
+    """What a control message's signature covers: its encoding without the signature."""
+    return replace(message, sig="").encode()
+
+
+def suspect_of(entry: dict[str, Any]) -> Suspect | None:
+    """A view's evidence entry as the suspicion it is; None when it is not one."""
+    try:
+        report = Suspect(**entry)
+        report.validate()
+    except (TypeError, ValueError):
+        return None
+    return report
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ class RejectReason(enum.StrEnum):
     VIEW_TAKES_US_OUT = "view_takes_us_out"  # a view without us from one who is not next in line
     SUSPECT_FUTURE_ROUND = "suspect_future_round"  # a suspicion beyond the next round
     SUSPECT_REFUTED = "suspect_refuted"  # the same suspicion again after the suspect refuted it
+    # With the job's device keys (agent/protocol/membership/evidence.py): a view dropping a
+    # member for silence without a quorum's signed suspicions, or only with old ones (a
+    # replay), and one naming a new coordinator over a live one without such a certificate.
+    VIEW_REMOVAL_UNCERTIFIED = "view_removal_uncertified"
+    VIEW_EVIDENCE_STALE = "view_evidence_stale"
+    VIEW_COORDINATOR_UNCERTIFIED = "view_coordinator_uncertified"
     CONTRIBUTORS_OUTSIDE_SUBTREE = "contributors_outside_subtree"  # not below the unit's origin
     RELAY_NOT_A_BACKUP = "relay_not_a_backup"  # a unit relayed by a node that is not its origin's backup
     RESULT_NOT_FROM_ABOVE = "result_not_from_above"  # a round's result from off our routes up

@@ -88,6 +88,11 @@ ARRIVING_EVERY = 0.05
 # Likewise ``Notice.SENDING``: at least this many bytes published but not yet taken by the peer (the
 # socket's send queue, SIOCOUTQ, and paho's) for ARRIVING_AFTER: our uplink is slow.
 SENDING_BACKLOG = 64 * 1024
+# Packets one select reads at most before what we publish is written and the caller runs its
+# timers: read on until the socket was empty, a flood of frames on our link (each refused and
+# counted) kept a root reading for seconds, its results and refutations unsent: silent to the
+# fleet, evicted (issue 54).
+READ_BATCH = 512
 
 
 class _Client(paho.Client):
@@ -753,8 +758,9 @@ class MqttTransport:
             readable, writable = [], []
         before = self._counts["messages_received"]
         if readable or (pending is not None and pending() > 0):
-            # paho reads ONE packet per loop_read: read on until a call brings nothing new.
-            while True:
+            # paho reads ONE packet per loop_read: read on until a call brings nothing new, or
+            # READ_BATCH came (then write and return: the rest waits for the next call).
+            for _ in range(READ_BATCH):
                 count = self._counts["messages_received"]
                 if client.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or client.socket() is None:
                     break

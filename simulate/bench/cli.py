@@ -21,5 +21,6 @@ SUBCOMMANDS: dict[str, Command] = {
     "sites": Command("simulate.bench.sites", "a fleet over sites: bytes across the uplinks per round vs the minimum, site-aware vs site-blind tree (--real: real bridged brokers, shaped uplinks, --faults)"),
     "tta": Command("simulate.bench.tta_runs", "wall time, bytes and samples to a target accuracy per link rate x sync period (--sync-every 1 8 auto), table and plot"),
     "jobs": Command("simulate.bench.jobs", "five devices installed once run three jobs in a row (MLP, CNN .tflite dirichlet:0.5, digits with one device rejecting): states, fetched model's accuracy vs the fleet's, memory, no restart"),
+    "signatures": Command("simulate.bench.signatures", "fault-free round time and bytes per round with the control messages signed (device keys) vs unsigned, alternately in one sitting"),
     "report": Command("simulate.evaluation", "regenerate docs/EVALUATION.md and its plots from docs/results/*.json"),
 }

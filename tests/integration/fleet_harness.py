@@ -3,12 +3,14 @@ reads their status, view and telemetry the way the dashboard does."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.protocol.keys import MemberKeys, key_bytes, ring_of
 from agent.protocol.messages import MessageError, Status, Telemetry, View
 from agent.protocol.topics import Topics
 from agent.transport.mqtt import MqttTransport
@@ -99,6 +101,15 @@ def second_session(broker: Any, node: int) -> MqttTransport:
                               username=creds.username, password=creds.password)
     transport.connect([])
     return transport
+
+
+def device_keys(broker: Any, node: int) -> MemberKeys:
+    """``node``'s device key and the job's ring, as make-credentials wrote them: what a
+    compromised device signs its own messages with."""
+    doc = json.loads(Path(broker.credentials_path).read_text())
+    private = key_bytes(doc["agents"][str(node)]["device_key"])
+    assert private is not None, "make-credentials wrote no device key (cryptography missing?)"
+    return MemberKeys.of_private(node, private, ring_of(doc["member_keys"]))
 
 
 def wait_exited(fleet: Fleet, timeout: float) -> None:

@@ -19,6 +19,8 @@ from agent.config import AgentConfig
 from agent.model.backend import make_backend
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import chunk_bounds
+from agent.protocol.keys import MemberKeys
+from agent.protocol.membership.evidence import seal
 from agent.protocol.messages import StateDigest, Suspect, View
 from agent.protocol.state_transfer import (
     STATE_CHUNK_VALUES,
@@ -34,6 +36,7 @@ from simulate.fleet import Fleet
 from tests.integration.fleet_harness import (
     FleetListener,
     agent_logs,
+    device_keys,
     fleet_job_hash,
     second_session,
     start_fleet,
@@ -154,10 +157,11 @@ def _attack(evil: MqttTransport, at_round: int, node0_round: int) -> None:
 
 
 def _keep_flooding(evil: MqttTransport, listener: FleetListener, rounds: int, pulls: int = 50,
-                   claim_behind: bool = False) -> set[int]:
+                   claim_behind: MemberKeys | None = None) -> set[int]:
     """Model pulls on node 0 for each round it enters, ``rounds`` rounds in a row: what a
     compromised device can keep up (one burst is answered once; this tests the budget).
-    ``claim_behind``: before each burst, "3 is behind" on node 3's self-report topic."""
+    ``claim_behind`` (node 3's keys): before each burst, "3 is behind" on node 3's self-report
+    topic, signed."""
     topics, job = Topics(JOB), fleet_job_hash(JOB)
     flooded: set[int] = set()
     deadline = time.monotonic() + 120
@@ -165,8 +169,8 @@ def _keep_flooding(evil: MqttTransport, listener: FleetListener, rounds: int, pu
         current = listener.last(0).round + 1
         if current not in flooded:
             flooded.add(current)
-            if claim_behind:
-                evil.publish(topics.suspect(3), Suspect(3, current + 1, 3).encode())
+            if claim_behind is not None:
+                evil.publish(topics.suspect(3), seal(claim_behind, Suspect(3, current + 1, 3)).encode())
             pull = encode(Frame(Kind.MODEL_PULL, job, current, 3, 0, 1))
             for _ in range(pulls):
                 evil.publish(topics.link(3, 0), pull)
@@ -245,7 +249,7 @@ def test_a_device_that_keeps_saying_it_is_behind_gets_no_whole_state_every_round
     try:
         listener.wait_for(lambda: listener.reached([0, 1, 2], 10), 120, "round 10")
         sent_before = [t.bytes_sent for t in listener.telemetry[0][3:10]]
-        flooded = _keep_flooding(evil, listener, rounds=8, pulls=20, claim_behind=True)
+        flooded = _keep_flooding(evil, listener, rounds=8, pulls=20, claim_behind=device_keys(broker, 3))
         listener.wait_for(lambda: listener.reached([0, 1, 2], ROUNDS - 1), 240, "the last round")
         hashes = listener.hashes_at(ROUNDS - 1)
         assert len({hashes[n] for n in (0, 1, 2)}) == 1, f"models differ: {hashes}\n{agent_logs(tmp_path)}"
@@ -369,7 +373,7 @@ def test_forged_views_neither_split_nor_halt_the_fleet(
         for view in (View(epoch + 1, [0, 1], 2, 0, now + 1),  # "from" the coordinator
                      View(epoch + 1, [2, 3], 2, 3, now + 1),  # itself as coordinator
                      View(2**53, [3], 2, 3, now + 1)):  # an epoch nobody can follow
-            evil.publish(topic, view.encode(), retain=True)
+            evil.publish(topic, seal(device_keys(broker, 3), view).encode(), retain=True)  # its own key
             listener.pump(0.5)
         listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")
         hashes = listener.hashes_at(ROUNDS - 1)

@@ -19,6 +19,7 @@ import pytest
 from agent.config import AgentConfig
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import chunk_bounds
+from agent.protocol.membership.evidence import seal
 from agent.protocol.messages import Status, Suspect, View
 from agent.protocol.topics import Topics
 from agent.protocol.wire import DType, Flag, Frame, Kind, encode
@@ -27,6 +28,7 @@ from simulate.brokers import MosquittoBroker, start_mosquitto
 from tests.integration.fleet_harness import (
     FleetListener,
     agent_logs,
+    device_keys,
     fleet_job_hash,
     second_session,
     start_fleet,
@@ -125,7 +127,7 @@ def test_a_first_view_from_a_non_coordinator_is_refused(broker: MosquittoBroker,
     topic = Topics(JOB).view_of(3)
 
     def before(evil: MqttTransport, listener: FleetListener) -> None:
-        evil.publish(topic, View(2**53, [0, 1, 2, 3], 2, 3, 0).encode(), retain=True)
+        evil.publish(topic, seal(device_keys(broker, 3), View(2**53, [0, 1, 2, 3], 2, 3, 0)).encode(), retain=True)
 
     def attack(evil: MqttTransport, listener: FleetListener) -> None:
         pass  # the retained view is there for every agent as it subscribes
@@ -146,13 +148,14 @@ def test_suspicions_far_ahead_and_a_view_without_the_coordinator_evict_nobody(
     topics = Topics(JOB)
 
     def attack(evil: MqttTransport, listener: FleetListener) -> None:
-        epoch = listener.views[-1].epoch
+        epoch, keys = listener.views[-1].epoch, device_keys(broker, 3)  # node 3 signs with its own key
 
         def act(fleet_round: int) -> None:
             for peer in (0, 1):
-                evil.publish(topics.suspect(3), Suspect(3, fleet_round + 10**6, peer).encode())
-            evil.publish(topics.suspect(3), Suspect(3, fleet_round, 0).encode())  # timely: refuted
-            evil.publish(topics.view_of(3), View(epoch + 1, [1, 2, 3], 2, 3, fleet_round + 1).encode(), retain=True)
+                evil.publish(topics.suspect(3), seal(keys, Suspect(3, fleet_round + 10**6, peer)).encode())
+            evil.publish(topics.suspect(3), seal(keys, Suspect(3, fleet_round, 0)).encode())  # timely: refuted
+            view = View(epoch + 1, [1, 2, 3], 2, 3, fleet_round + 1)
+            evil.publish(topics.view_of(3), seal(keys, view).encode(), retain=True)
 
         _each_round(listener, act)
 
@@ -160,7 +163,9 @@ def test_suspicions_far_ahead_and_a_view_without_the_coordinator_evict_nobody(
     for node in (0, 1, 2):
         assert _rejected(listener, node, "suspect_future_round") >= 1, listener.last(node).rejected
     rejected = listener.last(0).rejected
-    assert rejected.get("view_takes_us_out", 0) + rejected.get("view_not_coordinator", 0) >= 1, rejected
+    # Signed with node 3's own key, it carries no certificate: refused before its publisher's rank.
+    assert (rejected.get("view_takes_us_out", 0) + rejected.get("view_not_coordinator", 0)
+            + rejected.get("view_removal_uncertified", 0)) >= 1, rejected
     assert not listener.events(0, "rejoin_needed"), "the coordinator left"
 
 

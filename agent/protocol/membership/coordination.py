@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from agent.protocol.keys import MemberKeys
 from agent.protocol.membership.admission import Admission, ModelIdentity
+from agent.protocol.membership.evidence import Certificate, Evidence, certified, evidence_of
 from agent.protocol.membership.first_view import FirstView, StartupGate, first_view
 from agent.protocol.membership.quorum import (
     LEAD_ROUNDS,
@@ -56,8 +58,11 @@ class Membership:
     def __init__(self, node: int, arity: int = 2, initial: View | None = None,
                  gate: StartupGate | None = None, grace: float = 0.0,
                  offline_settle: float = 0.0, identity: ModelIdentity | None = None,
-                 root_finishes_first: bool = False) -> None:
+                 root_finishes_first: bool = False, keys: MemberKeys | None = None) -> None:
         self.node = node
+        # With the job's keys, a view drops a member for silence only with a certificate of
+        # signed suspicions (evidence.py); without them, on our own evidence as before.
+        self.evidence = Evidence(keys)
         self.arity = arity
         # A round's result leaves from the view's root and the next round starts on it (``front``).
         self.root_finishes_first = root_finishes_first
@@ -102,6 +107,7 @@ class Membership:
         self.states[status.node] = status.state
         if status.state != "offline":
             self.sites[status.node] = status.site
+            self.evidence.heard_from(status.node, now)
         if (unconfirmed := self.admission.heard(status)) is not None:
             self.on_view(unconfirmed)
         self.seen += 1
@@ -130,9 +136,16 @@ class Membership:
 
     def on_suspect(self, report: Suspect, now: float) -> list[PublishView]:
         """A member heard nothing from ``report.peer`` for a whole timeout."""
+        self.evidence.heard_from(report.node, now)
         if not self.witnesses.record(report, now, self.round):
             return []
+        self.evidence.signed.heard(report)
         return self.check(now)
+
+    def _refuted(self, report: Suspect) -> bool:
+        """Its suspect spoke after it, as we saw. Not one about us: we answer every report about
+        us, a hung node too once it wakes, too late for the fleet, which went on without it."""
+        return self.witnesses.refuted.get((report.peer, report.node), -1) >= report.round
 
     def hold(self, until: float) -> None:
         """Decide nothing until ``until`` (inf: until told otherwise): while the broker is
@@ -163,6 +176,8 @@ class Membership:
         # is news to us even though we would still coordinate (we resumed from a hang). Only
         # from the member next in line, though: anyone else's view without us is a forgery.
         taken_out = self._takes_us_out(view)
+        if taken_out and (why := self._uncertified(view, self.node)) is not None:
+            return why  # one member's word that we are silent (and its view) evicts nobody
         if taken_out and publisher == self._next_in_line() and view.epoch <= self.views.newest.epoch + MAX_EPOCH_STEP:
             self.views.yield_own(view, self.node)
         elif taken_out and publisher != self.coordinator():
@@ -180,12 +195,13 @@ class Membership:
             # predecessor's Will or eviction may still be on the way); counted meanwhile.
             self.views.pending[publisher] = view
             return RejectReason.VIEW_NOT_COORDINATOR
-        if not away and not self._removals_witnessed(view):
-            # Even the coordinator removes only who we saw go offline or reported silent:
-            # a compromised one cannot evict healthy members. Held until we see it too.
-            # (Cut off ourselves, we saw nothing: the coordinator's word is all there is.)
+        if not away and (why := self._removals_refused(view)) is not None:
+            # Even the coordinator removes only who we saw go offline or reported silent
+            # (with keys: whom its certificate proves silent): a compromised one cannot evict
+            # healthy members. Held until we see it too. (Cut off ourselves, we saw nothing:
+            # the coordinator's word is all there is.)
             self.views.pending[publisher] = view
-            return RejectReason.VIEW_REMOVAL_UNWITNESSED
+            return why
         self.on_view(view)
         return None
 
@@ -235,16 +251,50 @@ class Membership:
                 continue
             if not self.views.is_news(view):
                 del pending[publisher]
-            elif publisher == self.coordinator() and self._removals_witnessed(view):
+            elif publisher == self.coordinator() and self._removals_refused(view) is None:
                 del pending[publisher]
                 self.on_view(view)
 
-    def _removals_witnessed(self, view: View) -> bool:
-        """Every member ``view`` drops (but us: a fleet that went on without us is news we
-        must take, see offer_view) is one we have our own evidence against: offline now, or
-        went offline or was reported silent within EVIDENCE_ROUNDS rounds."""
+    def _removals_refused(self, view: View) -> RejectReason | None:
+        """Why ``view`` may not drop the members it drops (None: it may). Every one (but us: a
+        fleet that went on without us is news we must take, see offer_view) is one we have our
+        own evidence against: offline now, or went offline or was reported silent within
+        EVIDENCE_ROUNDS rounds; with keys, a report is no evidence, the view's certificate is,
+        and a new coordinator only takes over from a live one with it."""
         removed = set(self.views.newest.members) - set(view.members) - {self.node}
-        return all(self._seen_gone(n) for n in removed)
+        if self.evidence.keys is None:
+            ok = all(self._seen_gone(n) for n in removed)
+            return None if ok else RejectReason.VIEW_REMOVAL_UNWITNESSED
+        if self._coordinator_changes_unproved(view):
+            return RejectReason.VIEW_COORDINATOR_UNCERTIFIED
+        for node in sorted(removed):
+            if not self._gone_by_its_word(node) and (why := self._uncertified(view, node)) is not None:
+                return why
+        return None
+
+    def _coordinator_changes_unproved(self, view: View) -> bool:
+        """``view`` names another coordinator than the newest view, whose coordinator is still
+        online and stays in it, without being the lower id (a member back that coordinates
+        by the lowest-id rule)."""
+        old = self.views.newest.coordinator
+        return (view.coordinator != old and self.states.get(old) == "online" and old in view.members
+                and view.coordinator > old)
+
+    def _gone_by_its_word(self, node: int) -> bool:
+        """Its own status (a Will, a clean exit; signed) says it went, now or lately, or it runs
+        another model, or we never heard of it: no certificate needed."""
+        if self.states.get(node) not in LIVE_STATES or node in self.admission.foreign:
+            return True
+        return node in self.went_down and self.went_down[node] >= self.round - EVIDENCE_ROUNDS
+
+    def _uncertified(self, view: View, node: int) -> RejectReason | None:
+        """Why ``view``'s certificate does not drop ``node`` (None: it does, or there are no keys)."""
+        if self.evidence.keys is None:
+            return None
+        verdict = certified(self.evidence.keys, view, node, self.round, self._refuted)
+        if verdict is Certificate.CERTIFIED:
+            return None
+        return RejectReason.VIEW_EVIDENCE_STALE if verdict is Certificate.STALE else RejectReason.VIEW_REMOVAL_UNCERTIFIED
 
     def _seen_gone(self, node: int) -> bool:
         witnesses = self.witnesses
@@ -268,6 +318,7 @@ class Membership:
         """The node is at ``round``. Idempotent: call it again while waiting for the first
         view, the start-up gate may open by time alone."""
         self.round, self.now = round, now
+        self.evidence.signed.forget_before(round)
         return self._coordinate()
 
     # ------------------------------------------------------------------ queries
@@ -368,6 +419,7 @@ class Membership:
         returning = {n for n in self.live() if n in current
                      or self.spoke_at.get(n, -1) > self.views.removed_at.get(n, -1)}
         live = sorted((current - gone) | (returning - (settling - current)))
+        live = self._certify(live, gone - self.witnesses.suspected())
         unchanged = list(newest.members) == live and not self.admission.new_lives & set(live)
         if unchanged or self.mass_down.holds(newest.members, gone, self.now) or not self.has_quorum(live):
             return []
@@ -375,6 +427,24 @@ class Membership:
         if newest.from_round > self.round:
             return self._amend_pending(live, first)
         return self._publish(live, newest.epoch + 1, first)
+
+    def _certify(self, live: list[int], gone_by_word: set[int]) -> list[int]:
+        """With keys, the members ``live`` drops for silence alone stay in until a quorum of
+        ``live`` signed suspicions about them (kept as their certificate, which every view of
+        ours carries while they are out: a member that hung meanwhile learns from our newest
+        view alone that it is out); without keys, ``live`` as it is."""
+        if self.evidence.keys is None:
+            return live
+        kept = list(live)
+        dropped = set(self.views.newest.members) - set(live) - gone_by_word - {n for n in self.views.newest.members
+                                                                              if self._gone_by_its_word(n)}
+        for node in sorted(dropped):
+            certificate = self.evidence.signed.certificate(node, live, self.round, self._refuted)
+            if certificate is None:
+                kept.append(node)
+            else:
+                self.evidence.carried[node] = evidence_of(certificate)
+        return sorted(kept)
 
     def _amend_pending(self, live: list[int], first: int) -> list[PublishView]:
         """The last change has not taken effect yet. While nobody can have reached its first
@@ -419,6 +489,6 @@ class Membership:
         view = View(epoch=epoch, members=members, arity=self.arity, coordinator=self.node,
                     from_round=from_round, chunk_values=tuning.chunk_values, broadcast=tuning.broadcast,
                     sync_every=tuning.sync_every, fingerprint=own.fingerprint, model=own.name, params=own.params,
-                    sites=sites_of(self.sites, members))
+                    sites=sites_of(self.sites, members), evidence=self.evidence.carry(members))
         self.on_view(view)
         return [PublishView(view)]

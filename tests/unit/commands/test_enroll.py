@@ -12,6 +12,8 @@ import pytest
 from agent.cli import COMMANDS, dispatch
 from agent.device.config import load_device_config
 from agent.jobs import signing
+from agent.operator.keys import device_public_key, pinned_member_keys
+from agent.protocol.keys import key_text, public_of
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -26,11 +28,19 @@ def credentials(tmp_path: Path) -> Path:
     return tmp_path / "broker" / "credentials.json"
 
 
+@pytest.fixture(autouse=True)
+def device_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where enroll keeps the devices' public keys: the test's, not the operator's home."""
+    folder = tmp_path / "device-keys"
+    monkeypatch.setenv("EDGEGROVE_DEVICE_KEYS", str(folder))
+    return folder
+
+
 def enroll(*argv: str) -> int:
     return dispatch("edgegrove", "", COMMANDS, ["enroll", *argv])
 
 
-def test_enroll_writes_a_device_toml_the_device_loads(tmp_path: Path) -> None:
+def test_enroll_writes_a_device_toml_the_device_loads(tmp_path: Path, device_keys: Path) -> None:
     key = signing.generate_key()
     (tmp_path / "operator.pub").write_text(signing.public_key_text(key) + "\n")
     (tmp_path / "cam").mkdir()
@@ -43,6 +53,11 @@ def test_enroll_writes_a_device_toml_the_device_loads(tmp_path: Path) -> None:
     config, keys = load_device_config(path)
     assert (config.id, config.username, config.broker) == ("pi-1", "device-pi-1", "mqtt://broker.local:1883")
     assert config.labels == {"site": "barn"} and set(config.data) == {"mnist", "cam"} and len(keys) == 1
+    # Its device key: private in device.toml, the public half where `job submit` pins it from.
+    private = config.private_device_key
+    assert private is not None and config.device_public_key == key_text(public_of(private))
+    assert device_public_key(device_keys, "pi-1") == config.device_public_key
+    assert pinned_member_keys(device_keys, {"pi-1": 0}) == {"0": config.device_public_key}
 
 
 @pytest.mark.parametrize(("extra", "says"), [

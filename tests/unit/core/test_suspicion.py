@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.core.suspicion import SuspicionBook, first_report_at
+from agent.core.suspicion import FLOOD_REFUSED, FLOOD_STATUS_EVERY, SuspicionBook, first_report_at
 from agent.protocol.messages import Suspect
 
 
@@ -57,3 +57,23 @@ def test_the_first_report_about_a_peer_is_the_earliest_of_its_witnesses() -> Non
     assert first_report_at(reports, 3) == 2.1
     assert first_report_at(reports, 4) is None
     assert first_report_at(reports, 5) is None
+
+
+def test_a_flood_of_refused_messages_calls_for_our_status_at_a_bounded_rate() -> None:
+    """Garbage on our link delays or crowds out the reports about us: we say we live without
+    waiting for them (issue 54), once per FLOOD_REFUSED refused and FLOOD_STATUS_EVERY s."""
+    book = SuspicionBook(node=0, incarnation=5)
+    assert not book.refused(FLOOD_REFUSED - 1, 1.0)
+    assert book.refused(FLOOD_REFUSED, 1.0)
+    assert not book.refused(3 * FLOOD_REFUSED, 1.0 + FLOOD_STATUS_EVERY / 2)  # too soon again
+    assert book.refused(3 * FLOOD_REFUSED, 1.0 + FLOOD_STATUS_EVERY)
+    assert not book.refused(3 * FLOOD_REFUSED + 1, 5.0)  # a trickle is no flood
+
+
+def test_we_sign_our_own_report_about_a_suspected_peer_once_it_is_quiet_to_us() -> None:
+    book = SuspicionBook(node=1, incarnation=5)
+    book.to_co_sign |= {0, 3}
+    quiet = {0: False, 3: True}
+    assert book.co_sign_due(frozenset({0, 3}), quiet.__getitem__) == [3]
+    assert book.co_sign_due(frozenset({3}), lambda _: True) == []  # 0 no longer suspected; 3 done
+    assert book.to_co_sign == set()
