@@ -34,7 +34,7 @@ def test_the_job_pins_our_key_and_we_sign_with_it(tmp_path: Path) -> None:
     assert job_keys(device(tmp_path, OURS), spec({}), 0) is None  # a job without member keys
 
 
-@pytest.mark.parametrize("ours", [THEIRS, None])
+@pytest.mark.parametrize("ours", [THEIRS, None], ids=["another-key", "no-key"])
 def test_a_job_pinning_another_key_for_our_node_is_refused(tmp_path: Path, ours: bytes | None) -> None:
     ring = {"0": key_text(public_of(OURS)), "1": key_text(public_of(THEIRS))}
     with pytest.raises(Unfit) as refused:
