@@ -459,6 +459,12 @@ def load_training(config: AgentConfig, shard: tuple[int, int] | None = None) -> 
     return Training(model, backend, batches, (part.x_test, part.y_test), identity, list(labels))
 
 
+def _log_round(r: RoundReport) -> None:
+    log.info("round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
+             f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
+             r.phase_seconds["total"] * 1000, " DEGRADED" if r.degraded else "")
+
+
 def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = None) -> int:
     """Build everything from the configuration and run until done or signalled.
 
@@ -496,12 +502,7 @@ def run_agent(config: AgentConfig, wrap_transport: TransportWrapper | None = Non
         transport = mqtt if wrap_transport is None else wrap_transport(mqtt, config)
         runtime = AgentRuntime(config, backend, batches, test_set, transport,
                                should_stop=stop.is_set,
-                               on_round=lambda r: log.info(
-                                   "round %d loss %.4f%s %.0f ms%s", r.round, r.loss,
-                                   f" acc {r.accuracy:.4f}" if r.accuracy is not None else "",
-                                   r.phase_seconds["total"] * 1000,
-                                   " DEGRADED" if r.degraded else ""),
-                               model=identity, labels=tuple(labels), keys=keys)
+                               on_round=_log_round, model=identity, labels=tuple(labels), keys=keys)
         return runtime.run()
     except TransportError as exc:
         log.error("%s", exc)
