@@ -47,6 +47,7 @@ from simulate.injector import (
     proxied_nodes,
     slots_reserved,
 )
+from simulate.logins import credentials_options, dashboard_login
 from simulate.model_choice import ModelChoice
 from simulate.proxy import TcpProxy
 from simulate.scenario import (
@@ -315,7 +316,7 @@ class Simulation:
         self.collector.start()
         stack.callback(self.collector.stop)
         proxies, namespaces = self._start_network(stack, url, plans)
-        self._start_dashboard(stack, url, admin, broker.ca_file)
+        self._start_dashboard(stack, url, creds_file, broker.ca_file)
         log = self.log
         if self.devices is not None:
             specs = self._device_specs(stack, broker, proxies, namespaces)
@@ -427,7 +428,7 @@ class Simulation:
             proxies[node] = proxy
         return proxies, namespaces
 
-    def _start_dashboard(self, stack: ExitStack, url: str, admin: tuple[str, str] | None,
+    def _start_dashboard(self, stack: ExitStack, url: str, creds_file: Path | None,
                          ca_file: str | None) -> None:
         if not self.dashboard:
             return
@@ -437,11 +438,11 @@ class Simulation:
         except ImportError as exc:
             _say(f"simulate: the dashboard is not available ({exc}); install edgegrove[dashboard]")
             return
-        token = secrets.token_urlsafe(12)
+        login = dashboard_login(creds_file)  # never the admin: read-only, or that and control
         settings = DashboardSettings(
             broker_url=url, job=self.job, ca_file=Path(ca_file) if ca_file else None,
-            username=admin[0] if admin else None,
-            password=admin[1] if admin else None, host=self.dashboard_host, port=self.dashboard_port, control_token=token,
+            username=login.username, password=login.password, host=self.dashboard_host,
+            port=self.dashboard_port, control_token=login.token,
             event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
             total_rounds=self.scenario.fleet.rounds, run_dir=self.run_dir)
         handle = run_in_thread(settings)
@@ -451,7 +452,7 @@ class Simulation:
         assert self.log is not None
         self.log.listeners.append(handle.feed)  # faults, control outcomes, the run's end
         self.log.add("dashboard", url=handle.url)
-        _say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
+        _say(f"simulate: dashboard at {handle.url}  {login.says()}")
 
     def _specs(self, url: str, creds_file: Path | None, proxies: dict[int, TcpProxy],
                namespaces: dict[int, NetNamespace], ca_file: str | None = None) -> list[AgentSpec]:
@@ -460,8 +461,7 @@ class Simulation:
         fleet = self.scenario.fleet
         agent = {k: v for k, v in self.scenario.agent.items() if k not in model_choice.MODEL_OPTIONS}
         options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds, **agent}
-        if creds_file is not None:
-            options["credentials"] = str(creds_file)
+        own = credentials_options(creds_file, fleet.nodes, self.run_dir / "agents" / "credentials")  # its own only
         if ca_file is not None:
             options["tls_ca"] = ca_file
         address = parse_broker_url(url)
@@ -481,7 +481,7 @@ class Simulation:
             prefix = namespaces[node].prefix() if node in namespaces else ()
             if self.site_brokers is not None:  # per-agent namespaces do not run with sites
                 prefix = self.site_brokers.command_prefix(node)
-            specs.append(AgentSpec(node, node_url, {**options, **self.model.agent_options(node)},
+            specs.append(AgentSpec(node, node_url, {**options, **own.get(node, {}), **self.model.agent_options(node)},
                                    self.run_dir / "checkpoints" / str(node),
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))
         return specs
@@ -804,6 +804,7 @@ def run(args: argparse.Namespace) -> int:
         model = model_choice.choose(args, scenario.agent)
         check_model_options(scenario, model)
         model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
+        model_choice.check_dataset(model, scenario.agent, scenario.fleet.nodes)
         check_broker_choice(args.broker)
         check_tls(args.tls, args.broker, scenario.faults)
         check_credentials(args.credentials, scenario.fleet.nodes)
