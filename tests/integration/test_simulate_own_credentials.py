@@ -97,7 +97,7 @@ def test_each_device_is_handed_its_own_credentials(tmp_path: Path) -> None:
     run_dir, secrets = _run(tmp_path)  # the default: devices and a job
     commands = _commands(run_dir)
     assert sorted(commands) == [0, 1, 2]
-    for node, command in commands.items():
+    for command in commands.values():
         config = _given(command, "--config")
         assert stat.S_IMODE(config.stat().st_mode) == 0o600
         name = config.parent.name
