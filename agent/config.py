@@ -58,6 +58,8 @@ class AgentConfig(BaseModel):
     dataset: str | None = Field(None, description="a dataset a package ships, by name (mnist, digits) when data is unset; "
                                 "default: mnist")
     label_column: str = Field("label", description="the CSV column holding the labels")
+    data_max_mb: float = Field(0.0, ge=0, description="refuse data whose loading would take more than this many MB "
+                               "(estimated from the file before reading it; 0 = the memory available decides)")
     holdout: float = Field(0.1, ge=0, lt=1, description="fraction of the data held out for evaluation when it has no test split")
     partition: str = Field("iid", description="how the fleet splits the data: iid, shards:K (K label-sorted shards per agent) "
                            "or dirichlet:ALPHA (per-class Dirichlet proportions over the agents)")

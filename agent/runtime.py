@@ -435,6 +435,7 @@ def load_training(config: AgentConfig, shard: tuple[int, int] | None = None) -> 
     from agent.model.backend import make_backend
     from agent.model.contract import fingerprint
     from agent.model.data import BatchStream
+    from agent.model.data_budget import DataBudget
     from agent.model.datasets import DataRequest, load_agent_data
     from agent.model.loader import load_model
     from agent.model.partition import label_histogram
@@ -443,7 +444,8 @@ def load_training(config: AgentConfig, shard: tuple[int, int] | None = None) -> 
     model = load_model(config.model)
     part = load_agent_data(
         DataRequest(config.data, config.dataset, config.label_column, config.holdout,
-                    config.partition, config.non_iid, config.seed, config.eval_samples),
+                    config.partition, config.non_iid, config.seed, config.eval_samples,
+                    DataBudget.of_device(config.data_max_mb)),
         index, count, model)
     # Same seed on every agent: the fleet starts from identical weights.
     backend = make_backend(config.backend, np.random.default_rng(config.seed), config.optimizer,

@@ -44,9 +44,10 @@ def _add_broker_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--password", help="MQTT password (prefer --credentials FILE)")
     parser.add_argument("--credentials", type=Path, metavar="FILE",
                         help="file with the MQTT credentials: the job's credentials.json "
-                             "written by broker-config/make-credentials (its dashboard entry, or "
-                             "its admin entry when controls are on, since only the admin may "
-                             "publish on control), JSON {\"username\": ..., \"password\": ...}, "
+                             "written by broker-config/make-credentials (its read-only dashboard "
+                             "entry, or its dashboard_control entry when controls are on: that "
+                             "user may also publish on the job's control topic, nothing else), "
+                             "JSON {\"username\": ..., \"password\": ...}, "
                              "or one line USER:PASSWORD")
 
 
@@ -144,8 +145,8 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     username, password = args.username, args.password
     token = args.control_token or os.environ.get(TOKEN_ENV) or None
     if args.credentials is not None:
-        acting = token or args.accounts is not None  # only the admin may publish on control
-        username, password = read_credentials(args.credentials, "admin" if acting else "dashboard")
+        acting = token or args.accounts is not None  # only dashboard-control may publish on control
+        username, password = read_credentials(args.credentials, "dashboard_control" if acting else "dashboard")
     if password is not None and username is None:
         raise ValueError("--password needs --username")
     if not 0 <= args.port <= 65535:

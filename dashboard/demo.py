@@ -30,6 +30,7 @@ from agent.protocol.topology import Tree
 from dashboard.settings import parse_broker_url
 
 PROBE_BYTES = 64
+DEMO_FINGERPRINT = "0123456789abcdef"  # the demo fleet's one model: a view must name it
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class DemoNode:
         topics = self.fleet.topics
         client.subscribe(topics.links_to(self.node), 0)
         status = Status(self.node, "online", pid=os.getpid(), incarnation=1, labels=demo_labels(self.node),
-                        site=self.fleet.sites.get(self.node, ""))
+                        site=self.fleet.sites.get(self.node, ""), fingerprint=DEMO_FINGERPRINT)
         client.publish(topics.status(self.node), status.encode(), 1, retain=True)
 
     def _on_message(self, _c: mqtt.Client, _u: object, message: mqtt.MQTTMessage) -> None:
@@ -151,7 +152,7 @@ class DemoFleet:
             node.start()
         members = sorted(self.tree.members)
         sites = [self.sites[m] for m in members] if self.sites else []
-        view = View(1, members, self.tree.arity, self.tree.root, 0, sites=sites)
+        view = View(1, members, self.tree.arity, self.tree.root, 0, sites=sites, fingerprint=DEMO_FINGERPRINT)
         root = self.nodes[self.tree.root].client
         root.publish(self.topics.view_of(view.coordinator), view.encode(), 1, retain=True)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulate import model_choice
 from simulate.fleet import AgentSpec
+from simulate.logins import credentials_options
 from simulate.model_choice import ModelChoice
 from simulate.scenario import Scenario
 from simulate.stage import Network
@@ -36,8 +37,7 @@ class AgentLaunch:
         fleet = self.scenario.fleet
         agent = {k: v for k, v in self.scenario.agent.items() if k not in model_choice.MODEL_OPTIONS}
         options: dict[str, Any] = {"job": self.job, "fleet_size": fleet.nodes, "rounds": fleet.rounds, **agent}
-        if creds_file is not None:
-            options["credentials"] = str(creds_file)
+        own = credentials_options(creds_file, fleet.nodes, self.run_dir / "agents" / "credentials")  # its own only
         if ca_file is not None:
             options["tls_ca"] = ca_file
         address = parse_broker_url(url)
@@ -57,7 +57,7 @@ class AgentLaunch:
             prefix = namespaces[node].prefix() if node in namespaces else ()
             if self.site_brokers is not None:  # per-agent namespaces do not run with sites
                 prefix = self.site_brokers.command_prefix(node)
-            specs.append(AgentSpec(node, node_url, {**options, **self.model.agent_options(node)},
+            specs.append(AgentSpec(node, node_url, {**options, **own.get(node, {}), **self.model.agent_options(node)},
                                    self.run_dir / "checkpoints" / str(node),
                                    self.run_dir / "agents" / f"agent-{node}.log", prefix))
         return specs

@@ -261,6 +261,11 @@ class MosquittoBroker:
         return Credentials(**self._credentials["dashboard"])
 
     @property
+    def dashboard_control_credentials(self) -> Credentials:
+        """The dashboard with fault controls: the dashboard's reads and the job's control topic."""
+        return Credentials(**self._credentials["dashboard_control"])
+
+    @property
     def admin_credentials(self) -> Credentials:
         return Credentials(**self._credentials["admin"])
 

@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         model = model_choice.choose(args, scenario.agent)
         check_model_options(scenario, model)
         model_choice.check_models(model, int(scenario.agent.get("seed", 0)))
+        model_choice.check_dataset(model, scenario.agent, scenario.fleet.nodes)
         check_broker_choice(args.broker)
         check_tls(args.tls, args.broker, scenario.faults)
         check_credentials(args.credentials, scenario.fleet.nodes)

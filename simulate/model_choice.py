@@ -13,6 +13,7 @@ architecture as a Python factory: the fleet refuses it unless its fingerprint is
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,30 @@ def check_models(choice: ModelChoice, seed: int = 0) -> None:
         raise UsageError(f"--numpy-model {choice.numpy_model} is not the model of --model {choice.model} "
                          f"(fingerprints {prints['--numpy-model']} and {prints['--model']}): the fleet "
                          "would refuse the numpy agents; give the Python twin of the .tflite")
+
+
+def check_dataset(choice: ModelChoice, options: Mapping[str, Any], nodes: int) -> None:
+    """A file or folder --dataset read once here as the agents will, so a bad one is one line
+    before anything starts (not a broker and a fleet that then fail). Its size is weighed
+    first against the memory the ``nodes`` agents on this machine share (and data_max_mb): a
+    file too large is refused before it is read."""
+    if choice.dataset in DATASETS:
+        return
+    from agent.model.contract import ModelError
+    from agent.model.data import DataError
+    from agent.model.data_budget import DataBudget, available_memory
+    from agent.model.datasets import DataRequest, load_agent_data
+    from agent.model.loader import load_model
+
+    request = DataRequest(Path(choice.dataset), label_column=str(options.get("label_column", "label")),
+                          holdout=float(options.get("holdout", 0.1)), partition=choice.partition,
+                          seed=int(options.get("seed", 0)),
+                          budget=DataBudget(int(float(options.get("data_max_mb", 0)) * 2**20),
+                                            available_memory() // max(1, nodes)))
+    try:
+        load_agent_data(request, 0, 1, load_model(choice.model_of(0)))
+    except (DataError, ModelError) as exc:
+        raise UsageError(f"--dataset: {exc}") from None
 
 
 def _check_backend(model: str, backend: str, numpy_model: str | None) -> None:

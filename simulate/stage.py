@@ -22,6 +22,7 @@ from simulate.injector import (
     proxied_nodes,
     slots_reserved,
 )
+from simulate.logins import dashboard_login
 from simulate.progress import say
 from simulate.proxy import TcpProxy
 from simulate.scenario import Scenario
@@ -183,12 +184,12 @@ class Stage:
         except ImportError as exc:
             say(f"simulate: the dashboard is not available ({exc}); install edgegrove[dashboard]")
             return
-        token = secrets.token_urlsafe(12)
-        admin, ca_file = broker.admin, broker.ca_file
+        login = dashboard_login(broker.credentials)  # never the admin: read-only, or that and control
+        ca_file = broker.ca_file
         settings = DashboardSettings(
             broker_url=broker.url, job=self.job, ca_file=Path(ca_file) if ca_file else None,
-            username=admin[0] if admin else None,
-            password=admin[1] if admin else None, host=host, port=port, control_token=token,
+            username=login.username, password=login.password, host=host, port=port,
+            control_token=login.token,
             event_log=self.run_dir / "dashboard-events.jsonl", fleet_size=self.scenario.fleet.nodes,
             total_rounds=self.scenario.fleet.rounds, run_dir=self.run_dir)
         handle = run_in_thread(settings)
@@ -197,4 +198,4 @@ class Stage:
         self.dashboard_url = handle.url
         self.log.listeners.append(handle.feed)  # faults, control outcomes, the run's end
         self.log.add("dashboard", url=handle.url)
-        say(f"simulate: dashboard at {handle.url}  (fault-control token: {token})")
+        say(f"simulate: dashboard at {handle.url}  {login.says()}")

@@ -48,7 +48,7 @@ from agent.core.dispatch import ActionDispatcher
 from agent.core.events import Disconnected, GradientReady, MessageArrived, Reconnected, Tick
 from agent.core.progress import Phase as CorePhase
 from agent.protocol.allreduce import AllreduceConfig, Note, RoundResult
-from agent.protocol.membership import Refusal
+from agent.protocol.membership import ModelIdentity, Refusal
 from agent.protocol.messages import Status, View
 from agent.protocol.state_transfer import state_hash
 from agent.protocol.sync_period import PeriodRule
@@ -179,6 +179,10 @@ def default_gradient(seed: int, length: int) -> GradientFn:
     return gradient
 
 
+# Every node's model (a view must name one; the cores admit only nodes of the view's).
+FLEET_MODEL = ModelIdentity("0123456789abcdef", "virtual", 0)
+
+
 def fleet_overrides(config: FleetConfig) -> CoreOverrides:
     """What the fleet runs differently from the agent's defaults (agent/core/config.py), all
     of it here. Its tests run timeouts of tens of ms in fake time: the agent's 3 s state-pull
@@ -191,7 +195,8 @@ def fleet_overrides(config: FleetConfig) -> CoreOverrides:
         state_pull_timeout=ar.fixed_timeout if ar.timeout_mode == "fixed" else ar.max_timeout,
         linger=ar.round_deadline, state_chunk_values=ar.chunk_size, offline_settle=config.offline_settle,
         lr=config.lr, adapt_chunks=config.adapt_chunks, adapt_broadcast=config.adapt_broadcast,
-        sync_every=config.sync_every, sync_auto=config.sync_auto, checkpoint_every=config.checkpoint_every)
+        sync_every=config.sync_every, sync_auto=config.sync_auto, checkpoint_every=config.checkpoint_every,
+        model=FLEET_MODEL)
 
 
 def core_config(config: FleetConfig, node: int) -> CoreConfig:
@@ -353,7 +358,7 @@ class VirtualFleet:
         self.gradient: GradientFn = config.gradient_fn or default_gradient(config.seed, config.length)
         self.jitter = np.random.default_rng([config.seed, 11])
         self.initial_view = View(epoch=0, members=list(range(config.nodes)), arity=config.arity,
-                                 coordinator=0, from_round=0,
+                                 coordinator=0, from_round=0, fingerprint=FLEET_MODEL.fingerprint,
                                  sites=[config.site_of(n) for n in range(config.nodes)]
                                  if config.sites and config.site_aware else [])
         # Bytes of link frames between agents of two sites, by (from site, to site): what

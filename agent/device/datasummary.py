@@ -31,6 +31,10 @@ def labels_of(fmt: str, path: Path | None, label_column: str) -> npt.NDArray[np.
 
         return load_digits().y_train
     assert path is not None
+    if fmt in ("npz", "csv"):  # too large for this device: said in its record, never read
+        from agent.model.data_budget import DataBudget, check_data_budget
+
+        check_data_budget(path, (1,), DataBudget.of_device(), label_column)
     if fmt == "npz":
         from agent.model.user_data import load_npz
 

@@ -104,9 +104,12 @@ def prepare(config: AgentConfig, spec: JobSpec) -> Training:
     check failed on this device's data)."""
     from agent.model.contract import ModelError
     from agent.model.data import DataError
+    from agent.model.data_budget import DataTooLarge
 
     try:
         return load_training(config, shard=(0, 1) if spec.partition == "none" else None)
+    except DataTooLarge as exc:  # refused before reading it: the device stays up
+        raise Unfit(RejectReason.NOT_ENOUGH_MEMORY, str(exc)) from None
     except (DataError, ModelError) as exc:
         raise Unfit(RejectReason.MODEL_CHECK_FAILED, str(exc)) from None
     except Exception as exc:  # the job's model is the user's code: whatever it raises, refused

@@ -32,6 +32,7 @@ from agent.model.data import (
     load_mnist_shard,
     shard_indices,
 )
+from agent.model.data_budget import DataBudget
 from agent.model.user_data import load_user_data
 
 DATASETS = ("mnist", "digits")
@@ -49,6 +50,7 @@ class DataRequest:
     non_iid: bool = False
     seed: int = 0
     test_limit: int = N_TEST
+    budget: DataBudget | None = None  # what loading a device's own files may take (None: the memory available)
 
 
 def load_dataset(name: str) -> Dataset:
@@ -88,7 +90,8 @@ def load_agent_data(request: DataRequest, index: int, count: int, model: Model) 
         whole = load_dataset(request.dataset)
     else:
         assert request.path is not None
-        whole = load_user_data(request.path, model.input_shape, request.label_column)
+        whole = load_user_data(request.path, model.input_shape, request.label_column,
+                               request.budget or DataBudget.of_device())
     # Checked whole, before the split: every agent of the fleet refuses the same data.
     whole = with_holdout(fit_to_model(whole, model), request.holdout, request.seed)
     if request.non_iid:

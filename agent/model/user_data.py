@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.model.data import DataError, Dataset
+from agent.model.data_budget import DataBudget, check_data_budget
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 F32 = npt.NDArray[np.float32]
@@ -32,8 +33,12 @@ I64 = npt.NDArray[np.int64]
 EMPTY_X = np.zeros((0, 1), dtype=np.float32)
 
 
-def load_user_data(path: Path, input_shape: tuple[int, ...], label_column: str = "label") -> Dataset:
-    """The samples at ``path`` (test split empty when the data has none)."""
+def load_user_data(path: Path, input_shape: tuple[int, ...], label_column: str = "label",
+                   budget: DataBudget | None = None) -> Dataset:
+    """The samples at ``path`` (test split empty when the data has none); DataTooLarge before
+    anything is read when loading them would take more than ``budget``."""
+    if budget is not None:
+        check_data_budget(path, input_shape, budget, label_column)
     if path.is_dir():
         return load_image_folder(path, input_shape)
     if path.suffix == ".npz":
@@ -100,32 +105,45 @@ def _same_length(x: npt.NDArray[Any], y: npt.NDArray[Any], what: str) -> None:
 
 
 def load_csv(path: Path, label_column: str = "label") -> Dataset:
+    """Read row by row into float32 blocks: the text's rows are never all held at once."""
     try:
         with path.open(newline="") as f:
-            rows = list(csv.reader(f))
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            if label_column not in header:
+                if not header:
+                    raise DataError(f"{path}: needs a header row and at least one sample")
+                raise DataError(f"{path}: no label column {label_column!r} (columns: {', '.join(header)}); "
+                                "name it with --label-column")
+            x, y = _csv_rows(reader, header, header.index(label_column), path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path}: cannot read CSV ({type(exc).__name__}: {exc})") from exc
-    if len(rows) < 2:
+    if len(y) == 0:
         raise DataError(f"{path}: needs a header row and at least one sample")
-    header = [h.strip() for h in rows[0]]
-    if label_column not in header:
-        raise DataError(f"{path}: no label column {label_column!r} (columns: {', '.join(header)}); "
-                        "name it with --label-column")
-    at = header.index(label_column)
+    if len(header) < 2:
+        raise DataError(f"{path}: has no feature column besides {label_column!r}")
+    return Dataset(x, y, EMPTY_X.reshape(0, x.shape[1]), np.zeros(0, dtype=np.int64), source=str(path))
+
+
+CSV_BLOCK_ROWS = 4096
+
+
+def _csv_rows(reader: Any, header: list[str], at: int, path: Path) -> tuple[F32, I64]:
+    blocks: list[F32] = []
     features: list[list[float]] = []
     labels: list[int] = []
-    for line, row in enumerate(rows[1:], start=2):
+    for line, row in enumerate(reader, start=2):
         if not any(cell.strip() for cell in row):
             continue  # a blank line (often the last)
         if len(row) != len(header):
             raise DataError(f"{path}:{line}: {len(row)} values, the header has {len(header)}")
-        labels.append(_csv_label(row[at], path, line, label_column))
+        labels.append(_csv_label(row[at], path, line, header[at]))
         features.append([_csv_number(cell, path, line, header[i]) for i, cell in enumerate(row) if i != at])
-    if len(header) < 2:
-        raise DataError(f"{path}: has no feature column besides {label_column!r}")
-    x = np.asarray(features, dtype=np.float32)
-    y = np.asarray(labels, dtype=np.int64)
-    return Dataset(x, y, EMPTY_X.reshape(0, x.shape[1]), np.zeros(0, dtype=np.int64), source=str(path))
+        if len(features) == CSV_BLOCK_ROWS:
+            blocks.append(np.asarray(features, dtype=np.float32))
+            features = []
+    blocks.append(np.asarray(features, dtype=np.float32).reshape(len(features), len(header) - 1))
+    return np.concatenate(blocks), np.asarray(labels, dtype=np.int64)
 
 
 def _csv_label(cell: str, path: Path, line: int, column: str) -> int:

@@ -250,6 +250,8 @@ class View(_JsonMessage):
         for site in self.sites:
             _check_site("sites[]", site)
         _check_model(self.fingerprint, self.model, self.params)
+        if not self.fingerprint:  # a view without one would pass every agent's model check
+            raise ValueError("a view must name the fleet's model fingerprint")
         if self.broadcast not in ("", *BROADCASTS):
             raise ValueError(f"broadcast must be one of {BROADCASTS} or empty, got {self.broadcast!r}")
         if not (type(self.chunk_values) is int and self.chunk_values == 0):

@@ -91,7 +91,8 @@ def test_malformed_telemetry_on_the_broker_is_ignored_and_counted(
                 "node_mismatch": 1}
     with dashboard(mosquitto_broker, mosquitto_broker.dashboard_credentials) as client:
         wait_until(lambda: client.get("/healthz").json()["broker_connected"], 60, "broker link")
-        admin.publish(TOPICS.view_of(0), View(1, [0, 1, 2], 2, 0, 0).encode(), retain=True)
+        admin.publish(TOPICS.view_of(0), View(1, [0, 1, 2], 2, 0, 0, fingerprint="0123456789abcdef").encode(),
+                      retain=True)
         for topic, payload in bad:
             admin.publish(topic, payload)
         good = Telemetry(1, 7, 1, "ft-tree", 0.1, loss=0.25, accuracy=0.9)

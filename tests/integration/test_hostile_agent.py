@@ -369,10 +369,10 @@ def test_forged_views_neither_split_nor_halt_the_fleet(
     topic = Topics(JOB).view_of(3)
     try:
         listener.wait_for(lambda: listener.reached(list(range(NODES)), 8), 120, "round 8")
-        epoch, now = listener.views[-1].epoch, listener.last(0).round
-        for view in (View(epoch + 1, [0, 1], 2, 0, now + 1),  # "from" the coordinator
-                     View(epoch + 1, [2, 3], 2, 3, now + 1),  # itself as coordinator
-                     View(2**53, [3], 2, 3, now + 1)):  # an epoch nobody can follow
+        epoch, now, model = listener.views[-1].epoch, listener.last(0).round, listener.views[-1].fingerprint
+        for view in (View(epoch + 1, [0, 1], 2, 0, now + 1, fingerprint=model),  # "from" the coordinator
+                     View(epoch + 1, [2, 3], 2, 3, now + 1, fingerprint=model),  # itself as coordinator
+                     View(2**53, [3], 2, 3, now + 1, fingerprint=model)):  # an epoch nobody can follow
             evil.publish(topic, seal(device_keys(broker, 3), view).encode(), retain=True)  # its own key
             listener.pump(0.5)
         listener.wait_for(lambda: listener.reached(list(range(NODES)), ROUNDS - 1), 240, "the last round")

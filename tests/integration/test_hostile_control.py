@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from agent.config import AgentConfig
+from agent.model.contract import fingerprint
+from agent.model.loader import load_model
 from agent.model.mlp import PARAM_COUNT
 from agent.protocol.allreduce import chunk_bounds
 from agent.protocol.membership.evidence import seal
@@ -127,7 +129,10 @@ def test_a_first_view_from_a_non_coordinator_is_refused(broker: MosquittoBroker,
     topic = Topics(JOB).view_of(3)
 
     def before(evil: MqttTransport, listener: FleetListener) -> None:
-        evil.publish(topic, seal(device_keys(broker, 3), View(2**53, [0, 1, 2, 3], 2, 3, 0)).encode(), retain=True)
+        # With the fleet's model fingerprint (statuses say it): a view without one is refused anyway.
+        fleet_model = fingerprint(load_model("mlp"), AgentConfig.model_fields["seed"].default)
+        evil.publish(topic, seal(device_keys(broker, 3), View(2**53, [0, 1, 2, 3], 2, 3, 0, fingerprint=fleet_model)).encode(),
+                     retain=True)
 
     def attack(evil: MqttTransport, listener: FleetListener) -> None:
         pass  # the retained view is there for every agent as it subscribes
@@ -149,12 +154,13 @@ def test_suspicions_far_ahead_and_a_view_without_the_coordinator_evict_nobody(
 
     def attack(evil: MqttTransport, listener: FleetListener) -> None:
         epoch, keys = listener.views[-1].epoch, device_keys(broker, 3)  # node 3 signs with its own key
+        fleet_model = listener.views[-1].fingerprint
 
         def act(fleet_round: int) -> None:
             for peer in (0, 1):
                 evil.publish(topics.suspect(3), seal(keys, Suspect(3, fleet_round + 10**6, peer)).encode())
             evil.publish(topics.suspect(3), seal(keys, Suspect(3, fleet_round, 0)).encode())  # timely: refuted
-            view = View(epoch + 1, [1, 2, 3], 2, 3, fleet_round + 1)
+            view = View(epoch + 1, [1, 2, 3], 2, 3, fleet_round + 1, fingerprint=fleet_model)
             evil.publish(topics.view_of(3), seal(keys, view).encode(), retain=True)
 
         _each_round(listener, act)

@@ -27,7 +27,7 @@ from agent.core.events import (
     Sending,
     Tick,
 )
-from agent.protocol.membership import Membership
+from agent.protocol.membership import Membership, ModelIdentity
 from agent.protocol.messages import StateDigest, Status, Suspect, Telemetry, View
 from agent.protocol.state_transfer import (
     STATE_CHUNK_VALUES,
@@ -44,6 +44,7 @@ from agent.transport.memory import MemoryBus, MemoryTransport
 JOB = "unit"
 TOPICS = Topics(JOB)
 SIZE = 8
+MODEL = ModelIdentity("0123456789abcdef", "tiny", SIZE)  # a view must name its fleet's model
 
 
 class BusTransport(MemoryTransport):
@@ -105,7 +106,7 @@ class Peer:
         self.name = f"peer-{self.node}"
         self.bus.connect(self.name, self.on_message,
                          [TOPICS.links_to(self.node), TOPICS.all_status(), TOPICS.all_suspect()])
-        self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round).encode(), True)
+        self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round, fingerprint=MODEL.fingerprint).encode(), True)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         self.bus.publish(self.name, topic, payload, retain=retain, size=len(payload))
@@ -113,19 +114,19 @@ class Peer:
     def on_message(self, topic: str, payload: Any, size: int) -> None:
         if TOPICS.parse_suspect(topic) is not None and Suspect.decode(payload).peer == self.node:
             # Alive (it just never takes part in a round): it refutes, as an agent does.
-            self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round).encode(), True)
+            self.publish(TOPICS.status(self.node), Status(self.node, "online", round=self.round, fingerprint=MODEL.fingerprint).encode(), True)
         if TOPICS.parse_status(topic) is not None and self.membership is not None:
             for out in self.membership.on_status(Status.decode(payload), self.bus.now()):
                 self.views.append(out.view)
                 self.publish(TOPICS.view_of(self.node), out.view.encode(), retain=True)
         link = TOPICS.parse_link(topic)
-        frame = decode(payload, expected_sender=link[0], job=job_hash(JOB)) if link else None
+        frame = decode(payload, expected_sender=link[0], job=job_hash(JOB, MODEL.fingerprint)) if link else None
         if isinstance(frame, Frame) and frame.kind == Kind.MODEL_PULL:
             self.pulls.append(frame)
             # As a member does: the digest of the state it serves, then the state.
             digest = StateDigest(self.node, self.round, state_digest(self.state))
             self.publish(TOPICS.state(self.node), digest.encode(), retain=True)
-            for send in serve_model_pull(frame, self.node, job_hash(JOB), self.state, self.round,
+            for send in serve_model_pull(frame, self.node, job_hash(JOB, MODEL.fingerprint), self.state, self.round,
                                          STATE_CHUNK_VALUES):
                 self.publish(TOPICS.link(self.node, send.dst), encode(send.frame))
 
@@ -135,7 +136,7 @@ def runtime(bus: MemoryBus, node: int, **options: Any) -> AgentRuntime:
                             "timeout": 0.2, "round_deadline": 2.0, **options})
     batch = (np.zeros((1, 1), np.float32), np.zeros(1, np.int64))
     return AgentRuntime(config, TinyBackend(), itertools.repeat(batch), batch,
-                        BusTransport(bus, f"agent-{node}"), clock=bus.clock)
+                        BusTransport(bus, f"agent-{node}"), clock=bus.clock, model=MODEL)
 
 
 def retained_status(bus: MemoryBus, node: int) -> Status:
@@ -184,14 +185,15 @@ def test_the_last_will_carries_the_incarnation_which_grows_across_restarts() -> 
 
 def test_a_joiner_pulls_the_fleets_state_before_it_contributes() -> None:
     bus = MemoryBus()
-    fleet_view = View(epoch=3, members=[0, 1], arity=2, coordinator=0, from_round=10)
+    fleet_view = View(epoch=3, members=[0, 1], arity=2, coordinator=0, from_round=10,
+                      fingerprint=MODEL.fingerprint)
     bus.publish("fleet", TOPICS.view_of(0), fleet_view.encode(), retain=True, force=True)
     fleet_state = np.arange(SIZE, dtype=np.float32)
-    coordinator = Membership(0, 2, fleet_view)
+    coordinator = Membership(0, 2, fleet_view, identity=MODEL)
     coordinator.round_started(10, 0.0)
     peers = [Peer(bus, 0, fleet_state, 12, coordinator), Peer(bus, 1, fleet_state, 12)]
     for p in peers:
-        coordinator.on_status(Status(p.node, "online"), 0.0)
+        coordinator.on_status(Status(p.node, "online", fingerprint=MODEL.fingerprint), 0.0)
     joiner = runtime(bus, 2, rounds=0, fleet_size=3)
     joiner.should_stop = lambda: joiner.round >= 12 and not joiner.core.progress.joining
     joiner.run()
@@ -206,7 +208,8 @@ def test_a_round_that_fell_back_to_the_own_gradient_resyncs_the_next_round() -> 
     bus = MemoryBus()
     fleet_state = np.full(SIZE, 5.0, np.float32)
     silent_root = Peer(bus, 0, fleet_state, 1)  # never takes part in a round, serves its state
-    bus.publish("fleet", TOPICS.view_of(0), View(1, [0, 1], 2, 0, 0).encode(), retain=True, force=True)
+    bus.publish("fleet", TOPICS.view_of(0), View(1, [0, 1], 2, 0, 0, fingerprint=MODEL.fingerprint).encode(),
+                retain=True, force=True)
     reports: list[RoundReport] = []
     agent = runtime(bus, 1, rounds=2, fleet_size=2)
     agent.on_round = reports.append
@@ -360,7 +363,7 @@ def test_with_sync_every_a_round_averages_the_delta_of_that_many_local_steps(out
                          outer_optimizer=outer)  # type: ignore[arg-type]
     batch = (np.zeros((1, 1), np.float32), np.zeros(1, np.int64))
     agent = AgentRuntime(config, TinyModelBackend(), itertools.repeat(batch), batch,
-                         BusTransport(bus, "agent-0"), clock=bus.clock)
+                         BusTransport(bus, "agent-0"), clock=bus.clock, model=MODEL)
     reports: list[RoundReport] = []
     agent.on_round = reports.append
     assert agent.run() == 0

@@ -32,11 +32,13 @@ class Recorder:
 
     def status(self, node: int, state: str, incarnation: int = 1, round_no: int = 0) -> None:
         self.emit(f"status/{node}", {"node": node, "state": state, "round": round_no,
-                                     "pid": 1000 + node, "incarnation": incarnation})
+                                     "pid": 1000 + node, "incarnation": incarnation,
+                                     "fingerprint": "0123456789abcdef"})
 
     def view(self, epoch: int, members: list[int], from_round: int) -> None:
         self.emit("view", {"epoch": epoch, "members": members, "arity": 2,
-                           "coordinator": members[0], "from_round": from_round})
+                           "coordinator": members[0], "from_round": from_round,
+                           "fingerprint": "0123456789abcdef"})
 
     def round(self, round_no: int, epoch: int, members: list[int],
               overrides: dict[int, dict[str, Any]] | None = None,

@@ -171,8 +171,8 @@ def test_control_without_broker_is_503() -> None:
 
 def test_websocket_sends_full_snapshot_then_deltas(client: TestClient) -> None:
     store = store_of(client)
-    store.ingest("edgegrove/rec/view", View(1, [0, 1, 2], 2, 0, 0).encode())
-    store.ingest("edgegrove/rec/status/0", Status(0, "online").encode())
+    store.ingest("edgegrove/rec/view", View(1, [0, 1, 2], 2, 0, 0, fingerprint="0123456789abcdef").encode())
+    store.ingest("edgegrove/rec/status/0", Status(0, "online", fingerprint="0123456789abcdef").encode())
     store.ingest("edgegrove/rec/telemetry/0", Telemetry(0, 1, 1, "ft", 0.1, loss=2.0).encode())
     with client.websocket_connect(WS_URL) as socket:
         first = socket.receive_json()

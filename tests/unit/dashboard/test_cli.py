@@ -42,11 +42,13 @@ def test_credentials_file_formats(tmp_path: Path) -> None:
     job = tmp_path / "credentials.json"
     job.write_text(json.dumps({"job": "j", "agents": {},
                                "dashboard": {"username": "dashboard", "password": "d"},
+                               "dashboard_control": {"username": "dashboard-control", "password": "c"},
                                "admin": {"username": "admin", "password": "a"}}))
     assert cli.read_credentials(job) == ("dashboard", "d")
     assert cli.read_credentials(job, "admin") == ("admin", "a")
+    # With fault controls: the user that may also publish on control, never the admin.
     settings = cli.settings_from_args(parse("--credentials", str(job), "--control-token", "t" * 12))
-    assert (settings.username, settings.password) == ("admin", "a")
+    assert (settings.username, settings.password) == ("dashboard-control", "c")
 
 
 @pytest.mark.parametrize("content, message", [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from dashboard.settings import DashboardSettings
 from dashboard.state import FleetEvent, FleetState, apply_status, apply_telemetry, apply_view, tick
 
 NODES = 7
+RUN_FP = "0123456789abcdef"  # the model of a Run's fleet (a view must name one)
 
 
 class Run:
@@ -26,8 +27,8 @@ class Run:
         self.events: list[FleetEvent] = []
         self.now = 0.0
         self.records: list[dict[str, Any]] = []
-        self._take(apply_view(self.state, View(1, list(range(NODES)), 2, 0, 0), self.now),
-                   {"type": "view", **asdict(View(1, list(range(NODES)), 2, 0, 0))})
+        first = View(1, list(range(NODES)), 2, 0, 0, fingerprint=RUN_FP)
+        self._take(apply_view(self.state, first, self.now), {"type": "view", **asdict(first)})
         for node in range(NODES):
             self.status(Status(node, "online", 0, 100 + node, incarnation=1000))
 
@@ -37,6 +38,7 @@ class Run:
         self.records.append({"t": self.now, **record})
 
     def status(self, msg: Status) -> None:
+        msg = replace(msg, fingerprint=RUN_FP)  # the fleet's model, as its view names it
         self._take(apply_status(self.state, msg, self.now), {"type": "status", **asdict(msg)})
 
     def rounds(self, first: int, last: int, nodes: range | list[int] = range(NODES),
@@ -55,7 +57,7 @@ class Run:
             self.events.extend(events)
 
     def view(self, epoch: int, members: list[int], from_round: int) -> None:
-        msg = View(epoch, members, 2, 0, from_round)
+        msg = View(epoch, members, 2, 0, from_round, fingerprint=RUN_FP)
         self._take(apply_view(self.state, msg, self.now), {"type": "view", **asdict(msg)})
 
     def record(self, **record: Any) -> None:

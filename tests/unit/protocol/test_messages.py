@@ -20,14 +20,15 @@ from agent.protocol.messages import (
     _JsonMessage,
 )
 
+FP = "0123456789abcdef"  # every view names its model's fingerprint
 EXAMPLES: list[_JsonMessage] = [
     Status(node=3, state="online", round=12, pid=4242, incarnation=2),
     Status(node=0, state="offline"),
     Status(node=2, state="online", round=3, pid=7, incarnation=1, fingerprint="0123456789abcdef",
            model="mnist-cnn", params=1234, labels=[5, 0, 17]),
-    View(epoch=4, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=17),
-    View(epoch=5, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=19, chunk_values=32768),
-    View(epoch=7, members=[0, 1, 3], arity=2, coordinator=0, from_round=40, sync_every=12),
+    View(epoch=4, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=17, fingerprint=FP),
+    View(epoch=5, members=[0, 1, 2, 5], arity=2, coordinator=0, from_round=19, chunk_values=32768, fingerprint=FP),
+    View(epoch=7, members=[0, 1, 3], arity=2, coordinator=0, from_round=40, sync_every=12, fingerprint=FP),
     Status(node=5, state="online", round=30, step_s=0.0042, sync_s=0.95),
     View(epoch=6, members=[0, 2], arity=2, coordinator=0, from_round=20, fingerprint="fedcba9876543210",
          model="mlp", params=407050),
@@ -60,7 +61,7 @@ def test_telemetry_machine_is_optional_and_round_trips() -> None:
 
 
 def test_a_views_chunk_size_is_optional_and_checked() -> None:
-    old = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
+    old = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3, "fingerprint": "0123456789abcdef"}'
     assert View.decode(old).chunk_values == 0  # the agents' configured chunk size
     for bad in (10, 1 << 21, True, "32768", -1):
         doc = json.loads(old)
@@ -81,7 +82,8 @@ def test_status_round_trip_property(node: int, state: str, rnd: int, pid: int) -
 @settings(max_examples=100)
 @given(st.sets(st.integers(0, 1023), min_size=1, max_size=64), st.integers(2, 16))
 def test_view_round_trip_property(members: set[int], arity: int) -> None:
-    view = View(epoch=1, members=sorted(members), arity=arity, coordinator=min(members), from_round=0)
+    view = View(epoch=1, members=sorted(members), arity=arity, coordinator=min(members), from_round=0,
+                fingerprint=FP)
     assert View.decode(view.encode()) == view
 
 
@@ -210,7 +212,8 @@ def test_telemetry_says_when_the_rounds_allreduce_ended_or_nothing() -> None:
 
 
 def test_a_view_says_how_its_rounds_broadcast_and_an_old_one_says_nothing() -> None:
-    view = View(epoch=3, members=[0, 1, 2], arity=2, coordinator=0, from_round=9, broadcast="fanout")
+    view = View(epoch=3, members=[0, 1, 2], arity=2, coordinator=0, from_round=9, broadcast="fanout",
+                fingerprint=FP)
     assert View.decode(view.encode()) == view
     old = json.loads(view.encode())
     del old["broadcast"]
@@ -231,18 +234,19 @@ def test_a_status_says_its_model_and_labels_and_an_old_one_says_nothing() -> Non
     assert Status.decode(new.encode()) == new
 
 
-def test_a_view_names_the_fleets_model_and_an_old_one_does_not() -> None:
+def test_a_view_names_the_fleets_model_and_one_that_does_not_is_refused() -> None:
     old = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
-    assert (View.decode(old).fingerprint, View.decode(old).model, View.decode(old).params) == ("", "", 0)
+    with pytest.raises(MessageError, match="fingerprint"):  # it would pass every model check
+        View.decode(old)
     view = View(epoch=1, members=[0, 1], arity=2, coordinator=0, from_round=3,
                 fingerprint="1111222233334444", model="mnist-cnn", params=1234)
     assert View.decode(view.encode()) == view
 
 
 def test_a_view_says_its_local_steps_and_a_status_its_timing_and_old_ones_say_nothing() -> None:
-    old_view = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3}'
+    old_view = b'{"epoch": 1, "members": [0, 1], "arity": 2, "coordinator": 0, "from_round": 3, "fingerprint": "0123456789abcdef"}'
     assert View.decode(old_view).sync_every == 0  # as the agents are configured
-    view = View(epoch=2, members=[0, 1], arity=2, coordinator=0, from_round=9, sync_every=24)
+    view = View(epoch=2, members=[0, 1], arity=2, coordinator=0, from_round=9, sync_every=24, fingerprint=FP)
     assert _fields(view)["sync_every"] == 24 and View.decode(view.encode()) == view
     old_status = b'{"node": 4, "state": "online", "round": 0, "pid": 1, "incarnation": 2}'
     assert (Status.decode(old_status).step_s, Status.decode(old_status).sync_s) == (0.0, 0.0)

@@ -110,3 +110,37 @@ def test_a_mixed_fleets_numpy_twin_must_be_the_tflites_model() -> None:
         check_models(choose(_args("--backend", "mixed", "--model", str(tflite),
                                   "--numpy-model", f"{digits}:factory")))
     assert "would refuse the numpy agents" in str(caught.value)
+
+
+def _digits_csv(path: Path, rows: int, cell: str = "3") -> Path:
+    """A CSV for the thesis MLP (784 features); ``cell`` fills the last row's first feature."""
+    row = ",".join(["7"] + ["128"] * 784)
+    last = ",".join(["7", cell] + ["128"] * 783)
+    path.write_text("label," + ",".join(f"p{i}" for i in range(784)) + "\n"
+                    + "\n".join([row] * (rows - 1) + [last]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("cell, says", [
+    ("x", "column 'p0' holds 'x', not a number"),
+    ("3", None),
+])
+def test_a_dataset_file_is_read_before_anything_starts(tmp_path: Path, cell: str, says: str | None) -> None:
+    from simulate.model_choice import check_dataset
+
+    choice = ModelChoice(dataset=str(_digits_csv(tmp_path / "d.csv", 50, cell)))
+    if says is None:
+        check_dataset(choice, {}, 7)
+        return
+    with pytest.raises(UsageError, match=says) as refused:
+        check_dataset(choice, {}, 7)
+    assert str(refused.value).startswith("--dataset: ") and "\n" not in str(refused.value)
+
+
+def test_a_dataset_file_too_large_is_refused_unread(tmp_path: Path) -> None:
+    from simulate.model_choice import check_dataset
+
+    choice = ModelChoice(dataset=str(_digits_csv(tmp_path / "d.csv", 400, "x")))  # bad, unread
+    with pytest.raises(UsageError, match="more than the configured data_max_mb"):
+        check_dataset(choice, {"data_max_mb": 0.5}, 7)
+    check_dataset(ModelChoice(), {"data_max_mb": 0.5}, 7)  # a packaged dataset: nothing to weigh

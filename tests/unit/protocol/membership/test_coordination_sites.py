@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.protocol.membership import Membership, view_tree
+from agent.protocol.membership import Membership, ModelIdentity, view_tree
 from agent.protocol.messages import MessageError, Status, View
 
 START = View(epoch=0, members=[0, 1, 2, 3, 4, 5], arity=2, coordinator=0, from_round=0)
@@ -16,9 +16,10 @@ def _site(node: int) -> str:
 
 
 def test_views_carry_the_sites_the_statuses_name_and_a_failed_site_root_is_replaced() -> None:
-    coordinator = Membership(0, 2, START)
+    model = ModelIdentity("0123456789abcdef", "mlp", 10)  # a view on the wire names its model
+    coordinator = Membership(0, 2, START, identity=model)
     for i in range(6):
-        coordinator.on_status(Status(i, "online", site=_site(i)), 0.0)
+        coordinator.on_status(Status(i, "online", site=_site(i), fingerprint=model.fingerprint), 0.0)
     coordinator.round_started(3, 1.0)
     out = coordinator.on_status(Status(3, "offline"), 1.0)  # the hall's site root
     view = out[0].view
