@@ -47,6 +47,11 @@ MAX_RETRIES = 3  # retransmissions of one unit on one direct link before it trie
 # a few times over; past that a NACK (a few bytes for a unit of up to a whole chunk) is
 # refused, counted, and the unit's own timers resend it.
 NACK_RESENDS_PER_UNIT = MAX_RETRIES
+# Two timers this close are one instant: with fixed timeouts a unit's second resend (half an RTO
+# after the first, itself half an RTO after the peer was heard) falls on the peer's silence
+# verdict exactly, and the float rounding of the two sums, not the fleet, chose between a
+# resend and the verdict (frames 200 ns later flipped seeds of test_ft_tree_loss.py).
+SAME_INSTANT = 1e-9
 
 UnitKey = tuple[bool, int, int | frozenset[int]]
 
@@ -328,7 +333,7 @@ class Courier:
             if p.key not in self.pending or self._due(p) > now:
                 continue
             route = p.route
-            if route.kind == Hop.DIRECT and self._silent_at(p) > now:
+            if route.kind == Hop.DIRECT and self._silent_at(p) > now + SAME_INSTANT:
                 if self._may_retransmit(p):
                     self._retransmit(p, now)
                 else:
