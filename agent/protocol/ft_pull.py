@@ -12,7 +12,7 @@ from agent.protocol.allreduce import frame_size
 from agent.protocol.answer_budget import AnswerBudget, padded
 from agent.protocol.ft_broadcast import ResultBook
 from agent.protocol.ft_courier import Courier
-from agent.protocol.ft_scope import RoundScope
+from agent.protocol.ft_scope import Hop, RoundScope
 from agent.protocol.notes import NoteKind
 from agent.protocol.wire import Flag, Frame, Kind, RejectReason
 
@@ -42,6 +42,7 @@ class ResultPull:
         self.no_result: set[int] = set()  # chunks our parent or the root says have no result
         self.answered: Counter[tuple[int, int]] = Counter()  # (peer, chunk) -> copies sent for its PULLs
         self.budget = AnswerBudget()  # this round's bytes from each peer against our answers
+        self.parent_asked_at: float | None = None  # asked our parent straight: its result came around us
 
     def _chain(self) -> list[int]:
         scope = self.scope
@@ -86,8 +87,35 @@ class ResultPull:
         own = [p for p in live if tree.site(p) == mine]
         return own or live
 
+    def ask_parent(self, now: float) -> None:
+        """Our parent's result came through a backup we never made a carrier (refused: a
+        sibling could say so of any result): our parent went around a link to us it holds
+        dead, while ours to it works. Ask it straight, once per its RTO (it answers each chunk
+        twice a round at most); it answers straight. Before, the refused copy went unACKed,
+        our parent rerouted it again and again, and we waited for our pull timer (issue 54.3's
+        carriers under loss: twice the reroutes)."""
+        scope, parent = self.scope, self.scope.parent
+        if parent is None or not self.results.missing() or parent in scope.down:
+            return
+        if self.parent_asked_at is not None and now < self.parent_asked_at + scope.rto(parent):
+            return
+        self.parent_asked_at = now
+        self.scope.out.note(NoteKind.PULL, parent, "its result came around us")
+        # Our pull timer stays as it was: armed now, it would ask a backup next, the very
+        # sibling that may have forged this (and its answer would count).
+        self._ask(parent)
+
     def send_pull(self, peer: int, now: float) -> None:
         """Ask ``peer`` for the chunks whose result we lack; ask again after its RTO."""
+        scope = self.scope
+        self._ask(peer)
+        # A sibling's link carries nothing in a healthy round, so it is never measured: count
+        # on our parent's (the same broker's round trip), not the initial timeout. Half a
+        # second per sibling asked kept the children of a frozen parent waiting (issue 12).
+        measured = scope.links.is_measured(peer) or scope.parent is None
+        self.at = now + scope.rto(peer if measured else scope.parent)
+
+    def _ask(self, peer: int) -> None:
         scope = self.scope
         missing = self.results.missing()
         pull = Frame(Kind.PULL, scope.cfg.job, scope.round, scope.node, 0, scope.n, Flag.BROADCAST)
@@ -95,11 +123,6 @@ class ResultPull:
         scope.out.send(peer, padded(asked, scope.result_bytes(missing)))
         scope.stats.pulls += 1
         scope.carriers.add(peer)  # asked by us: its answer is a result we may take
-        # A sibling's link carries nothing in a healthy round, so it is never measured: count
-        # on our parent's (the same broker's round trip), not the initial timeout. Half a
-        # second per sibling asked kept the children of a frozen parent waiting (issue 12).
-        measured = scope.links.is_measured(peer) or scope.parent is None
-        self.at = now + scope.rto(peer if measured else scope.parent)
 
     def answer(self, j: int, peer: int, now: float, skipped: bool, over: bool, asked: bool = False) -> PullAnswer:
         """Chunk ``j``'s result to ``peer``: now, or when we have it (not after the deadline);
@@ -108,8 +131,11 @@ class ResultPull:
         ``asked``: by a PULL, within the peer's copies of the chunk for the round, too."""
         ch = self.results[j]
         sent = self.courier.pending.get((True, j, peer))
-        if ch.final is not None and sent is not None and now - sent.sent_at < sent.timeout:
+        if (ch.final is not None and sent is not None and sent.route.kind == Hop.DIRECT
+                and now - sent.sent_at < sent.timeout):
             return PullAnswer.ANSWERED  # our broadcast to it left just now (resends follow): not a second copy
+        # (Sent around it, through a backup: it refuses that copy unless it routed so itself,
+        # and its ask came straight, so the answer goes straight: ``ask_parent``.)
         if ch.final_frame is not None:
             # A ~50-byte PULL got the whole 1.63 MB result every time (1.24 MB of pulls cost
             # their victims 12.4 GB): its ask and one more copy (a lost answer), paid for.

@@ -80,6 +80,8 @@ class ResultFlow:
         if source is not ResultSource.ABOVE:
             scope.stats.dropped += 1
             scope.stats.refused[_REFUSED_RESULT[source]] += 1
+            if source is ResultSource.BACKUP_NOT_ROUTED and frame.origin == scope.parent != frame.sender:
+                self.pull.ask_parent(now)  # relayed around us by our parent, or so a backup says
             return False
         self.receipts.ack(frame, how, now, batch=running)
         if self.results.has(j):
