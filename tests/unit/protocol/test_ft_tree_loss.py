@@ -6,12 +6,13 @@ median round of 3.5 s (7 T) and 14 of 20 rounds degraded."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import replace
 
 from agent.protocol.allreduce import AllreduceConfig
 from agent.protocol.topology import Tree
-from simulate.virtual_fleet import FaultSpec, count_problems, run_fleet
+from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 NODES = 7
 ROUNDS = 20
@@ -20,42 +21,57 @@ TIMEOUT = 0.5
 CONFIG = AllreduceConfig(chunk_size=CHUNK, timeout_mode="fixed", fixed_timeout=TIMEOUT, round_deadline=5.0)
 
 
-def lossy_fleet(seed: int, config: AllreduceConfig = CONFIG) -> list:  # type: ignore[type-arg]
+SEEDS = range(16)  # one seed's fleet is chaotic (a lost frame moves every later draw): judged pooled
+
+
+@functools.cache
+def lossy_fleet(seed: int, config: AllreduceConfig = CONFIG) -> list[RoundRecord]:
     return run_fleet(NODES, ROUNDS, length=8 * CHUNK, allreduce=config, seed=seed, latency=0.0005,
                      broker_bandwidth=500e6, keep_gradients=True, max_time=1e4,
                      faults=(FaultSpec("loss", 0, value=0.1),))
 
 
+def reroutes(records: list[RoundRecord]) -> int:
+    return sum(res.stats.reroutes for r in records for res in r.results.values())
+
+
 def test_loss_on_every_link_costs_retransmissions_not_reroutes() -> None:
-    # Relayed down the tree, the broadcast's units are resent too (the fan-out's losses are
-    # pulled instead: the test below).
-    for seed in (0, 1):
+    """Relayed down the tree, the broadcast's units are resent too (the fan-out's losses are
+    pulled instead: the test below). One seed decides little: a frame 23 bytes larger moved
+    seed 1 from 43 to 183 reroutes (a different frame lost, then every later draw differs), so
+    the bounds hold over 16 seeds. There, per 100 retransmissions: 17 reroutes on main, 31 with
+    honest relayed results refused (issue 54.3's carriers), 17 once the refused child asks its
+    parent straight (ft_pull.ask_parent)."""
+    retransmits = rerouted = degraded = dead = 0
+    durations: list[float] = []
+    for seed in SEEDS:
         records = lossy_fleet(seed, replace(CONFIG, broadcast="tree"))
-        assert [r.round for r in records] == list(range(ROUNDS)), "the fleet halted"
-        durations = [r.duration for r in records]
-        assert statistics.median(durations) < 3 * TIMEOUT, durations
-        degraded = sum(r.degraded for r in records)
-        assert degraded <= ROUNDS // 5, f"{degraded} of {ROUNDS} rounds degraded"
-        retransmits = sum(res.stats.retransmits for r in records for res in r.results.values())
-        reroutes = sum(res.stats.reroutes for r in records for res in r.results.values())
-        assert retransmits > 0, "p = 0.1 loss must have caused retransmissions"
-        assert reroutes <= retransmits // 4, (reroutes, retransmits)
+        assert [r.round for r in records] == list(range(ROUNDS)), f"seed {seed}: the fleet halted"
         for rec in records:
             if not rec.degraded:
-                assert count_problems(rec, CHUNK) == [], rec.round
-        # Links are rarely declared dead for mere loss (before: ~160 times here; now only a
-        # lone unit whose frame was lost before the peer ever answered).
-        dead = [n for r in records for notes in r.notes.values() for n in notes if n.kind == "link_dead"]
-        assert len(dead) <= ROUNDS, dead
+                assert count_problems(rec, CHUNK) == [], (seed, rec.round)
+        durations += [r.duration for r in records]
+        degraded += sum(r.degraded for r in records)
+        retransmits += sum(res.stats.retransmits for r in records for res in r.results.values())
+        rerouted += reroutes(records)
+        # Links are rarely declared dead for mere loss (before: ~160 times a seed here).
+        dead += sum(n.kind == "link_dead" for r in records for notes in r.notes.values() for n in notes)
+    rounds = ROUNDS * len(SEEDS)
+    assert retransmits > 0, "p = 0.1 loss must have caused retransmissions"
+    assert rerouted <= retransmits // 5, (rerouted, retransmits)
+    assert statistics.median(durations) < 3 * TIMEOUT
+    assert degraded <= rounds // 5, f"{degraded} of {rounds} rounds degraded"
+    assert dead <= rounds, dead
 
 
 def test_under_loss_the_fanout_reroutes_no_more_than_the_relayed_broadcast() -> None:
     """With the fan-out our parent sends us nothing but ACKs: a lost ACK must not send a unit
     that the root's result already counts to the backup (before: 51 and 78 reroutes in seeds
     0 and 1, against 38 and 59 relayed down the tree; the fan-out resends less, so the ratio
-    above does not apply to it)."""
+    above does not apply to it). Pooled over seeds: one seed is a coin flip either way."""
     fanout, tree = replace(CONFIG, broadcast="fanout"), replace(CONFIG, broadcast="tree")
-    for seed in (0, 1):
+    fanned = relayed = 0
+    for seed in SEEDS[:8]:
         records = lossy_fleet(seed, fanout)
         assert [r.round for r in records] == list(range(ROUNDS)), "the fleet halted"
         assert statistics.median(r.duration for r in records) < 3 * TIMEOUT
@@ -63,9 +79,9 @@ def test_under_loss_the_fanout_reroutes_no_more_than_the_relayed_broadcast() -> 
         for rec in records:
             if not rec.degraded:
                 assert count_problems(rec, CHUNK) == [], rec.round
-        reroutes = sum(res.stats.reroutes for r in records for res in r.results.values())
-        relayed = sum(res.stats.reroutes for r in lossy_fleet(seed, tree) for res in r.results.values())
-        assert reroutes <= relayed, (seed, reroutes, relayed)
+        fanned += reroutes(records)
+        relayed += reroutes(lossy_fleet(seed, tree))
+    assert fanned <= relayed, (fanned, relayed)
 
 
 def test_a_silent_peer_is_still_declared_dead_after_one_timeout() -> None:
