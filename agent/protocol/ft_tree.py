@@ -183,14 +183,18 @@ class FtTreeRound:
         scope.stats.bytes_received += frame_size(frame)
         # The root's fan-out shows it is alive, not that its link to us works (a one-way cut of
         # it hid behind the fan-out: no verdict, and the drift resync leaned on it).
-        first = self.watch.heard(frame, now, shows_link=not self.broadcast.fanned(frame))
+        # An audit copy is no word of its sender in this round: it leaves a grandchild with its
+        # unit to its parent, and one cut off after it is to be watched as an orphan all the same.
+        audit_copy = frame.kind == Kind.DATA and bool(frame.flags & Flag.AUDIT)
+        first = not audit_copy and self.watch.heard(frame, now, shows_link=not self.broadcast.fanned(frame))
         if courier.held_for and not courier.held_for.isdisjoint((frame.sender, frame.origin)):
             courier.release_held(frame.sender, now)
             courier.release_held(frame.origin, now)
         if frame.round != scope.round or frame.job != scope.cfg.job:
             scope.stats.dropped += 1
             return scope.out.flush()  # (floods released above)
-        self.watch.paced(frame.sender, frame_size(frame), now)
+        if not audit_copy:
+            self.watch.paced(frame.sender, frame_size(frame), now)
         self.pull.earned(frame)
         if first:
             self.watch.first_frame(frame.sender, now)

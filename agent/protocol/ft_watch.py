@@ -82,7 +82,7 @@ class PeerWatch:
         still busy): hold the verdicts, and tell every member at most every PROGRESS_EVERY."""
         scope = self.scope
         self.down_busy_at = now  # (or our uplink: the same hold either way)
-        if sender is not None and sender != scope.node and sender in scope.tree.members:
+        if sender is not None and sender != scope.node and sender in scope.tree.members and not self._audits_only(sender):
             if sender not in self.last_heard:
                 self.first_frame(sender, now)  # its first frame began
             self.last_heard[sender] = self.heard_of[sender] = now
@@ -93,6 +93,12 @@ class PeerWatch:
             for peer in scope.tree.members:
                 if peer != scope.node and peer not in scope.down:
                     scope.out.send(peer, scope.frame(Kind.PROBE, 0, Flag.PROGRESS, frozenset(), target=peer))
+
+    def _audits_only(self, sender: int) -> bool:
+        """A grandchild whose parent we still wait for sends us only its audit copies: no word
+        that it reaches us around its parent (see ``orphaned``)."""
+        ancestors = self.scope.tree.ancestors(sender)
+        return len(ancestors) >= 2 and ancestors[1] == self.scope.node and ancestors[0] in self.scope.expected
 
     def progress(self, peer: int, now: float) -> None:
         self.progress_from[peer] = now  # it lives (last_heard), its downlink is busy
