@@ -133,6 +133,7 @@ class Courier:
         self.held_for: set[int] = set()  # targets of floods held (see advance)
         self.send_seq = 0
         self.nack_resends: dict[UnitKey, int] = {}  # unit -> resends its target's NACKs got
+        self.delivered_to: dict[int, set[int]] = {}  # chunk -> who ACKed our reduce units (the aggregator, around a parent down)
         self._ahead: dict[UnitKey, int] = {}  # see _ahead_bytes
         self._ahead_version = (-1, -1)
         # Dead in an earlier round: skipped from the start, probed, healed by a round trip.
@@ -370,6 +371,8 @@ class Courier:
             if pending is None:
                 continue
             route = pending.route
+            if not broadcast:
+                self.delivered_to.setdefault(j, set()).add(frame.origin)
             if route.kind == Hop.DIRECT and not pending.retransmitted:
                 self.scope.links.observe(route.target, now - pending.sent_at)
                 sample_bytes += pending.size

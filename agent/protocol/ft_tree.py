@@ -551,14 +551,30 @@ class FtTreeRound:
         if len(indices) > self.n:
             self.scope.stats.dropped += 1
             return
+        if frame.flags & Flag.AROUND:
+            self._went_around(frame, set(indices), now)
+            return
         self.broadcast.child_acked(frame, indices, now)
         self.courier.on_ack(frame, now)
         self._check_reduce_done(now)
+
+    def _went_around(self, frame: Frame, said: set[int], now: float) -> None:
+        """A child says what we asked it for went to another aggregator: when that is every
+        chunk we lack of its units, we wait for them no more."""
+        scope, child, ids = self.scope, frame.sender, frame.contributors
+        if frame.origin != child or child not in scope.children or not ids or not ids <= scope.tree.subtree(child):
+            scope.stats.dropped += 1
+            return
+        if {j for j in range(self.n) if not ids <= self.reducer.covered(j)} <= said:
+            scope.expected -= ids
+            for j in range(self.n):
+                self._try_forward(j, now)
 
     def _on_nack(self, frame: Frame, now: float) -> None:
         if not frame.flags & Flag.FINAL:
             if not self.courier.resend_asked(frame, now):
                 self.scope.stats.refused[RejectReason.NACK_BUDGET] += 1  # once per NACK
+            self.uplink.tell_around(frame)
         elif self.pull.no_result_said(frame, running=self.result is None):
             self._finish(now, skip_missing=True)
 

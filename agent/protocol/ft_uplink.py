@@ -100,6 +100,22 @@ class Uplink:
             if unit is not None and (False, j, unit[0]) not in self.courier.pending:
                 self.send(j, unit[0], unit[1], now)
 
+    def tell_around(self, nack: Frame) -> None:
+        """Our tree parent NACKed chunks whose units another aggregator ACKed (the parent was
+        down for the fleet when we sent): say they went around it, or it waits for us as long
+        as a first frame usually takes and the fleet waits for it (a flap of 80 ms: 0.27 s
+        rounds against 0.05 s)."""
+        scope = self.scope
+        if scope.node not in scope.tree or nack.sender != scope.tree.parent(scope.node):
+            return
+        around = sorted(j for j in set(nack.indices()) if 0 <= j < scope.n
+                        and nack.sender not in self.courier.delivered_to.get(j, {nack.sender}))
+        units = [unit for j in around if (unit := self.reducer.sent_so_far(j)) is not None]
+        if units:
+            ids = frozenset().union(*(unit[0] for unit in units))
+            ack = scope.frame(Kind.ACK, around[0], Flag.AROUND, ids, target=nack.sender)
+            scope.out.send(nack.sender, ack.with_indices(around))
+
     def ask_children_again(self) -> None:
         """What a child sent us while we were away is lost and waits for its timeout (no ACK
         came): ask for it now. A child that went around us has nothing to resend."""

@@ -52,6 +52,9 @@ class Flag(enum.IntFlag):
     BROADCAST = 1  # DATA/RELAY/ACK of the broadcast phase
     FINAL = 2  # the chunk's value is final (root result), not a partial mean
     REPLY = 4  # PROBE: the answer to a probe, which proves the link works both ways
+    # ACK to the parent that NACKed us: these chunks' units went around it, to another
+    # aggregator. REPLY's bit (only a PROBE carries REPLY): the flags byte has no bit to spare.
+    AROUND = 4
     PROGRESS = 8  # PROBE: "my downlink is busy with a large frame: yours may be queued behind it"
     WAITING = 0x10  # PROBE to the parent: "I am in this round, waiting for my children's data"
     AUDIT = 0x20  # DATA to the grandparent: a copy of a unit sent to the parent, never counted (audit.py)
