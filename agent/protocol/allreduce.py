@@ -26,7 +26,7 @@ from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
-from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Frame, Kind
+from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Flag, Frame, Kind
 from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 
 # Values per chunk (1 MB frames in float32: the thesis model's 407,050 values in 2 chunks). Per
@@ -217,7 +217,7 @@ class RoundStats:
     # moves them into its telemetry's ``rejected`` as they come (``take_refused``).
     refused: Counter[str] = field(default_factory=Counter)
     # Frames of values sent (DATA and RELAY, the fan-out too) by wire format name ("float32",
-    # "float16", "int8"): which formats wire_dtype "auto" used.
+    # "float16", "int8"): which formats wire_dtype "auto" used (audit copies, always int8, apart).
     wire_frames: dict[str, int] = field(default_factory=dict)
 
 
@@ -348,7 +348,7 @@ class Outbox:
     def _count(self, frame: Frame) -> None:
         self.stats.frames_sent += 1
         self.stats.bytes_sent += frame_size(frame)
-        if frame.kind is Kind.DATA or frame.kind is Kind.RELAY:
+        if (frame.kind is Kind.DATA or frame.kind is Kind.RELAY) and not frame.flags & Flag.AUDIT:
             name = WIRE_NAMES.get(frame.dtype)
             if name is not None:
                 self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1

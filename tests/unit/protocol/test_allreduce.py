@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.protocol.allreduce import AllreduceConfig, chunk_bounds, merge_means
+from agent.protocol.allreduce import AllreduceConfig, Outbox, RoundStats, chunk_bounds, merge_means
 from agent.protocol.topology import Tree
-from agent.protocol.wire import DType
+from agent.protocol.wire import DType, Flag, Frame, Kind
 from simulate.virtual_fleet import FaultSpec, RoundRecord, count_problems, run_fleet
 
 CHUNK = 8
@@ -194,3 +196,13 @@ def test_without_memory_a_permanent_cut_is_detected_again_every_round() -> None:
         assert_full_mean_everywhere(rec, 7)
         assert rec.results[3].stats.timeouts >= 1
         assert rec.duration >= fast_config().fixed_timeout
+
+
+
+def test_wire_frames_count_the_formats_units_went_in_not_the_audit_copies() -> None:
+    out = Outbox(RoundStats())
+    unit = Frame(Kind.DATA, 1, 0, 3, 0, 1, Flag.NONE, origin=3, contributors=frozenset({3}))
+    out.send(1, unit.with_values(np.ones(4, np.float32), DType.F32))
+    out.send(0, replace(unit, flags=Flag.AUDIT).with_values(np.ones(4, np.float32), DType.I8))
+    assert out.stats.wire_frames == {"float32": 1}
+    assert out.stats.frames_sent == 2  # sent all the same
