@@ -299,7 +299,11 @@ class Steps:
         self.parts.outbox.note(NoteKind.RESYNC, None, f"caught up from round {self.progress.round} to {rnd}")
         self.progress.round = rnd
         self.parts.rounds.skip_to(rnd)
-        return [LoadState(rnd, state), *self.serve_pulls()]
+        # Our status at the fleet's round: a report of our silence we answered while far
+        # behind was refuted by a status the membership ignores, and stood (we were routed
+        # around, and the rounds waited on it, for the rest of the run: 1.8 s instead of 0.06 s
+        # after a site cut healed).
+        return [LoadState(rnd, state), self.my_status(), *self.serve_pulls()]
 
     def _step_running(self, now: float) -> list[CoreAction]:
         result = self.parts.rounds.machines[self.progress.round].result

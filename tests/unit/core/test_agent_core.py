@@ -116,6 +116,28 @@ def test_a_state_of_a_round_after_the_last_one_is_installed_not_run() -> None:
     assert 3 not in core.parts.rounds.machines and core.next_deadline() is not None
 
 
+def test_caught_up_by_a_state_transfer_we_say_so_at_the_fleets_round() -> None:
+    """A report of our silence that we refuted while far behind stood: the membership ignores
+    a status far behind the fleet. Caught up, our status at the fleet's round refutes it, and
+    a member that suspected us takes us back."""
+    core = AgentCore(CoreConfig(node=1, rounds=50, allreduce=CONFIG, state_size=4), 5)
+    core.handle(ViewSeen(View(1, [0, 1], 2, 0, 0)), 0.0)
+    core.handle(StatusSeen(Status(1, "online", incarnation=5)), 0.0)
+    core.parts.fetch.received = (9, np.zeros(4, np.float32))  # the fleet's state, rounds ahead
+    actions = core.handle(GradientReady(0, 1.0, np.ones(37, np.float32), 0), 0.01)
+    assert core.round == 9
+    ours = published(actions, Status)
+    assert [(s.node, s.state, s.round) for s in ours] == [(1, "online", 9)]
+    peer = AgentCore(CoreConfig(node=0, rounds=50, allreduce=CONFIG, state_size=4), 3)
+    peer.handle(ViewSeen(View(1, [0, 1], 2, 0, 0)), 0.0)
+    peer.parts.membership.round = 9
+    peer.parts.membership.witnesses.evicted.add(1)  # the fleet's witnesses found us silent
+    peer.handle(StatusSeen(Status(1, "online", round=2, incarnation=5)), 0.02)
+    assert peer.parts.membership.is_down(1)  # far behind: no word at the fleet's round
+    peer.handle(StatusSeen(ours[0]), 0.03)
+    assert not peer.parts.membership.is_down(1)
+
+
 def test_a_fleet_that_runs_without_us_makes_us_join() -> None:
     core = AgentCore(CoreConfig(node=4, allreduce=CONFIG, state_size=4), 9)
     core.handle(ViewSeen(View(3, [0, 1, 2], 2, 0, 40)), 0.0)  # a running fleet's retained view

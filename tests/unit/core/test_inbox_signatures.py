@@ -18,6 +18,7 @@ PRIVATE = {i: new_private_key() for i in range(3)}
 RING = {i: public_of(k) for i, k in PRIVATE.items() if i < 2}  # node 2 is no member of the job
 KEYS = {i: MemberKeys.of_private(i, k, RING) for i, k in PRIVATE.items()}
 TOPICS = Topics("job")
+FINGERPRINT = "0123456789abcdef"  # a view must name a model (agent/protocol/messages.py)
 
 
 def inbox() -> Inbox:
@@ -30,11 +31,11 @@ def test_signed_control_messages_are_read_and_the_others_refused_by_kind_and_rea
     assert box.read(TOPICS.status(1), status.encode(), 0.0) == StatusSeen(status)
     report = seal(KEYS[1], Suspect(1, 4, 0))
     assert box.read(TOPICS.suspect(1), report.encode(), 0.0) == SuspectSeen(report)
-    view = seal(KEYS[1], View(2, [0, 1], 2, 1, 5))
+    view = seal(KEYS[1], View(2, [0, 1], 2, 1, 5, fingerprint=FINGERPRINT))
     assert box.read(TOPICS.view_of(1), view.encode(), 0.0) == ViewSeen(view, 1)
     assert box.read(TOPICS.status(1), Status(1, "online").encode(), 0.0) is None
     assert box.read(TOPICS.status(1), replace(status, round=5).encode(), 0.0) is None  # altered
-    assert box.read(TOPICS.view_of(1), seal(KEYS[0], View(2, [0, 1], 2, 1, 5)).encode(), 0.0) is None
+    assert box.read(TOPICS.view_of(1), seal(KEYS[0], View(2, [0, 1], 2, 1, 5, fingerprint=FINGERPRINT)).encode(), 0.0) is None
     assert box.read(TOPICS.suspect(2), seal(KEYS[2], Suspect(2, 4, 0)).encode(), 0.0) is None
     assert dict(box.counters.rejected) == {"status_unsigned": 1, "status_bad_signature": 1,
                                            "view_bad_signature": 1, "suspect_unknown_key": 1}
