@@ -81,9 +81,17 @@ def _each_round(listener: FleetListener, act: Callable[[int], None], flood: bool
         listener.pump(0.01 if flood else 0.05)
 
 
-def _fleet_epoch(listener: FleetListener, attacker: int) -> int:
-    """The newest epoch of the fleet's own views (not the attacker's, which nobody took)."""
-    return max(v.epoch for v in listener.views if v.coordinator != attacker)
+def _fleet_view(listener: FleetListener, attacker: int) -> View:
+    """The newest of the fleet's own views (not the attacker's, which nobody took)."""
+    return max((v for v in listener.views if v.coordinator != attacker), key=lambda v: v.epoch)
+
+
+def _forged_view(listener: FleetListener, attacker: int, nodes: int, from_round: int, reports: list[Suspect]) -> View:
+    """The fleet's view as the attacker would forge it (it knows the model it trains): the next
+    epoch, without node 0, itself coordinating, the reports as evidence."""
+    fleet = _fleet_view(listener, attacker)
+    return replace(fleet, epoch=fleet.epoch + 1, members=[n for n in range(nodes) if n != 0], coordinator=attacker,
+                   from_round=from_round, evidence=evidence_of(reports), sig="")
 
 
 def _run(setup: tuple[MosquittoBroker, int, int], tmp: Path, attack: Attack, rounds: int = ROUNDS) -> FleetListener:
@@ -134,8 +142,7 @@ def test_a_suspicion_and_a_view_do_not_take_the_coordinator_over(
         def act(fleet_round: int) -> None:
             report = seal(keys, Suspect(attacker, fleet_round + 1, 0))
             evil.publish(topics.suspect(attacker), report.encode())
-            view = View(_fleet_epoch(listener, attacker) + 1, [n for n in range(nodes) if n != 0], 2, attacker, fleet_round + 1,
-                        evidence=evidence_of([report]))
+            view = _forged_view(listener, attacker, nodes, fleet_round + 1, [report])
             evil.publish(topics.view_of(attacker), seal(keys, view).encode(), retain=True)
 
         _each_round(listener, act)
@@ -191,8 +198,8 @@ def test_forged_unknown_and_replayed_signatures_are_refused_and_counted(
             if fleet_round >= start + 6:
                 fresh = seal(keys, Suspect(attacker, fleet_round, 0))  # its own word, and the replay
                 evil.publish(topics.suspect(attacker), fresh.encode())
-                replay = View(_fleet_epoch(listener, attacker) + 1, [n for n in range(nodes) if n != 0], 2, attacker, fleet_round + 1,
-                              evidence=evidence_of([fresh, *(r for r in old if r.node != attacker)]))
+                replay = _forged_view(listener, attacker, nodes, fleet_round + 1,
+                                      [fresh, *(r for r in old if r.node != attacker)])
                 evil.publish(topics.view_of(attacker), seal(keys, replay).encode(), retain=True)
 
         _each_round(listener, act)
