@@ -193,9 +193,9 @@ class FtTreeRound:
         if frame.round != scope.round or frame.job != scope.cfg.job:
             scope.stats.dropped += 1
             return scope.out.flush()  # (floods released above)
-        if not audit_copy:
+        if not audit_copy:  # nor do its bytes pay for answers to its pulls (honest asks are padded)
             self.watch.paced(frame.sender, frame_size(frame), now)
-        self.pull.earned(frame)
+            self.pull.earned(frame)
         if first:
             self.watch.first_frame(frame.sender, now)
         handler = _HANDLERS.get(frame.kind)

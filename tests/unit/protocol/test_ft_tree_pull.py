@@ -13,7 +13,7 @@ from agent.protocol.ft_courier import NACK_RESENDS_PER_UNIT
 from agent.protocol.ft_tree import FtTreeRound
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
-from agent.protocol.wire import Flag, Frame, Kind
+from agent.protocol.wire import DType, Flag, Frame, Kind
 
 CFG = AllreduceConfig(chunk_size=4, min_timeout=0.05, initial_timeout=0.5, round_deadline=5.0)
 TREE = Tree((0, 1, 2, 3, 4, 5, 6), 2)  # 0 root; 1 inner with leaves 3 and 4
@@ -213,3 +213,23 @@ def test_a_siblings_result_is_taken_once_our_parent_is_down() -> None:
     m.peer_down(1, 0.01)
     m.on_frame(_sibling_result(0), 0.02)
     assert m.results.has(0) and not m.stats.refused["result_backup_not_routed"]
+
+
+def test_a_grandchilds_audit_copies_pay_for_no_answer_to_its_pulls() -> None:
+    """The int8 copies a grandchild sends us of its units are no word to us: with them
+    paying, a flood of unpadded pulls from it was answered (91x by the asks' bytes)."""
+    cfg = replace(CFG, chunk_size=4096)
+    tree = Tree((0, 1, 2, 3), 2)  # 3 below 1
+    root = FtTreeRound(RoundContext(cfg, tree, 0, 0, np.zeros(8192, np.float32), 0, cfg.new_links(), 0.0))
+    root.start(0.0)
+    for j in (0, 1):
+        copy = Frame(Kind.DATA, cfg.job, 0, 3, j, 2, Flag.AUDIT, origin=3, contributors=frozenset({3}))
+        root.on_frame(copy.with_values(np.ones(4096, np.float32), DType.I8), 0.005)
+    for sender, ids in ((1, {1, 3}), (2, {2})):
+        for j in (0, 1):
+            unit = Frame(Kind.DATA, cfg.job, 0, sender, j, 2, Flag.NONE, origin=sender, target=0,
+                         contributors=frozenset(ids)).with_values(np.ones(4096, np.float32))
+            root.on_frame(unit, 0.01)
+    flood = Frame(Kind.PULL, cfg.job, 0, 3, 0, 2, Flag.BROADCAST).with_indices([0])
+    answered = [a for _ in range(10) for a in root.on_frame(flood, 1.0) if isinstance(a, Send) and a.frame.kind == Kind.DATA]
+    assert answered == [] and root.stats.refused["pull_unpaid"] == 10
