@@ -213,8 +213,10 @@ def test_accounts_enable_controls_and_a_bad_file_is_one_line_and_exit_2(
     assert settings.accounts_file == accounts and settings.controls_enabled
     creds = tmp_path / "credentials.json"
     creds.write_text(json.dumps({"dashboard": {"username": "d", "password": "p"},
+                                 "dashboard_control": {"username": "c", "password": "r"},
                                  "admin": {"username": "a", "password": "q"}}))
-    assert cli.settings_from_args(parse("--accounts", str(accounts), "--credentials", str(creds))).username == "a"
+    # Controls on: the control account (reads and the job's control topic), never the admin.
+    assert cli.settings_from_args(parse("--accounts", str(accounts), "--credentials", str(creds))).username == "c"
     accounts.write_text('{"accounts": [{"name": "ana", "role": "root", "password": "scrypt$x"}]}')
     assert main(["dashboard", "--accounts", str(accounts), "--port", "0"]) == 2
     assert "role 'root'" in capsys.readouterr().err
