@@ -186,6 +186,9 @@ def test_fetch_writes_a_result_that_evaluates_as_the_fleet_reported(
     for index, chunk in enumerate(cut(data, 256 * 1024)):
         admin.publish(topics.job_result_chunk("done", index), chunk, retain=True, reliable=True)
     admin.publish(topics.job_result("done"), canonical_json(manifest).encode(), retain=True, reliable=True)
+    # On the broker before the fetch starts: published QoS 1 from paho's thread, on a loaded
+    # host (CI beside a fleet) it was still on its way when the fetch's wait ran out.
+    assert retained_payload(transport_factory, broker, topics.job_result("done")) == canonical_json(manifest).encode()
 
     out_dir = tmp_path / "fetched"
     code, out, err = cli(capsys, "job", "fetch", "done", "-o", str(out_dir), "--wait", "10", *operator)
