@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NODES, ROUNDS = 7, 450
 CUTS = [(30, 3), (100, 4), (200, 5), (300, 6), (400, 3)]  # (round, child of its parent)
 JOB = "busy-run"
+FINGERPRINT = "0123456789abcdef"  # the run's model (views must name one)
 
 
 def usage_cpu(node: int, round_no: int) -> float:
@@ -43,9 +44,11 @@ def busy_run(directory: Path) -> int:
     def add(**record: Any) -> None:
         records.append({"t": round(t, 4), **record})
 
-    add(type="view", epoch=1, members=list(range(NODES)), arity=2, coordinator=0, from_round=0)
+    add(type="view", epoch=1, members=list(range(NODES)), arity=2, coordinator=0, from_round=0,
+        fingerprint=FINGERPRINT)  # a view naming no model is refused, in a replay too
     for node in range(NODES):
-        add(type="status", node=node, state="online", round=0, pid=100 + node, incarnation=1)
+        add(type="status", node=node, state="online", round=0, pid=100 + node, incarnation=1,
+            fingerprint=FINGERPRINT)
     for index, (_at, child) in enumerate(CUTS):
         add(type="fault", action="plan", index=index, kind="link", targets=[(child - 1) // 2, child],
             description=f"link {(child - 1) // 2}<->{child} cut", mechanism="broker-dynsec")

@@ -26,6 +26,7 @@ from dashboard.settings import DashboardSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NODES, ROUNDS = 7, 120
+FINGERPRINT = "0123456789abcdef"  # the run's model (views must name one)
 FAULT = (20, 30)  # the scenario's link 1-3 cut: injected, healed
 OPERATOR_CUT = (60, 70)  # the operator's link 2-5 cut from the page, then healed
 CHARTS = ("chart-loss", "chart-accuracy", "chart-time")
@@ -39,9 +40,11 @@ def write_run(directory: Path, nodes: int = NODES, rounds: int = ROUNDS) -> None
     def add(**record: Any) -> None:
         records.append({"t": round(t, 4), **record})
 
-    add(type="view", epoch=1, members=list(range(nodes)), arity=2, coordinator=0, from_round=0)
+    add(type="view", epoch=1, members=list(range(nodes)), arity=2, coordinator=0, from_round=0,
+        fingerprint=FINGERPRINT)  # a view naming no model is refused, in a replay too
     for node in range(nodes):
-        add(type="status", node=node, state="online", round=0, pid=100 + node, incarnation=1)
+        add(type="status", node=node, state="online", round=0, pid=100 + node, incarnation=1,
+            fingerprint=FINGERPRINT)
     for round_no in range(rounds):
         t += 0.3
         if round_no == FAULT[0]:
