@@ -34,8 +34,18 @@ def test_the_default_scenarios_faults_with_sync_every_8(tmp_path: Path) -> None:
     hashes: dict[int, dict[int, str]] = defaultdict(dict)
     for e in telemetry:
         hashes[e["round"]][e["node"]] = e["model_hash"]
-    returned = [r for r in sorted(hashes) if r >= crash["end_round"] and crash["targets"][0] in hashes[r]]
+    target = crash["targets"][0]
+    returned = [r for r in sorted(hashes) if r >= crash["end_round"] and target in hashes[r]]
     assert returned, "the crashed agent never reported again after its restart"
-    agree = [r for r in returned if len(hashes[r]) == 7 and len(set(hashes[r].values())) == 1]
+    # Its restart takes a few seconds, tens of short periodic rounds, so it may come back while
+    # the hang is on: it is measured against the rest of the fleet in each round, not against
+    # rounds where all seven report.
+    agree = [r for r in returned if _fleets_hash(hashes[r], target) == hashes[r][target]]
     assert agree and agree[0] <= returned[0] + 3, {r: hashes[r] for r in returned[:6]}
     print(f"sync-every 8, default faults: {json.dumps({k: v for k, v in summary.items() if k != 'faults'})}")
+
+
+def _fleets_hash(hashes: dict[int, str], target: int) -> str | None:
+    """The model hash most of the agents other than ``target`` reported for a round."""
+    others = [h for node, h in hashes.items() if node != target]
+    return max(set(others), key=others.count) if others else None

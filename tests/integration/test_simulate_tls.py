@@ -14,10 +14,7 @@ from tests.integration.simulate_helpers import read_events, run_simulate
 
 pytestmark = pytest.mark.integration
 
-# Twelve rounds after the heal: the heal's dynamic-security change drops the connections of
-# nodes 1 and 3 again, and on a loaded host one of them fell behind and caught up by the
-# fleet's state (by design: it skips the rounds it missed), which took it past a last round 3
-# rounds after the heal without a report of it.
+# Twelve rounds after the heal, so the fleet is whole again well before the end.
 ROUNDS = 20
 
 SCENARIO = f"""name = "tls-link"
@@ -53,8 +50,14 @@ def test_simulate_with_tls_and_dynamic_security_runs_and_cuts_links(tmp_path: Pa
     events = read_events(run_dir)
     broker = [e for e in events if e["type"] == "broker"]
     assert broker and broker[0]["url"].startswith("mqtts://") and broker[0]["tls"] is True, broker
-    # The collector read every agent's telemetry over TLS, to the last round.
-    assert {e["node"] for e in events if e["type"] == "telemetry" and e["round"] == ROUNDS - 1} == set(range(4))
+    # The collector read every agent's telemetry over TLS after the heal, and the last round's.
+    # Under load the TLS connections drop and an agent may catch up past the last round by the
+    # fleet's state (by design, without a report of the rounds it skipped), so the last round
+    # is asked of the fleet, not of every agent.
+    telemetry = [e for e in events if e["type"] == "telemetry"]
+    assert {e["node"] for e in telemetry if e["round"] >= 8} == set(range(4)), telemetry[-8:]
+    assert any(e["round"] == ROUNDS - 1 for e in telemetry)
+    assert summary["models_identical_at_end"] is True
     # The dashboard followed the fleet through the same TLS broker: every agent's status and
     # the coordinator's view (the simulator's own feed gives it neither).
     seen = [json.loads(line) for line in (run_dir / "dashboard-events.jsonl").read_text().splitlines()]
