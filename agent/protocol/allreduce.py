@@ -26,7 +26,7 @@ from agent.protocol.plausibility import PlausibilityBook
 from agent.protocol.ps_ledger import ServerLedger
 from agent.protocol.rto import LinkEstimators
 from agent.protocol.topology import Tree
-from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Flag, Frame, Kind
+from agent.protocol.wire import HEADER_SIZE, WIRE_NAMES, DType, Frame, Kind
 from agent.protocol.wire_choice import AUTO_WIRE_BUDGET
 
 # Values per chunk (1 MB frames in float32: the thesis model's 407,050 values in 2 chunks). Per
@@ -348,7 +348,7 @@ class Outbox:
     def _count(self, frame: Frame) -> None:
         self.stats.frames_sent += 1
         self.stats.bytes_sent += frame_size(frame)
-        if (frame.kind is Kind.DATA or frame.kind is Kind.RELAY) and not frame.flags & Flag.AUDIT:
+        if (frame.kind is Kind.DATA or frame.kind is Kind.RELAY) and not frame.is_audit_copy:
             name = WIRE_NAMES.get(frame.dtype)
             if name is not None:
                 self.stats.wire_frames[name] = self.stats.wire_frames.get(name, 0) + 1

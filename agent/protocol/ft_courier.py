@@ -388,6 +388,11 @@ class Courier:
         for route, seq in latest_seq.items():
             self._fast_retransmit(route, seq, now)
 
+    def went_around(self, j: int, parent: int) -> bool:
+        """Our unit of chunk ``j`` was ACKed by another aggregator than ``parent``."""
+        acked = self.delivered_to.get(j, set())
+        return bool(acked) and parent not in acked
+
     def _sample_rate(self, peer: int, nbytes: int, sent: float, now: float) -> None:
         # The link drained these bytes since it started on them: after the previous ACK
         # from this peer, or when they were sent if the link was idle until then.

@@ -185,7 +185,7 @@ class FtTreeRound:
         # it hid behind the fan-out: no verdict, and the drift resync leaned on it).
         # An audit copy is no word of its sender in this round: it leaves a grandchild with its
         # unit to its parent, and one cut off after it is to be watched as an orphan all the same.
-        audit_copy = frame.kind == Kind.DATA and bool(frame.flags & Flag.AUDIT)
+        audit_copy = frame.is_audit_copy
         first = not audit_copy and self.watch.heard(frame, now, shows_link=not self.broadcast.fanned(frame))
         if courier.held_for and not courier.held_for.isdisjoint((frame.sender, frame.origin)):
             courier.release_held(frame.sender, now)
@@ -530,7 +530,7 @@ class FtTreeRound:
         if j >= self.n or frame.chunk_count != self.n or frame.n_values != self.chunks[j].hi - self.chunks[j].lo:
             self.scope.stats.dropped += 1
             return
-        if frame.flags & Flag.AUDIT:
+        if frame.is_audit_copy:
             self.auditor.on_copy(frame)
         elif frame.is_broadcast:
             if self.flow.on_final(frame, now, how, running=self.result is None):

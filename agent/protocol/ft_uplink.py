@@ -108,8 +108,7 @@ class Uplink:
         scope = self.scope
         if scope.node not in scope.tree or nack.sender != scope.tree.parent(scope.node):
             return
-        around = sorted(j for j in set(nack.indices()) if 0 <= j < scope.n
-                        and nack.sender not in self.courier.delivered_to.get(j, {nack.sender}))
+        around = sorted(j for j in set(nack.indices()) if 0 <= j < scope.n and self.courier.went_around(j, nack.sender))
         units = [unit for j in around if (unit := self.reducer.sent_so_far(j)) is not None]
         if units:
             ids = frozenset().union(*(unit[0] for unit in units))

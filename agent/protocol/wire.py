@@ -194,6 +194,11 @@ class Frame:
     def is_broadcast(self) -> bool:
         return bool(self.flags & Flag.BROADCAST)
 
+    @property
+    def is_audit_copy(self) -> bool:
+        """A grandchild's copy of a unit for our audit: never counted, no word of its sender."""
+        return self.kind is Kind.DATA and bool(self.flags & Flag.AUDIT)
+
     def values(self) -> np.ndarray:
         """The payload as float32 (dequantized)."""
         if self.dtype == DType.F16:

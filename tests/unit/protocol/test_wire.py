@@ -380,3 +380,11 @@ def test_value_bytes_is_what_a_frame_carries_per_value() -> None:
     for dtype in (DType.F32, DType.F16, DType.I8):
         frame = Frame(Kind.DATA, 0, 0, 0, 0, 1).with_values(np.ones(10, np.float32), dtype)
         assert len(frame.payload) == 10 * value_bytes(dtype)
+
+
+def test_only_a_data_frame_flagged_audit_is_an_audit_copy() -> None:
+    copy = Frame(Kind.DATA, 1, 3, 4, flags=Flag.AUDIT)
+    assert copy.is_audit_copy
+    assert not Frame(Kind.DATA, 1, 3, 4).is_audit_copy
+    assert not Frame(Kind.NACK, 1, 3, 4, flags=Flag.AUDIT).is_audit_copy
+    assert decode(encode(copy)).is_audit_copy
