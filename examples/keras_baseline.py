@@ -15,15 +15,20 @@ runs as the export runs it: ``--batch-norm frozen`` (export's default) on the st
 network was built with (``training=False``); ``--batch-norm train`` as ``model export
 --batch-norm train`` runs it in a fleet: each agent's batch normalised by its own statistics,
 so the step's A x B samples go through as A batches of B (gradients averaged), and the moving
-statistics move by the mean of the A batches' running-average steps."""
+statistics move by the mean of the A batches' running-average steps.
+
+With ``--fleet-batches`` the A x B samples of a step are the very batches the fleet's agents
+draw in that round (agent a's part of ``--partition``, its own batch stream seeded
+``[seed, a]``, in agent order): the two runs then differ only in their arithmetic, not in the
+draw of the batches (a clean run of ``sync_every = 1``, every agent in every round)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
-import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,6 +96,7 @@ def fleet_batch_norm_step(model: Any, optimizer: Any, agents: int) -> Any:
             grads = g if grads is None else [a + b for a, b in zip(grads, g, strict=True)]
             moved = [m + (n - o) for m, n, o in zip(moved, new, old, strict=True)]
             losses.append(loss)
+        assert grads is not None  # agents >= 1
         optimizer.apply_gradients(zip([g / agents for g in grads], trainable, strict=True))
         for v, o, m, is_moving in zip(state, old, moved, moving, strict=True):
             if is_moving:
@@ -100,7 +106,36 @@ def fleet_batch_norm_step(model: Any, optimizer: Any, agents: int) -> Any:
     return step
 
 
-def train(model: Any, data: Any, steps: int, batch: int, lr: float, seed: int,
+def whole_batches(data: Any, batch: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Batches of ``batch`` drawn from the whole training set, an epoch at a time."""
+    rng = np.random.default_rng(seed)
+    order, at = rng.permutation(len(data.y_train)), 0
+    while True:
+        if at + batch > len(order):
+            order, at = rng.permutation(len(data.y_train)), 0
+        rows = order[at:at + batch]
+        at += batch
+        yield data.x_train[rows], data.y_train[rows]
+
+
+def fleet_batches(data: Any, agents: int, batch: int, partition: str,
+                  seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each round's batches as the fleet's agents draw them (agent/runtime.py), concatenated
+    in agent order: agent a's part of ``partition`` and its own stream seeded ``[seed, a]``."""
+    from agent.model import partition as partitions
+    from agent.model.data import BatchStream
+
+    streams = []
+    for a in range(agents):
+        picked = partitions.part(data.y_train, a, agents, partition, seed)
+        streams.append(BatchStream(data.x_train[picked], data.y_train[picked], batch,
+                                   np.random.default_rng([seed, a])))
+    while True:
+        drawn = [next(stream) for stream in streams]
+        yield np.concatenate([x for x, _ in drawn]), np.concatenate([y for _, y in drawn])
+
+
+def train(model: Any, data: Any, steps: int, draws: Iterator[tuple[np.ndarray, np.ndarray]], lr: float,
           eval_every: int, agents: int | None = None,
           lr_final: float | None = None) -> list[tuple[int, float]]:
     """(step, test accuracy) every ``eval_every`` steps and at the end; with ``agents``, batch
@@ -114,16 +149,11 @@ def train(model: Any, data: Any, steps: int, batch: int, lr: float, seed: int,
     step = (frozen_step(model, optimizer) if agents is None
             else fleet_batch_norm_step(model, optimizer, agents))
 
-    rng = np.random.default_rng(seed)
-    order, at, curve = rng.permutation(len(data.y_train)), 0, []
-    for n in range(1, steps + 1):
-        if at + batch > len(order):
-            order, at = rng.permutation(len(data.y_train)), 0
-        rows = order[at:at + batch]
-        at += batch
+    curve: list[tuple[int, float]] = []
+    for n, (x, y) in zip(range(1, steps + 1), draws, strict=False):
         if lr_final is not None:
             optimizer.learning_rate.assign(scheduled_lr(lr, n - 1, steps, "linear", lr_final))
-        step(data.x_train[rows], data.y_train[rows].astype(np.int32))
+        step(x, y.astype(np.int32))
         if n == steps or (eval_every and n % eval_every == 0):
             curve.append((n, accuracy(model, data.x_test, data.y_test)))
             print(f"step {n}: test accuracy {curve[-1][1]:.4f}", flush=True)
@@ -151,18 +181,23 @@ def main() -> None:
     parser.add_argument("--batch-norm", choices=("frozen", "train"), default="frozen")
     parser.add_argument("--lr-final", type=float, default=None,
                         help="the agents' --lr-schedule linear --lr-final (default: constant)")
+    parser.add_argument("--fleet-batches", action="store_true",
+                        help="each step on the batches the fleet's agents draw in that round (see above)")
+    parser.add_argument("--partition", default="iid", help="the fleet's --partition (with --fleet-batches)")
     args = parser.parse_args()
     model = _builder(args.source)()
     data = agents_data(args.data, args.dataset, tuple(int(d) for d in model.inputs[0].shape[1:]),
                        args.holdout, args.seed)
     started = time.monotonic()
-    curve = train(model, data, args.rounds, args.agents * args.batch, args.lr, args.seed,
-                  args.eval_every, args.agents if args.batch_norm == "train" else None, args.lr_final)
+    draws = (fleet_batches(data, args.agents, args.batch, args.partition, args.seed) if args.fleet_batches
+             else whole_batches(data, args.agents * args.batch, args.seed))
+    curve = train(model, data, args.rounds, draws, args.lr, args.eval_every,
+                  args.agents if args.batch_norm == "train" else None, args.lr_final)
     schedule = "" if args.lr_final is None else f" linear to {args.lr_final} of it"
     print(f"keras single machine: {args.rounds} steps of {args.agents} x {args.batch}, "
-          f"adam lr {args.lr}{schedule}, batch norm {args.batch_norm}: test accuracy {curve[-1][1]:.4f} on {len(data.y_test)} test "
+          f"adam lr {args.lr}{schedule}, batch norm {args.batch_norm}{', the fleet batches' if args.fleet_batches else ''}: test accuracy {curve[-1][1]:.4f} on {len(data.y_test)} test "
           f"samples ({time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
