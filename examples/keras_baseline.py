@@ -135,9 +135,37 @@ def fleet_batches(data: Any, agents: int, batch: int, partition: str,
         yield np.concatenate([x for x, _ in drawn]), np.concatenate([y for _, y in drawn])
 
 
+class AgentAdam:
+    """The agents' Adam (agent/model/optim.py): Kingma & Ba's Algorithm 1, epsilon added to
+    sqrt(v_hat). Keras's Adam adds it to sqrt(v) before the bias correction, which in the first
+    steps is an epsilon tens of times larger relative to v_hat (1 / sqrt(1 - 0.999^t))."""
+
+    def __init__(self, variables: list[Any], lr: float, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-7) -> None:
+        import tensorflow as tf
+
+        self.b1, self.b2, self.eps = b1, b2, eps
+        self.learning_rate = tf.Variable(lr, dtype=tf.float32, trainable=False)
+        self.step = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+    def apply_gradients(self, pairs: Any) -> None:
+        import tensorflow as tf
+
+        self.step.assign_add(1.0)
+        t = tf.cast(self.step, tf.float64)
+        correction1 = tf.cast(1.0 - tf.pow(tf.constant(self.b1, tf.float64), t), tf.float32)
+        correction2 = tf.cast(1.0 - tf.pow(tf.constant(self.b2, tf.float64), t), tf.float32)
+        for (grad, variable), m, v in zip(pairs, self.m, self.v, strict=True):
+            m.assign(m * self.b1 + grad * (1.0 - self.b1))
+            v.assign(v * self.b2 + grad * grad * (1.0 - self.b2))
+            variable.assign_sub(self.learning_rate * (m / correction1) / (tf.sqrt(v / correction2) + self.eps))
+
+
 def train(model: Any, data: Any, steps: int, draws: Iterator[tuple[np.ndarray, np.ndarray]], lr: float,
           eval_every: int, agents: int | None = None,
-          lr_final: float | None = None) -> list[tuple[int, float]]:
+          lr_final: float | None = None, adam: str = "agent") -> list[tuple[int, float]]:
     """(step, test accuracy) every ``eval_every`` steps and at the end; with ``agents``, batch
     norm in training mode over each agent's share of the batch; with ``lr_final``, the agent's
     linear schedule (``--lr-schedule linear --lr-final``)."""
@@ -145,7 +173,8 @@ def train(model: Any, data: Any, steps: int, draws: Iterator[tuple[np.ndarray, n
 
     from agent.protocol.schedule import scheduled_lr
 
-    optimizer = tf.keras.optimizers.Adam(lr, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+    optimizer: Any = (AgentAdam(model.trainable_variables, lr) if adam == "agent"
+                      else tf.keras.optimizers.Adam(lr, beta_1=0.9, beta_2=0.999, epsilon=1e-7))
     step = (frozen_step(model, optimizer) if agents is None
             else fleet_batch_norm_step(model, optimizer, agents))
 
@@ -184,6 +213,9 @@ def main() -> None:
     parser.add_argument("--fleet-batches", action="store_true",
                         help="each step on the batches the fleet's agents draw in that round (see above)")
     parser.add_argument("--partition", default="iid", help="the fleet's --partition (with --fleet-batches)")
+    parser.add_argument("--adam", choices=("agent", "keras"), default="agent",
+                        help="agent: the agents' own Adam formula (default); keras: Keras's Adam, whose "
+                             "epsilon sits before the bias correction")
     args = parser.parse_args()
     model = _builder(args.source)()
     data = agents_data(args.data, args.dataset, tuple(int(d) for d in model.inputs[0].shape[1:]),
@@ -192,10 +224,10 @@ def main() -> None:
     draws = (fleet_batches(data, args.agents, args.batch, args.partition, args.seed) if args.fleet_batches
              else whole_batches(data, args.agents * args.batch, args.seed))
     curve = train(model, data, args.rounds, draws, args.lr, args.eval_every,
-                  args.agents if args.batch_norm == "train" else None, args.lr_final)
+                  args.agents if args.batch_norm == "train" else None, args.lr_final, args.adam)
     schedule = "" if args.lr_final is None else f" linear to {args.lr_final} of it"
     print(f"keras single machine: {args.rounds} steps of {args.agents} x {args.batch}, "
-          f"adam lr {args.lr}{schedule}, batch norm {args.batch_norm}{', the fleet batches' if args.fleet_batches else ''}: test accuracy {curve[-1][1]:.4f} on {len(data.y_test)} test "
+          f"adam ({args.adam}'s) lr {args.lr}{schedule}, batch norm {args.batch_norm}{', the fleet batches' if args.fleet_batches else ''}: test accuracy {curve[-1][1]:.4f} on {len(data.y_test)} test "
           f"samples ({time.monotonic() - started:.0f} s)")
 
 
