@@ -301,9 +301,12 @@ class _Client(paho.Client):
         self._pack_remaining_length(packet, 2 + len(name) + len(payload))
         packet += len(name).to_bytes(2, "big") + name + payload
         # The packet being written goes on first: begun, or the rest of one that publish_now
-        # began (command 0, not urgent).
+        # began (command 0, not urgent). Over TLS a write the socket could not take whole
+        # (WANT_WRITE) leaves ``pos`` at 0 with part of it already in TLS records, and must be
+        # retried with the same bytes: the head counts as begun there.
         head = out[0]
-        i = 1 if head["pos"] > 0 or (head["command"] == 0 and not head.get("urgent")) else 0
+        begun = head["pos"] > 0 or isinstance(self._sock, ssl.SSLSocket)
+        i = 1 if begun or (head["command"] == 0 and not head.get("urgent")) else 0
         while i < len(out) and out[i].get("urgent"):
             i += 1
         out.insert(i, {"command": 0, "mid": 0, "qos": 0, "pos": 0, "to_process": len(packet),  # type: ignore[typeddict-unknown-key]
