@@ -89,9 +89,13 @@ def test_device_logs_searched_filtered_followed_at_their_round(
         wait_until(lambda: "barn-pi-1" in store.directory.devices and RUNNING in store.directory.jobs,
                    what="the devices' records")
         pi1, pi3 = devices["barn-pi-1"].logger, devices["shop-pi-3"].logger
+        # Each line waits for the one before at the dashboard: two devices' connections keep
+        # no order between them, and the page shows lines in the order they came.
         pi1.warning("parent 0 silent for 3.0 s, rerouting to 2")
         pi1.info("an info line stays on the device")
+        wait_until(lambda: len(store.device_logs.lines) == 1, what="the first log line at the dashboard")
         pi3.error("training failed: out of memory")
+        wait_until(lambda: len(store.device_logs.lines) == 2, what="the second log line at the dashboard")
         pi1.warning("Broker connection lost, reconnecting")
         wait_until(lambda: len(store.device_logs.lines) == 3, what="three log lines at the dashboard")
         for width in (1440, 390):
